@@ -1,0 +1,165 @@
+"""The bundle: a directory of model files plus ``manifest.json`` that describes and checksums them.
+
+Writing is atomic: files go into a hidden temporary directory beside the destination, the manifest
+is written last, and a single ``rename`` publishes the bundle, so an interrupted run never leaves a
+half-written bundle behind. Loading verifies every file's sha256 and size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import BundleError, OutputExistsError
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class PassRecord:
+    name: str
+    params: dict[str, Any]
+    input_hash: str
+    output_hash: str
+    seconds: float = 0.0
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Manifest:
+    source_model: str
+    source_revision: str  # hub revision, or "sha256:<content hash>" of a local checkpoint
+    target: str
+    format: str
+    quant: str
+    runtime: str
+    model_file: str
+    architecture: str = ""
+    tokenizer_dir: str = "tokenizer"  # tokenizer.json, tokenizer_config.json (chat template)
+    chat_template: str | None = None
+    kind: str = "causal-lm"  # or "embedding"
+    passes: list[PassRecord] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    export: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> {sha256, bytes}
+    schema_version: int = SCHEMA_VERSION
+    edgeopt_version: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: Path) -> Manifest:
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise BundleError(f"{where} has manifest schema_version={version!r}; this edgeopt reads {SCHEMA_VERSION}",
+                              "re-run edgeopt optimize with this version")
+        try:
+            passes = [PassRecord(**p) for p in data.pop("passes", [])]
+            return cls(passes=passes, **data)
+        except TypeError as exc:
+            raise BundleError(f"{where} has a malformed manifest: {exc}", "re-run edgeopt optimize") from exc
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def hash_tree(root: Path) -> dict[str, dict[str, Any]]:
+    """sha256 and size of every file under root (relative POSIX paths, sorted), manifest excluded."""
+    out = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if rel != MANIFEST and not path.name.startswith(".edgeopt"):
+            out[rel] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    return out
+
+
+def content_hash(root: Path) -> str:
+    """One hash for a whole directory's contents (used for cache keys and source revisions)."""
+    digest = hashlib.sha256()
+    for rel, info in hash_tree(root).items():
+        digest.update(f"{rel}\0{info['sha256']}\n".encode())
+    return digest.hexdigest()
+
+
+@contextmanager
+def staged_bundle(dest: Path, force: bool = False) -> Iterator[Path]:
+    """Yield a staging directory; on success it replaces ``dest`` in one rename, on error it vanishes."""
+    dest = dest.resolve()
+    if dest.exists() and not force:
+        raise OutputExistsError(f"output directory {dest} already exists", "pass --force to replace it, or choose -o")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    try:
+        yield stage
+        if dest.exists():
+            trash = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+            dest.rename(trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        stage.rename(dest)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def write_manifest(stage: Path, manifest: Manifest) -> Manifest:
+    """Checksum every staged file and write manifest.json (last, so its presence means complete)."""
+    from edgeopt import __version__
+
+    manifest.files = hash_tree(stage)
+    manifest.edgeopt_version = __version__
+    tmp = stage / (MANIFEST + ".tmp")
+    tmp.write_text(manifest.to_json())
+    tmp.rename(stage / MANIFEST)
+    return manifest
+
+
+def read_manifest(bundle: Path) -> Manifest:
+    path = Path(bundle) / MANIFEST
+    if not Path(bundle).is_dir():
+        raise BundleError(f"bundle {bundle} does not exist", "create one with: edgeopt optimize MODEL -o DIR")
+    if not path.is_file():
+        raise BundleError(f"{bundle} has no {MANIFEST}; it is not a bundle (or its write was interrupted)",
+                          "re-run edgeopt optimize")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{path} is not valid JSON: {exc}", "re-run edgeopt optimize") from exc
+    return Manifest.from_dict(data, path)
+
+
+def verify_files(bundle: Path, manifest: Manifest) -> None:
+    """Refuse a bundle whose files are missing, truncated or altered since they were written."""
+    bundle = Path(bundle)
+    for rel, info in manifest.files.items():
+        path = bundle / rel
+        if not path.is_file():
+            raise BundleError(f"bundle file {path} is missing", "copy the whole bundle directory again")
+        size = path.stat().st_size
+        if size != info["bytes"]:
+            raise BundleError(f"bundle file {path} is {size} bytes, the manifest says {info['bytes']} (truncated copy?)",
+                              "copy the bundle again")
+        if sha256_file(path) != info["sha256"]:
+            raise BundleError(f"bundle file {path} does not match its sha256 in the manifest (corrupted)",
+                              "copy the bundle again or re-run edgeopt optimize")
+
+
+def load_bundle(bundle: Path | str, verify: bool = True) -> Manifest:
+    manifest = read_manifest(Path(bundle))
+    if verify:
+        verify_files(Path(bundle), manifest)
+    return manifest

@@ -1,0 +1,53 @@
+"""Content-addressed cache of pass and export outputs (``$EDGEOPT_CACHE`` or ~/.cache/edgeopt)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from edgeopt.bundle import content_hash
+
+
+def cache_root() -> Path:
+    root = Path(os.environ.get("EDGEOPT_CACHE", Path.home() / ".cache" / "edgeopt"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def step_key(kind: str, name: str, params: dict[str, Any], input_hash: str) -> str:
+    blob = json.dumps({"kind": kind, "name": name, "params": params, "input": input_hash}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def cached_step(key: str, produce: Callable[[Path], dict[str, Any]]) -> tuple[Path, dict[str, Any], bool]:
+    """Return (output dir, metrics, was_cached). ``produce(out_dir)`` runs only on a cache miss.
+
+    The output is built in a temporary sibling and renamed into place, so a crash never leaves a
+    partial entry that a later run would mistake for a hit.
+    """
+    final = cache_root() / "steps" / key
+    meta = final / ".edgeopt-step.json"
+    if meta.is_file():
+        return final, json.loads(meta.read_text()), True
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=final.parent))
+    try:
+        metrics = produce(tmp)
+        (tmp / ".edgeopt-step.json").write_text(json.dumps(metrics, default=str))
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final, metrics, False
+
+
+def dir_hash(path: Path) -> str:
+    return content_hash(path)

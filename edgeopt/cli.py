@@ -1,0 +1,64 @@
+"""The ``edgeopt`` command: wiring only. Each command lives in edgeopt/commands/<name>.py.
+
+Errors from the :class:`EdgeoptError` hierarchy are printed in one place (``main``) as one line with
+the fix; a traceback appears only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from edgeopt.commands import inspect_cmd, optimize_cmd, plan_cmd, profiles_cmd
+from edgeopt.errors import EdgeoptError
+
+app = typer.Typer(
+    name="edgeopt",
+    help="Optimize a Hugging Face language model for a small device, serve it, and watch it run.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_debug = {"on": False}
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors.")) -> None:
+    _debug["on"] = debug
+
+
+app.command("profiles")(profiles_cmd.profiles)
+app.command("plan")(plan_cmd.plan)
+app.command("optimize")(optimize_cmd.optimize)
+app.command("inspect")(inspect_cmd.inspect)
+# commands added by later work register below this line
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except EdgeoptError as exc:
+        if _debug["on"]:
+            raise
+        typer.secho(f"error: {exc.message}", fg="red", err=True)
+        if exc.hint:
+            typer.secho(f"  fix: {exc.hint}", err=True)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""One module per CLI command; each keeps heavy imports inside the command function."""

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from edgeopt.cli_options import Concurrency, Context, JsonOut, ModelArg, Target
+from edgeopt.model_spec import load_model_spec
+from edgeopt.plan import MIB, Plan, make_plan
+from profiles import load_profile
+
+
+def plan(
+    model: ModelArg,
+    target: Target = "host",
+    context: Context = None,
+    concurrency: Concurrency = 1,
+    memory_mb: Annotated[Optional[int], typer.Option("--memory", help="Override usable memory (MiB).")] = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Predict weight and KV sizes per format/quant from the model's config alone, and recommend one."""
+    spec = load_model_spec(model)
+    profile = load_profile(target)
+    result = make_plan(spec, profile, context, concurrency,
+                       memory_bytes=memory_mb * MIB if memory_mb else None)
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return
+    print_plan(result, spec.num_parameters)
+
+
+def print_plan(result: Plan, params: int) -> None:
+    console = Console()
+    console.print(f"[bold]{result.model}[/] ({params / 1e6:.1f}M parameters) on [bold]{result.target}[/]: "
+                  f"{result.usable_memory_bytes / MIB:.0f} MiB usable, context {result.context}, "
+                  f"concurrency {result.concurrency}")
+    table = Table()
+    for col in ("candidate", "weights MiB", "KV/token KiB", "KV capacity tok", "max seqs @ctx", "fits"):
+        table.add_column(col, justify="right")
+    for c in result.candidates:
+        mark = "*" if result.recommended == c else ""
+        table.add_row(mark + c.label, f"{c.weight_bytes / MIB:.1f}", f"{c.kv_bytes_per_token / 1024:.1f}",
+                      str(c.kv_token_capacity), str(c.max_concurrency), "yes" if c.fits else "[red]no[/]")
+    console.print(table)
+    if result.recommended:
+        console.print(f"recommended: [bold]{result.recommended.label}[/]")
+    else:
+        console.print("[red]nothing fits[/]: lower --context/--concurrency or prune (see edgeopt optimize --fit)")

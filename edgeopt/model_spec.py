@@ -1,0 +1,181 @@
+"""What edgeopt needs to know about a checkpoint, read from its ``config.json`` alone (no weights).
+
+The planner sizes weights and KV cache from this; exporters use the tensor list to name and
+quantize tensors. Reading a hub id downloads only ``config.json`` (and only when a user asks for one;
+tests always use local directories).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import ModelNotFoundError, UnsupportedArchitectureError
+
+# HF architecture class -> the short name used in GGUF metadata and our registries.
+SUPPORTED_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",  # same graph as Llama; GGUF stores Mistral as llama
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One weight tensor, named the HF way, with its shape in PyTorch order (out, in)."""
+
+    name: str
+    shape: tuple[int, ...]
+    layer: int | None = None  # transformer block index, None for embeddings/final norm/head
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for dim in self.shape:
+            n *= dim
+        return n
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    source: str
+    hf_architecture: str
+    arch: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    qk_norm: bool
+    rope_theta: float
+    rms_norm_eps: float
+    torch_dtype: str
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def kv_bytes_per_token(self, bytes_per_element: int) -> int:
+        """Keys and values for one token across every layer: 2 x layers x kv_heads x head_dim x dtype."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_element
+
+    def tensors(self) -> list[TensorInfo]:
+        """Every weight tensor of the checkpoint, in HF naming, in file order."""
+        h, q, kv, inter = self.hidden_size, self.num_heads * self.head_dim, self.kv_dim, self.intermediate_size
+        out = [TensorInfo("model.embed_tokens.weight", (self.vocab_size, h))]
+        for i in range(self.num_layers):
+            p = f"model.layers.{i}."
+            layer = [
+                (p + "input_layernorm.weight", (h,)),
+                (p + "self_attn.q_proj.weight", (q, h)),
+                (p + "self_attn.k_proj.weight", (kv, h)),
+                (p + "self_attn.v_proj.weight", (kv, h)),
+                (p + "self_attn.o_proj.weight", (h, q)),
+                (p + "post_attention_layernorm.weight", (h,)),
+                (p + "mlp.gate_proj.weight", (inter, h)),
+                (p + "mlp.up_proj.weight", (inter, h)),
+                (p + "mlp.down_proj.weight", (h, inter)),
+            ]
+            if self.attention_bias:
+                layer += [(p + "self_attn.q_proj.bias", (q,)), (p + "self_attn.k_proj.bias", (kv,)),
+                          (p + "self_attn.v_proj.bias", (kv,))]
+            if self.qk_norm:
+                layer += [(p + "self_attn.q_norm.weight", (self.head_dim,)),
+                          (p + "self_attn.k_norm.weight", (self.head_dim,))]
+            out += [TensorInfo(name, shape, i) for name, shape in layer]
+        out.append(TensorInfo("model.norm.weight", (h,)))
+        if not self.tie_word_embeddings:
+            out.append(TensorInfo("lm_head.weight", (self.vocab_size, h)))
+        return out
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(t.numel for t in self.tensors())
+
+    @property
+    def num_embedding_parameters(self) -> int:
+        return sum(t.numel for t in self.tensors() if t.layer is None and len(t.shape) == 2)
+
+    @property
+    def num_non_embedding_parameters(self) -> int:
+        return self.num_parameters - self.num_embedding_parameters
+
+
+def spec_from_config(config: dict[str, Any], source: str) -> ModelSpec:
+    archs = config.get("architectures") or []
+    hf_arch = archs[0] if archs else f"<none; model_type={config.get('model_type')!r}>"
+    if hf_arch not in SUPPORTED_ARCHITECTURES:
+        raise UnsupportedArchitectureError(
+            f"architecture {hf_arch} of {source} is not supported",
+            f"supported architectures: {', '.join(SUPPORTED_ARCHITECTURES)}",
+        )
+    heads = int(config["num_attention_heads"])
+    hidden = int(config["hidden_size"])
+    arch = SUPPORTED_ARCHITECTURES[hf_arch]
+    rope_theta = config.get("rope_theta")
+    if rope_theta is None:  # transformers >= 5 nests it under rope_parameters
+        rope_theta = (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    return ModelSpec(
+        source=source,
+        hf_architecture=hf_arch,
+        arch=arch,
+        vocab_size=int(config["vocab_size"]),
+        hidden_size=hidden,
+        intermediate_size=int(config["intermediate_size"]),
+        num_layers=int(config["num_hidden_layers"]),
+        num_heads=heads,
+        num_kv_heads=int(config.get("num_key_value_heads") or heads),
+        head_dim=int(config.get("head_dim") or hidden // heads),
+        max_position_embeddings=int(config.get("max_position_embeddings", 2048)),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        # Qwen2 always has q/k/v biases; Llama-family models declare it with attention_bias.
+        attention_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),
+        qk_norm=arch == "qwen3",
+        rope_theta=float(rope_theta),
+        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "float32"),
+    )
+
+
+def resolve_config_path(model: str) -> Path:
+    """Local directory with config.json, or a hub id whose config.json is fetched (config only)."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        cfg = path / "config.json"
+        if not cfg.is_file():
+            raise ModelNotFoundError(f"{path} has no config.json", "point at a Hugging Face checkpoint directory")
+        return cfg
+    if path.exists() or model.startswith((".", "/", "~")) or model.count("/") != 1:
+        raise ModelNotFoundError(
+            f"model {model!r} is neither a checkpoint directory nor a hub id",
+            "pass a local directory with config.json, or a hub id like Qwen/Qwen2.5-0.5B-Instruct",
+        )
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as exc:  # the serve-only install has no hub client
+        raise ModelNotFoundError(f"cannot fetch {model!r}: huggingface_hub is not installed",
+                                 "pip install 'edgeopt[optimize]'") from exc
+    try:
+        return Path(hf_hub_download(model, "config.json"))
+    except Exception as exc:  # offline, private, misspelled: all end here
+        raise ModelNotFoundError(
+            f"could not fetch config.json of {model!r}: {exc.__class__.__name__}",
+            "check the hub id and your network, or download the model and pass its directory",
+        ) from exc
+
+
+def load_model_spec(model: str) -> ModelSpec:
+    cfg = resolve_config_path(model)
+    try:
+        config = json.loads(cfg.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelNotFoundError(f"{cfg} is not valid JSON: {exc}", "re-download the checkpoint") from exc
+    return spec_from_config(config, model)

@@ -1,0 +1,175 @@
+"""The model path: plan -> passes -> export -> evaluate -> bundle.
+
+Each pass and the export are cached by (name, parameters, input content hash). The bundle is
+staged in a temporary directory and published with one rename (see :mod:`edgeopt.bundle`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeopt.bundle import Manifest, PassRecord, content_hash, staged_bundle, write_manifest
+from edgeopt.cache import cached_step, step_key
+from edgeopt.errors import ConfigError, OutputExistsError
+from edgeopt.model_spec import load_model_spec
+from edgeopt.plan import FORMAT_RUNTIME, Plan, make_plan, require_fit
+from edgeopt.source import resolve_model_dir
+from profiles import DeviceProfile, load_profile
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                   "generation_config.json", "chat_template.jinja", "config.json")
+
+Reporter = Callable[[str], None]
+
+
+@dataclass
+class OptimizeOptions:
+    model: str
+    target: str = "host"
+    output: Path | None = None
+    format: str | None = None
+    quant: str | None = None
+    context: int | None = None
+    concurrency: int = 1
+    passes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # [(name, params)] in order
+    export_options: dict[str, Any] = field(default_factory=dict)
+    eval_data: Path | None = None
+    evaluate: bool = True
+    force: bool = False
+    dry_run: bool = False
+
+
+@dataclass
+class Resolved:
+    """Options with every default filled in from the profile and the planner."""
+
+    profile: DeviceProfile
+    plan: Plan
+    format: str
+    quant: str
+    runtime: str
+    output: Path
+
+
+def resolve(opts: OptimizeOptions) -> Resolved:
+    profile = load_profile(opts.target)
+    spec = load_model_spec(opts.model)
+    fmt = opts.format or profile.preferred_format
+    plan = make_plan(spec, profile, opts.context, opts.concurrency, formats=(fmt,))
+    if opts.quant:
+        quant = opts.quant
+        if not any(c.quant == quant for c in plan.candidates):
+            # The user may ask for any quant the format knows (not only the planner's shortlist).
+            from edgeopt.plan import size_candidate
+
+            plan.candidates.append(size_candidate(spec, profile, fmt, quant, plan.context, plan.concurrency))
+    else:
+        quant = require_fit(plan).quant
+    name = Path(opts.model.rstrip("/")).name
+    output = opts.output or Path(f"{name}-{profile.name}-{quant.lower()}")
+    if output.exists() and not opts.force and not opts.dry_run:
+        raise OutputExistsError(f"output directory {output} already exists", "pass --force to replace it, or choose -o")
+    return Resolved(profile, plan, fmt, quant, FORMAT_RUNTIME[fmt], output)
+
+
+def run_optimize(opts: OptimizeOptions, report: Reporter = print) -> Manifest | None:
+    res = resolve(opts)
+    if opts.dry_run:
+        return None
+    model_dir, revision = resolve_model_dir(opts.model)
+    current = model_dir
+    records: list[PassRecord] = []
+    for name, params in opts.passes:
+        current, record = _run_pass(name, params, current, model_dir, opts, res, report)
+        records.append(record)
+
+    from exporters import get_exporter
+
+    exporter = get_exporter(res.format)
+    export_params = {"quant": res.quant, **opts.export_options, "cpu_isa": res.profile.cpu_isa}
+    input_hash = content_hash(current)
+    key = step_key("export", res.format, export_params, input_hash)
+    report(f"export: {res.format} {res.quant}")
+    started = time.perf_counter()
+    export_dir, export_meta, cached = cached_step(
+        key, lambda out: _export(exporter, current, out, res.quant, export_params))
+    report(f"export: {'reused cached output' if cached else f'done in {time.perf_counter() - started:.1f}s'}")
+
+    with staged_bundle(res.output, force=opts.force) as stage:
+        for path in export_dir.iterdir():
+            if not path.name.startswith(".edgeopt"):
+                _copy(path, stage / path.name)
+        tok_dir = stage / "tokenizer"
+        tok_dir.mkdir()
+        for fname in TOKENIZER_FILES:
+            if (current / fname).is_file():
+                shutil.copy2(current / fname, tok_dir / fname)
+        manifest = Manifest(
+            source_model=opts.model, source_revision=revision, target=res.profile.name, format=res.format,
+            quant=res.quant, runtime=export_meta.get("runtime", res.runtime), model_file=export_meta["model_file"],
+            architecture=load_model_spec(str(current)).hf_architecture, passes=records,
+            export={k: v for k, v in export_meta.items() if k not in ("model_file", "runtime")},
+            kind=export_meta.get("kind", "causal-lm"),
+        )
+        manifest.chat_template = _chat_template(tok_dir)
+        if opts.evaluate:
+            from edgeopt.evaluate import evaluate_bundle
+
+            report("evaluate: comparing the exported model with the original")
+            manifest.metrics = evaluate_bundle(stage, manifest, model_dir, opts.eval_data)
+        write_manifest(stage, manifest)
+    report(f"bundle written to {res.output}")
+    return manifest
+
+
+def _export(exporter: Any, model_dir: Path, out: Path, quant: str, params: dict[str, Any]) -> dict[str, Any]:
+    result = exporter.export(model_dir, out, quant, params)
+    return {"model_file": result.model_file, "runtime": result.runtime, "quant": result.quant, **result.details}
+
+
+def _run_pass(name: str, params: dict[str, Any], current: Path, original: Path, opts: OptimizeOptions,
+              res: Resolved, report: Reporter) -> tuple[Path, PassRecord]:
+    from edgeopt.passes import PassContext, get_pass
+
+    the_pass = get_pass(name, **params)
+    input_hash = content_hash(current)
+    key = step_key("pass", name, params, input_hash)
+    ctx = PassContext(original_model_dir=original, target=res.profile.name, data_file=opts.eval_data)
+    report(f"pass {name}: {params}")
+    started = time.perf_counter()
+    out, metrics, cached = cached_step(key, lambda out_dir: the_pass.run(current, out_dir, ctx))
+    seconds = time.perf_counter() - started
+    report(f"pass {name}: {'reused cached output' if cached else f'done in {seconds:.1f}s'}")
+    record = PassRecord(name=name, params=params, input_hash=input_hash, output_hash=content_hash(out),
+                        seconds=float(metrics.get("seconds", seconds)), metrics=metrics)
+    return out, record
+
+
+def _copy(src: Path, dst: Path) -> None:
+    if src.is_dir():
+        shutil.copytree(src, dst)
+    else:
+        shutil.copy2(src, dst)
+
+
+def _chat_template(tok_dir: Path) -> str | None:
+    import json
+
+    jinja = tok_dir / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text()
+    cfg = tok_dir / "tokenizer_config.json"
+    if cfg.is_file():
+        template = json.loads(cfg.read_text()).get("chat_template")
+        return template if isinstance(template, str) else None
+    return None
+
+
+def check_format(fmt: str | None) -> None:
+    if fmt is not None and fmt not in FORMAT_RUNTIME:
+        raise ConfigError(f"unknown format {fmt!r}", f"valid formats: {', '.join(FORMAT_RUNTIME)}")

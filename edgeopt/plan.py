@@ -1,0 +1,140 @@
+"""Memory planner: will this model fit the device, in which format and quantization, with how much KV?
+
+Everything here is arithmetic on a :class:`ModelSpec` (config only) and a :class:`DeviceProfile`:
+
+    KV bytes/token = 2 x layers x kv_heads x head_dim x bytes(kv dtype)
+    KV budget      = usable memory - weights - runtime overhead - safety margin
+    KV capacity    = KV budget // KV bytes/token        (tokens, shared by all sequences)
+    concurrency    = KV capacity // context             (sequences that can each hold a full context)
+
+On unified-memory devices (Jetson) CPU and GPU draw from the same pool, so weights are counted once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from edgeopt.errors import ConfigError, DoesNotFitError
+from edgeopt.model_spec import ModelSpec
+from exporters.gguf.quant_types import FILE_TYPES, estimate_gguf_bytes
+from exporters.onnx.quant_types import QUANTS as ONNX_QUANTS
+from exporters.onnx.quant_types import estimate_onnx_bytes
+from profiles import DeviceProfile
+
+MIB = 1024**2
+GGUF_CANDIDATES = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0")
+ONNX_CANDIDATES = ("fp32", "int8", "int4")
+# Fixed cost of a runtime beside weights and KV: its code, compute buffers, allocator slack.
+RUNTIME_OVERHEAD_BYTES = {"llama_cpp": 100 * MIB, "onnxruntime": 200 * MIB, "torch": 600 * MIB}
+KV_BYTES_PER_ELEMENT = {"gguf": 2, "onnx": 4, "torch": 2}  # llama.cpp f16 KV; ORT fp32; torch fp16
+SAFETY_MARGIN = 0.05  # of usable memory, for fragmentation and the Python process itself
+FORMAT_RUNTIME = {"gguf": "llama_cpp", "onnx": "onnxruntime", "torch": "torch"}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    format: str
+    quant: str
+    weight_bytes: int
+    kv_bytes_per_token: int
+    overhead_bytes: int
+    kv_budget_bytes: int
+    kv_token_capacity: int
+    max_concurrency: int
+    fits: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.format}:{self.quant}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: str
+    target: str
+    usable_memory_bytes: int
+    context: int
+    concurrency: int
+    candidates: list[Candidate]
+    recommended: Candidate | None
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["recommended"] = self.recommended.label if self.recommended else None
+        return data
+
+
+def weight_bytes(spec: ModelSpec, fmt: str, quant: str) -> int:
+    if fmt == "gguf":
+        if quant not in FILE_TYPES:
+            raise ConfigError(f"unknown GGUF quant {quant!r}", f"valid: {', '.join(FILE_TYPES)}")
+        return estimate_gguf_bytes(spec, quant)
+    if fmt == "onnx":
+        if quant not in ONNX_QUANTS:
+            raise ConfigError(f"unknown ONNX quant {quant!r}", f"valid: {', '.join(ONNX_QUANTS)}")
+        return estimate_onnx_bytes(spec, quant)
+    if fmt == "torch":
+        if quant not in ("fp32", "fp16", "bf16"):
+            raise ConfigError(f"unknown torch dtype {quant!r}", "valid: fp32, fp16, bf16")
+        return spec.num_parameters * (4 if quant == "fp32" else 2)
+    raise ConfigError(f"unknown format {fmt!r}", "valid formats: gguf, onnx, torch")
+
+
+def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str, context: int,
+                   concurrency: int, memory_bytes: int | None = None) -> Candidate:
+    usable = memory_bytes if memory_bytes is not None else profile.usable_memory_bytes
+    weights = weight_bytes(spec, fmt, quant)
+    overhead = RUNTIME_OVERHEAD_BYTES[FORMAT_RUNTIME[fmt]]
+    kv_per_token = spec.kv_bytes_per_token(KV_BYTES_PER_ELEMENT[fmt])
+    budget = int(usable * (1 - SAFETY_MARGIN)) - weights - overhead
+    capacity = max(budget, 0) // kv_per_token
+    return Candidate(
+        format=fmt, quant=quant, weight_bytes=weights, kv_bytes_per_token=kv_per_token,
+        overhead_bytes=overhead, kv_budget_bytes=budget, kv_token_capacity=capacity,
+        max_concurrency=capacity // context, fits=capacity >= context * concurrency,
+    )
+
+
+def make_plan(spec: ModelSpec, profile: DeviceProfile, context: int | None = None, concurrency: int = 1,
+              formats: tuple[str, ...] = ("gguf", "onnx"), memory_bytes: int | None = None) -> Plan:
+    context = context or min(spec.max_position_embeddings, 4096)
+    if context < 1 or concurrency < 1:
+        raise ConfigError(f"context={context} and concurrency={concurrency} must both be >= 1", "pass positive values")
+    candidates = []
+    for fmt in formats:
+        quants = GGUF_CANDIDATES if fmt == "gguf" else ONNX_CANDIDATES if fmt == "onnx" else ("fp16",)
+        candidates += [size_candidate(spec, profile, fmt, q, context, concurrency, memory_bytes) for q in quants]
+    usable = memory_bytes if memory_bytes is not None else profile.usable_memory_bytes
+    return Plan(spec.source, profile.name, usable, context, concurrency, candidates,
+                recommend(candidates, profile))
+
+
+def recommend(candidates: list[Candidate], profile: DeviceProfile) -> Candidate | None:
+    """The profile's default quant if it fits; otherwise the largest (best quality) that fits.
+
+    Defaults are chosen per device for speed: on bandwidth-bound boards fewer bits decode faster,
+    so we do not climb to F16 just because memory would allow it.
+    """
+    preferred = [c for c in candidates if c.format == profile.preferred_format and c.fits]
+    for c in preferred:
+        if c.quant == profile.default_quant:
+            return c
+    default_size = next((c.weight_bytes for c in candidates if c.quant == profile.default_quant), None)
+    smaller = [c for c in preferred if default_size is None or c.weight_bytes <= default_size]
+    pool = smaller or preferred or [c for c in candidates if c.fits]
+    return max(pool, key=lambda c: c.weight_bytes) if pool else None
+
+
+def require_fit(plan: Plan) -> Candidate:
+    """The recommended candidate, or a DoesNotFitError saying by how much the smallest misses."""
+    if plan.recommended is not None:
+        return plan.recommended
+    smallest = min(plan.candidates, key=lambda c: c.weight_bytes)
+    needed = smallest.weight_bytes + smallest.overhead_bytes + smallest.kv_bytes_per_token * plan.context * plan.concurrency
+    short = needed - int(plan.usable_memory_bytes * (1 - SAFETY_MARGIN))
+    raise DoesNotFitError(
+        f"{plan.model} does not fit {plan.target} even at {smallest.label}: needs {needed / MIB:.0f} MiB "
+        f"for {plan.concurrency} x {plan.context} tokens, {short / MIB:.0f} MiB more than the "
+        f"{plan.usable_memory_bytes * (1 - SAFETY_MARGIN) / MIB:.0f} MiB usable",
+        "lower --context or --concurrency, pick a larger --target, or prune with --fit",
+    )

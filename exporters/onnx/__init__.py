@@ -1,0 +1,1 @@
+"""ONNX export (optimum-onnx) and ONNX Runtime quantization."""

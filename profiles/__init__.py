@@ -1,0 +1,131 @@
+"""Device profiles: TOML data describing a target's memory, compute and preferred formats.
+
+``load_profile("jetson")`` resolves a family alias to its default profile; ``load_profile("host")``
+describes this machine (see :mod:`profiles.host`).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import MISSING, asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from edgeopt.errors import ConfigError, UnknownTargetError
+
+PROFILE_DIR = Path(__file__).resolve().parent
+GIB = 1024**3
+
+# `--target jetson` picks the device most people deploy to first: the cheapest board of the family.
+FAMILY_DEFAULTS = {
+    "jetson": "jetson-orin-nano-8gb",
+    "raspberry-pi": "raspberry-pi-5-8gb",
+    "rpi": "raspberry-pi-5-8gb",
+    "x86-64": "x86-64-cpu",
+    "cpu": "x86-64-cpu",
+}
+FORMATS = ("gguf", "onnx", "torch")
+RUNTIMES = ("llama_cpp", "onnxruntime", "torch")
+CPU_ISAS = ("arm64", "avx2", "avx512_vnni", "x86_64")
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    description: str
+    family: str
+    total_memory_gb: float
+    os_reserved_gb: float
+    unified_memory: bool
+    accelerator: str  # "none" or "cuda:sm_XX"
+    memory_bandwidth_gbps: float
+    cores: int
+    cpu_isa: str
+    preferred_format: str
+    default_quant: str
+    default_runtime: str
+    gpu_memory_gb: float = 0.0  # discrete GPU memory; 0 when none or when memory is unified
+
+    @property
+    def has_cuda(self) -> bool:
+        return self.accelerator.startswith("cuda")
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        """Memory a model server may use: total minus what the OS needs to stay alive."""
+        return int((self.total_memory_gb - self.os_reserved_gb) * GIB)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["usable_memory_gb"] = round(self.usable_memory_bytes / GIB, 2)
+        return data
+
+
+def profile_from_dict(data: dict[str, Any], source: str) -> DeviceProfile:
+    """Validate raw TOML data; every problem names the file and the field."""
+    known = {f.name for f in fields(DeviceProfile)}
+    required = {f.name for f in fields(DeviceProfile) if f.default is MISSING}
+    unknown = set(data) - known
+    if unknown:
+        raise ConfigError(f"profile {source}: unknown field(s) {sorted(unknown)}", f"valid fields: {sorted(known)}")
+    missing = required - set(data)
+    if missing:
+        raise ConfigError(f"profile {source}: missing field(s) {sorted(missing)}", "add them to the TOML file")
+    profile = DeviceProfile(**data)
+    _check(profile.total_memory_gb > profile.os_reserved_gb >= 0, source, "os_reserved_gb",
+           profile.os_reserved_gb, "must be >= 0 and below total_memory_gb")
+    _check(profile.cores >= 1, source, "cores", profile.cores, "must be >= 1")
+    _check(profile.preferred_format in FORMATS, source, "preferred_format", profile.preferred_format,
+           f"one of {FORMATS}")
+    _check(profile.default_runtime in RUNTIMES, source, "default_runtime", profile.default_runtime,
+           f"one of {RUNTIMES}")
+    _check(profile.cpu_isa in CPU_ISAS, source, "cpu_isa", profile.cpu_isa, f"one of {CPU_ISAS}")
+    _check(profile.accelerator == "none" or profile.accelerator.startswith("cuda"), source, "accelerator",
+           profile.accelerator, "'none' or 'cuda:sm_XX'")
+    return profile
+
+
+def _check(ok: bool, source: str, field: str, value: Any, rule: str) -> None:
+    if not ok:
+        raise ConfigError(f"profile {source}: {field}={value!r} is invalid", rule)
+
+
+def profile_names() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml")) + ["host"]
+
+
+def load_profile(target: str) -> DeviceProfile:
+    """Load a profile by name, family alias, ``host``, or path to a TOML file."""
+    if target == "host":
+        from profiles.host import detect_host_profile
+
+        return detect_host_profile()
+    path = Path(target)
+    if path.suffix == ".toml" and path.is_file():
+        return _load_file(path)
+    name = FAMILY_DEFAULTS.get(target, target)
+    path = PROFILE_DIR / f"{name}.toml"
+    if not path.is_file():
+        aliases = ", ".join(sorted(FAMILY_DEFAULTS))
+        raise UnknownTargetError(
+            f"unknown target {target!r}",
+            f"valid targets: {', '.join(profile_names())}; family aliases: {aliases}; or a path to a .toml file",
+        )
+    return _load_file(path)
+
+
+def _load_file(path: Path) -> DeviceProfile:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"profile {path} is not valid TOML: {exc}", "fix the file's syntax") from exc
+    return profile_from_dict(data, path.name)
+
+
+def all_profiles() -> list[DeviceProfile]:
+    return [load_profile(name) for name in profile_names()]

@@ -1,0 +1,95 @@
+"""Describe this machine as a device profile: memory (psutil *and* the cgroup limit), cores, CUDA."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+from pathlib import Path
+
+import psutil
+
+from profiles import GIB, DeviceProfile
+
+# cgroup v2 then v1: inside a container the limit, not the host's RAM, is what the OOM killer enforces.
+_CGROUP_LIMIT_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def cgroup_memory_limit() -> int | None:
+    """The container's memory limit in bytes, or None when unlimited / not in a cgroup."""
+    for name in _CGROUP_LIMIT_FILES:
+        try:
+            raw = Path(name).read_text().strip()
+        except OSError:
+            continue
+        if raw == "max":
+            return None
+        try:
+            value = int(raw)
+        except ValueError:
+            continue
+        # cgroup v1 reports "unlimited" as a huge page-aligned number.
+        if value < (1 << 60):
+            return value
+    return None
+
+
+def host_memory_bytes() -> int:
+    total = psutil.virtual_memory().total
+    limit = cgroup_memory_limit()
+    return min(total, limit) if limit else total
+
+
+def _cpu_isa() -> str:
+    machine = platform.machine().lower()
+    if machine in ("aarch64", "arm64"):
+        return "arm64"
+    flags = ""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        pass
+    if "avx512_vnni" in flags:
+        return "avx512_vnni"
+    if "avx2" in flags:
+        return "avx2"
+    return "x86_64"
+
+
+def _cuda_accelerator() -> str:
+    """Detect an NVIDIA GPU without importing torch (the serving path must stay light)."""
+    if shutil.which("nvidia-smi") is None:
+        return "none"
+    try:
+        import subprocess
+
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip().splitlines()
+    except Exception:  # nvidia-smi present but no usable GPU
+        return "none"
+    if not out:
+        return "none"
+    return "cuda:sm_" + out[0].strip().replace(".", "")
+
+
+def detect_host_profile() -> DeviceProfile:
+    total = host_memory_bytes()
+    # Leave the OS 10% (at least 0.5 GiB, at most 4 GiB): enough for a shell and page cache.
+    reserved = min(max(0.1 * total, 0.5 * GIB), 4 * GIB)
+    return DeviceProfile(
+        name="host",
+        description=f"this machine ({platform.node() or 'unknown'}, {platform.machine()})",
+        family="host",
+        total_memory_gb=round(total / GIB, 3),
+        os_reserved_gb=round(reserved / GIB, 3),
+        unified_memory=False,
+        accelerator=_cuda_accelerator(),
+        memory_bandwidth_gbps=0.0,  # unknown; not needed for sizing
+        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+        cpu_isa=_cpu_isa(),
+        preferred_format="gguf",
+        default_quant="Q8_0",
+        default_runtime="llama_cpp",
+    )
