@@ -64,8 +64,9 @@ class Manifest:
             raise BundleError(f"{where} has manifest schema_version={version!r}; this edgeopt reads {SCHEMA_VERSION}",
                               "re-run edgeopt optimize with this version")
         try:
-            passes = [PassRecord(**p) for p in data.pop("passes", [])]
-            return cls(passes=passes, **data)
+            fields = dict(data)
+            passes = [PassRecord(**p) for p in fields.pop("passes", [])]
+            return cls(passes=passes, **fields)
         except TypeError as exc:
             raise BundleError(f"{where} has a malformed manifest: {exc}", "re-run edgeopt optimize") from exc
 

@@ -40,9 +40,16 @@ def cached_step(key: str, produce: Callable[[Path], dict[str, Any]]) -> tuple[Pa
     try:
         metrics = produce(tmp)
         (tmp / ".edgeopt-step.json").write_text(json.dumps(metrics, default=str))
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+        if final.exists() and not meta.is_file():
+            shutil.rmtree(final)  # a leftover without its marker is not a valid entry
+        try:
+            tmp.rename(final)
+        except OSError:
+            # Another process finished the same step first: its entry is as good as ours.
+            if not meta.is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            return final, json.loads(meta.read_text()), True
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -153,7 +153,9 @@ def resolve_config_path(model: str) -> Path:
         if not cfg.is_file():
             raise ModelNotFoundError(f"{path} has no config.json", "point at a Hugging Face checkpoint directory")
         return cfg
-    if path.exists() or model.startswith((".", "/", "~")) or model.count("/") != 1:
+    # A hub id is "owner/name"; anything that exists locally or looks like a path is a local miss.
+    looks_local = path.exists() or model.startswith((".", "/", "~")) or model.count("/") != 1 or path.parent.is_dir()
+    if looks_local:
         raise ModelNotFoundError(
             f"model {model!r} is neither a checkpoint directory nor a hub id",
             "pass a local directory with config.json, or a hub id like Qwen/Qwen2.5-0.5B-Instruct",
