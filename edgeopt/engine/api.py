@@ -1,0 +1,76 @@
+"""The engine's public surface: what the server (or any caller) hands in and gets back.
+
+Plain dataclasses only; the implementation lives in the other modules of this package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int = 16
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 disables
+    min_p: float = 0.0
+    seed: int | None = None  # per-request generator: same seed, same output
+    repetition_penalty: float = 1.0  # multiplicative (CTRL-style), over prompt and output tokens
+    presence_penalty: float = 0.0  # additive, OpenAI semantics, over output tokens
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    stop: list[str] = field(default_factory=list)  # stop strings; never included in the output
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+
+
+@dataclass
+class RequestOutput:
+    """One increment of a request's stream; the last one has ``finished=True``."""
+
+    request_id: str
+    text: str  # new text since the previous output (UTF-8 safe: never half a character)
+    token_ids: list[int]  # new token ids since the previous output
+    finished: bool = False
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error" (the runtime failed)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None  # with finish_reason="error": what the runtime raised
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    kv_capacity_tokens: int  # KV cells the runtime holds (all sequences together)
+    max_running: int  # concurrent sequences (<= runtime slots)
+    max_waiting: int = 256  # queued requests beyond which add_request raises OverloadedError
+    step_token_budget: int = 512  # tokens per forward pass (decode tokens first, then prefill chunks)
+    prefill_chunk: int = 256  # longest prefill slice of one sequence in one step
+    context_length: int = 4096  # longest sequence (prompt + output)
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    running: int
+    waiting: int
+    kv_used_tokens: int
+    kv_capacity_tokens: int
+    preemptions_total: int
+    steps_total: int
+    prefill_tokens_total: int = 0  # prompt tokens computed, recomputation after preemption included
+    generated_tokens_total: int = 0
+
+    @property
+    def kv_usage_ratio(self) -> float:
+        return self.kv_used_tokens / self.kv_capacity_tokens if self.kv_capacity_tokens else 0.0
+
+
+@dataclass(frozen=True)
+class ActiveRequest:
+    """Per-request detail for the monitor's table."""
+
+    request_id: str
+    state: str  # waiting | prefilling | decoding | preempted
+    prompt_tokens: int
+    generated_tokens: int
+    elapsed_s: float

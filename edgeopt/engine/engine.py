@@ -1,0 +1,211 @@
+"""The engine: a daemon thread that turns queued requests into batched runtime steps and streams text.
+
+Threads: ``add_request`` / ``abort`` run on the server's event loop and only append to an inbox (no lock
+is ever held across a decode, so the loop never blocks on the model). The engine thread owns the
+scheduler, the sequences and the runtime; it drains the inbox, runs one step, samples, and hands the
+step's text deltas back to each request's event loop in one callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+import time
+from collections import deque
+
+from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, SamplingParams
+from edgeopt.engine.outputs import RequestTracker
+from edgeopt.engine.sampler import sample_next_tokens
+from edgeopt.engine.scheduler import Scheduler, SchedulerOutput
+from edgeopt.engine.sequence import Sequence, SequenceState
+from edgeopt.engine.stream import OutputDispatcher, RequestStream
+from edgeopt.engine.validation import validate_request
+from edgeopt.errors import BackendError, ConfigError, OverloadedError, RequestError
+from runtimes.base import Runtime, StepInput
+
+log = logging.getLogger(__name__)
+_IDLE_WAIT_S = 0.5  # the thread sleeps on an event; this only bounds how long shutdown can take
+
+
+class Engine:
+    def __init__(self, runtime: Runtime, config: EngineConfig) -> None:
+        check_config(config, runtime)
+        self.runtime = runtime
+        self.config = config
+        self.context_tokens = min(config.context_length, config.kv_capacity_tokens, runtime.info.context_length)
+        self._scheduler = Scheduler(config, release_slot=runtime.release)
+        self._dispatcher = OutputDispatcher()
+        self._inbox: deque[tuple[str, object]] = deque()  # ("add", tracker) | ("abort", request_id)
+        self._wakeup = threading.Event()
+        self._registry_lock = threading.Lock()  # guards _trackers; never held during a step
+        self._trackers: dict[str, RequestTracker] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._steps_total = 0
+        self.prefill_tokens_total = 0
+        self.generated_tokens_total = 0
+
+    # --- called from the server's threads ---------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise BackendError("the engine is already started", "call start() once per Engine")
+        self._thread = threading.Thread(target=self._run, name="edgeopt-engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, close_runtime: bool = True) -> None:
+        """Stop the thread; unfinished requests end with finish_reason="abort". Closes the runtime."""
+        self._stopping = True
+        self._wakeup.set()
+        if self._thread is not None:
+            self._thread.join()
+        else:
+            self._abort_everything()
+        if close_runtime:
+            self.runtime.close()
+
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestStream:
+        loop = asyncio.get_running_loop()  # raises RuntimeError off an event loop: a caller bug
+        params = dataclasses.replace(params, logit_bias={int(k): float(v) for k, v in params.logit_bias.items()})
+        validate_request(prompt_ids, params, self.runtime.info.vocab_size, self.context_tokens)
+        if self._stopping:
+            raise BackendError("the engine is shutting down", "retry against a running server")
+        if self._num_waiting() >= self.config.max_waiting:
+            raise OverloadedError(f"{self._num_waiting()} requests are already waiting (limit "
+                                  f"{self.config.max_waiting})", "retry later")
+        stream = RequestStream(request_id, loop, on_close=self.abort)
+        tracker = RequestTracker(Sequence(request_id, prompt_ids, params), stream, self.runtime.tokenizer,
+                                 self.runtime.info.eos_token_ids)
+        with self._registry_lock:
+            if request_id in self._trackers:
+                raise RequestError(f"request id {request_id!r} is already in flight", "use a unique id",
+                                   param="request_id")
+            self._trackers[request_id] = tracker
+        self._inbox.append(("add", tracker))
+        self._wakeup.set()
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        self._inbox.append(("abort", request_id))
+        self._wakeup.set()
+
+    def stats(self) -> EngineStats:
+        sched = self._scheduler
+        return EngineStats(
+            running=len(sched.running), waiting=self._num_waiting(), kv_used_tokens=sched.kv.used,
+            kv_capacity_tokens=sched.kv.capacity, preemptions_total=sched.preemptions_total,
+            steps_total=self._steps_total, prefill_tokens_total=self.prefill_tokens_total,
+            generated_tokens_total=self.generated_tokens_total,
+        )
+
+    def active_requests(self) -> list[ActiveRequest]:
+        now = time.monotonic()
+        with self._registry_lock:
+            seqs = [t.seq for t in self._trackers.values()]
+        return [ActiveRequest(s.request_id, s.display_state(), len(s.prompt_ids), len(s.output_ids),
+                              now - s.arrival_s) for s in seqs]
+
+    # --- the engine thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                self._wakeup.clear()
+                self._drain_inbox()
+                if not self._scheduler.has_work:
+                    self._wakeup.wait(_IDLE_WAIT_S)
+                    continue
+                self.step()
+        except Exception:  # a bug in the engine itself: fail loudly, but end every stream
+            log.exception("engine thread crashed")
+        finally:
+            self._abort_everything()
+
+    def step(self) -> SchedulerOutput:
+        """Schedule, run one forward pass, sample, stream. Public for tests that drive it by hand."""
+        out = self._scheduler.schedule()
+        if not out.chunks:
+            assert not self._scheduler.running, "running sequences but nothing scheduled"
+            return out
+        batch = [StepInput(c.seq.slot, c.tokens, c.start_pos, c.want_logits) for c in out.chunks]
+        try:
+            logits = self.runtime.step(batch)
+        except Exception as exc:
+            log.exception("runtime step failed; failing the %d requests in the batch", len(batch))
+            for chunk in out.chunks:
+                self._finish(chunk.seq, SequenceState.ABORTED, "error", error=str(exc))
+            self._dispatcher.flush()
+            return out
+        self._steps_total += 1
+        self._scheduler.mark_computed(out.chunks)
+        sampled = [c.seq for c in out.chunks if c.want_logits]
+        # Prefill work: prompt chunks and recomputation after preemption (anything but a 1-token decode).
+        self.prefill_tokens_total += sum(len(c.tokens) for c in out.chunks
+                                         if len(c.tokens) > 1 or c.start_pos < len(c.seq.prompt_ids))
+        for seq, token in zip(sampled, sample_next_tokens(logits, sampled)):
+            self._append_token(seq, token)
+        self._dispatcher.flush()
+        return out
+
+    def _append_token(self, seq: Sequence, token: int) -> None:
+        tracker = self._trackers[seq.request_id]
+        seq.output_ids.append(token)
+        seq.state = SequenceState.DECODING
+        self.generated_tokens_total += 1
+        output = tracker.on_token(token, self.context_tokens)
+        if output.finished:
+            self._scheduler.finish(seq, SequenceState.FINISHED, output.finish_reason or "stop")
+            self._forget(seq.request_id)
+        self._dispatcher.push(tracker.stream, output)
+
+    def _drain_inbox(self) -> None:
+        while self._inbox:
+            kind, item = self._inbox.popleft()
+            if kind == "add":
+                self._scheduler.add(item.seq)  # type: ignore[attr-defined]
+            else:
+                tracker = self._trackers.get(item)  # type: ignore[arg-type]
+                if tracker is not None and not tracker.seq.state.is_done:
+                    self._finish(tracker.seq, SequenceState.ABORTED, "abort")
+        self._dispatcher.flush()
+
+    def _finish(self, seq: Sequence, state: SequenceState, reason: str, error: str | None = None) -> None:
+        tracker = self._trackers[seq.request_id]
+        self._scheduler.finish(seq, state, reason)
+        self._forget(seq.request_id)
+        self._dispatcher.push(tracker.stream, tracker.final_output(reason, error))
+
+    def _forget(self, request_id: str) -> None:
+        with self._registry_lock:
+            self._trackers.pop(request_id, None)
+
+    def _abort_everything(self) -> None:
+        self._drain_inbox()
+        with self._registry_lock:
+            seqs = [t.seq for t in self._trackers.values()]
+        for seq in seqs:
+            self._finish(seq, SequenceState.ABORTED, "abort")
+        self._dispatcher.flush()
+
+    def _num_waiting(self) -> int:
+        return len(self._scheduler.waiting) + sum(1 for kind, _ in list(self._inbox) if kind == "add")
+
+
+def check_config(config: EngineConfig, runtime: Runtime) -> None:
+    info = runtime.info
+    problems = [
+        (config.max_running <= info.max_slots, "max_running", config.max_running, f"<= runtime slots ({info.max_slots})"),
+        (config.max_running >= 1, "max_running", config.max_running, ">= 1"),
+        (0 < config.kv_capacity_tokens <= info.kv_capacity_tokens, "kv_capacity_tokens", config.kv_capacity_tokens,
+         f"in 1..{info.kv_capacity_tokens} (the runtime's KV cells)"),
+        (config.step_token_budget >= config.max_running, "step_token_budget", config.step_token_budget,
+         f">= max_running ({config.max_running}) so every running sequence can decode each step"),
+        (config.prefill_chunk >= 1, "prefill_chunk", config.prefill_chunk, ">= 1"),
+        (config.max_waiting >= 0, "max_waiting", config.max_waiting, ">= 0"),
+        (config.context_length >= 2, "context_length", config.context_length, ">= 2"),
+    ]
+    for ok, name, value, rule in problems:
+        if not ok:
+            raise ConfigError(f"engine {name}={value} is invalid", f"it must be {rule}")

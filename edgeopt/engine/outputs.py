@@ -1,0 +1,49 @@
+"""Per-request output state: detokenizer, stop-string matcher, stop conditions, RequestOutput building."""
+
+from __future__ import annotations
+
+from edgeopt.engine.api import RequestOutput
+from edgeopt.engine.detokenizer import IncrementalDetokenizer
+from edgeopt.engine.sequence import Sequence
+from edgeopt.engine.stop_strings import StopStringMatcher
+from edgeopt.engine.stream import RequestStream
+from runtimes.base import Tokenizer
+
+
+class RequestTracker:
+    def __init__(self, seq: Sequence, stream: RequestStream, tokenizer: Tokenizer,
+                 eos_token_ids: frozenset[int]) -> None:
+        self.seq = seq
+        self.stream = stream
+        params = seq.params
+        self._stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else eos_token_ids)
+        self._detok = IncrementalDetokenizer(tokenizer)
+        self._stops = StopStringMatcher(params.stop)
+
+    def on_token(self, token: int, context_tokens: int) -> RequestOutput:
+        """The sequence just produced ``token`` (already appended); the delta, final if it ended."""
+        seq = self.seq
+        if token in self._stop_ids:
+            return self._output(self._flush(), [token], "stop")  # an end token is not text
+        text = self._stops.feed(self._detok.add(token))
+        if self._stops.stopped:
+            return self._output(text, [token], "stop")
+        if len(seq.output_ids) >= seq.params.max_tokens or seq.num_tokens >= context_tokens:
+            return self._output(text + self._flush(), [token], "length")
+        return self._output(text, [token], None)
+
+    def final_output(self, reason: str, error: str | None = None) -> RequestOutput:
+        """End without a new token (abort, runtime error): held-back partial text is dropped."""
+        out = self._output("", [], reason)
+        out.error = error
+        return out
+
+    def _flush(self) -> str:
+        return self._stops.feed(self._detok.flush()) + self._stops.flush()
+
+    def _output(self, text: str, token_ids: list[int], finish_reason: str | None) -> RequestOutput:
+        return RequestOutput(
+            request_id=self.seq.request_id, text=text, token_ids=token_ids,
+            finished=finish_reason is not None, finish_reason=finish_reason,
+            prompt_tokens=len(self.seq.prompt_ids), completion_tokens=len(self.seq.output_ids),
+        )

@@ -1,0 +1,79 @@
+"""One request's life inside the engine: its tokens, how many are in the KV cache, and its state.
+
+The one invariant everything relies on: the runtime slot holds the KV of exactly the first
+``num_computed`` tokens of ``all_ids``. Prefill and decode are the same operation: feed the pending
+tokens ``all_ids[num_computed:]`` (a prompt chunk, or the one token sampled last step); the logits
+after the last of them give the next token. Preemption drops the KV (``num_computed = 0``) and the
+sequence simply prefills its prompt *and* its output so far again (recompute).
+"""
+
+from __future__ import annotations
+
+import time
+from enum import Enum
+
+import numpy as np
+
+from edgeopt.engine.api import SamplingParams
+
+
+class SequenceState(str, Enum):
+    WAITING = "waiting"  # queued, never ran
+    PREFILLING = "prefilling"  # holds a slot, pending tokens > 1
+    DECODING = "decoding"  # holds a slot, one pending token (the last sampled one)
+    PREEMPTED = "preempted"  # back in the queue after losing its KV; will recompute
+    FINISHED = "finished"
+    ABORTED = "aborted"
+
+    @property
+    def is_done(self) -> bool:
+        return self in (SequenceState.FINISHED, SequenceState.ABORTED)
+
+
+class Sequence:
+    def __init__(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                 arrival_s: float | None = None) -> None:
+        self.request_id = request_id
+        self.prompt_ids = list(prompt_ids)
+        self.params = params
+        self.arrival_s = time.monotonic() if arrival_s is None else arrival_s
+        self.output_ids: list[int] = []
+        self.num_computed = 0
+        self.slot: int | None = None
+        self.state = SequenceState.WAITING
+        self.finish_reason: str | None = None
+        self.preemptions = 0
+        # Per-request generator: the same seed gives the same samples whatever the batch around it.
+        self.rng = np.random.default_rng(params.seed)
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def num_pending(self) -> int:
+        return self.num_tokens - self.num_computed
+
+    def pending_ids(self, limit: int) -> list[int]:
+        start = self.num_computed
+        if start < len(self.prompt_ids):
+            return self.all_ids[start:start + limit]
+        offset = start - len(self.prompt_ids)
+        return self.output_ids[offset:offset + limit]
+
+    @property
+    def is_running(self) -> bool:
+        return self.slot is not None
+
+    def display_state(self) -> str:
+        if self.state in (SequenceState.WAITING, SequenceState.PREEMPTED):
+            return self.state.value
+        return SequenceState.DECODING.value if self.num_pending <= 1 else SequenceState.PREFILLING.value
+
+    def __repr__(self) -> str:
+        return (f"Sequence({self.request_id!r}, state={self.state.value}, tokens={self.num_tokens}, "
+                f"computed={self.num_computed}, slot={self.slot})")

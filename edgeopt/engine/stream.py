@@ -1,0 +1,79 @@
+"""The async side of a request: an iterator of :class:`RequestOutput` living on the caller's event loop.
+
+The engine thread never touches asyncio objects directly; it hands a whole step's outputs to the loop
+with one ``call_soon_threadsafe`` (see :class:`OutputDispatcher`), so a busy step costs the event loop
+one wake-up, not one per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from edgeopt.engine.api import RequestOutput
+
+
+class RequestStream:
+    """``async for out in stream`` yields text deltas; the last output has ``finished=True``."""
+
+    def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop, on_close: Callable[[str], None]) -> None:
+        self.request_id = request_id
+        self.loop = loop
+        self._queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
+        self._on_close = on_close  # aborts the request if the consumer leaves before the end
+        self.finished = False
+
+    def _put(self, output: RequestOutput) -> None:
+        self._queue.put_nowait(output)
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        output = await self._queue.get()
+        if output.finished:
+            self.finished = True
+        return output
+
+    async def aclose(self) -> None:
+        """Stop listening; a request still generating is aborted (frees its KV)."""
+        if not self.finished:
+            self._on_close(self.request_id)
+
+    async def collect(self) -> RequestOutput:
+        """Wait for the end and return one merged output (for non-streaming responses)."""
+        text: list[str] = []
+        token_ids: list[int] = []
+        last = None
+        async for out in self:
+            text.append(out.text)
+            token_ids.extend(out.token_ids)
+            last = out
+        assert last is not None and last.finished
+        return RequestOutput(self.request_id, "".join(text), token_ids, True, last.finish_reason,
+                             last.prompt_tokens, last.completion_tokens, last.error)
+
+
+class OutputDispatcher:
+    """Collects one step's outputs per event loop and delivers them in one thread-safe callback."""
+
+    def __init__(self) -> None:
+        self._pending: dict[asyncio.AbstractEventLoop, list[tuple[RequestStream, RequestOutput]]] = {}
+
+    def push(self, stream: RequestStream, output: RequestOutput) -> None:
+        self._pending.setdefault(stream.loop, []).append((stream, output))
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, {}
+        for loop, items in pending.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the loop is closed: its server is gone, nobody is listening
+                pass
+
+
+def _deliver(items: list[tuple[RequestStream, RequestOutput]]) -> None:
+    for stream, output in items:
+        stream._put(output)
