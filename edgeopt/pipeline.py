@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.bundle import Manifest, PassRecord, content_hash, staged_bundle, write_manifest
-from edgeopt.cache import cached_step, step_key
+from edgeopt.cache import cache_root, cached_step, step_key
 from edgeopt.errors import ConfigError, OutputExistsError
 from edgeopt.model_spec import load_model_spec
 from edgeopt.plan import FORMAT_RUNTIME, Plan, make_plan, require_fit
@@ -42,6 +42,7 @@ class OptimizeOptions:
     evaluate: bool = True
     force: bool = False
     dry_run: bool = False
+    fit: bool = False  # prune just enough to fit the target when the model does not (edgeopt/passes/fit.py)
 
 
 @dataclass
@@ -54,13 +55,18 @@ class Resolved:
     quant: str
     runtime: str
     output: Path
+    passes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # opts.passes, plus --fit's prune
+    fit_ratio: float | None = None  # the prune ratio --fit chose, None when it was not needed
 
 
 def resolve(opts: OptimizeOptions) -> Resolved:
     profile = load_profile(opts.target)
     spec = load_model_spec(opts.model)
     fmt = opts.format or profile.preferred_format
-    plan = make_plan(spec, profile, opts.context, opts.concurrency, formats=(fmt,))
+    from edgeopt.passes.fit import plan_after_passes  # the plan describes the model as pruning leaves it
+
+    fitted = plan_after_passes(spec, profile, fmt, opts.quant, opts.context, opts.concurrency, opts.passes, opts.fit)
+    plan, spec = fitted.plan, fitted.spec
     if opts.quant:
         quant = opts.quant
         if not any(c.quant == quant for c in plan.candidates):
@@ -74,7 +80,7 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     output = opts.output or Path(f"{name}-{profile.name}-{quant.lower()}")
     if output.exists() and not opts.force and not opts.dry_run:
         raise OutputExistsError(f"output directory {output} already exists", "pass --force to replace it, or choose -o")
-    return Resolved(profile, plan, fmt, quant, FORMAT_RUNTIME[fmt], output)
+    return Resolved(profile, plan, fmt, quant, FORMAT_RUNTIME[fmt], output, fitted.passes, fitted.fit_ratio)
 
 
 def run_optimize(opts: OptimizeOptions, report: Reporter = print) -> Manifest | None:
@@ -84,7 +90,7 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print) -> Manifest | 
     model_dir, revision = resolve_model_dir(opts.model)
     current = model_dir
     records: list[PassRecord] = []
-    for name, params in opts.passes:
+    for name, params in res.passes:
         current, record = _run_pass(name, params, current, model_dir, opts, res, report)
         records.append(record)
 
@@ -139,7 +145,9 @@ def _run_pass(name: str, params: dict[str, Any], current: Path, original: Path, 
     the_pass = get_pass(name, **params)
     input_hash = content_hash(current)
     key = step_key("pass", name, params, input_hash)
-    ctx = PassContext(original_model_dir=original, target=res.profile.name, data_file=opts.eval_data)
+    work_dir = cache_root() / "work" / key  # outlives the step's temp dir, so an interrupted pass can resume
+    ctx = PassContext(original_model_dir=original, target=res.profile.name, data_file=opts.eval_data,
+                      work_dir=work_dir)
     report(f"pass {name}: {params}")
     started = time.perf_counter()
     out, metrics, cached = cached_step(key, lambda out_dir: the_pass.run(current, out_dir, ctx))

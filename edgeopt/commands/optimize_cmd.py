@@ -8,6 +8,7 @@ import typer
 from edgeopt.cli_options import Concurrency, Context, ModelArg, Target
 from edgeopt.commands.plan_cmd import print_plan
 from edgeopt.model_spec import load_model_spec
+from edgeopt.passes.options import compression_passes
 from edgeopt.pipeline import OptimizeOptions, check_format, resolve, run_optimize
 
 
@@ -23,14 +24,27 @@ def optimize(
     no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip the quality evaluation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and stop.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output directory.")] = False,
+    prune: Annotated[Optional[float], typer.Option("--prune", help="Remove this fraction of non-embedding parameters (structured), e.g. 0.3.")] = None,
+    prune_heads: Annotated[Optional[float], typer.Option("--prune-heads", help="Fraction of attention heads to remove (GQA groups kept uniform).")] = None,
+    prune_mlp: Annotated[Optional[float], typer.Option("--prune-mlp", help="Fraction of MLP channels to remove.")] = None,
+    prune_layers: Annotated[Optional[int], typer.Option("--prune-layers", help="Number of whole layers to remove.")] = None,
+    distil: Annotated[Optional[bool], typer.Option("--distil/--no-distil", help="Distil the pruned model from the original. Default: on when --distil-data is given.")] = None,
+    distil_data: Annotated[Optional[Path], typer.Option("--distil-data", help="Plain-text file for calibration and distillation.")] = None,
+    distil_steps: Annotated[int, typer.Option("--distil-steps", help="Optimizer steps of distillation.")] = 200,
+    fit: Annotated[bool, typer.Option("--fit", help="If the model does not fit the target, prune just enough that it does.")] = False,
 ) -> None:
     """Shrink, export and quantize MODEL for a device, measure the quality cost, and write a bundle."""
     check_format(fmt)
     opts = OptimizeOptions(model=model, target=target, output=output, format=fmt, quant=quant, context=context,
                            concurrency=concurrency, eval_data=eval_data, evaluate=not no_eval, force=force,
-                           dry_run=dry_run)
+                           dry_run=dry_run, fit=fit,
+                           passes=compression_passes(prune, prune_heads, prune_mlp, prune_layers, distil, distil_data,
+                                                     distil_steps, fit))
     resolved = resolve(opts)
     print_plan(resolved.plan, load_model_spec(model).num_parameters)
+    if resolved.fit_ratio is not None:
+        typer.echo(f"fit: the model does not fit {resolved.profile.name}; pruning {resolved.fit_ratio:.0%} of its "
+                   "non-embedding parameters makes it fit")
     typer.echo(f"will write {resolved.format}:{resolved.quant} for runtime {resolved.runtime} to {resolved.output}")
     if dry_run:
         return
