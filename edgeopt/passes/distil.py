@@ -23,7 +23,7 @@ from edgeopt.errors import PassError
 from edgeopt.passes import Pass, PassContext
 
 TRAIN_KEYS = ("steps", "seq_len", "batch_size", "grad_accum", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay",
-              "max_grad_norm", "temperature", "ce_weight", "checkpoint_every", "grad_checkpointing",
+              "max_grad_norm", "temperature", "kd_weight", "ce_weight", "checkpoint_every", "grad_checkpointing",
               "mixed_precision", "holdout_tokens", "seed", "threads", "progress")
 
 

@@ -46,6 +46,7 @@ class DistilConfig:
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     temperature: float = 1.0
+    kd_weight: float = 1.0  # 0 turns this into plain language-model training (the from-scratch baseline)
     ce_weight: float = 0.0
     checkpoint_every: int = 50
     grad_checkpointing: bool = False
@@ -76,16 +77,16 @@ def resolve_mixed_precision(choice: str) -> str:
     return "no"  # CPU autocast to bf16 is slower than fp32 on most CPUs and noisier
 
 
-def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
-                      temperature: float, ce_weight: float) -> torch.Tensor:
+def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor | None, targets: torch.Tensor,
+                      temperature: float, ce_weight: float, kd_weight: float = 1.0) -> torch.Tensor:
+    ce = F.cross_entropy(student_logits.float().reshape(-1, student_logits.shape[-1]), targets.reshape(-1))
+    if teacher_logits is None or not kd_weight:
+        return ce_weight * ce
     s = student_logits.float() / temperature
     t = teacher_logits.float() / temperature
     t_logp = t.log_softmax(-1)
     kl = (t_logp.exp() * (t_logp - s.log_softmax(-1))).sum(-1).mean() * temperature**2
-    if not ce_weight:
-        return kl
-    ce = F.cross_entropy(student_logits.float().reshape(-1, student_logits.shape[-1]), targets.reshape(-1))
-    return kl + ce_weight * ce
+    return kd_weight * kl + ce_weight * ce
 
 
 def _load_models(cfg: DistilConfig, accelerator: Any, precision: str) -> tuple[Any, Any]:
@@ -173,13 +174,16 @@ def _micro_step(cfg: DistilConfig, accelerator: Any, student: Any, teacher: Any,
                 last: bool) -> float:
     import contextlib
 
-    with torch.no_grad():
-        teacher_logits = teacher(input_ids=ids, use_cache=False).logits[:, :-1]
+    teacher_logits = None
+    if cfg.kd_weight:
+        with torch.no_grad():
+            teacher_logits = teacher(input_ids=ids, use_cache=False).logits[:, :-1]
     # Only the last micro-batch of an optimizer step all-reduces gradients across processes.
     sync = contextlib.nullcontext() if last else accelerator.no_sync(student)
     with sync:
         student_logits = student(input_ids=ids).logits[:, :-1]
-        loss = distillation_loss(student_logits, teacher_logits, ids[:, 1:], cfg.temperature, cfg.ce_weight)
+        loss = distillation_loss(student_logits, teacher_logits, ids[:, 1:], cfg.temperature, cfg.ce_weight,
+                                 cfg.kd_weight)
         accelerator.backward(loss / cfg.grad_accum)
     return loss.item() / cfg.grad_accum
 

@@ -59,3 +59,20 @@ def test_hopeless_fit_says_so() -> None:
     with pytest.raises(DoesNotFitError) as info:
         fit_prune_ratio(big_spec(), tiny_device, "gguf", None, 2048, 1000)
     assert "even pruned" in info.value.message and info.value.hint
+
+
+def test_resolve_with_fit_prunes_and_plans_the_pruned_model(tmp_path) -> None:
+    import json
+
+    from edgeopt.pipeline import OptimizeOptions, resolve
+
+    config = {"architectures": ["LlamaForCausalLM"], "vocab_size": 32000, "hidden_size": 4096,
+              "intermediate_size": 14336, "num_hidden_layers": 40, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "max_position_embeddings": 8192}
+    (tmp_path / "config.json").write_text(json.dumps(config))  # the planner reads config.json only
+    opts = OptimizeOptions(model=str(tmp_path), target="raspberry-pi-5-4gb", context=2048, fit=True, dry_run=True)
+    res = resolve(opts)
+    assert res.fit_ratio is not None and res.passes[0][0] == "prune"
+    assert res.plan.recommended is not None and res.quant == res.plan.recommended.quant
+    with pytest.raises(DoesNotFitError, match="--fit"):
+        resolve(OptimizeOptions(model=str(tmp_path), target="raspberry-pi-5-4gb", context=2048, dry_run=True))
