@@ -49,6 +49,11 @@ class Engine:
 
     # --- called from the server's threads ---------------------------------------------------------
 
+    @property
+    def is_running(self) -> bool:
+        """True while the engine thread is alive (a health check for the server)."""
+        return self._thread is not None and self._thread.is_alive() and not self._stopping
+
     def start(self) -> None:
         if self._thread is not None:
             raise BackendError("the engine is already started", "call start() once per Engine")

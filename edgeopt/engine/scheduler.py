@@ -131,8 +131,9 @@ class Scheduler:
     def _can_admit(self, seq: Sequence) -> bool:
         if len(self.running) >= self.config.max_running or self.slots.available == 0:
             return False
-        # Cells that admitted sequences still need before they produce a token stay spoken for.
-        promised = sum(s.num_pending for s in self.running)
+        # Cells that admitted sequences still need before they produce a token stay spoken for
+        # (tokens without a cell yet: cells of chunks scheduled this step are already allocated).
+        promised = sum(s.num_tokens - self.kv.held(s.slot) for s in self.running if s.slot is not None)
         return self.kv.free - promised >= seq.num_pending
 
     def _admit(self, seq: Sequence) -> Sequence:

@@ -20,11 +20,12 @@ def make_engine(runtime: FakeRuntime | None = None, **config: int) -> tuple[Engi
     return Engine(runtime, EngineConfig(**defaults)), runtime
 
 
-def run_engine(engine: Engine, body: Callable[[Engine], Awaitable[T]]) -> T:
-    """Start the engine, run ``body`` on a fresh loop, always shut the engine down."""
+def run_engine(engine: Engine, body: Callable[[Engine], Awaitable[T]], autostart: bool = True) -> T:
+    """Start the engine (unless ``body`` will), run ``body`` on a fresh loop, always shut the engine down."""
 
     async def main() -> T:
-        engine.start()
+        if autostart:
+            engine.start()
         try:
             return await asyncio.wait_for(body(engine), timeout=60)
         finally:
@@ -34,6 +35,9 @@ def run_engine(engine: Engine, body: Callable[[Engine], Awaitable[T]]) -> T:
 
 
 async def generate_all(engine: Engine, prompts: dict[str, list[int]], params: SamplingParams) -> dict[str, RequestOutput]:
+    """Queue every prompt, then start the engine if it is not running yet (so they all start together)."""
     streams = {rid: engine.add_request(rid, ids, params) for rid, ids in prompts.items()}
+    if not engine.is_running:
+        engine.start()
     results = await asyncio.gather(*(s.collect() for s in streams.values()))
     return dict(zip(streams, results))

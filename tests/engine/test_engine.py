@@ -23,7 +23,7 @@ def test_greedy_output_is_identical_alone_and_batched_with_15_others() -> None:
     batch = prompts(runtime, 16)
     alone = run_engine(engine, lambda e: generate_all(e, {"r3": batch["r3"]}, GREEDY))["r3"]
     engine, runtime = make_engine(FakeRuntime(max_slots=16))
-    together = run_engine(engine, lambda e: generate_all(e, batch, GREEDY))
+    together = run_engine(engine, lambda e: generate_all(e, batch, GREEDY), autostart=False)
     assert together["r3"].token_ids == alone.token_ids == runtime.greedy_reference(batch["r3"], 24)
     for rid, ids in batch.items():
         assert together[rid].token_ids == runtime.greedy_reference(ids, 24), rid

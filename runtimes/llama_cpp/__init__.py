@@ -1,0 +1,82 @@
+"""llama.cpp backend (GGUF bundles) through llama-cpp-python's low-level API.
+
+``load(bundle_dir, manifest, **options)`` is what :func:`runtimes.load_runtime` calls. Options:
+
+* ``kv_capacity_tokens``: KV cells (llama.cpp ``n_ctx``); by default sized from memory with
+  :func:`edgeopt.engine.memory.kv_capacity_for` (``profile`` / ``memory_bytes`` / this host);
+* ``max_slots``: concurrent sequences (``n_seq_max``); default from the same sizing;
+* ``max_batch_tokens``: tokens per ``llama_decode`` (``n_batch``), default 512;
+* ``n_threads``: CPU threads, default the profile's (or this host's) core count;
+* ``n_gpu_layers``: default -1 (all) when the profile has CUDA and this build supports offload, else 0;
+* ``context_length``: longest sequence, default the model's training context.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+from edgeopt.engine.api import EngineConfig
+from edgeopt.engine.memory import kv_capacity_for
+from edgeopt.errors import ConfigError
+from profiles import DeviceProfile, load_profile
+from runtimes.llama_cpp.context import LlamaCppRuntime
+from runtimes.llama_cpp.model import load_model, model_facts
+from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
+
+__all__ = ["LlamaCppRuntime", "LlamaCppTokenizer", "engine_config_for", "load", "load_gguf"]
+DEFAULT_MAX_BATCH_TOKENS = 512
+LLAMA_MAX_SEQ = 256  # llama-cparams.h: the most sequence ids one context accepts
+
+
+def load(bundle_dir: Path, manifest: Any, **options: Any) -> LlamaCppRuntime:
+    """Open the bundle's GGUF (``manifest.model_file``) with a context sized to memory."""
+    return load_gguf(Path(bundle_dir) / manifest.model_file, **options)
+
+
+def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: int | None = None,
+              max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, n_threads: int | None = None,
+              n_gpu_layers: int | None = None, context_length: int | None = None,
+              profile: DeviceProfile | None = None, memory_bytes: int | None = None) -> LlamaCppRuntime:
+    if max_batch_tokens < 1 or (n_threads is not None and n_threads < 1):
+        raise ConfigError(f"max_batch_tokens={max_batch_tokens}, n_threads={n_threads} are invalid",
+                          "both must be >= 1")
+    profile = profile or load_profile("host")
+    if n_gpu_layers is None:
+        n_gpu_layers = -1 if profile.has_cuda and llama_cpp.llama_supports_gpu_offload() else 0
+    model = load_model(Path(path), n_gpu_layers)
+    facts = model_facts(model, Path(path))
+    context = min(context_length or facts.context_train, facts.context_train)
+    sizing = None
+    if kv_capacity_tokens is None or max_slots is None:
+        sizing = kv_capacity_for(facts.file_bytes, facts.kv_bytes_per_token(), runtime="llama_cpp",
+                                 profile=profile, memory_bytes=memory_bytes, context_length=context,
+                                 max_sequences=max_slots)
+        kv_capacity_tokens = kv_capacity_tokens or sizing.kv_capacity_tokens
+        max_slots = max_slots or sizing.max_sequences
+    if kv_capacity_tokens < 1 or not 1 <= max_slots <= LLAMA_MAX_SEQ:
+        raise ConfigError(f"kv_capacity_tokens={kv_capacity_tokens}, max_slots={max_slots} are invalid",
+                          f"need kv_capacity_tokens >= 1 and 1 <= max_slots <= {LLAMA_MAX_SEQ}")
+    try:
+        runtime = LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens,
+                                  n_threads or profile.cores or os.cpu_count() or 1, context)
+    except Exception:
+        llama_cpp.llama_model_free(model)
+        raise
+    runtime.sizing = sizing
+    return runtime
+
+
+def engine_config_for(runtime: LlamaCppRuntime, **overrides: Any) -> EngineConfig:
+    """The EngineConfig that matches this runtime: the requested KV capacity (not llama.cpp's rounded-up
+    n_ctx, so the memory budget holds), every slot, one decode's worth of tokens per step."""
+    values: dict[str, Any] = dict(
+        kv_capacity_tokens=min(runtime.requested_kv_tokens, runtime.info.kv_capacity_tokens),
+        max_running=runtime.info.max_slots, step_token_budget=runtime.max_batch_tokens,
+        prefill_chunk=min(256, runtime.max_batch_tokens), context_length=runtime.info.context_length,
+    )
+    values.update(overrides)
+    return EngineConfig(**values)

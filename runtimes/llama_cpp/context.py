@@ -1,0 +1,124 @@
+"""The llama.cpp runtime: one context, one unified KV cache, one sequence id per engine slot.
+
+``n_ctx`` is the engine's KV capacity and ``kv_unified`` makes every sequence draw from that one pool
+(without it llama.cpp splits n_ctx evenly per sequence). Each engine step is ONE ``llama_decode``
+whose batch carries every scheduled token of every sequence, with logits requested only where the
+engine will sample.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import llama_cpp
+import numpy as np
+
+from edgeopt.engine.memory import KvSizing
+from edgeopt.errors import BackendError
+from runtimes.base import RuntimeInfo, StepInput
+from runtimes.llama_cpp.batch import NumpyBatch
+from runtimes.llama_cpp.model import ModelFacts
+from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
+
+# llama_decode return codes (llama.h): 1 = no KV slot for the batch, 2 = aborted, -1 = invalid input.
+_DECODE_ERRORS = {1: "no free KV cells for the batch", 2: "decode aborted", -1: "invalid batch",
+                  -2: "failed to allocate compute buffers", -3: "compute failed"}
+
+
+class LlamaCppRuntime:
+    def __init__(self, model: llama_cpp.llama_model_p, facts: ModelFacts, kv_capacity_tokens: int,
+                 max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None) -> None:
+        self._model = model
+        self.facts = facts
+        self.requested_kv_tokens = kv_capacity_tokens
+        self.sizing: KvSizing | None = None  # set by load_gguf when it sized the cache from memory
+        self._ctx = self._create_context(kv_capacity_tokens, max_slots, max_batch_tokens, n_threads)
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        vocab = llama_cpp.llama_model_get_vocab(model)
+        self.tokenizer = LlamaCppTokenizer(vocab)
+        n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))  # llama.cpp rounds n_ctx up to a multiple of 256
+        bos = int(llama_cpp.llama_vocab_bos(vocab))
+        self.info = RuntimeInfo(
+            vocab_size=self.tokenizer.vocab_size, kv_capacity_tokens=n_ctx, max_slots=max_slots,
+            context_length=min(context_length or facts.context_train, n_ctx),
+            eos_token_ids=self.tokenizer.eog_token_ids(), bos_token_id=bos if bos >= 0 else None,
+            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)),
+        )
+        self.max_batch_tokens = int(llama_cpp.llama_n_batch(self._ctx))
+        self._batch = NumpyBatch(self.max_batch_tokens)
+        self._lock = threading.Lock()  # step/release/close come from the engine thread; close may not
+        self.decode_calls = 0
+
+    def _create_context(self, n_ctx: int, max_slots: int, max_batch: int, n_threads: int) -> llama_cpp.llama_context_p:
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = max_batch
+        params.n_ubatch = max_batch  # one physical pass per step: the whole batch shares the weight reads
+        params.n_seq_max = max_slots
+        params.kv_unified = True  # one shared pool of n_ctx cells, not n_ctx / n_seq_max per sequence
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads
+        params.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(self._model, params)
+        if not ctx:
+            raise BackendError(f"llama.cpp could not create a context with n_ctx={n_ctx}, n_seq_max={max_slots}",
+                               "lower --kv-tokens / --max-sequences, or free memory")
+        return ctx
+
+    def step(self, batch: list[StepInput]) -> np.ndarray:
+        total = sum(len(item.tokens) for item in batch)
+        if not 0 < total <= self.max_batch_tokens:
+            raise BackendError(f"a step of {total} tokens does not fit llama.cpp's batch of {self.max_batch_tokens}",
+                               "the engine's step_token_budget must not exceed the runtime's max_batch_tokens")
+        with self._lock:
+            self._check_open()
+            outputs = self._batch.fill(batch)
+            code = llama_cpp.llama_decode(self._ctx, self._batch.struct)
+            self.decode_calls += 1
+            if code != 0:
+                raise BackendError(f"llama_decode failed with code {code} ({_DECODE_ERRORS.get(code, 'unknown')}) "
+                                   f"on a batch of {total} tokens over {len(batch)} sequences",
+                                   "the engine's KV accounting and the runtime disagree; please report this")
+            if outputs == 0:
+                return np.zeros((0, self.info.vocab_size), dtype=np.float32)
+            # Rows come back in batch order of the tokens that asked for logits; copy out of llama.cpp's
+            # buffer, which the next decode overwrites.
+            pointer = llama_cpp.llama_get_logits(self._ctx)
+            return np.ctypeslib.as_array(pointer, shape=(outputs, self.info.vocab_size)).copy()
+
+    def release(self, slot: int) -> None:
+        if not 0 <= slot < self.info.max_slots:
+            raise BackendError(f"slot {slot} is outside 0..{self.info.max_slots - 1}", "an engine bug; please report")
+        with self._lock:
+            self._check_open()
+            llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
+
+    def kv_cells_used(self) -> int:
+        """Cells llama.cpp holds (sum over slots of max position + 1): for tests and diagnostics."""
+        with self._lock:
+            self._check_open()
+            total = 0
+            for slot in range(self.info.max_slots):
+                top = llama_cpp.llama_memory_seq_pos_max(self._memory, slot)
+                total += top + 1 if top >= 0 else 0
+            return total
+
+    def close(self) -> None:
+        with self._lock:
+            if self._ctx:
+                llama_cpp.llama_free(self._ctx)
+                self._ctx = None
+            if self._model:
+                llama_cpp.llama_model_free(self._model)
+                self._model = None
+
+    def _check_open(self) -> None:
+        if not self._ctx:
+            raise BackendError("the llama.cpp runtime is closed", "load the bundle again")
+
+    def __del__(self) -> None:  # a forgotten close() must not leak the context's KV memory
+        try:
+            self.close()
+        except Exception:
+            pass

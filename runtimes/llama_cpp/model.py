@@ -1,0 +1,84 @@
+"""Load a GGUF with llama.cpp and read what the engine needs to size itself from the model."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+
+from edgeopt.errors import BackendError, BundleError
+
+log = logging.getLogger("llama_cpp")
+_init_lock = threading.Lock()
+_initialised = False
+_GGML_LOG_LEVEL_WARN = 3
+_GGML_LOG_LEVEL_ERROR = 4  # 5 is "continuation of the previous line": dropped with its INFO parent
+
+
+@llama_cpp.llama_log_callback
+def _log_to_python(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    # llama.cpp is chatty at INFO (hundreds of lines per load); keep warnings and errors only.
+    if level in (_GGML_LOG_LEVEL_WARN, _GGML_LOG_LEVEL_ERROR) and text:
+        log.log(logging.WARNING if level == _GGML_LOG_LEVEL_WARN else logging.ERROR,
+                text.decode("utf-8", errors="replace").rstrip())
+
+
+def init_backend() -> None:
+    global _initialised
+    with _init_lock:
+        if not _initialised:
+            llama_cpp.llama_log_set(_log_to_python, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _initialised = True
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    layers: int
+    kv_heads: int
+    head_dim_k: int
+    head_dim_v: int
+    context_train: int
+    file_bytes: int
+
+    def kv_bytes_per_token(self, bytes_per_element: int = 2) -> int:
+        """f16 K and V for every layer (llama.cpp's default cache type)."""
+        return self.layers * self.kv_heads * (self.head_dim_k + self.head_dim_v) * bytes_per_element
+
+
+def load_model(path: Path, n_gpu_layers: int) -> llama_cpp.llama_model_p:
+    if not path.is_file():
+        raise BundleError(f"GGUF file {path} does not exist", "re-run edgeopt optimize --format gguf")
+    init_backend()
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = n_gpu_layers
+    params.use_mmap = True  # weights stay in the page cache, shared with any other process
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise BackendError(f"llama.cpp could not load {path}", "check that it is a GGUF this llama-cpp-python "
+                           "supports (pip install -U llama-cpp-python) and not truncated")
+    return model
+
+
+def model_facts(model: llama_cpp.llama_model_p, path: Path) -> ModelFacts:
+    heads = llama_cpp.llama_model_n_head(model)
+    default_head_dim = llama_cpp.llama_model_n_embd(model) // max(heads, 1)
+    arch = _meta(model, "general.architecture") or "llama"
+    return ModelFacts(
+        layers=llama_cpp.llama_model_n_layer(model),
+        kv_heads=llama_cpp.llama_model_n_head_kv(model),
+        head_dim_k=int(_meta(model, f"{arch}.attention.key_length") or default_head_dim),
+        head_dim_v=int(_meta(model, f"{arch}.attention.value_length") or default_head_dim),
+        context_train=llama_cpp.llama_model_n_ctx_train(model),
+        file_bytes=path.stat().st_size,
+    )
+
+
+def _meta(model: llama_cpp.llama_model_p, key: str) -> str | None:
+    buffer = ctypes.create_string_buffer(256)
+    n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buffer, len(buffer))
+    return buffer.value.decode() if n >= 0 else None
