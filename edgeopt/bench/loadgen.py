@@ -1,0 +1,115 @@
+"""Drive a running server with N concurrent streaming completions and measure what a client sees.
+
+Each request streams /v1/completions with ``ignore_eos`` so it produces exactly ``max_tokens`` tokens;
+TTFT is request start to the first text chunk, ITL the gaps between chunks (spread over the tokens a
+chunk carries), end-to-end start to ``[DONE]``. Aggregate tokens/s is all completion tokens divided
+by the wall time of the whole run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from edgeopt.bench.stats import summarize
+from edgeopt.errors import BackendError
+
+PROMPT_WORD = " hello"  # one token in byte-level BPE vocabularies; prompt_tokens reports the exact count
+
+
+@dataclass
+class RequestSample:
+    ttft_s: float
+    itl_s: list[float]
+    e2e_s: float
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass
+class LoadResult:
+    concurrency: int
+    requests: int
+    wall_s: float
+    samples: list[RequestSample] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(s.completion_tokens for s in self.samples)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.completion_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency, "requests": self.requests, "ok": len(self.samples),
+            "errors": len(self.errors), "first_errors": self.errors[:3], "wall_s": round(self.wall_s, 3),
+            "completion_tokens": self.completion_tokens, "tokens_per_s": round(self.tokens_per_s, 2),
+            "ttft": summarize([s.ttft_s for s in self.samples]),
+            "itl": summarize([gap for s in self.samples for gap in s.itl_s]),
+            "e2e": summarize([s.e2e_s for s in self.samples]),
+        }
+
+
+async def one_request(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int) -> RequestSample:
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    start = time.perf_counter()
+    first: float | None = None
+    last = start
+    gaps: list[float] = []
+    usage: dict[str, int] = {}
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        if response.status_code != 200:
+            raise BackendError(f"HTTP {response.status_code}: {(await response.aread()).decode()[:200]}")
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise BackendError(f"stream error: {chunk['error'].get('message')}")
+            now = time.perf_counter()
+            usage = chunk.get("usage") or usage
+            if chunk["choices"] and chunk["choices"][0]["text"]:
+                if first is None:
+                    first = now
+                else:
+                    gaps.append(now - last)
+                last = now
+    end = time.perf_counter()
+    return RequestSample(ttft_s=(first or end) - start, itl_s=gaps, e2e_s=end - start,
+                         prompt_tokens=usage.get("prompt_tokens", 0),
+                         completion_tokens=usage.get("completion_tokens", 0))
+
+
+async def run_load(base_url: str, model: str, concurrency: int, requests: int, prompt_tokens: int,
+                   max_tokens: int, api_key: str | None = None) -> LoadResult:
+    """``requests`` requests, at most ``concurrency`` in flight at any moment."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    limits = httpx.Limits(max_connections=concurrency + 4)
+    prompt = PROMPT_WORD * max(prompt_tokens, 1)
+    result = LoadResult(concurrency=concurrency, requests=requests, wall_s=0.0)
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(requests):
+        queue.put_nowait(i)
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while not queue.empty():
+            queue.get_nowait()
+            try:
+                result.samples.append(await one_request(client, model, prompt, max_tokens))
+            except (httpx.HTTPError, BackendError) as exc:
+                result.errors.append(str(exc))
+
+    async with httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits, timeout=600) as client:
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        result.wall_s = time.perf_counter() - start
+    return result

@@ -1,0 +1,93 @@
+"""The ``edgeopt bench serve`` run: one server under load at several concurrencies, the same bundle
+served one request at a time (``--max-concurrency 1``), and llama.cpp's raw batched decode, with the
+ratios that say what continuous batching buys and what the HTTP/engine layers cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeopt.bench.loadgen import run_load
+from edgeopt.bench.server_proc import ServerProcess
+from edgeopt.bundle import load_bundle
+from edgeopt.server.launcher import model_names
+
+
+@dataclass(frozen=True)
+class ServeBenchConfig:
+    bundle: Path
+    concurrency: tuple[int, ...] = (1, 4, 16)
+    requests_per_level: int = 0  # 0: twice the concurrency (every stream runs two requests)
+    prompt_tokens: int = 32
+    max_tokens: int = 64
+    threads: int | None = None
+    memory: str | None = None
+    context: int | None = None
+    baseline: bool = True
+    raw: bool = True
+    server_args: tuple[str, ...] = field(default_factory=tuple)
+
+    def requests_for(self, concurrency: int) -> int:
+        return self.requests_per_level or 2 * concurrency
+
+    def serve_args(self, max_concurrency: int) -> list[str]:
+        args = ["--no-verify", "--max-concurrency", str(max_concurrency), *self.server_args]
+        if self.threads:
+            args += ["--threads", str(self.threads)]
+        if self.memory:
+            args += ["--memory", self.memory]
+        if self.context:
+            args += ["--context", str(self.context)]
+        return args
+
+
+def _load_levels(cfg: ServeBenchConfig, model: str, max_concurrency: int, levels: tuple[int, ...],
+                 report: Callable[[str], None]) -> tuple[list[dict[str, Any]], int]:
+    results = []
+    with ServerProcess(cfg.bundle, cfg.serve_args(max_concurrency)) as server:
+        asyncio.run(run_load(server.url, model, 1, 1, cfg.prompt_tokens, 4))  # warm-up: first-touch page faults
+        for level in levels:
+            load = asyncio.run(run_load(server.url, model, level, cfg.requests_for(level), cfg.prompt_tokens,
+                                        cfg.max_tokens))
+            results.append(load.to_dict())
+            report(f"  {level:>3} streams: {load.tokens_per_s:8.1f} tok/s  ({len(load.errors)} errors)")
+        rss = server.rss_bytes()
+    return results, rss
+
+
+def run_serve_bench(cfg: ServeBenchConfig, report: Callable[[str], None] = print) -> dict[str, Any]:
+    manifest = load_bundle(cfg.bundle, verify=False)
+    model = model_names(cfg.bundle, manifest)[0]
+    top = max(cfg.concurrency)
+    out: dict[str, Any] = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+                           "bundle_bytes": sum(f["bytes"] for f in manifest.files.values())}
+    report(f"server, --max-concurrency {top}:")
+    out["server"], out["server_rss_bytes"] = _load_levels(cfg, model, top, cfg.concurrency, report)
+    if cfg.baseline:
+        report("baseline server, --max-concurrency 1 (one request at a time):")
+        baseline, _ = _load_levels(cfg, model, 1, (top,), report)
+        out["baseline"] = baseline[0]
+    if cfg.raw:
+        from edgeopt.bench.raw import raw_decode_tokens_per_s
+
+        report(f"llama.cpp raw batched decode, {top} sequences:")
+        out["raw"] = raw_decode_tokens_per_s(cfg.bundle, manifest, top, cfg.prompt_tokens, cfg.max_tokens,
+                                             cfg.threads)
+        report(f"  {out['raw']['tokens_per_s']:8.1f} tok/s")
+    out["ratios"] = ratios(out, top)
+    return out
+
+
+def ratios(out: dict[str, Any], top: int) -> dict[str, float | None]:
+    at_top = next((r for r in out["server"] if r["concurrency"] == top), None)
+    server_tps = at_top["tokens_per_s"] if at_top else None
+    baseline_tps = (out.get("baseline") or {}).get("tokens_per_s")
+    raw_tps = (out.get("raw") or {}).get("tokens_per_s")
+    return {
+        "server_over_raw": round(server_tps / raw_tps, 3) if server_tps and raw_tps else None,
+        "server_over_one_at_a_time": round(server_tps / baseline_tps, 3) if server_tps and baseline_tps else None,
+    }

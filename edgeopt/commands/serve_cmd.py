@@ -1,0 +1,59 @@
+"""``edgeopt serve BUNDLE``: an OpenAI-compatible server over the continuous-batching engine.
+
+The server stack is imported inside the command, so other commands never pay for FastAPI, and
+serving a GGUF bundle never imports torch or transformers.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Optional
+
+import typer
+
+from edgeopt.cli_options import BundleArg, Context, Target
+from edgeopt.errors import ConfigError
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1024**2, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}  # a bare number means MiB
+
+
+def parse_memory(text: str) -> int:
+    """'4GiB', '4G', '512MiB', '1.5g' or a bare number of MiB -> bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ConfigError(f"--memory {text!r} is not a size", "write e.g. 4GiB, 512MiB, or a number of MiB")
+    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if value < 1:
+        raise ConfigError(f"--memory {text!r} must be positive", "write e.g. 4GiB")
+    return int(value)
+
+
+def serve(
+    bundle: BundleArg,
+    host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 exposes the server to the network.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="EDGEOPT_API_KEY",
+                                                   help="Require 'Authorization: Bearer KEY' on /v1 routes.")] = None,
+    max_concurrency: Annotated[Optional[int], typer.Option("--max-concurrency", min=1,
+                                                           help="Sequences decoded together. Default: what the KV budget affords (up to 16).")] = None,
+    context: Context = None,
+    memory: Annotated[Optional[str], typer.Option("--memory", help="Memory the server may use (e.g. 4GiB); overrides --target.")] = None,
+    target: Target = "host",
+    threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="CPU threads for the runtime.")] = None,
+    max_waiting: Annotated[int, typer.Option("--max-waiting", min=0, help="Queued requests beyond which new ones get 429.")] = 256,
+    verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Check the bundle's sha256 sums first.")] = True,
+    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve a bundle behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /metrics)."""
+    import logging
+
+    from edgeopt.server.launcher import ServeOptions, serve_bundle
+
+    if port < 0 or port > 65535:
+        raise ConfigError(f"--port {port} is out of range", "use 1..65535, or 0 for any free port")
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = ServeOptions(host=host, port=port, api_key=api_key, max_concurrency=max_concurrency, context=context,
+                           memory_bytes=parse_memory(memory) if memory else None, target=target, threads=threads,
+                           max_waiting=max_waiting, verify=verify, log_level=log_level)
+    serve_bundle(bundle, options)

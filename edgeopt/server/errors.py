@@ -1,0 +1,99 @@
+"""Every failure the server answers becomes an OpenAI-style body: {"error": {message, type, param, code}}.
+
+Handlers live here so routes can simply raise :class:`edgeopt.errors.RequestError` subclasses (or let
+FastAPI's validation fail) and the client still gets a 4xx it can read, while the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from edgeopt.errors import EdgeoptError, RequestError
+
+log = logging.getLogger("edgeopt.server")
+
+
+class NotReadyError(RequestError):
+    """The model is still loading (or failed to load); /health says which."""
+
+    status_code = 503
+    error_type = "service_unavailable"
+
+
+class PayloadTooLargeError(RequestError):
+    status_code = 413
+    error_type = "invalid_request_error"
+
+
+def error_body(message: str, error_type: str, param: str | None = None, code: Any = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def request_error_response(exc: RequestError) -> JSONResponse:
+    message = f"{exc.message}; {exc.hint}" if exc.hint else exc.message
+    code = exc.error_type if exc.status_code != 400 else None
+    return JSONResponse(error_body(message, exc.error_type, exc.param, code), status_code=exc.status_code)
+
+
+def describe_validation_error(err: dict[str, Any]) -> tuple[str, str | None]:
+    """One pydantic error -> (message naming the field and the offending value, param)."""
+    loc = [str(part) for part in err.get("loc", ()) if part != "body"]
+    param = ".".join(loc) or None
+    kind = err.get("type", "")
+    if kind == "json_invalid":
+        detail = err.get("ctx", {}).get("error", err.get("msg", ""))
+        return f"request body is not valid JSON: {detail}", None
+    if kind == "missing":
+        return f"missing required parameter {param!r}", param
+    if kind == "extra_forbidden":
+        return f"parameter {param!r} is not supported by this server", param
+    if param is None:
+        return f"request body is invalid: {err.get('msg', '')}", None
+    value = err.get("input")
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    return f"invalid value for {param!r}: {msg} (got {shown})", param
+
+
+def install_error_handlers(app: FastAPI, count_error: Any) -> None:
+    """``count_error(status)`` feeds the edgeopt_request_errors_total counter."""
+
+    @app.exception_handler(RequestError)
+    async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
+        count_error(exc.status_code)
+        return request_error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        count_error(400)
+        errors = exc.errors()
+        message, param = describe_validation_error(errors[0]) if errors else ("invalid request", None)
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more problem(s))"
+        return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        count_error(exc.status_code)
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(message, kind), status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(EdgeoptError)
+    async def _backend_error(_: Request, exc: EdgeoptError) -> JSONResponse:
+        count_error(500)
+        log.error("request failed: %s", exc)
+        return JSONResponse(error_body(str(exc), "server_error"), status_code=500)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        count_error(500)
+        log.exception("unexpected server error")
+        return JSONResponse(error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error"),
+                            status_code=500)

@@ -1,0 +1,126 @@
+"""``edgeopt serve``: bundle -> KV sizing -> runtime -> engine -> FastAPI app -> uvicorn.
+
+Order matters for a good first minute: the manifest is read and the KV cache sized (cheap, so errors
+such as "does not fit" appear before anything loads), uvicorn starts listening at once with /health
+answering 503, and the runtime loads in a worker thread. A load failure stops the server and is
+re-raised to the CLI, which prints it with its fix.
+
+Nothing here imports torch or transformers: a GGUF bundle is served by llama.cpp alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeopt.bundle import Manifest, load_bundle
+from edgeopt.engine import Engine, EngineConfig, KvSizing, kv_capacity_for
+from edgeopt.errors import ConfigError
+from edgeopt.server.chat_template import ChatTemplate
+from edgeopt.server.sizing import kv_bytes_per_token, weights_bytes
+from edgeopt.server.state import ServedModel, ServerSettings
+
+log = logging.getLogger("edgeopt.server")
+DEFAULT_CONTEXT = 4096
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    max_concurrency: int | None = None  # concurrent sequences; default: what the KV budget affords
+    context: int | None = None  # tokens per sequence (prompt + output)
+    memory_bytes: int | None = None  # overrides the profile's / host's usable memory
+    target: str = "host"  # device profile whose memory the server may use
+    threads: int | None = None
+    max_waiting: int = 256
+    verify: bool = True
+    log_level: str = "info"
+
+
+def size_kv(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> KvSizing:
+    from profiles import load_profile
+
+    profile = None if options.memory_bytes is not None else load_profile(options.target)
+    return kv_capacity_for(
+        weights_bytes(bundle_dir, manifest), kv_bytes_per_token(bundle_dir, manifest), runtime=manifest.runtime,
+        profile=profile, memory_bytes=options.memory_bytes, context_length=options.context or DEFAULT_CONTEXT,
+        max_sequences=options.max_concurrency)
+
+
+def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | None,
+                      options: ServeOptions) -> ServedModel:
+    """Load the runtime sized by ``sizing`` and start an engine over it (runs in a worker thread).
+
+    Embedding bundles (``sizing`` None) have no KV cache and no engine: the runtime alone serves them.
+    """
+    from runtimes import load_runtime
+
+    if sizing is None:
+        runtime = load_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
+        return ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer,
+                           runtime=runtime)
+    runtime = load_runtime(manifest.runtime, bundle_dir, manifest, kv_capacity_tokens=sizing.kv_capacity_tokens,
+                           max_slots=sizing.max_sequences, context_length=sizing.context_length,
+                           threads=options.threads)
+    try:
+        info = runtime.info
+        config = EngineConfig(kv_capacity_tokens=min(sizing.kv_capacity_tokens, info.kv_capacity_tokens),
+                              max_running=min(sizing.max_sequences, info.max_slots),
+                              max_waiting=options.max_waiting,
+                              context_length=min(sizing.context_length, info.context_length))
+        engine = Engine(runtime, config)
+        template = ChatTemplate.from_bundle(bundle_dir, manifest.chat_template, manifest.tokenizer_dir)
+    except BaseException:
+        runtime.close()
+        raise
+    engine.start()
+    log.info("engine ready: %d KV tokens, %d concurrent sequences, context %d", config.kv_capacity_tokens,
+             config.max_running, engine.context_tokens)
+    return ServedModel(context_length=engine.context_tokens, tokenizer=runtime.tokenizer, engine=engine,
+                       runtime=runtime, chat_template=template)
+
+
+def model_names(bundle_dir: Path, manifest: Manifest) -> tuple[str, ...]:
+    """The bundle's directory name is the model id; the source model's id is accepted as an alias."""
+    names = [Path(bundle_dir).resolve().name, manifest.source_model]
+    return tuple(dict.fromkeys(n for n in names if n))
+
+
+def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
+    """Serve until interrupted (Ctrl-C / SIGTERM)."""
+    import uvicorn
+
+    from edgeopt.server.app import create_app
+
+    bundle_dir = Path(bundle_dir)
+    manifest = load_bundle(bundle_dir, verify=options.verify)
+    if manifest.kind == "causal-lm":
+        sizing: KvSizing | None = size_kv(bundle_dir, manifest, options)
+        log.info("KV sizing: %s", sizing.to_dict())
+        budget = sizing.usable_memory_bytes
+    elif manifest.kind == "embedding":
+        sizing, budget = None, options.memory_bytes or 0
+    else:
+        raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served", "servable kinds: causal-lm, embedding")
+    api_key = options.api_key or os.environ.get("EDGEOPT_API_KEY") or None
+    settings = ServerSettings(model_names=model_names(bundle_dir, manifest), kind=manifest.kind, api_key=api_key,
+                              memory_budget_bytes=budget)
+    failures: list[BaseException] = []
+    server: uvicorn.Server | None = None
+
+    def stop_on_load_error(exc: BaseException) -> None:
+        failures.append(exc)
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(settings, loader=lambda: load_served_model(bundle_dir, manifest, sizing, options),
+                     on_load_error=stop_on_load_error)
+    server = uvicorn.Server(uvicorn.Config(app, host=options.host, port=options.port, log_level=options.log_level,
+                                           timeout_graceful_shutdown=5))
+    server.run()
+    if failures:
+        raise failures[0]

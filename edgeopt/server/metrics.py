@@ -1,0 +1,115 @@
+"""Prometheus metrics of one server, in a registry of its own (never the process-global one).
+
+Two kinds of values: what the HTTP layer sees per request (latency histograms, token and request
+counters, error counts), recorded as requests flow; and what the engine owns (running/waiting, KV use,
+preemptions) plus process RSS, read from ``engine.stats()`` at scrape time by a custom collector, so
+they are never stale and the engine thread is never asked to push anything.
+
+The metric names are a contract with ``edgeopt monitor``; do not rename them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import psutil
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from edgeopt.engine.api import EngineStats, RequestOutput
+
+# Latency buckets sized for CPU/edge inference: ITL of a few ms up to seconds-long prefills.
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class _EngineCollector(Collector):
+    def __init__(self, stats: Callable[[], EngineStats | None], memory_budget_bytes: int) -> None:
+        self._stats = stats
+        self._budget = memory_budget_bytes
+        self._process = psutil.Process()
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        yield _gauge("edgeopt_requests_running", "Requests being prefilled or decoded.", stats and stats.running)
+        yield _gauge("edgeopt_requests_waiting", "Requests queued for a sequence slot.", stats and stats.waiting)
+        yield _gauge("edgeopt_kv_cache_used_tokens", "KV cells held by sequences.", stats and stats.kv_used_tokens)
+        yield _gauge("edgeopt_kv_cache_capacity_tokens", "KV cells the runtime holds.",
+                     stats and stats.kv_capacity_tokens)
+        yield _gauge("edgeopt_kv_cache_usage_ratio", "Used / capacity KV cells.", stats and stats.kv_usage_ratio)
+        preempt = CounterMetricFamily("edgeopt_preemptions", "Sequences preempted to free KV (recomputed later).")
+        preempt.add_metric([], float(stats.preemptions_total if stats else 0))
+        yield preempt
+        yield _gauge("edgeopt_process_rss_bytes", "Resident memory of the server process.",
+                     self._process.memory_info().rss)
+        yield _gauge("edgeopt_memory_budget_bytes", "Memory the server was sized to.", self._budget)
+
+
+def _gauge(name: str, doc: str, value: float | None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=float(value or 0))
+
+
+class ServerMetrics:
+    def __init__(self, stats: Callable[[], EngineStats | None], memory_budget_bytes: int = 0) -> None:
+        self.registry = CollectorRegistry()
+        reg = self.registry
+        self.ttft = Histogram("edgeopt_time_to_first_token_seconds", "Request arrival to first generated token.",
+                              buckets=TTFT_BUCKETS, registry=reg)
+        self.itl = Histogram("edgeopt_inter_token_latency_seconds", "Time between generated tokens of a request.",
+                             buckets=ITL_BUCKETS, registry=reg)
+        self.e2e = Histogram("edgeopt_e2e_request_latency_seconds", "Request arrival to its last token.",
+                             buckets=E2E_BUCKETS, registry=reg)
+        self.prompt_tokens = Counter("edgeopt_prompt_tokens", "Prompt tokens admitted.", registry=reg)
+        self.generation_tokens = Counter("edgeopt_generation_tokens", "Tokens generated.", registry=reg)
+        self.requests = Counter("edgeopt_requests", "Finished generation requests.", ["finish_reason"], registry=reg)
+        self.errors = Counter("edgeopt_request_errors", "Requests answered with an error.", ["status"], registry=reg)
+        reg.register(_EngineCollector(stats, memory_budget_bytes))
+
+    def count_error(self, status: int) -> None:
+        self.errors.labels(status=str(status)).inc()
+
+    def track(self) -> RequestTracker:
+        return RequestTracker(self)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class RequestTracker:
+    """Latency bookkeeping of one request; fed every output the engine streams back."""
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self._m = metrics
+        self._start = time.perf_counter()
+        self._last: float | None = None
+        self.finished = False
+
+    def admitted(self, prompt_tokens: int) -> None:
+        """The engine accepted the request (a refused one counts only in edgeopt_request_errors_total)."""
+        self._m.prompt_tokens.inc(prompt_tokens)
+
+    def on_output(self, out: RequestOutput) -> None:
+        now = time.perf_counter()
+        produced = len(out.token_ids)
+        if produced:
+            self._m.generation_tokens.inc(produced)
+            if self._last is None:
+                self._m.ttft.observe(now - self._start)
+                produced -= 1  # the first token has no predecessor to measure from
+            else:
+                # Several tokens in one delta (held back for a stop string or UTF-8): spread the gap.
+                for _ in range(produced):
+                    self._m.itl.observe((now - self._last) / produced)
+            self._last = now
+        if out.finished:
+            self.finish(out.finish_reason or "stop")
+
+    def finish(self, reason: str) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self._m.e2e.observe(time.perf_counter() - self._start)
+        self._m.requests.labels(finish_reason=reason).inc()

@@ -1,0 +1,60 @@
+"""The JSON shapes of OpenAI responses and stream chunks, for chat and plain completions."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+@dataclass(frozen=True)
+class ResponseShape:
+    chat: bool
+    request_id: str
+    model: str
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def _envelope(self, streaming: bool) -> dict[str, Any]:
+        if self.chat:
+            obj = "chat.completion.chunk" if streaming else "chat.completion"
+        else:
+            obj = "text_completion"
+        return {"id": self.request_id, "object": obj, "created": self.created, "model": self.model}
+
+    def full(self, text: str, finish_reason: str | None, counts: dict[str, int]) -> dict[str, Any]:
+        body = self._envelope(streaming=False)
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": finish_reason}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        body["choices"] = [choice]
+        body["usage"] = counts
+        return body
+
+    def chunk(self, text: str, finish_reason: str | None = None, counts: dict[str, int] | None = None,
+              first: bool = False) -> dict[str, Any]:
+        body = self._envelope(streaming=True)
+        if self.chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {}
+            if text and not first:
+                delta["content"] = text
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        body["choices"] = [choice]
+        if counts is not None:
+            body["usage"] = counts
+        return body
+
+    def usage_chunk(self, counts: dict[str, int]) -> dict[str, Any]:
+        """The extra last chunk of ``stream_options.include_usage``: no choices, only usage."""
+        body = self._envelope(streaming=True)
+        body["choices"] = []
+        body["usage"] = counts
+        return body

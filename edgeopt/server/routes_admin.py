@@ -1,0 +1,53 @@
+"""Operational routes: /health, /metrics, /v1/models and the monitor's /v1/edgeopt/requests."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+
+from edgeopt.server.auth import require_api_key
+from edgeopt.server.state import ServerState
+
+probes = APIRouter()
+api = APIRouter(dependencies=[Depends(require_api_key)])
+
+
+@probes.get("/health")
+async def health(request: Request) -> JSONResponse:
+    state: ServerState = request.app.state.server
+    if state.served is not None:
+        return JSONResponse({"status": "ok", "model": state.model_id})
+    if state.load_error:
+        return JSONResponse({"status": "error", "error": state.load_error}, status_code=503)
+    return JSONResponse({"status": "loading"}, status_code=503)
+
+
+@probes.get("/metrics")
+async def metrics(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    payload, content_type = state.metrics.render()
+    return Response(payload, media_type=content_type)
+
+
+@api.get("/v1/models")
+async def models(request: Request) -> JSONResponse:
+    state: ServerState = request.app.state.server
+    entry = {"id": state.model_id, "object": "model", "created": state.created, "owned_by": "edgeopt",
+             "kind": state.settings.kind}
+    if state.served is not None:
+        entry["max_model_len"] = state.served.context_length
+    return JSONResponse({"object": "list", "data": [entry]})
+
+
+@api.get("/v1/edgeopt/requests")
+async def active_requests(request: Request) -> JSONResponse:
+    state: ServerState = request.app.state.server
+    engine = state.ready_model().engine
+    if engine is None:
+        return JSONResponse({"requests": [], "stats": None})
+    stats = engine.stats()
+    detail = dataclasses.asdict(stats)
+    detail["kv_usage_ratio"] = stats.kv_usage_ratio
+    return JSONResponse({"requests": [dataclasses.asdict(r) for r in engine.active_requests()], "stats": detail})

@@ -1,0 +1,100 @@
+"""POST /v1/completions and /v1/chat/completions: validate, tokenize, queue, stream or collect."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from edgeopt.engine.api import RequestOutput, SamplingParams
+from edgeopt.errors import EdgeoptError, RequestError
+from edgeopt.server.auth import require_api_key
+from edgeopt.server.errors import error_body
+from edgeopt.server.openai_format import ResponseShape, usage
+from edgeopt.server.request_prep import (COMPLETIONS_DEFAULT_MAX_TOKENS, chat_prompt_ids, check_model_name,
+                                         completion_prompt_ids, output_budget, sampling_params)
+from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
+from edgeopt.server.state import ServerState
+from edgeopt.server.streaming import DONE, ClientGone, Generation, collect, sse, start_generation
+
+router = APIRouter(dependencies=[Depends(require_api_key)])
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    served = state.ready_model()
+    check_model_name(state, body.model)
+    vocab = served.runtime.info.vocab_size
+    prompt_ids = completion_prompt_ids(served, body, vocab)
+    max_tokens = output_budget(body.max_tokens, len(prompt_ids), served.context_length,
+                               COMPLETIONS_DEFAULT_MAX_TOKENS, prompt_param="prompt")
+    params = sampling_params(body, max_tokens, vocab)
+    shape = ResponseShape(chat=False, request_id=f"cmpl-{uuid.uuid4().hex}", model=body.model)
+    return await _respond(state, request, shape, prompt_ids, params, body.stream, body.include_usage_chunk())
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    served = state.ready_model()
+    check_model_name(state, body.model)
+    prompt_ids = chat_prompt_ids(served, body)
+    # Chat has no small default: the reply may use whatever the context leaves after the prompt.
+    max_tokens = output_budget(body.output_limit(), len(prompt_ids), served.context_length, None,
+                               prompt_param="messages")
+    params = sampling_params(body, max_tokens, served.runtime.info.vocab_size)
+    shape = ResponseShape(chat=True, request_id=f"chatcmpl-{uuid.uuid4().hex}", model=body.model)
+    return await _respond(state, request, shape, prompt_ids, params, body.stream, body.include_usage_chunk())
+
+
+async def _respond(state: ServerState, request: Request, shape: ResponseShape, prompt_ids: list[int],
+                   params: SamplingParams, stream: bool, include_usage: bool) -> Response:
+    if not prompt_ids:
+        raise RequestError("the prompt is empty (0 tokens)", "send at least one token of text",
+                           param="messages" if shape.chat else "prompt")
+    engine = state.ready_model().engine
+    tracker = state.metrics.track()
+    generation = start_generation(engine, shape.request_id, prompt_ids, params, tracker, request)
+    tracker.admitted(len(prompt_ids))
+    if stream:
+        return StreamingResponse(_sse_events(generation, shape, len(prompt_ids), include_usage),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    try:
+        text, last = await collect(generation, request)
+    except ClientGone:
+        state.metrics.count_error(499)  # nginx's "client closed request": nobody reads this reply
+        return Response(status_code=499)
+    counts = usage(len(prompt_ids), last.completion_tokens)
+    return JSONResponse(shape.full(text, last.finish_reason, counts))
+
+
+async def _sse_events(generation: Generation, shape: ResponseShape, prompt_tokens: int,
+                      include_usage: bool) -> AsyncIterator[bytes]:
+    try:
+        if shape.chat:
+            yield sse(shape.chunk("", first=True))
+        async for out in generation:
+            if out.finished:
+                yield _final_chunk(shape, out, prompt_tokens, include_usage)
+            elif out.text:
+                yield sse(shape.chunk(out.text))
+        yield DONE
+    except ClientGone:
+        return
+    except EdgeoptError as exc:  # the engine failed mid-stream: tell the client in-band, then end cleanly
+        yield sse(error_body(str(exc), "server_error"))
+        yield DONE
+    finally:
+        await generation.aclose()
+
+
+def _final_chunk(shape: ResponseShape, out: RequestOutput, prompt_tokens: int, include_usage: bool) -> bytes:
+    counts = usage(prompt_tokens, out.completion_tokens)
+    data = sse(shape.chunk(out.text, out.finish_reason, counts))
+    if include_usage:
+        data += sse(shape.usage_chunk(counts))
+    return data

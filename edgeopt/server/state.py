@@ -1,0 +1,66 @@
+"""What one running server holds: its settings, the loaded model (once ready) and its metrics."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgeopt.engine.api import EngineStats
+from edgeopt.server.chat_template import ChatTemplate
+from edgeopt.server.errors import NotReadyError
+from edgeopt.server.metrics import ServerMetrics
+
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    model_names: tuple[str, ...]  # first: the id /v1/models shows; the others are accepted aliases
+    kind: str = "causal-lm"  # manifest.kind: picks the routers (see app.KIND_ROUTERS)
+    api_key: str | None = None
+    memory_budget_bytes: int = 0
+    # A request body is parsed in memory before anything else can refuse it; cap it.
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+@dataclass
+class ServedModel:
+    """A loaded model ready to answer: the engine (causal LMs) or the bare runtime (embedding models)."""
+
+    context_length: int
+    tokenizer: Any  # runtimes.base.Tokenizer
+    engine: Any = None  # edgeopt.engine.Engine, already started
+    runtime: Any = None  # runtimes.base.Runtime
+    chat_template: ChatTemplate | None = None
+    extras: dict[str, Any] = field(default_factory=dict)  # per-kind objects (e.g. an embedding session)
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()  # stops the engine thread, then closes the runtime it drives
+        elif self.runtime is not None:
+            self.runtime.close()
+
+
+class ServerState:
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.served: ServedModel | None = None
+        self.load_error: str | None = None
+        self.created = int(time.time())
+        self.metrics = ServerMetrics(self.engine_stats, settings.memory_budget_bytes)
+
+    @property
+    def model_id(self) -> str:
+        return self.settings.model_names[0]
+
+    def ready_model(self) -> ServedModel:
+        if self.served is not None:
+            return self.served
+        if self.load_error:
+            raise NotReadyError(f"the model failed to load: {self.load_error}", "see the server log")
+        raise NotReadyError("the model is still loading", "retry when GET /health returns 200")
+
+    def engine_stats(self) -> EngineStats | None:
+        engine = self.served.engine if self.served else None
+        return engine.stats() if engine is not None else None

@@ -1,0 +1,106 @@
+"""From an engine stream to the client: SSE framing, and freeing a sequence whose client went away.
+
+:func:`start_generation` calls ``engine.add_request`` right away (so a refused request still gets a
+proper 4xx before any response starts) and returns a :class:`Generation`. Whoever consumes it must
+``aclose()`` it in a ``finally``: closing a generation that has not finished aborts it in the engine,
+so a client that disconnects (the response task is cancelled, or we notice the disconnect ourselves
+between outputs) always releases its sequence and KV cells.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from fastapi import Request
+
+from edgeopt.engine.api import RequestOutput, SamplingParams
+from edgeopt.errors import BackendError
+from edgeopt.server.metrics import RequestTracker
+
+DONE = b"data: [DONE]\n\n"
+# Checking for a disconnect costs a receive() call; once per this many seconds per request is plenty.
+DISCONNECT_POLL_S = 0.05
+NON_STREAMING_POLL_S = 0.5
+
+
+def sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+
+
+class ClientGone(Exception):
+    """The HTTP client disconnected before its request finished."""
+
+
+class Generation:
+    """Async iterator over one request's outputs that aborts the request unless it ran to the end."""
+
+    def __init__(self, engine: Any, request_id: str, stream: Any, tracker: RequestTracker,
+                 request: Request) -> None:
+        self.request_id = request_id
+        self._engine = engine
+        self._stream = stream.__aiter__()
+        self._tracker = tracker
+        self._request = request
+        self._last_poll = time.monotonic()
+        self.done = False
+
+    def __aiter__(self) -> Generation:
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.done:
+            raise StopAsyncIteration
+        now = time.monotonic()
+        if now - self._last_poll >= DISCONNECT_POLL_S:
+            self._last_poll = now
+            if await self._request.is_disconnected():
+                raise ClientGone(self.request_id)
+        try:
+            out = await self._stream.__anext__()
+        except StopAsyncIteration:
+            raise BackendError(f"the engine ended request {self.request_id} without a final output",
+                               "this is a bug; please report it with the server log") from None
+        self._tracker.on_output(out)
+        self.done = out.finished
+        return out
+
+    async def aclose(self) -> None:
+        if not self.done:
+            self.done = True
+            self._engine.abort(self.request_id)
+            self._tracker.finish("abort")
+
+
+def start_generation(engine: Any, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                     tracker: RequestTracker, request: Request) -> Generation:
+    stream = engine.add_request(request_id, prompt_ids, params)  # raises RequestError subclasses now
+    return Generation(engine, request_id, stream, tracker, request)
+
+
+async def collect(generation: Generation, request: Request) -> tuple[str, RequestOutput]:
+    """Gather a whole generation for a non-streaming response, aborting it if the client disconnects."""
+    parts: list[str] = []
+    outputs: list[RequestOutput] = []
+
+    async def gather() -> None:
+        async for out in generation:
+            parts.append(out.text)
+            outputs.append(out)
+
+    task = asyncio.ensure_future(gather())
+    try:
+        # The event loop never blocks on decode; we wake up now and then only to notice a vanished client.
+        while not task.done():
+            await asyncio.wait({task}, timeout=NON_STREAMING_POLL_S)
+            if not task.done() and await request.is_disconnected():
+                raise ClientGone(generation.request_id)
+        task.result()  # re-raise whatever the generation raised
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await generation.aclose()
+    return "".join(parts), outputs[-1]
