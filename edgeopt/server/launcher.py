@@ -10,16 +10,19 @@ Nothing here imports torch or transformers: a GGUF bundle is served by llama.cpp
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edgeopt.bundle import Manifest, load_bundle
 from edgeopt.engine import Engine, EngineConfig, KvSizing, kv_capacity_for
 from edgeopt.errors import ConfigError
 from edgeopt.server.chat_template import ChatTemplate
-from edgeopt.server.sizing import kv_bytes_per_token, weights_bytes
+from edgeopt.server.sizing import kv_shape, weights_bytes
 from edgeopt.server.state import ServedModel, ServerSettings
 
 log = logging.getLogger("edgeopt.server")
@@ -45,10 +48,14 @@ def size_kv(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> KvSi
     from profiles import load_profile
 
     profile = None if options.memory_bytes is not None else load_profile(options.target)
-    return kv_capacity_for(
-        weights_bytes(bundle_dir, manifest), kv_bytes_per_token(bundle_dir, manifest), runtime=manifest.runtime,
-        profile=profile, memory_bytes=options.memory_bytes, context_length=options.context or DEFAULT_CONTEXT,
-        max_sequences=options.max_concurrency)
+    per_token, trained_context = kv_shape(bundle_dir, manifest)
+    context = options.context or min(trained_context or DEFAULT_CONTEXT, DEFAULT_CONTEXT)
+    if trained_context and context > trained_context:
+        raise ConfigError(f"--context {context} is longer than the model's training context ({trained_context})",
+                          f"pass --context {trained_context} or less")
+    return kv_capacity_for(weights_bytes(bundle_dir, manifest), per_token, runtime=manifest.runtime, profile=profile,
+                           memory_bytes=options.memory_bytes, context_length=context,
+                           max_sequences=options.max_concurrency)
 
 
 def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | None,
@@ -60,18 +67,14 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
     from runtimes import load_runtime
 
     if sizing is None:
-        runtime = load_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
+        runtime = load_runtime(manifest.runtime, bundle_dir, manifest, n_threads=options.threads)
         return ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer,
                            runtime=runtime)
     runtime = load_runtime(manifest.runtime, bundle_dir, manifest, kv_capacity_tokens=sizing.kv_capacity_tokens,
                            max_slots=sizing.max_sequences, context_length=sizing.context_length,
-                           threads=options.threads)
+                           n_threads=options.threads)
     try:
-        info = runtime.info
-        config = EngineConfig(kv_capacity_tokens=min(sizing.kv_capacity_tokens, info.kv_capacity_tokens),
-                              max_running=min(sizing.max_sequences, info.max_slots),
-                              max_waiting=options.max_waiting,
-                              context_length=min(sizing.context_length, info.context_length))
+        config = engine_config(manifest.runtime, runtime, sizing, options)
         engine = Engine(runtime, config)
         template = ChatTemplate.from_bundle(bundle_dir, manifest.chat_template, manifest.tokenizer_dir)
     except BaseException:
@@ -82,6 +85,22 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
              config.max_running, engine.context_tokens)
     return ServedModel(context_length=engine.context_tokens, tokenizer=runtime.tokenizer, engine=engine,
                        runtime=runtime, chat_template=template)
+
+
+def engine_config(runtime_name: str, runtime: Any, sizing: KvSizing, options: ServeOptions) -> EngineConfig:
+    """The runtime module's own ``engine_config_for`` (it knows its batch size), bounded by our sizing."""
+    from runtimes import RUNTIME_MODULES
+
+    info = runtime.info
+    limits = dict(kv_capacity_tokens=min(sizing.kv_capacity_tokens, info.kv_capacity_tokens),
+                  max_running=min(sizing.max_sequences, info.max_slots), max_waiting=options.max_waiting,
+                  context_length=min(sizing.context_length, info.context_length))
+    module = importlib.import_module(RUNTIME_MODULES[runtime_name])
+    if hasattr(module, "engine_config_for"):
+        base = module.engine_config_for(runtime)
+        limits["kv_capacity_tokens"] = min(limits["kv_capacity_tokens"], base.kv_capacity_tokens)
+        return dataclasses.replace(base, **limits)
+    return EngineConfig(**limits)
 
 
 def model_names(bundle_dir: Path, manifest: Manifest) -> tuple[str, ...]:

@@ -27,18 +27,19 @@ def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:
     return path.stat().st_size
 
 
-def kv_bytes_per_token(bundle_dir: Path, manifest: Manifest) -> int:
+def kv_shape(bundle_dir: Path, manifest: Manifest) -> tuple[int, int | None]:
+    """(KV bytes per token, the model's training context or None when unknown)."""
     recorded = manifest.export.get("kv_bytes_per_token")
     if recorded:
-        return int(recorded)
+        return int(recorded), manifest.export.get("context_length")
     if manifest.format == "gguf":
-        return gguf_kv_bytes_per_token(Path(bundle_dir) / manifest.model_file)
+        return gguf_kv_shape(Path(bundle_dir) / manifest.model_file)
     raise BundleError(f"bundle format {manifest.format!r} does not record kv_bytes_per_token",
                       "re-run edgeopt optimize with this version")
 
 
-def gguf_kv_bytes_per_token(path: Path) -> int:
-    """2 (K and V) x layers x KV heads x head dim x f16 bytes, from the GGUF header."""
+def gguf_kv_shape(path: Path) -> tuple[int, int | None]:
+    """2 (K and V) x layers x KV heads x head dim x f16 bytes, and the training context, from the header."""
     from gguf import GGUFReader
 
     try:
@@ -57,7 +58,8 @@ def gguf_kv_bytes_per_token(path: Path) -> int:
     except KeyError as exc:
         raise BundleError(f"{path} lacks GGUF header key {exc} for architecture {arch!r}",
                           "re-export the model with edgeopt optimize --format gguf") from exc
-    return layers * kv_heads * (key_len + value_len) * KV_BYTES_PER_ELEMENT
+    context = fields.get(f"{arch}.context_length")
+    return layers * kv_heads * (key_len + value_len) * KV_BYTES_PER_ELEMENT, int(context) if context else None
 
 
 def _field_value(field: Any) -> Any:
