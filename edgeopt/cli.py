@@ -34,6 +34,8 @@ app.command("plan")(plan_cmd.plan)
 app.command("optimize")(optimize_cmd.optimize)
 app.command("inspect")(inspect_cmd.inspect)
 # commands added by later work register below this line
+app.command("serve")(__import__("edgeopt.commands.serve_cmd", fromlist=["serve"]).serve)
+app.add_typer(__import__("edgeopt.commands.bench_cmd", fromlist=["bench_app"]).bench_app, name="bench")
 
 
 def main() -> None:

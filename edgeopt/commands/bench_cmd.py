@@ -1,0 +1,70 @@
+"""``edgeopt bench serve BUNDLE``: load-test the server and compare it with its two baselines.
+
+Prints one line per concurrency level, then the ratios: server at the top concurrency over
+llama.cpp's raw batched decode of as many sequences (the cost of HTTP + engine), and over the same
+server answering one request at a time (the gain of continuous batching). ``--json`` writes it all.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from edgeopt.cli_options import BundleArg
+
+bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
+
+
+@bench_app.command("serve")
+def serve(
+    bundle: BundleArg,
+    concurrency: Annotated[str, typer.Option("--concurrency", "-n", help="Comma-separated stream counts.")] = "1,4,16",
+    requests: Annotated[int, typer.Option("--requests", min=0, help="Requests per level (0: twice the level).")] = 0,
+    prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", min=1, help="Approximate prompt length.")] = 32,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Tokens generated per request.")] = 64,
+    threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="Runtime CPU threads.")] = None,
+    memory: Annotated[Optional[str], typer.Option("--memory", help="Server memory budget, e.g. 4GiB.")] = None,
+    baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Also run a --max-concurrency 1 server.")] = True,
+    raw: Annotated[bool, typer.Option("--raw/--no-raw", help="Also time llama.cpp's raw batched decode.")] = True,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full results to this file.")] = None,
+) -> None:
+    """HTTP load generator: TTFT / ITL / end-to-end percentiles and aggregate tokens/s per concurrency."""
+    from edgeopt.bench.serve_bench import ServeBenchConfig, run_serve_bench
+    from edgeopt.errors import ConfigError
+
+    try:
+        levels = tuple(sorted({int(x) for x in concurrency.split(",") if x.strip()}))
+    except ValueError:
+        raise ConfigError(f"--concurrency {concurrency!r} is not a list of integers", "write e.g. 1,4,16") from None
+    if not levels or levels[0] < 1:
+        raise ConfigError(f"--concurrency {concurrency!r} needs positive levels", "write e.g. 1,4,16")
+    cfg = ServeBenchConfig(bundle=bundle, concurrency=levels, requests_per_level=requests,
+                           prompt_tokens=prompt_tokens, max_tokens=max_tokens, threads=threads, memory=memory,
+                           baseline=baseline, raw=raw)
+    result = run_serve_bench(cfg, report=typer.echo)
+    print_table(result)
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=2))
+        typer.echo(f"results written to {json_out}")
+
+
+def print_table(result: dict) -> None:
+    typer.echo(f"\n{'streams':>8} {'tok/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8} "
+               f"{'e2e p50':>8} {'errors':>6}")
+    rows = [(str(r["concurrency"]), r) for r in result["server"]]
+    if result.get("baseline"):
+        rows.append((f"{result['baseline']['concurrency']}@1", result["baseline"]))
+    for label, r in rows:
+        typer.echo(f"{label:>8} {r['tokens_per_s']:>9.1f} {r['ttft'].get('p50_ms', 0):>8.0f}ms "
+                   f"{r['ttft'].get('p99_ms', 0):>7.0f}ms {r['itl'].get('p50_ms', 0):>6.1f}ms "
+                   f"{r['itl'].get('p99_ms', 0):>6.1f}ms {r['e2e'].get('p50_ms', 0):>6.0f}ms {r['errors']:>6}")
+    if result.get("raw"):
+        typer.echo(f"{'raw':>8} {result['raw']['tokens_per_s']:>9.1f}  (llama.cpp batched decode, "
+                   f"{result['raw']['sequences']} sequences)")
+    ratios = result["ratios"]
+    typer.echo(f"server / raw llama.cpp:          {ratios['server_over_raw']}")
+    typer.echo(f"server / one-request-at-a-time:  {ratios['server_over_one_at_a_time']}")
+    typer.echo(f"server RSS: {result['server_rss_bytes'] / 2**20:.0f} MiB (bundle {result['bundle_bytes'] / 2**20:.0f} MiB)")
