@@ -1,0 +1,75 @@
+"""Scorers: anything that turns a token sequence into next-token logits, one per bundle format.
+
+Evaluation is format-agnostic: it asks a scorer for logits and compares them with the original
+Hugging Face model's. Each format registers a ``"module:function"`` loader here, resolved lazily
+so that a missing backend only matters when its format is evaluated. A loader has the signature
+``load_scorer(bundle_dir, manifest, context=..., threads=...) -> Scorer``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from edgeopt.errors import EvaluationError
+
+SCORER_LOADERS: dict[str, str] = {
+    "gguf": "exporters.gguf.scorer:load_scorer",
+    "onnx": "exporters.onnx.scorer:load_scorer",  # provided by the ONNX exporter
+}
+
+
+class Scorer(Protocol):
+    vocab_size: int
+
+    def score(self, token_ids: list[int]) -> np.ndarray:
+        """float32 logits of shape (len(token_ids), vocab): row i predicts token i+1."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def load_bundle_scorer(bundle_dir: Path, manifest: Any, context: int, threads: int = 2) -> Scorer:
+    target = SCORER_LOADERS.get(manifest.format)
+    if target is None:
+        raise EvaluationError(f"no scorer for bundle format {manifest.format!r}",
+                              f"formats with evaluation: {', '.join(SCORER_LOADERS)}")
+    module_name, func_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise EvaluationError(f"the {manifest.format} scorer module {module_name} is not available ({exc.name})",
+                              "install the optimize extra: pip install 'edgeopt[optimize]'") from exc
+    return getattr(module, func_name)(Path(bundle_dir), manifest, context=context, threads=threads)
+
+
+class HFScorer:
+    """The original checkpoint in transformers (float32, CPU): the reference distribution."""
+
+    def __init__(self, model_dir: Path, threads: int = 2) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(threads)
+        self._torch = torch
+        self._model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        self._model.eval()
+        self.vocab_size = int(self._model.config.vocab_size)
+
+    def score(self, token_ids: list[int]) -> np.ndarray:
+        with self._torch.no_grad():
+            out = self._model(self._torch.tensor([token_ids]))
+        return out.logits[0].float().numpy()
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        """Greedy continuation (used to make evaluation text when the user gives none)."""
+        with self._torch.no_grad():
+            out = self._model.generate(self._torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens,
+                                       do_sample=False, pad_token_id=self._model.config.eos_token_id)
+        return out[0].tolist()
+
+    def close(self) -> None:
+        del self._model

@@ -1,0 +1,118 @@
+"""How much did optimizing cost? Perplexity, KL divergence and top-1 agreement against the original.
+
+Shared by every bundle format: the bundle's model is reached through a scorer
+(:mod:`edgeopt.eval_scorers`, chosen by ``manifest.format``), the original checkpoint through
+transformers. Both read the same token ids, cut into windows; each window's next-token distributions
+are compared position by position. Without ``--eval-data`` the held-out text is what the original
+model itself writes from a few seed prompts, so the numbers say how faithfully the optimized model
+reproduces the original's behaviour.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import EvaluationError
+from edgeopt.eval_metrics import Comparison
+from edgeopt.eval_scorers import HFScorer, load_bundle_scorer
+
+SEED_PROMPTS = (
+    "The function returns",
+    "To open a file in Python,",
+    "Class documentation:",
+    "This module provides",
+)
+DEFAULT_WINDOW = 256
+DEFAULT_MAX_TOKENS = 1024
+GENERATED_TOKENS_PER_PROMPT = 96
+
+
+def read_eval_text(path: Path) -> str:
+    path = Path(path)
+    if not path.is_file():
+        raise EvaluationError(f"evaluation data {path} does not exist", "pass a UTF-8 text file with --eval-data/--data")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise EvaluationError(f"evaluation data {path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                              "convert it to UTF-8 text") from exc
+    if not text.strip():
+        raise EvaluationError(f"evaluation data {path} is empty", "pass a file with a few paragraphs of text")
+    return text
+
+
+def _tokenizer(tokenizer_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tokenizer_dir))
+
+
+def windows(token_ids: list[int], window: int, max_tokens: int, bos: int | None) -> list[list[int]]:
+    """Consecutive windows of at most ``window`` tokens (each led by BOS when the model expects one)."""
+    body = window - (1 if bos is not None else 0)
+    ids = token_ids[:max_tokens]
+    out = []
+    for start in range(0, len(ids), body):
+        chunk = ids[start:start + body]
+        if len(chunk) >= 2:
+            out.append(([bos] if bos is not None else []) + chunk)
+    return out
+
+
+def _generated_ids(reference: HFScorer, tokenizer: Any, bos: int | None) -> list[int]:
+    ids: list[int] = []
+    for prompt in SEED_PROMPTS:
+        prompt_ids = ([bos] if bos is not None else []) + tokenizer.encode(prompt, add_special_tokens=False)
+        ids += reference.generate(prompt_ids, GENERATED_TOKENS_PER_PROMPT)[1 if bos is not None else 0:]
+    return ids
+
+
+def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | None, eval_data: Path | None,
+                    window: int = DEFAULT_WINDOW, max_tokens: int = DEFAULT_MAX_TOKENS, threads: int = 2) -> dict[str, Any]:
+    """Quality metrics of the bundle's model; KL/top-1 need the original checkpoint, perplexity needs text."""
+    bundle_dir = Path(bundle_dir)
+    tokenizer = _tokenizer(bundle_dir / manifest.tokenizer_dir)
+    bos = tokenizer.bos_token_id if getattr(tokenizer, "add_bos_token", False) else None
+    reference = HFScorer(Path(original_model_dir), threads) if original_model_dir is not None else None
+    if eval_data is not None:
+        ids = tokenizer.encode(read_eval_text(eval_data), add_special_tokens=False)
+        source = f"file:{Path(eval_data).name}"
+    elif reference is not None:
+        ids = _generated_ids(reference, tokenizer, bos)
+        source = f"generated:{len(SEED_PROMPTS)} seed prompts"
+    else:
+        raise EvaluationError("nothing to evaluate on: no --data text and no original model to generate text",
+                              "pass --data FILE (and --original MODEL for KL/top-1)")
+    chunks = windows(ids, window, max_tokens, bos)
+    if not chunks:
+        raise EvaluationError(f"evaluation text gave {len(ids)} tokens; at least 2 are needed", "pass a longer text")
+    scorer = load_bundle_scorer(bundle_dir, manifest, context=window, threads=threads)
+    try:
+        return _compare(chunks, scorer, reference, source)
+    finally:
+        scorer.close()
+        if reference is not None:
+            reference.close()
+
+
+def _compare(chunks: list[list[int]], scorer: Any, reference: HFScorer | None, source: str) -> dict[str, Any]:
+    candidate_only, against_original, original = Comparison(), Comparison(), Comparison()
+    for chunk in chunks:
+        cand = scorer.score(chunk)
+        candidate_only.add(cand, cand, chunk)
+        if reference is None:
+            continue
+        ref = reference.score(chunk)
+        if ref.shape[1] != cand.shape[1]:
+            raise EvaluationError(f"vocabularies differ: original {ref.shape[1]}, bundle {cand.shape[1]} tokens",
+                                  "evaluate against the checkpoint this bundle was made from (--original)")
+        against_original.add(ref, cand)
+        original.add(ref, ref, chunk)
+    metrics: dict[str, Any] = {"perplexity": round(candidate_only.perplexity, 4),
+                               "eval_tokens": candidate_only.nll_count, "eval_source": source}
+    if reference is not None:
+        metrics |= {"perplexity_original": round(original.perplexity, 4),
+                    "kl_divergence": float(f"{against_original.mean_kl:.6g}"),
+                    "top1_agreement": round(against_original.top1_agreement, 4)}
+    return metrics

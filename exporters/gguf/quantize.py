@@ -1,0 +1,54 @@
+"""Quantize an F16/F32/BF16 GGUF file with llama.cpp's own quantizer (through llama-cpp-python).
+
+Using llama.cpp's quantizer rather than a reimplementation means the per-tensor type mixes
+(``Q4_K_M`` keeping some tensors at Q6_K, shape fallbacks, ...) are exactly what every other
+llama.cpp user gets. An importance matrix is the one input we do not produce yet; the ``imatrix``
+parameter is where it plugs in, and the types that cannot work without one are refused up front.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import ConfigError, ExportError
+from exporters.gguf.quant_types import FTYPE_IDS, NEEDS_IMATRIX
+
+
+def llama_ftype(name: str) -> int:
+    """llama_ftype enum value of a quant name like ``Q4_K_M`` (case-insensitive)."""
+    key = name.upper()
+    if key not in FTYPE_IDS:
+        raise ConfigError(f"unknown GGUF quant type {name!r}", f"valid: {', '.join(FTYPE_IDS)}")
+    return FTYPE_IDS[key]
+
+
+def check_quant(quant: str, imatrix: Path | None = None) -> int:
+    """Refuse, before any work, a quant llama.cpp does not know or cannot make here; return its ftype."""
+    ftype = llama_ftype(quant)
+    if imatrix is not None:
+        raise ConfigError(f"importance matrix {imatrix} given, but edgeopt does not load imatrix files yet",
+                          "omit the importance matrix, or quantize with llama.cpp's llama-quantize --imatrix")
+    if quant.upper() in NEEDS_IMATRIX:
+        raise ConfigError(f"quant type {quant} needs an importance matrix, which edgeopt does not compute yet",
+                          "choose Q4_K_M, Q3_K_M or Q2_K for a small file without one")
+    return ftype
+
+
+def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2, imatrix: Path | None = None) -> dict[str, Any]:
+    """Write ``dst`` quantized to ``quant`` from the unquantized GGUF ``src``; return facts for the manifest."""
+    ftype = check_quant(quant, imatrix)
+    import llama_cpp
+
+    llama_cpp.llama_backend_init()  # idempotent; quantizing may be the first llama.cpp call in the process
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = max(1, threads)
+    started = time.perf_counter()
+    status = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if status != 0 or not dst.is_file():
+        raise ExportError(f"llama.cpp failed to quantize {src} to {quant} (status {status})",
+                          "check the log above; a checkpoint whose rows are not a multiple of 32 cannot be quantized")
+    return {"quantize_seconds": round(time.perf_counter() - started, 3)}

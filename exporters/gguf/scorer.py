@@ -1,0 +1,43 @@
+"""Score token sequences with a GGUF model through llama-cpp-python: logits for every position."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeopt.errors import EvaluationError
+
+
+class GGUFScorer:
+    """Implements edgeopt.eval_scorers.Scorer for a GGUF file."""
+
+    def __init__(self, model_path: Path, context: int = 512, threads: int = 2) -> None:
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            raise EvaluationError("scoring a GGUF bundle needs llama-cpp-python", "pip install llama-cpp-python") from exc
+        self.context = context
+        # logits_all keeps a logits row per evaluated token, which perplexity and KL need.
+        self._llm = Llama(model_path=str(model_path), n_ctx=context, n_batch=context, n_ubatch=context,
+                          logits_all=True, n_threads=threads, n_threads_batch=threads, verbose=False)
+        self.vocab_size = self._llm.n_vocab()
+
+    def score(self, token_ids: list[int]) -> np.ndarray:
+        if len(token_ids) > self.context:
+            raise EvaluationError(f"window of {len(token_ids)} tokens exceeds the scorer context {self.context}",
+                                  "evaluate in shorter windows")
+        self._llm.reset()
+        self._llm.eval(token_ids)
+        return np.array(self._llm.scores[: len(token_ids)], dtype=np.float32)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def close(self) -> None:
+        self._llm.close()
+
+
+def load_scorer(bundle_dir: Path, manifest: Any, context: int = 512, threads: int = 2) -> GGUFScorer:
+    return GGUFScorer(Path(bundle_dir) / manifest.model_file, context=context, threads=threads)

@@ -1,0 +1,103 @@
+"""Convert a Hugging Face checkpoint directory to an unquantized GGUF file (F32, F16 or BF16).
+
+The file is written in a stream: all tensor descriptions go into the header first (their sizes
+are known from the safetensors headers alone), then each tensor is read, reordered, cast, written
+and dropped before the next is touched. Peak memory is a few copies of the largest tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeopt.errors import ConfigError, ExportError
+from edgeopt.model_spec import load_model_spec
+from exporters.gguf.metadata import add_hyperparameters, llama3_rope_factors, rope_scaling
+from exporters.gguf.safetensors_reader import SafetensorsCheckpoint, f32_to_bf16
+from exporters.gguf.tensor_names import plan_tensors
+from exporters.gguf.vocab import add_vocab, load_vocab
+
+UNQUANTIZED = ("F32", "F16", "BF16")
+_FTYPE_IDS = {"F32": 0, "F16": 1, "BF16": 32}  # llama_ftype values
+
+
+def _cast(values: np.ndarray, out_type: str) -> tuple[np.ndarray, Any]:
+    """Array to write and its ggml type. 1-D tensors (norms, biases) always stay F32, as llama.cpp expects."""
+    import gguf
+
+    if values.ndim == 1 or out_type == "F32":
+        return np.ascontiguousarray(values, dtype=np.float32), gguf.GGMLQuantizationType.F32
+    if out_type == "F16":
+        return np.ascontiguousarray(values, dtype=np.float16), gguf.GGMLQuantizationType.F16
+    return f32_to_bf16(values), gguf.GGMLQuantizationType.BF16
+
+
+def _out_spec(shape: tuple[int, ...], out_type: str) -> tuple[np.dtype, int, Any]:
+    import gguf
+
+    n = int(np.prod(shape))
+    if len(shape) == 1 or out_type == "F32":
+        return np.dtype(np.float32), 4 * n, gguf.GGMLQuantizationType.F32
+    if out_type == "F16":
+        return np.dtype(np.float16), 2 * n, gguf.GGMLQuantizationType.F16
+    return np.dtype(np.uint16), 2 * n, gguf.GGMLQuantizationType.BF16
+
+
+def convert_checkpoint(model_dir: Path, out_path: Path, out_type: str = "F16") -> dict[str, Any]:
+    """Write ``out_path`` from the checkpoint in ``model_dir``; return facts for the manifest."""
+    import gguf
+
+    if out_type not in UNQUANTIZED:
+        raise ConfigError(f"convert_checkpoint writes {', '.join(UNQUANTIZED)}, not {out_type!r}",
+                          "quantize the F16 output with exporters.gguf.quantize.quantize_gguf")
+    started = time.perf_counter()
+    model_dir = Path(model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    spec = load_model_spec(str(model_dir))
+    checkpoint = SafetensorsCheckpoint(model_dir)
+    plans = plan_tensors(spec, checkpoint.names())
+    for plan in plans:
+        expected = next(t.shape for t in spec.tensors() if t.name == plan.hf_name)
+        if checkpoint.shape(plan.hf_name) != expected:
+            raise ExportError(f"tensor {plan.hf_name} has shape {checkpoint.shape(plan.hf_name)}, config implies {expected}",
+                              "save the config that matches the (pruned) weights")
+    vocab = load_vocab(model_dir, spec.vocab_size, config)
+    if len(vocab.tokens) != spec.vocab_size:
+        raise ExportError(f"tokenizer has {len(vocab.tokens)} tokens but the embedding has {spec.vocab_size} rows",
+                          "resize the model's embeddings to the tokenizer (model.resize_token_embeddings)")
+
+    writer = gguf.GGUFWriter(str(out_path), spec.arch)
+    add_hyperparameters(writer, spec, config, model_dir.name)
+    writer.add_file_type(_FTYPE_IDS[out_type])
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_vocab(writer, vocab)
+
+    extra: list[tuple[str, np.ndarray]] = []
+    scaling = rope_scaling(config)
+    if scaling is not None and scaling["rope_type"] == "llama3":
+        extra.append(("rope_freqs.weight", llama3_rope_factors(scaling, spec)))
+    for name, values in extra:
+        writer.add_tensor_info(name, values.shape, values.dtype, values.nbytes)
+    for plan in plans:
+        dtype, nbytes, raw = _out_spec(checkpoint.shape(plan.hf_name), out_type)
+        writer.add_tensor_info(plan.gguf_name, checkpoint.shape(plan.hf_name), dtype, nbytes, raw_dtype=raw)
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for _, values in extra:
+        writer.write_tensor_data(values)
+    for plan in plans:
+        with checkpoint.open_f32(plan.hf_name) as values:
+            if plan.transform is not None:
+                values = plan.transform(values)
+            data, _ = _cast(values, out_type)
+        writer.write_tensor_data(data)
+        del data, values
+    writer.close()
+    return {"gguf_arch": spec.arch, "tokenizer_model": vocab.model, "tokenizer_pre": vocab.pre,
+            "n_tensors": len(plans) + len(extra), "convert_seconds": round(time.perf_counter() - started, 3)}

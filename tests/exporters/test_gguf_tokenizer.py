@@ -1,0 +1,98 @@
+"""llama.cpp tokenizes our GGUF exactly like the Hugging Face tokenizer, for BPE and SentencePiece."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+# Unicode, runs of whitespace, digits, code, special tokens: where tokenizers usually disagree.
+TEXTS = [
+    "Hello world",
+    " leading space and trailing space ",
+    "def add(a, b):\n    return a + b\n\n\n",
+    "tabs\tand\t\tmore\ttabs",
+    "numbers: 3.14159 1234567890 42nd 1,000,000",
+    "naïve café — 日本語のテキスト 🙂 émoji",
+    "   \n\n  multiple   spaces    here\r\n",
+    "x=[i**2 for i in range(10) if i%2==0]  # comment",
+    "'s 't 're 've 'm 'll 'd I'm DON'T",
+    "Ünïcödé ΑΒΓ абв ﬁ ligature",
+    "",
+]
+
+
+def _llama_tokens(gguf_path: Path, texts: list[str]) -> list[list[int]]:
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(gguf_path), vocab_only=True, verbose=False)
+    try:
+        return [llm.tokenize(t.encode("utf-8"), add_bos=False, special=True) for t in texts]
+    finally:
+        llm.close()
+
+
+def _assert_same(hf_tokenizer, gguf_path: Path, texts: list[str]) -> None:
+    ours = _llama_tokens(gguf_path, texts)
+    for text, got in zip(texts, ours):
+        expected = hf_tokenizer.encode(text, add_special_tokens=False)
+        assert got == expected, f"{text!r}: llama.cpp {got} != HF {expected}"
+
+
+def test_byte_level_bpe_matches_hf(tiny_model_factory, tiny_gguf_factory) -> None:
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(tiny_model_factory("llama-gqa")))
+    specials = ["<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "a<|endoftext|>b"]
+    _assert_same(hf, tiny_gguf_factory("llama-gqa", "F16"), TEXTS + specials)
+
+
+def test_sentencepiece_matches_hf(spm_model_dir: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from exporters.gguf.exporter import GGUFExporter
+
+    result = GGUFExporter().export(spm_model_dir, tmp_path, "F16", {})
+    hf = AutoTokenizer.from_pretrained(str(spm_model_dir))
+    _assert_same(hf, tmp_path / result.model_file, [t for t in TEXTS if t] + ["before</s>after", "<s>start"])
+
+
+def test_sentencepiece_metadata(spm_model_dir: Path, tmp_path: Path) -> None:
+    import gguf
+
+    from exporters.gguf.exporter import GGUFExporter
+
+    GGUFExporter().export(spm_model_dir, tmp_path, "F16", {})
+    fields = {n: f.contents() for n, f in gguf.GGUFReader(tmp_path / "model.gguf").fields.items()}
+    assert fields["tokenizer.ggml.model"] == "llama"
+    assert fields["tokenizer.ggml.bos_token_id"] == 1 and fields["tokenizer.ggml.eos_token_id"] == 2
+    assert fields["tokenizer.ggml.add_bos_token"] is True
+    types = fields["tokenizer.ggml.token_type"]
+    assert types.count(6) == 256, "every byte-fallback piece is typed BYTE"
+    assert len(fields["tokenizer.ggml.scores"]) == len(fields["tokenizer.ggml.tokens"])
+
+
+@pytest.mark.parametrize("pre", ["Whitespace", "Punctuation"])
+def test_unknown_pre_tokenizer_is_refused(pre: str) -> None:
+    from edgeopt.errors import ExportError
+    from exporters.gguf.pretokenizer import pre_tokenizer_name
+
+    with pytest.raises(ExportError, match=pre):
+        pre_tokenizer_name({"pre_tokenizer": {"type": pre}}, Path("tokenizer.json"))
+
+
+def test_known_pre_tokenizers_are_recognised() -> None:
+    """Llama 3, Qwen2 and SmolLM spell their pre-tokenizers as tokenizer.json sequences; each maps to its name."""
+    from exporters.gguf.pretokenizer import LLAMA3, QWEN2, pre_tokenizer_name
+
+    def split(regex: str) -> dict:
+        return {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+
+    smollm = {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
+                                                    {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}]}
+    where = Path("tokenizer.json")
+    assert pre_tokenizer_name({"pre_tokenizer": split(LLAMA3)}, where) == "llama-bpe"
+    assert pre_tokenizer_name({"pre_tokenizer": split(QWEN2)}, where) == "qwen2"
+    assert pre_tokenizer_name({"pre_tokenizer": smollm}, where) == "smollm"
