@@ -106,6 +106,9 @@ def parse_metrics(text: str) -> MetricsSnapshot:
                 else:
                     histograms[family.name] = histogram
                 continue
+            if family.type == "counter" and not family.samples:
+                # A labelled counter has no samples until its first increment: that is a zero.
+                scalars.setdefault(family.name + "_total", 0.0)
             _add_scalars(family.samples, scalars, by_label)
     return MetricsSnapshot(scalars, by_label, histograms, tuple(problems))
 

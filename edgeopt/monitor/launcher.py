@@ -1,0 +1,99 @@
+"""``edgeopt monitor --bundle B``: run ``edgeopt serve B`` as a child process for the dashboard's lifetime.
+
+The server is a separate process (not a thread) so the dashboard stays responsive while the model
+computes, and so that the server's logs go to a file instead of scribbling over the terminal UI.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from edgeopt.bundle import read_manifest
+from edgeopt.errors import BackendError
+
+
+@dataclass(frozen=True)
+class LaunchedServer:
+    base_url: str
+    log_path: Path
+    process: subprocess.Popen
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def serve_command(bundle: Path, port: int, api_key: str | None = None, threads: int | None = None) -> list[str]:
+    command = [sys.executable, "-m", "edgeopt.cli", "serve", str(bundle), "--host", "127.0.0.1",
+               "--port", str(port), "--log-level", "warning"]
+    if api_key:
+        command += ["--api-key", api_key]
+    if threads:
+        command += ["--threads", str(threads)]
+    return command
+
+
+@contextmanager
+def launched_server(bundle: Path, api_key: str | None = None, threads: int | None = None,
+                    startup_timeout_s: float = 300.0) -> Iterator[LaunchedServer]:
+    """Start the server, wait until /health says ok, yield it, and always stop it afterwards."""
+    read_manifest(bundle)  # a missing or broken bundle fails here, with the bundle's own message
+    port = free_port()
+    log_path = Path(tempfile.mkstemp(prefix="edgeopt-serve-", suffix=".log")[1])
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(serve_command(bundle, port, api_key, threads), stdout=log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    server = LaunchedServer(f"http://127.0.0.1:{port}", log_path, process)
+    try:
+        wait_until_healthy(server, startup_timeout_s)
+        yield server
+    finally:
+        stop(process)
+
+
+def wait_until_healthy(server: LaunchedServer, timeout_s: float) -> None:
+    """Block until GET /health answers 200; fail with the log's tail if the server dies or never gets there."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise BackendError(f"edgeopt serve exited with code {server.process.returncode} before it was ready: "
+                               f"{_log_tail(server.log_path)}", f"see the full log in {server.log_path}")
+        try:
+            if httpx.get(server.base_url + "/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass  # not listening yet
+        time.sleep(0.25)
+    raise BackendError(f"edgeopt serve did not become healthy within {timeout_s:.0f}s at {server.base_url}",
+                       f"see the log in {server.log_path}")
+
+
+def stop(process: subprocess.Popen, grace_s: float = 10.0) -> None:
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _log_tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(text[-lines:]) or "(empty log)"
