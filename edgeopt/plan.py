@@ -102,11 +102,20 @@ def make_plan(spec: ModelSpec, profile: DeviceProfile, context: int | None = Non
         raise ConfigError(f"context={context} and concurrency={concurrency} must both be >= 1", "pass positive values")
     candidates = []
     for fmt in formats:
-        quants = GGUF_CANDIDATES if fmt == "gguf" else ONNX_CANDIDATES if fmt == "onnx" else ("fp16",)
+        quants = GGUF_CANDIDATES if fmt == "gguf" else ONNX_CANDIDATES if fmt == "onnx" else torch_candidates(profile)
         candidates += [size_candidate(spec, profile, fmt, q, context, concurrency, memory_bytes) for q in quants]
     usable = memory_bytes if memory_bytes is not None else profile.usable_memory_bytes
     return Plan(spec.source, profile.name, usable, context, concurrency, candidates,
                 recommend(candidates, profile))
+
+
+def torch_candidates(profile: DeviceProfile) -> tuple[str, ...]:
+    """Torch dtypes to offer: half precision on CUDA (bf16 from Ampere, sm_80, on), else fp32 first
+    (CPU half-precision matmuls are slow or missing) with bf16 as the fallback when fp32 does not fit."""
+    if profile.has_cuda:
+        arch = profile.accelerator.partition("sm_")[2]
+        return ("bf16",) if arch.isdigit() and int(arch) >= 80 else ("fp16",)
+    return ("fp32", "bf16")
 
 
 def recommend(candidates: list[Candidate], profile: DeviceProfile) -> Candidate | None:

@@ -1,0 +1,119 @@
+"""The torch runtime behind our engine: a Hugging Face causal LM, one KV store per slot.
+
+This is the CPU path of ``--runtime torch`` (and the reference the CUDA path is compared with). The
+engine schedules; this class only runs forwards:
+
+* prefill chunks (several tokens) run one slot at a time, on a ``DynamicCache`` built from the slot;
+* single-token decodes of slots that already hold KV are grouped into one batched forward (left-padded
+  caches, see :mod:`runtimes.torch.slot_cache`), which is where continuous batching pays off.
+
+Contract checks (unknown slot, a start position that is not the slot's length, KV capacity or context
+exceeded) raise :class:`BackendError`: they mean an engine bug, and running anyway would silently
+return logits for the wrong history.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from edgeopt.errors import BackendError
+from runtimes.base import RuntimeInfo, StepInput, Tokenizer
+from runtimes.torch.slot_cache import SlotKV, append_last_token, cache_for_slot, padded_cache, read_back
+
+
+class TorchRuntime:
+    def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, info: RuntimeInfo) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.info = info
+        self.device = next(model.parameters()).device
+        self._slots: dict[int, SlotKV] = {}
+        self.forwards = 0  # forward passes run, for batching tests and benchmarks
+        self.closed = False
+
+    @property
+    def kv_used_tokens(self) -> int:
+        return sum(slot.length for slot in self._slots.values())
+
+    def step(self, batch: list[StepInput]) -> np.ndarray:
+        self._check(batch)
+        rows: dict[int, torch.Tensor] = {}
+        decodes = [i for i, item in enumerate(batch) if len(item.tokens) == 1 and item.start_pos > 0]
+        if len(decodes) < 2:
+            decodes = []
+        with torch.inference_mode():
+            if decodes:
+                rows.update(self._decode_batched([batch[i] for i in decodes], decodes))
+            for index, item in enumerate(batch):
+                if index not in rows:
+                    rows[index] = self._forward_one(item)
+        wanted = [rows[i] for i, item in enumerate(batch) if item.want_logits]
+        if not wanted:
+            return np.zeros((0, self.info.vocab_size), dtype=np.float32)
+        return torch.stack(wanted).float().cpu().numpy()[:, : self.info.vocab_size]
+
+    def release(self, slot: int) -> None:
+        if not 0 <= slot < self.info.max_slots:
+            raise BackendError(f"release of slot {slot}: slots are 0..{self.info.max_slots - 1}",
+                               "this is an engine bug; please report it")
+        self._slots.pop(slot, None)
+
+    def close(self) -> None:
+        self._slots.clear()
+        self.closed = True
+
+    # --- forwards ---------------------------------------------------------------------------------
+
+    def _forward_one(self, item: StepInput) -> torch.Tensor:
+        slot = self._slots.setdefault(item.slot, SlotKV())
+        cache = cache_for_slot(slot)
+        count = len(item.tokens)
+        input_ids = torch.tensor([item.tokens], dtype=torch.long, device=self.device)
+        positions = torch.arange(item.start_pos, item.start_pos + count, device=self.device).unsqueeze(0)
+        out = self.model(input_ids=input_ids, position_ids=positions, past_key_values=cache, use_cache=True,
+                         logits_to_keep=1)
+        self._slots[item.slot] = read_back(out.past_key_values)
+        self.forwards += 1
+        return out.logits[0, -1]
+
+    def _decode_batched(self, items: list[StepInput], indices: list[int]) -> dict[int, torch.Tensor]:
+        slots = [self._slots[item.slot] for item in items]
+        cache, mask = padded_cache(slots)
+        input_ids = torch.tensor([[item.tokens[0]] for item in items], dtype=torch.long, device=self.device)
+        positions = torch.tensor([[item.start_pos] for item in items], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=input_ids, attention_mask=mask.to(self.device), position_ids=positions,
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        append_last_token(slots, out.past_key_values)
+        self.forwards += 1
+        return {index: out.logits[row, -1] for row, index in enumerate(indices)}
+
+    # --- contract ----------------------------------------------------------------------------------
+
+    def _check(self, batch: list[StepInput]) -> None:
+        if self.closed:
+            raise BackendError("step() after close()", "this is an engine bug; please report it")
+        if not batch:
+            raise BackendError("step() with an empty batch", "this is an engine bug; please report it")
+        seen: set[int] = set()
+        new_tokens = 0
+        for item in batch:
+            if not 0 <= item.slot < self.info.max_slots or item.slot in seen:
+                raise BackendError(f"slot {item.slot} is outside 0..{self.info.max_slots - 1} or repeated in one batch",
+                                   "this is an engine bug; please report it")
+            seen.add(item.slot)
+            held = self._slots[item.slot].length if item.slot in self._slots else 0
+            if item.start_pos != held or not item.tokens:
+                raise BackendError(f"slot {item.slot}: start_pos {item.start_pos} with {len(item.tokens)} tokens, "
+                                   f"but the slot holds {held}", "this is an engine bug; please report it")
+            if held + len(item.tokens) > self.info.context_length:
+                raise BackendError(f"slot {item.slot}: {held + len(item.tokens)} tokens exceed the context "
+                                   f"({self.info.context_length})", "lower max_tokens or the prompt length")
+            bad = [t for t in item.tokens if not 0 <= t < self.info.vocab_size]
+            if bad:
+                raise BackendError(f"slot {item.slot}: token ids {bad[:5]} outside 0..{self.info.vocab_size - 1}",
+                                   "the prompt was tokenized with another vocabulary")
+            new_tokens += len(item.tokens)
+        if self.kv_used_tokens + new_tokens > self.info.kv_capacity_tokens:
+            raise BackendError(f"KV overflow: {self.kv_used_tokens} held + {new_tokens} new > capacity "
+                               f"{self.info.kv_capacity_tokens}", "this is an engine bug; please report it")

@@ -1,0 +1,121 @@
+"""Load a torch bundle: pick the device and dtype, load the checkpoint and tokenizer, size the slots."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import BundleError, ConfigError
+from runtimes.base import RuntimeInfo
+
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+DEFAULT_CONTEXT = 4096
+DEFAULT_SLOTS = 16
+
+
+def pick_device(requested: str) -> str:
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested not in ("cpu", "cuda"):
+        raise ConfigError(f"torch runtime device {requested!r} is not supported", "use auto, cpu or cuda")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' was requested but torch sees no CUDA device",
+                          "install a CUDA build of torch, or serve with device=cpu")
+    return requested
+
+
+def pick_dtype(requested: str, checkpoint_dtype: str, device: str) -> str:
+    """The checkpoint's dtype on CUDA; on CPU fp16 is upcast to fp32 (CPU fp16 kernels are slow or missing)."""
+    if requested != "auto":
+        if requested not in DTYPES:
+            raise ConfigError(f"torch dtype {requested!r} is not supported", f"valid: auto, {', '.join(DTYPES)}")
+        return DTYPES[requested]
+    if device == "cpu" and checkpoint_dtype == "float16":
+        return "float32"
+    return checkpoint_dtype if checkpoint_dtype in DTYPES.values() else "float32"
+
+
+def read_config(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "config.json"
+    if not path.is_file():
+        raise BundleError(f"{path} is missing: the bundle's model directory is not a Hugging Face checkpoint",
+                          "re-run edgeopt optimize --format torch")
+    return json.loads(path.read_text())
+
+
+def eos_token_ids(model_dir: Path, config: dict[str, Any]) -> frozenset[int]:
+    """EOS ids from generation_config.json (chat models list several) and config.json."""
+    ids: set[int] = set()
+    sources = [config]
+    gen = model_dir / "generation_config.json"
+    if gen.is_file():
+        sources.append(json.loads(gen.read_text()))
+    for source in sources:
+        value = source.get("eos_token_id")
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)
+
+
+def load_checkpoint(bundle_dir: Path, manifest: Any, device: str, dtype: str, threads: int | None,
+                    attn_implementation: str = "sdpa") -> tuple[Any, Any, dict[str, Any]]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    model_dir = bundle_dir / manifest.model_file
+    config = read_config(model_dir)
+    checkpoint_dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32")
+    torch_dtype = getattr(torch, pick_dtype(dtype, checkpoint_dtype, device))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype,
+                                                     attn_implementation=attn_implementation)
+    except (OSError, ValueError) as exc:
+        raise BundleError(f"cannot load the checkpoint in {model_dir}: {exc}",
+                          "re-run edgeopt optimize --format torch") from exc
+    model.to(device).eval()
+    tokenizer = BundleTokenizer(bundle_dir / manifest.tokenizer_dir / "tokenizer.json")
+    return model, tokenizer, config
+
+
+def runtime_info(model_dir: Path, config: dict[str, Any], tokenizer: Any, kv_capacity_tokens: int | None,
+                 max_slots: int | None, context_length: int | None) -> RuntimeInfo:
+    model_max = int(config.get("max_position_embeddings") or DEFAULT_CONTEXT)
+    context = min(context_length or DEFAULT_CONTEXT, model_max)
+    slots = max_slots or DEFAULT_SLOTS
+    capacity = kv_capacity_tokens or slots * context
+    if context < 2 or slots < 1 or capacity < 1:
+        raise ConfigError(f"torch runtime sizing context_length={context}, max_slots={slots}, "
+                          f"kv_capacity_tokens={capacity} is invalid", "pass positive values")
+    bos = config.get("bos_token_id")
+    # The engine prepends nothing itself: add_bos says whether encode(add_special=True) already does.
+    adds_bos = bool(bos is not None and tokenizer.encode("", add_special=True)[:1] == [bos])
+    return RuntimeInfo(vocab_size=int(config["vocab_size"]), kv_capacity_tokens=capacity, max_slots=slots,
+                       context_length=context, eos_token_ids=eos_token_ids(model_dir, config),
+                       bos_token_id=bos if isinstance(bos, int) else None, add_bos=adds_bos)
+
+
+def load_runtime_for_bundle(bundle_dir: Path, manifest: Any, *, device: str = "auto", dtype: str = "auto",
+                            threads: int | None = None, kv_capacity_tokens: int | None = None,
+                            max_slots: int | None = None, context_length: int | None = None) -> Any:
+    device = pick_device(os.environ.get("EDGEOPT_TORCH_DEVICE", device))
+    if device == "cuda":
+        from runtimes.torch.paged import load_paged_runtime
+
+        return load_paged_runtime(bundle_dir, manifest, dtype=dtype, kv_capacity_tokens=kv_capacity_tokens,
+                                  max_slots=max_slots, context_length=context_length)
+    from runtimes.torch.cpu_runtime import TorchRuntime
+
+    model, tokenizer, config = load_checkpoint(bundle_dir, manifest, device, dtype, threads)
+    info = runtime_info(bundle_dir / manifest.model_file, config, tokenizer, kv_capacity_tokens, max_slots,
+                        context_length)
+    return TorchRuntime(model, tokenizer, info)
