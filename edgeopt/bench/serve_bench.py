@@ -6,6 +6,7 @@ ratios that say what continuous batching buys and what the HTTP/engine layers co
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -13,7 +14,8 @@ from typing import Any
 
 from edgeopt.bench.loadgen import run_load
 from edgeopt.bench.server_proc import ServerProcess
-from edgeopt.bundle import load_bundle
+from edgeopt.bundle import Manifest, load_bundle
+from edgeopt.errors import ConfigError
 from edgeopt.server.launcher import model_names
 
 
@@ -60,6 +62,10 @@ def _load_levels(cfg: ServeBenchConfig, model: str, max_concurrency: int, levels
 
 
 def run_serve_bench(cfg: ServeBenchConfig, report: Callable[[str], None] = print) -> dict[str, Any]:
+    if cfg.threads is None:  # server and raw decode must use the same threads for the ratio to mean anything
+        from profiles import load_profile
+
+        cfg = dataclasses.replace(cfg, threads=load_profile("host").cores)
     manifest = load_bundle(cfg.bundle, verify=False)
     model = model_names(cfg.bundle, manifest)[0]
     top = max(cfg.concurrency)
@@ -72,14 +78,23 @@ def run_serve_bench(cfg: ServeBenchConfig, report: Callable[[str], None] = print
         baseline, _ = _load_levels(cfg, model, 1, (top,), report)
         out["baseline"] = baseline[0]
     if cfg.raw:
-        from edgeopt.bench.raw import raw_decode_tokens_per_s
-
         report(f"llama.cpp raw batched decode, {top} sequences:")
-        out["raw"] = raw_decode_tokens_per_s(cfg.bundle, manifest, top, cfg.prompt_tokens, cfg.max_tokens,
-                                             cfg.threads)
+        out["raw"] = raw_decode(cfg, manifest, top)
         report(f"  {out['raw']['tokens_per_s']:8.1f} tok/s")
     out["ratios"] = ratios(out, top)
     return out
+
+
+def raw_decode(cfg: ServeBenchConfig, manifest: Manifest, sequences: int) -> dict[str, Any]:
+    """llama.cpp's own batched decode on the same GGUF and thread count (runtimes.llama_cpp.bench)."""
+    if manifest.runtime != "llama_cpp":
+        raise ConfigError(f"--raw compares with llama.cpp, but this bundle runs on {manifest.runtime!r}",
+                          "pass --no-raw")
+    from runtimes.llama_cpp.bench import raw_batched_decode
+
+    result = raw_batched_decode(cfg.bundle / manifest.model_file, sequences, decode_steps=cfg.max_tokens,
+                                prompt_tokens=cfg.prompt_tokens, threads=cfg.threads)
+    return result.to_dict() | {"sequences": sequences}
 
 
 def ratios(out: dict[str, Any], top: int) -> dict[str, float | None]:

@@ -1,0 +1,24 @@
+"""Build a real, checksummed GGUF bundle around a tiny GGUF (no optimize run: conversion is the
+exporter's job and is tested there; here we only need something ``edgeopt serve`` accepts)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from edgeopt.bundle import Manifest, staged_bundle, write_manifest
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def make_gguf_bundle(gguf: Path, hf_dir: Path, dest: Path, quant: str = "F16") -> Path:
+    with staged_bundle(dest, force=True) as stage:
+        shutil.copy2(gguf, stage / "model.gguf")
+        (stage / "tokenizer").mkdir()
+        for name in TOKENIZER_FILES:
+            if (hf_dir / name).is_file():
+                shutil.copy2(hf_dir / name, stage / "tokenizer" / name)
+        write_manifest(stage, Manifest(source_model=str(hf_dir), source_revision="test", target="host",
+                                       format="gguf", quant=quant, runtime="llama_cpp", model_file="model.gguf",
+                                       architecture="LlamaForCausalLM"))
+    return dest

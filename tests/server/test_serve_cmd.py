@@ -1,0 +1,26 @@
+"""``edgeopt serve`` option parsing and bundle errors (no model load needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgeopt.commands.serve_cmd import parse_memory
+from edgeopt.errors import BundleError, ConfigError
+from edgeopt.server.launcher import ServeOptions, serve_bundle
+
+
+@pytest.mark.parametrize("text,expected", [("4GiB", 4 * 2**30), ("512MiB", 512 * 2**20), ("1.5g", int(1.5 * 2**30)),
+                                           ("300", 300 * 2**20), ("2 GB", 2 * 2**30)])
+def test_parse_memory(text, expected):
+    assert parse_memory(text) == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "-1G", "0"])
+def test_parse_memory_refuses_nonsense(text):
+    with pytest.raises(ConfigError, match=text):
+        parse_memory(text)
+
+
+def test_serving_a_missing_bundle_says_how_to_make_one(tmp_path):
+    with pytest.raises(BundleError, match="edgeopt optimize"):
+        serve_bundle(tmp_path / "nope", ServeOptions())

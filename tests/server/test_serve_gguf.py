@@ -1,0 +1,100 @@
+"""``edgeopt serve`` of a real GGUF bundle in a subprocess: the openai client works end to end, the
+process never imports torch/transformers/optimum, and its RSS stays within bundle + KV + 120 MB."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import psutil
+import pytest
+
+from edgeopt.bundle import load_bundle
+from edgeopt.server.launcher import ServeOptions, size_kv
+from tests.server.gguf_bundle import make_gguf_bundle
+from tests.server.live import free_port
+
+pytestmark = pytest.mark.timeout(300)
+MIB = 2**20
+HEAVY = ("torch", "transformers", "optimum")
+
+# Runs the real CLI entry point; at exit it records which heavy packages were ever imported.
+WRAPPER = textwrap.dedent("""
+    import atexit, json, sys
+    report = sys.argv.pop(1)
+    atexit.register(lambda: open(report, "w").write(json.dumps(sorted(
+        m for m in sys.modules if m.split(".")[0] in {heavy!r}))))
+    from edgeopt.cli import main
+    sys.argv[0] = "edgeopt"
+    main()
+""").format(heavy=set(HEAVY))
+
+
+@pytest.fixture(scope="module")
+def gguf_bundle(tiny_gguf_factory, tiny_model_factory, tmp_path_factory) -> Path:
+    return make_gguf_bundle(tiny_gguf_factory("llama-gqa", "Q8_0"), tiny_model_factory("llama-gqa"),
+                            tmp_path_factory.mktemp("served") / "tiny-llama")
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"edgeopt serve exited early with code {proc.returncode}"
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("edgeopt serve never became healthy")
+
+
+def test_serve_gguf_bundle_end_to_end_without_torch(gguf_bundle: Path, tmp_path: Path):
+    port = free_port()
+    report = tmp_path / "modules.json"
+    args = ["--port", str(port), "--memory", "1GiB", "--max-concurrency", "4", "--context", "256",
+            "--threads", "2", "--api-key", "k", "--log-level", "warning"]
+    env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
+    proc = subprocess.Popen([sys.executable, "-c", WRAPPER, str(report), "serve", str(gguf_bundle), *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0, timeout=60)
+        [model] = [m.id for m in client.models.list().data]
+        assert model == "tiny-llama"
+        chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "def f():"}],
+                                              max_tokens=8, temperature=0)
+        assert chat.usage.completion_tokens >= 1 and chat.choices[0].finish_reason in ("stop", "length")
+        text = client.completions.create(model=model, prompt="import os\n", max_tokens=8, temperature=0)
+        streamed = client.completions.create(model=model, prompt="import os\n", max_tokens=8, temperature=0,
+                                             stream=True)
+        assert "".join(c.choices[0].text for c in streamed) == text.choices[0].text
+        rss = psutil.Process(proc.pid).memory_info().rss
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=60)[0].decode(errors="replace")
+    assert proc.returncode == 0, output[-2000:]
+    assert json.loads(report.read_text()) == [], "serving a GGUF bundle imported heavy packages"
+
+    manifest = load_bundle(gguf_bundle)
+    sizing = size_kv(gguf_bundle, manifest, ServeOptions(memory_bytes=2**30, max_concurrency=4, context=256))
+    bundle_bytes = sum(f["bytes"] for f in manifest.files.values())
+    kv_bytes = sizing.kv_capacity_tokens * sizing.kv_bytes_per_token
+    print(f"\nserve RSS {rss / MIB:.1f} MiB; bundle {bundle_bytes / MIB:.1f} MiB + KV {kv_bytes / MIB:.1f} MiB")
+    assert rss <= bundle_bytes + kv_bytes + 120 * MIB
+
+
+def test_serve_refuses_a_context_beyond_the_model(gguf_bundle: Path):
+    result = subprocess.run([sys.executable, "-m", "edgeopt.cli", "serve", str(gguf_bundle), "--context", "999999",
+                             "--memory", "1GiB"], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "999999" in result.stderr and "training context" in result.stderr, result.stderr
