@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from edgeopt.engine.api import RequestOutput, SamplingParams
-from edgeopt.errors import EdgeoptError, RequestError
+from edgeopt.errors import BackendError, EdgeoptError, RequestError
 from edgeopt.server.auth import require_api_key
 from edgeopt.server.errors import error_body
 from edgeopt.server.openai_format import ResponseShape, usage
@@ -68,6 +68,8 @@ async def _respond(state: ServerState, request: Request, shape: ResponseShape, p
     except ClientGone:
         state.metrics.count_error(499)  # nginx's "client closed request": nobody reads this reply
         return Response(status_code=499)
+    if last.finish_reason == "error":
+        raise BackendError(f"the model runtime failed while generating: {last.error}", "see the server log")
     counts = usage(len(prompt_ids), last.completion_tokens)
     return JSONResponse(shape.full(text, last.finish_reason, counts))
 
@@ -78,6 +80,9 @@ async def _sse_events(generation: Generation, shape: ResponseShape, prompt_token
         if shape.chat:
             yield sse(shape.chunk("", first=True))
         async for out in generation:
+            if out.finish_reason == "error":
+                yield sse(error_body(f"the model runtime failed while generating: {out.error}", "server_error"))
+                break
             if out.finished:
                 yield _final_chunk(shape, out, prompt_tokens, include_usage)
             elif out.text:

@@ -112,3 +112,32 @@ def test_full_queue_answers_429_with_a_reason(serve_fake):
                 assert live.state.engine_stats().running == 1, "the first stream must still be running"
     wait_until(lambda: engine_idle(live), what="both streams to end")
     assert 'edgeopt_request_errors_total{status="429"} 1.0' in httpx.get(f"{live.url}/metrics").text
+
+
+class FlakyRuntime(FakeRuntime):
+    """The fake runtime, with a switch that makes every step fail like a crashed backend."""
+
+    fail = False
+
+    def step(self, batch):
+        if self.fail:
+            raise RuntimeError("simulated backend failure")
+        return super().step(batch)
+
+
+def test_runtime_failure_is_a_500_and_the_server_recovers():
+    runtime = FlakyRuntime()
+    app = create_app(ServerSettings(model_names=(MODEL,)), served=fake_served_model(runtime))
+    live = start_live_server(app)
+    try:
+        body = {"model": MODEL, "prompt": "x", "max_tokens": 5}
+        runtime.fail = True
+        failed = httpx.post(f"{live.url}/v1/completions", json=body)
+        assert failed.status_code == 500 and "simulated backend failure" in failed.json()["error"]["message"]
+        streamed = httpx.post(f"{live.url}/v1/completions", json={**body, "stream": True}).text
+        assert "simulated backend failure" in streamed and streamed.endswith("data: [DONE]\n\n")
+        runtime.fail = False
+        assert httpx.post(f"{live.url}/v1/completions", json=body).status_code == 200
+        assert engine_idle(live)
+    finally:
+        live.stop()

@@ -24,3 +24,15 @@ def test_parse_memory_refuses_nonsense(text):
 def test_serving_a_missing_bundle_says_how_to_make_one(tmp_path):
     with pytest.raises(BundleError, match="edgeopt optimize"):
         serve_bundle(tmp_path / "nope", ServeOptions())
+
+
+def test_server_modules_and_cli_import_no_heavy_packages():
+    import subprocess
+    import sys
+
+    code = ("import sys, edgeopt.cli, edgeopt.server.app, edgeopt.server.launcher, edgeopt.server.routes_openai, "
+            "edgeopt.bench.serve_bench; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'optimum')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
