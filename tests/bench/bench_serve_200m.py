@@ -1,0 +1,73 @@
+"""Issue-4 serving benchmark on a ~200M-parameter Q8_0 model (random weights: speed does not care).
+
+    .venv/bin/python tests/bench/bench_serve_200m.py [--work /tmp/edgeopt-bench-200m] [--threads 2]
+
+Builds (once, cached in --work) a Llama checkpoint of ~200M parameters with the demo BPE tokenizer,
+converts it with edgeopt's GGUF exporter to Q8_0, wraps it in a bundle, then runs ``edgeopt bench
+serve`` on it: the server at 16 streams, the same server with --max-concurrency 1, and llama.cpp's
+raw batched decode of 16 sequences. Prints the table and writes results.json into --work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+# hidden 1024, 12 layers, MLP 2816, 32k vocab, untied: ~0.22B parameters.
+CONFIG = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+              num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
+              tie_word_embeddings=False)
+
+
+def build_checkpoint(out_dir: Path) -> Path:
+    if (out_dir / "config.json").is_file():
+        return out_dir
+    import torch
+    import transformers
+
+    from edgeopt.demo.tokenizer import special_token_ids
+    from tests.fixtures.tiny_models import build_tokenizer
+
+    build_tokenizer(out_dir, vocab_size=4096)
+    ids = special_token_ids(out_dir)
+    config = transformers.LlamaConfig(**CONFIG, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"])
+    config.architectures = ["LlamaForCausalLM"]
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    print(f"parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M")
+    model.save_pretrained(out_dir, safe_serialization=True)
+    return out_dir
+
+
+def build_bundle(work: Path) -> Path:
+    bundle = work / "bundle-200m-q8_0"
+    if (bundle / "manifest.json").is_file():
+        return bundle
+    from exporters.gguf.exporter import GGUFExporter
+    from tests.server.gguf_bundle import make_gguf_bundle
+
+    checkpoint = build_checkpoint(work / "hf-200m")
+    export_dir = work / "export"
+    result = GGUFExporter().export(checkpoint, export_dir, "Q8_0", {"threads": 2})
+    return make_gguf_bundle(export_dir / result.model_file, checkpoint, bundle, quant="Q8_0")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("/tmp/edgeopt-bench-200m"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    bundle = build_bundle(args.work)
+    subprocess.run([sys.executable, "-m", "edgeopt.cli", "bench", "serve", str(bundle), "--concurrency", "16",
+                    "--requests", str(args.requests), "--max-tokens", str(args.max_tokens), "--prompt-tokens", "32",
+                    "--threads", str(args.threads), "--memory", "2GiB", "--json", str(args.work / "results.json")],
+                   check=True)
+
+
+if __name__ == "__main__":
+    main()
