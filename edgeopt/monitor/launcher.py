@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,25 +35,29 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def serve_command(bundle: Path, port: int, api_key: str | None = None, threads: int | None = None) -> list[str]:
+def serve_command(bundle: Path, port: int, api_key: str | None = None, threads: int | None = None,
+                  extra_args: Sequence[str] = ()) -> list[str]:
     command = [sys.executable, "-m", "edgeopt.cli", "serve", str(bundle), "--host", "127.0.0.1",
                "--port", str(port), "--log-level", "warning"]
     if api_key:
         command += ["--api-key", api_key]
     if threads:
         command += ["--threads", str(threads)]
-    return command
+    return command + list(extra_args)
 
 
 @contextmanager
 def launched_server(bundle: Path, api_key: str | None = None, threads: int | None = None,
-                    startup_timeout_s: float = 300.0) -> Iterator[LaunchedServer]:
-    """Start the server, wait until /health says ok, yield it, and always stop it afterwards."""
+                    extra_args: Sequence[str] = (), startup_timeout_s: float = 300.0) -> Iterator[LaunchedServer]:
+    """Start the server, wait until /health says ok, yield it, and always stop it afterwards.
+
+    ``extra_args`` go to ``edgeopt serve`` as they are (e.g. ``["--memory", "1GiB"]``).
+    """
     read_manifest(bundle)  # a missing or broken bundle fails here, with the bundle's own message
     port = free_port()
     log_path = Path(tempfile.mkstemp(prefix="edgeopt-serve-", suffix=".log")[1])
     with log_path.open("wb") as log:
-        process = subprocess.Popen(serve_command(bundle, port, api_key, threads), stdout=log,
+        process = subprocess.Popen(serve_command(bundle, port, api_key, threads, extra_args), stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = LaunchedServer(f"http://127.0.0.1:{port}", log_path, process)
     try:

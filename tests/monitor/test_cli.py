@@ -1,0 +1,58 @@
+"""``edgeopt monitor`` flags: bad values fail before any screen is drawn, with the value and the fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgeopt.cli import main
+from edgeopt.monitor.launcher import serve_command
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str]:
+    monkeypatch.setattr(sys, "argv", ["edgeopt", *args])
+    with pytest.raises(SystemExit) as info:
+        main()
+    return info.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (("--refresh", "0"), "--refresh 0.0 must be a positive"),
+    (("--refresh", "2", "--window", "1"), "--window 1.0 is shorter than --refresh 2.0"),
+    (("ftp://edge:21",), "cannot monitor 'ftp://edge:21'"),
+])
+def test_bad_flags_are_refused_with_the_value(monkeypatch, capsys, args: tuple[str, ...], expected: str) -> None:
+    code, err = run_cli(monkeypatch, capsys, "monitor", *args)
+    assert code != 0
+    assert expected in err and "fix:" in err
+
+
+def test_bundle_that_does_not_exist_fails_before_starting_a_server(monkeypatch, capsys, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-bundle"
+    code, err = run_cli(monkeypatch, capsys, "monitor", "--bundle", str(missing))
+    assert code != 0 and str(missing) in err and "does not exist" in err
+
+
+def test_url_and_bundle_together_are_refused(monkeypatch, capsys, tmp_path: Path) -> None:
+    code, err = run_cli(monkeypatch, capsys, "monitor", "http://10.0.0.2:8000", "--bundle", str(tmp_path))
+    assert code != 0 and "--bundle" in err and "10.0.0.2" in err
+
+
+def test_serve_command_passes_port_key_threads_and_extra_args() -> None:
+    command = serve_command(Path("b"), 4321, api_key="k", threads=2, extra_args=["--memory", "1GiB"])
+    assert command[1:5] == ["-m", "edgeopt.cli", "serve", "b"]
+    assert command[command.index("--port") + 1] == "4321"
+    assert command[command.index("--api-key") + 1] == "k"
+    assert command[command.index("--threads") + 1] == "2"
+    assert command[-2:] == ["--memory", "1GiB"]
+
+
+def test_the_monitor_never_imports_torch_or_transformers() -> None:
+    probe = ("import sys, edgeopt.cli, edgeopt.commands.monitor_cmd, edgeopt.monitor.app, edgeopt.monitor.launcher; "
+             "print(sorted(m for m in ('torch', 'transformers', 'optimum') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
