@@ -3,7 +3,7 @@
 The app can start before its model is loaded (``loader``): /health answers 503 "loading" until the
 loader, run in a worker thread, returns a :class:`ServedModel`; requests meanwhile get a 503 body.
 Routers are chosen by the bundle's ``manifest.kind``: a kind names modules exposing ``router``, so a
-new kind (e.g. "embedding": edgeopt/server/routes_embeddings.py) plugs in without touching this file's
+new kind (e.g. "embedding": edgeopt/server/embeddings.py) plugs in without touching this file's
 logic, and ``extra_routers`` lets a caller add more.
 """
 
@@ -27,7 +27,7 @@ log = logging.getLogger("edgeopt.server")
 
 KIND_ROUTERS: dict[str, tuple[str, ...]] = {
     "causal-lm": ("edgeopt.server.routes_openai",),
-    "embedding": ("edgeopt.server.routes_embeddings",),
+    "embedding": ("edgeopt.server.embeddings",),
 }
 
 Loader = Callable[[], ServedModel]
