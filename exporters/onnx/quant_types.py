@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from edgeopt.model_spec import ModelSpec
 
-QUANTS = ("fp32", "fp16", "int8", "int8-static", "int4")
+QUANTS = ("fp32", "int8", "int8-static", "int4")  # what ONNXExporter writes
 
 # Bytes per weight of the transformer-block matrices for each mode. INT4 MatMulNBits stores 4 bits
 # plus one fp32 scale per block of 32 (and packed zero points when asymmetric): 0.5 + 4/32 + 0.5/32.

@@ -1,0 +1,79 @@
+"""Encoders (sentence embeddings): export the transformer with optimum, carry its pooling into the bundle.
+
+optimum exports the bare transformer (``last_hidden_state``); pooling and normalization are read
+from the checkpoint's sentence-transformers configuration and applied by the runtime in numpy, so
+the bundle needs neither torch nor sentence-transformers on the device.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeopt.errors import ExportError
+from exporters.onnx.validate import min_cosine
+from runtimes.onnxruntime.pooling import PoolingConfig, pool
+
+FP32_COSINE_LIMIT = 0.9999
+PROBE_SENTENCES = (
+    "The function returns a list of the keys.",
+    "Open the file in binary mode before reading.",
+    "A context manager releases the lock on exit, even after an exception.",
+    "json",
+)
+
+
+def probe_batch(model_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids and attention mask of PROBE_SENTENCES, right-padded, via the checkpoint's tokenizer.json."""
+    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+
+    tok = BundleTokenizer(model_dir / "tokenizer.json")
+    seqs = tok.encode_batch(list(PROBE_SENTENCES))
+    longest = max(len(s) for s in seqs)
+    ids = np.zeros((len(seqs), longest), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for row, seq in enumerate(seqs):
+        ids[row, :len(seq)], mask[row, :len(seq)] = seq, 1
+    return ids, mask
+
+
+def torch_embeddings(model_dir: Path, ids: np.ndarray, mask: np.ndarray, pooling: PoolingConfig) -> np.ndarray:
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32)
+    model.eval()
+    with torch.no_grad():
+        hidden = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state
+    return pool(hidden.numpy(), mask, pooling)
+
+
+def onnx_embeddings(onnx_path: Path, ids: np.ndarray, mask: np.ndarray, pooling: PoolingConfig,
+                    threads: int = 2) -> np.ndarray:
+    from runtimes.onnxruntime.session import create_session
+
+    session = create_session(onnx_path, threads, ["CPUExecutionProvider"])
+    feed = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in {i.name for i in session.get_inputs()}:
+        feed["token_type_ids"] = np.zeros_like(ids)
+    return pool(session.run(None, feed)[0], mask, pooling)
+
+
+def validate_encoder(model_dir: Path, onnx_path: Path, pooling: PoolingConfig) -> dict[str, Any]:
+    ids, mask = probe_batch(model_dir)
+    reference = torch_embeddings(model_dir, ids, mask, pooling)
+    candidate = onnx_embeddings(onnx_path, ids, mask, pooling)
+    cosine = min_cosine(reference, candidate)
+    if not cosine >= FP32_COSINE_LIMIT:
+        raise ExportError(f"the fp32 ONNX encoder of {model_dir} disagrees with torch: min cosine {cosine:.6f}",
+                          "the export is broken for this architecture; report it")
+    return {"fp32_min_cosine_vs_torch": cosine, "dimensions": int(reference.shape[1])}
+
+
+def quantized_cosine(model_dir: Path, fp32_path: Path, quant_path: Path, pooling: PoolingConfig) -> dict[str, float]:
+    ids, mask = probe_batch(model_dir)
+    ref = onnx_embeddings(fp32_path, ids, mask, pooling)
+    cand = onnx_embeddings(quant_path, ids, mask, pooling)
+    return {"probe_min_cosine_vs_fp32": min_cosine(ref, cand)}

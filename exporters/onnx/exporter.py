@@ -1,0 +1,99 @@
+"""``ONNXExporter``: HF checkpoint -> fp32 ONNX (optimum, checked against torch) -> quantized ONNX.
+
+The bundle gets ``model/model.onnx`` (plus ``model.onnx_data`` for models over 2 GB) and the
+checkpoint's config.json beside it, which is the layout optimum's ORTModelFor* classes load, so a
+bundle is also usable outside edgeopt. Encoders also get ``model/pooling.json``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import ConfigError
+from exporters import Exporter, ExportResult
+from exporters.onnx import quantize as q
+from exporters.onnx.export import (DECODER_TASK, ENCODER_TASK, compare_with_fp32, copy_model_files, model_kind,
+                                   optimum_export, validate_decoder)
+from exporters.onnx.quant_types import QUANTS
+
+MODEL_SUBDIR = "model"
+
+
+class ONNXExporter(Exporter):
+    format = "onnx"
+    quants = QUANTS
+    default_runtime = "onnxruntime"
+
+    def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
+        if quant not in self.quants:
+            raise ConfigError(f"unknown ONNX quant {quant!r}", f"valid: {', '.join(self.quants)}")
+        model_dir, out_dir = Path(model_dir), Path(out_dir)
+        kind = model_kind(model_dir)
+        final_dir = out_dir / MODEL_SUBDIR
+        with tempfile.TemporaryDirectory(prefix="edgeopt-onnx-") as tmp:
+            fp32_dir = Path(tmp) / "fp32"
+            task = DECODER_TASK if kind == "causal-lm" else ENCODER_TASK
+            fp32 = optimum_export(model_dir, fp32_dir, task)
+            if kind == "causal-lm":
+                details = validate_decoder(model_dir, fp32)
+            else:
+                details = _encoder_checks(model_dir, fp32, final_dir)
+            copy_model_files(fp32_dir, final_dir, with_onnx=quant == "fp32")
+            if quant != "fp32":
+                details["quantization"] = _quantize(fp32, final_dir / "model.onnx", quant, kind, model_dir, options)
+                details.update(_quant_fidelity(kind, model_dir, fp32, final_dir / "model.onnx", final_dir))
+        details.update(kind=kind, task=task, onnx_bytes=_onnx_bytes(final_dir))
+        return ExportResult(model_file=f"{MODEL_SUBDIR}/model.onnx", quant=quant, runtime=self.default_runtime,
+                            details=details)
+
+
+def _encoder_checks(model_dir: Path, fp32: Path, final_dir: Path) -> dict[str, Any]:
+    from exporters.onnx.encoder import validate_encoder
+    from runtimes.onnxruntime.pooling import read_sentence_transformers_pooling, save_pooling
+
+    pooling = read_sentence_transformers_pooling(model_dir)
+    final_dir.mkdir(parents=True, exist_ok=True)
+    save_pooling(pooling, final_dir)
+    return {"pooling": pooling.to_dict(), **validate_encoder(model_dir, fp32, pooling)}
+
+
+def _quant_fidelity(kind: str, model_dir: Path, fp32: Path, quantized: Path, final_dir: Path) -> dict[str, float]:
+    if kind == "causal-lm":
+        return compare_with_fp32(fp32, quantized)
+    from exporters.onnx.encoder import quantized_cosine
+    from runtimes.onnxruntime.pooling import load_pooling
+
+    return quantized_cosine(model_dir, fp32, quantized, load_pooling(final_dir))
+
+
+def _quantize(fp32: Path, dst: Path, quant: str, kind: str, model_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
+    preset = q.isa_preset(options.get("cpu_isa"))
+    keep_fp = list(options.get("keep_fp") or [])
+    if quant == "int8":
+        info = q.quantize_dynamic_int8(fp32, dst, preset, keep_fp)
+    elif quant == "int8-static":
+        info = _static(fp32, dst, kind, model_dir, preset, keep_fp, options)
+    else:
+        info = q.quantize_int4(fp32, dst, preset, keep_fp, block_size=int(options.get("int4_block_size") or 32),
+                               symmetric=bool(options.get("int4_symmetric", True)),
+                               accuracy_level=options.get("int4_accuracy_level"))
+    q.check_quantized(dst, quant)
+    return info
+
+
+def _static(fp32: Path, dst: Path, kind: str, model_dir: Path, preset: q.IsaPreset, keep_fp: list[str],
+            options: dict[str, Any]) -> dict[str, Any]:
+    from exporters.onnx.calibration import decoder_reader, encoder_reader, read_calibration_ids
+
+    method = options.get("calibration_method") or "minmax"
+    if method not in q.CALIBRATION_METHODS:  # fail before the (slow) calibration runs
+        raise ConfigError(f"unknown --calibration-method {method!r}", f"valid: {', '.join(q.CALIBRATION_METHODS)}")
+    ids = read_calibration_ids(options.get("calibration_data"), model_dir / "tokenizer.json")
+    make_reader = decoder_reader if kind == "causal-lm" else encoder_reader
+    return q.quantize_static_int8(fp32, dst, preset, keep_fp, make_reader(fp32, ids), method)
+
+
+def _onnx_bytes(model_dir: Path) -> int:
+    return sum(p.stat().st_size for p in model_dir.iterdir() if p.name.startswith("model.onnx"))

@@ -1,0 +1,141 @@
+"""ONNX Runtime quantization of an exported fp32 model: dynamic INT8, static INT8 (QDQ), INT4 MatMulNBits.
+
+Settings that depend on the CPU come from an ISA preset chosen by the target profile's ``cpu_isa``:
+AVX2 without VNNI multiplies u8 x s8 with an instruction that can saturate, so its weights are
+quantized to 7 bits (``reduce_range``); VNNI and ARM dot-product units do not need that. INT4
+MatMulNBits computes in int8 (accuracy level 4) on every preset: the kernels exist for all three.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import ConfigError, ExportError, MissingDependencyError
+
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+INT4_BLOCK_SIZES = (16, 32, 64, 128, 256)
+# Friendly names for --keep-fp, matched against ONNX node names (optimum names nodes after modules).
+KEEP_FP_ALIASES = {"lm_head": "lm_head", "embeddings": "embed", "embed_tokens": "embed"}
+
+
+@dataclass(frozen=True)
+class IsaPreset:
+    name: str
+    reduce_range: bool
+    per_channel: bool
+    int4_accuracy_level: int  # MatMulNBits compute type: 1 fp32, 2 fp16, 3 bf16, 4 int8
+
+
+ISA_PRESETS = {
+    "avx2": IsaPreset("avx2", reduce_range=True, per_channel=True, int4_accuracy_level=4),
+    "x86_64": IsaPreset("x86_64", reduce_range=True, per_channel=True, int4_accuracy_level=4),
+    "avx512_vnni": IsaPreset("avx512_vnni", reduce_range=False, per_channel=True, int4_accuracy_level=4),
+    "arm64": IsaPreset("arm64", reduce_range=False, per_channel=True, int4_accuracy_level=4),
+}
+
+
+def isa_preset(cpu_isa: str | None) -> IsaPreset:
+    if cpu_isa is None:
+        return ISA_PRESETS["avx2"]  # the conservative choice: correct on every x86-64 CPU
+    if cpu_isa not in ISA_PRESETS:
+        raise ConfigError(f"unknown cpu_isa {cpu_isa!r} for ONNX quantization", f"valid: {', '.join(ISA_PRESETS)}")
+    return ISA_PRESETS[cpu_isa]
+
+
+def matching_nodes(model_path: Path, patterns: list[str]) -> list[str]:
+    """Names of nodes to keep in float: every node whose name contains one of the patterns."""
+    import onnx
+
+    if not patterns:
+        return []
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    names = [n.name for n in graph.node]
+    chosen: list[str] = []
+    for pattern in patterns:
+        needle = KEEP_FP_ALIASES.get(pattern, pattern)
+        hits = [n for n in names if needle in n and n not in chosen]
+        if not hits and not any(needle in n for n in chosen):
+            examples = ", ".join([n for n in names if n.endswith(("MatMul", "Gather"))][:6])
+            raise ConfigError(f"--keep-fp {pattern!r} matches no node of {model_path.name}",
+                              f"use lm_head, embeddings, or part of a node name such as: {examples}")
+        chosen += hits
+    return chosen
+
+
+def _external(model_path: Path) -> bool:
+    """Protobuf cannot hold more than 2 GB: bigger models keep weights in a side file."""
+    return sum(p.stat().st_size for p in model_path.parent.iterdir() if p.is_file()) > 1_800_000_000
+
+
+def quantize_dynamic_int8(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str]) -> dict[str, Any]:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    excluded = matching_nodes(src, keep_fp)
+    quantize_dynamic(
+        str(src), str(dst), weight_type=QuantType.QInt8, per_channel=preset.per_channel,
+        reduce_range=preset.reduce_range, op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=excluded,
+        use_external_data_format=_external(src), extra_options={"MatMulConstBOnly": True},
+    )
+    return {"method": "dynamic", "weight_type": "int8", "excluded_nodes": excluded, "isa": asdict(preset)}
+
+
+def quantize_static_int8(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], reader: Any,
+                         method: str) -> dict[str, Any]:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+               "percentile": CalibrationMethod.Percentile}
+    if method not in methods:
+        raise ConfigError(f"unknown --calibration-method {method!r}", f"valid: {', '.join(CALIBRATION_METHODS)}")
+    excluded = matching_nodes(src, keep_fp)
+    quantize_static(
+        str(src), str(dst), reader, quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul", "Gemm"],
+        per_channel=preset.per_channel, reduce_range=preset.reduce_range, activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8, nodes_to_exclude=excluded, calibrate_method=methods[method],
+        use_external_data_format=_external(src),
+        # MatMulConstBOnly: activations x activations products (attention scores) stay float.
+        extra_options={"MatMulConstBOnly": True, "CalibMovingAverage": method == "minmax"},
+    )
+    return {"method": "static-qdq", "calibration_method": method, "calibration_samples": reader.count,
+            "excluded_nodes": excluded, "isa": asdict(preset)}
+
+
+def quantize_int4(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], block_size: int = 32,
+                  symmetric: bool = True, accuracy_level: int | None = None) -> dict[str, Any]:
+    if block_size not in INT4_BLOCK_SIZES:
+        raise ConfigError(f"--int4-block-size {block_size} is not supported",
+                          f"valid: {', '.join(map(str, INT4_BLOCK_SIZES))}")
+    level = preset.int4_accuracy_level if accuracy_level is None else accuracy_level
+    if level not in (0, 1, 2, 3, 4):
+        raise ConfigError(f"int4 accuracy level {level} is invalid", "use 0 (unset), 1 fp32, 2 fp16, 3 bf16 or 4 int8")
+    try:
+        import onnx
+        from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+    except ImportError as exc:  # the quantizer imports onnx_ir in recent onnxruntime releases
+        raise MissingDependencyError(f"INT4 quantization needs {exc.name or 'onnx-ir'}",
+                                     "pip install onnx-ir  (or pip install 'edgeopt[optimize]')") from exc
+    excluded = matching_nodes(src, keep_fp)
+    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=symmetric, accuracy_level=level)
+    model = onnx.load(str(src))
+    quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=symmetric, accuracy_level=level,
+                                     nodes_to_exclude=excluded, algo_config=config)
+    logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(dst), use_external_data_format=_external(src))
+    return {"method": "matmul_nbits", "bits": 4, "block_size": block_size, "symmetric": symmetric,
+            "accuracy_level": level, "excluded_nodes": excluded, "isa": asdict(preset)}
+
+
+def check_quantized(dst: Path, quant: str) -> None:
+    """Fail loudly if a quantizer silently produced an unchanged graph (e.g. no node matched)."""
+    import onnx
+
+    ops = {n.op_type for n in onnx.load(str(dst), load_external_data=False).graph.node}
+    expected = {"int8": "MatMulInteger", "int8-static": "QuantizeLinear", "int4": "MatMulNBits"}[quant]
+    alternatives = {"int8": {"MatMulInteger", "DynamicQuantizeMatMul"}}.get(quant, {expected})
+    if not ops & alternatives:
+        raise ExportError(f"{quant} quantization of {dst.name} produced no {expected} node",
+                          "the model has no quantizable MatMul; report this model to edgeopt")

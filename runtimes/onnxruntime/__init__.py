@@ -1,0 +1,113 @@
+"""ONNX Runtime backend: ``load(bundle_dir, manifest, **options)`` for decoder and embedding bundles.
+
+Options (all optional): ``kv_capacity_tokens``, ``max_slots``, ``context_length`` (decoders),
+``threads``, ``providers`` (e.g. ["cuda"]) and ``profile`` (a DeviceProfile or name; default: the
+bundle's target when this machine can load it, else the host). Options meant for other backends are
+ignored. Nothing here imports torch, transformers or optimum.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import BundleError, ConfigError, UnknownTargetError
+from runtimes.base import RuntimeInfo
+
+DEFAULT_SLOTS = 8
+DEFAULT_CONTEXT = 4096
+
+
+def load(bundle_dir: Path, manifest: Any, kv_capacity_tokens: int | None = None, max_slots: int | None = None,
+         context_length: int | None = None, threads: int | None = None, providers: list[str] | None = None,
+         profile: Any = None, **_other_backends_options: Any) -> Any:
+    from runtimes.onnxruntime.session import create_session, resolve_providers, resolve_threads
+    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+
+    bundle_dir = Path(bundle_dir)
+    model_path = bundle_dir / manifest.model_file
+    profile = _profile(profile, manifest)
+    # A profile describes the target board; never ask for more threads than this machine has.
+    n_threads = resolve_threads(threads, None) if threads is not None else min(resolve_threads(None, profile), _host_cpus())
+    session = create_session(model_path, n_threads, resolve_providers(providers, profile))
+    tokenizer = BundleTokenizer(bundle_dir / manifest.tokenizer_dir / "tokenizer.json")
+    config = _model_config(model_path.parent)
+    if manifest.kind == "embedding":
+        return _embedding_runtime(session, tokenizer, config, model_path.parent)
+    return _decoder_runtime(session, tokenizer, config, bundle_dir / manifest.tokenizer_dir,
+                            kv_capacity_tokens, max_slots, context_length)
+
+
+def _embedding_runtime(session: Any, tokenizer: Any, config: dict, model_dir: Path) -> Any:
+    from runtimes.onnxruntime.encoder import OnnxEmbeddingRuntime
+    from runtimes.onnxruntime.pooling import load_pooling
+
+    context = int(config.get("max_position_embeddings", 512))
+    pad = config.get("pad_token_id")
+    info = RuntimeInfo(vocab_size=tokenizer.vocab_size, kv_capacity_tokens=0, max_slots=0, context_length=context)
+    return OnnxEmbeddingRuntime(session, tokenizer, load_pooling(model_dir), info, int(pad) if pad is not None else 0)
+
+
+def _decoder_runtime(session: Any, tokenizer: Any, config: dict, tokenizer_dir: Path, kv_capacity: int | None,
+                     max_slots: int | None, context: int | None) -> Any:
+    from runtimes.onnxruntime.decoder import OnnxDecoderRuntime
+    from runtimes.onnxruntime.decoder_session import DecoderSession
+
+    model_max = int(config.get("max_position_embeddings", DEFAULT_CONTEXT))
+    if context is not None and context > model_max:
+        raise ConfigError(f"context_length {context} exceeds the model's max_position_embeddings {model_max}",
+                          f"serve with --context {model_max} or less")
+    context = context or min(model_max, DEFAULT_CONTEXT)
+    slots = max_slots or DEFAULT_SLOTS
+    if slots < 1:
+        raise ConfigError(f"max_slots={slots} must be >= 1", "pass a positive concurrency")
+    decoder = DecoderSession(session)
+    tok_config = _read_json(tokenizer_dir / "tokenizer_config.json")
+    bos = config.get("bos_token_id")
+    info = RuntimeInfo(
+        vocab_size=decoder.vocab_size, kv_capacity_tokens=kv_capacity or context * slots, max_slots=slots,
+        context_length=context, eos_token_ids=frozenset(_eos_ids(config, tokenizer_dir, tokenizer, tok_config)),
+        bos_token_id=int(bos) if bos is not None else None, add_bos=bool(tok_config.get("add_bos_token", False)),
+    )
+    return OnnxDecoderRuntime(decoder, tokenizer, info)
+
+
+def _eos_ids(config: dict, tokenizer_dir: Path, tokenizer: Any, tok_config: dict) -> set[int]:
+    """EOS ids from config.json, generation_config.json and the tokenizer's eos_token (chat models add <|im_end|>)."""
+    ids: set[int] = set()
+    for source in (config, _read_json(tokenizer_dir / "generation_config.json")):
+        value = source.get("eos_token_id")
+        ids.update(value if isinstance(value, list) else [value] if value is not None else [])
+    eos = tok_config.get("eos_token")
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    if isinstance(eos, str) and tokenizer.token_id(eos) is not None:
+        ids.add(tokenizer.token_id(eos))
+    return {int(i) for i in ids}
+
+
+def _model_config(model_dir: Path) -> dict:
+    config = _read_json(model_dir / "config.json")
+    if not config:
+        raise BundleError(f"{model_dir / 'config.json'} is missing or empty", "re-run edgeopt optimize --format onnx")
+    return config
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _profile(profile: Any, manifest: Any) -> Any:
+    from profiles import load_profile
+
+    if profile is not None and not isinstance(profile, str):
+        return profile
+    try:
+        return load_profile(profile or manifest.target or "host")
+    except (UnknownTargetError, ConfigError):
+        return load_profile("host")
+
+
+def _host_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

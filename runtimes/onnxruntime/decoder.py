@@ -1,0 +1,118 @@
+"""The ONNX Runtime backend for the engine: one KV cache per slot, held as numpy arrays.
+
+Decode steps (one new token per sequence) of every slot are run as *one* batch: each slot's past is
+left-padded to the longest past, the padding masked out by ``attention_mask``, and each row given its
+true ``position_ids``, so the result equals running the slots one by one. Prefill chunks, whose
+lengths differ, run one sequence at a time (padding them would waste more compute than batching
+saves). After a run, each slot keeps exactly its own positions of the ``present`` outputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgeopt.errors import BackendError
+from runtimes.base import RuntimeInfo, StepInput
+from runtimes.onnxruntime.decoder_session import KV, DecoderSession
+from runtimes.onnxruntime.tokenizer import BundleTokenizer
+
+
+class OnnxDecoderRuntime:
+    """runtimes.base.Runtime over a DecoderSession."""
+
+    def __init__(self, decoder: DecoderSession, tokenizer: BundleTokenizer, info: RuntimeInfo) -> None:
+        self.decoder = decoder
+        self.tokenizer = tokenizer
+        self.info = info
+        self._kv: dict[int, KV] = {}  # slot -> [k0, v0, k1, v1, ...], each (1, heads, length, dim)
+
+    # --- Runtime protocol ------------------------------------------------------------------
+
+    def step(self, batch: list[StepInput]) -> np.ndarray:
+        self._check(batch)
+        rows: dict[int, np.ndarray] = {}
+        decodes = [i for i, inp in enumerate(batch) if len(inp.tokens) == 1]
+        if len(decodes) > 1:
+            logits = self._decode_batch([batch[i] for i in decodes])
+            rows.update({i: logits[k] for k, i in enumerate(decodes)})
+        for i, inp in enumerate(batch):
+            if i not in rows:
+                rows[i] = self._run_one(inp)
+        wanted = [rows[i] for i, inp in enumerate(batch) if inp.want_logits]
+        if not wanted:
+            return np.zeros((0, self.info.vocab_size), dtype=np.float32)
+        return np.stack(wanted).astype(np.float32, copy=False)
+
+    def release(self, slot: int) -> None:
+        self._kv.pop(slot, None)
+
+    def close(self) -> None:
+        self._kv.clear()
+        self.decoder = None  # type: ignore[assignment]  # drops the session and its memory
+
+    # --- internals -------------------------------------------------------------------------
+
+    def cached_tokens(self, slot: int) -> int:
+        kv = self._kv.get(slot)
+        return 0 if kv is None else int(kv[0].shape[2])
+
+    def _check(self, batch: list[StepInput]) -> None:
+        """Reject inputs that contradict the KV this runtime holds (engine bugs, not user errors)."""
+        seen: set[int] = set()
+        for inp in batch:
+            if not 0 <= inp.slot < self.info.max_slots or inp.slot in seen:
+                raise BackendError(f"slot {inp.slot} is out of range 0..{self.info.max_slots - 1} or repeated",
+                                   "this is an engine bug; report it")
+            seen.add(inp.slot)
+            if not inp.tokens:
+                raise BackendError(f"slot {inp.slot}: step with no tokens", "this is an engine bug; report it")
+            held = self.cached_tokens(inp.slot)
+            if inp.start_pos > held:
+                raise BackendError(f"slot {inp.slot}: start_pos {inp.start_pos} but only {held} tokens cached",
+                                   "this is an engine bug; report it")
+            if inp.start_pos + len(inp.tokens) > self.info.context_length:
+                raise BackendError(f"slot {inp.slot}: {inp.start_pos + len(inp.tokens)} tokens exceed the context "
+                                   f"length {self.info.context_length}", "lower max_tokens or the prompt length")
+        after = sum(self.cached_tokens(s) for s in self._kv if s not in seen)
+        after += sum(inp.start_pos + len(inp.tokens) for inp in batch)
+        if after > self.info.kv_capacity_tokens:
+            raise BackendError(f"step would hold {after} KV tokens, above the capacity {self.info.kv_capacity_tokens}",
+                               "this is an engine bug (KV accounting); report it")
+
+    def _past(self, inp: StepInput) -> KV:
+        """The slot's KV truncated to start_pos (a recomputed or rewound sequence drops the rest)."""
+        kv = self._kv.get(inp.slot)
+        if kv is None or inp.start_pos == 0:
+            return self.decoder.empty_kv()
+        if kv[0].shape[2] == inp.start_pos:
+            return kv
+        return [np.ascontiguousarray(a[:, :, :inp.start_pos]) for a in kv]
+
+    def _run_one(self, inp: StepInput) -> np.ndarray:
+        logits, present = self.decoder.run_sequence(inp.tokens, self._past(inp), inp.start_pos)
+        self._kv[inp.slot] = present
+        return logits[-1]
+
+    def _decode_batch(self, inputs: list[StepInput]) -> np.ndarray:
+        pasts = [self._past(inp) for inp in inputs]
+        lengths = [inp.start_pos for inp in inputs]
+        longest = max(lengths)
+        b = len(inputs)
+        layout = self.decoder.layout
+        padded: KV = []
+        for j in range(len(layout.kv_input_names)):
+            arr = np.zeros((b, layout.kv_heads, longest, layout.head_dim), dtype=layout.kv_dtype)
+            for row, (past, n) in enumerate(zip(pasts, lengths)):
+                if n:
+                    arr[row, :, longest - n:] = past[j][0]
+            padded.append(arr)
+        mask = np.zeros((b, longest + 1), dtype=np.int64)
+        for row, n in enumerate(lengths):
+            mask[row, longest - n:] = 1
+        ids = np.asarray([[inp.tokens[0]] for inp in inputs], dtype=np.int64)
+        pos = np.asarray([[n] for n in lengths], dtype=np.int64)
+        logits, present = self.decoder.run(ids, mask, pos, padded)
+        for row, (inp, n) in enumerate(zip(inputs, lengths)):
+            # Copy out this row's real positions so no slot pins the whole padded batch in memory.
+            self._kv[inp.slot] = [np.ascontiguousarray(a[row:row + 1, :, longest - n:]) for a in present]
+        return logits[:, -1]

@@ -1,0 +1,101 @@
+"""The bundle's tokenizer on the `tokenizers` library alone (no transformers on the serving path).
+
+``token_bytes`` must give the *raw* bytes of a token so the engine's detokenizer can stream UTF-8
+safely. Vocabulary strings are not raw bytes: byte-level BPE (GPT-2, Qwen, Llama 3) maps every byte
+to a printable unicode character, and SentencePiece-style vocabularies (Llama 2, Mistral) write a
+space as "▁" and unknown bytes as "<0xNN>". Both mappings are undone here, once, into a table.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from edgeopt.errors import BundleError
+
+
+def byte_level_decoder_table() -> dict[str, int]:
+    """Inverse of GPT-2's bytes_to_unicode: printable stand-in character -> byte value.
+
+    Printable latin-1 bytes stand for themselves; the other 68 bytes (controls, space, 0x7F-0xA0,
+    0xAD) are shifted to code points 256 and up, in byte order.
+    """
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    table = {chr(b): b for b in printable}
+    shifted = 0
+    for b in range(256):
+        if b not in table.values():
+            table[chr(256 + shifted)] = b
+            shifted += 1
+    return table
+
+
+def _uses_byte_level(spec: dict) -> bool:
+    """True when the tokenizer.json decodes with ByteLevel (directly or inside a Sequence)."""
+    decoder = spec.get("decoder") or {}
+    parts = decoder.get("decoders", []) if decoder.get("type") == "Sequence" else [decoder]
+    if any(part.get("type") == "ByteLevel" for part in parts):
+        return True
+    pre = spec.get("pre_tokenizer") or {}
+    pres = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    return any(part.get("type") == "ByteLevel" for part in pres)
+
+
+class BundleTokenizer:
+    """runtimes.base.Tokenizer over a tokenizer.json, plus the special ids a runtime reports."""
+
+    def __init__(self, tokenizer_json: Path) -> None:
+        from tokenizers import Tokenizer
+
+        if not tokenizer_json.is_file():
+            raise BundleError(f"tokenizer file {tokenizer_json} is missing",
+                              "re-run edgeopt optimize; the bundle needs tokenizer/tokenizer.json")
+        self._tok = Tokenizer.from_file(str(tokenizer_json))
+        spec = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        self.special_ids = frozenset(t["id"] for t in spec.get("added_tokens", []) if t.get("special"))
+        self._bytes = self._build_byte_table(spec)
+
+    def _build_byte_table(self, spec: dict) -> list[bytes]:
+        byte_level = _uses_byte_level(spec)
+        inverse = byte_level_decoder_table() if byte_level else {}
+        added = {t["id"]: t["content"] for t in spec.get("added_tokens", [])}
+        table: list[bytes] = []
+        for token_id in range(self.vocab_size):
+            piece = self._tok.id_to_token(token_id)
+            if piece is None or token_id in self.special_ids:
+                table.append(b"")
+            elif token_id in added:  # non-special added tokens are literal text
+                table.append(added[token_id].encode("utf-8"))
+            elif byte_level:
+                table.append(bytes(inverse.get(ch, 0x3F) for ch in piece))
+            else:
+                table.append(_sentencepiece_bytes(piece))
+        return table
+
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=add_special).ids
+
+    def encode_batch(self, texts: list[str], add_special: bool = True) -> list[list[int]]:
+        return [enc.ids for enc in self._tok.encode_batch(texts, add_special_tokens=add_special)]
+
+    def decode(self, token_ids: list[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in token_ids).decode("utf-8", errors="replace")
+
+    def token_bytes(self, token_id: int) -> bytes:
+        if 0 <= token_id < len(self._bytes):
+            return self._bytes[token_id]
+        return b""
+
+    def token_id(self, text: str) -> int | None:
+        return self._tok.token_to_id(text)
+
+
+def _sentencepiece_bytes(piece: str) -> bytes:
+    """SentencePiece conventions: "<0xNN>" is one raw byte, "▁" is a space."""
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        try:
+            return bytes([int(piece[3:5], 16)])
+        except ValueError:
+            pass
+    return piece.replace("\u2581", " ").encode("utf-8")

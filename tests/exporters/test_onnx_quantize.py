@@ -1,0 +1,91 @@
+"""ONNX Runtime quantization: dynamic INT8, static INT8 (QDQ) with calibration, INT4 MatMulNBits."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from edgeopt.bundle import load_bundle
+from edgeopt.errors import ConfigError
+from exporters.onnx.quantize import ISA_PRESETS, isa_preset
+from tests.fixtures.onnx_bundles import optimize_onnx
+
+
+def ops(bundle) -> dict[str, list[str]]:
+    graph = onnx.load(str(bundle / "model" / "model.onnx"), load_external_data=False).graph
+    out: dict[str, list[str]] = {}
+    for node in graph.node:
+        out.setdefault(node.op_type, []).append(node.name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def calibration_text(tmp_path_factory):
+    from edgeopt.demo.corpus import stdlib_text
+
+    path = tmp_path_factory.mktemp("calib") / "calib.txt"
+    path.write_text(stdlib_text(20_000))
+    return path
+
+
+def test_dynamic_int8_quantizes_every_matmul_with_weights(tiny_llama_dir, tmp_path):
+    bundle = optimize_onnx(tiny_llama_dir, tmp_path / "b", "int8")
+    graph_ops = ops(bundle)
+    assert "MatMulInteger" in graph_ops or "DynamicQuantizeMatMul" in graph_ops
+    manifest = load_bundle(bundle)
+    q = manifest.export["quantization"]
+    assert q["method"] == "dynamic" and q["isa"]["name"] in ISA_PRESETS
+    assert manifest.export["probe_top1_vs_fp32"] >= 0.9
+
+
+def test_int4_keeps_lm_head_in_float_on_request(tiny_llama_dir, tmp_path):
+    bundle = optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4", keep_fp=["lm_head"], int4_block_size=32)
+    graph_ops = ops(bundle)
+    assert len(graph_ops["MatMulNBits"]) == 2 * 7  # q,k,v,o,gate,up,down in both layers
+    assert any("lm_head" in name for name in graph_ops["MatMul"])
+    q = load_bundle(bundle).export["quantization"]
+    assert q["block_size"] == 32 and q["symmetric"] and q["excluded_nodes"] == ["/lm_head/MatMul"]
+    assert q["accuracy_level"] == 4
+
+
+def test_int4_quantizes_lm_head_by_default(tiny_llama_dir, tmp_path):
+    graph_ops = ops(optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4", int4_block_size=16))
+    assert len(graph_ops["MatMulNBits"]) == 2 * 7 + 1
+
+
+@pytest.mark.parametrize("method", ["minmax", "entropy", "percentile"])
+def test_static_int8_is_calibrated_on_the_given_text(method, tiny_llama_dir, tmp_path, calibration_text):
+    bundle = optimize_onnx(tiny_llama_dir, tmp_path / "b", "int8-static", calibration_data=calibration_text,
+                           calibration_method=method)
+    graph_ops = ops(bundle)
+    assert "QuantizeLinear" in graph_ops and "DequantizeLinear" in graph_ops
+    manifest = load_bundle(bundle)
+    q = manifest.export["quantization"]
+    assert q["calibration_method"] == method and q["calibration_samples"] >= 4
+    assert manifest.export["probe_top1_vs_fp32"] >= 0.8
+
+
+def test_static_int8_without_data_is_a_clear_error(tiny_llama_dir, tmp_path):
+    with pytest.raises(ConfigError, match="needs calibration text") as info:
+        optimize_onnx(tiny_llama_dir, tmp_path / "b", "int8-static")
+    assert "--calibration-data" in info.value.hint
+
+
+def test_bad_options_name_the_value(tiny_llama_dir, tmp_path, calibration_text):
+    with pytest.raises(ConfigError, match="'head_of_lm' matches no node"):
+        optimize_onnx(tiny_llama_dir, tmp_path / "a", "int4", keep_fp=["head_of_lm"])
+    with pytest.raises(ConfigError, match="--int4-block-size 48"):
+        optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4", int4_block_size=48)
+    with pytest.raises(ConfigError, match="'kmeans'"):
+        optimize_onnx(tiny_llama_dir, tmp_path / "c", "int8-static", calibration_data=calibration_text,
+                      calibration_method="kmeans")
+    with pytest.raises(ConfigError, match="does not exist"):
+        optimize_onnx(tiny_llama_dir, tmp_path / "d", "int8-static", calibration_data=tmp_path / "nope.txt")
+    assert not (tmp_path / "a").exists()  # a failed export leaves no bundle behind
+
+
+def test_isa_presets():
+    assert isa_preset("avx2").reduce_range and not isa_preset("avx512_vnni").reduce_range
+    assert not isa_preset("arm64").reduce_range
+    with pytest.raises(ConfigError, match="'riscv'"):
+        isa_preset("riscv")

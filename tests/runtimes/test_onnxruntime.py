@@ -1,0 +1,140 @@
+"""The ONNX Runtime backend: per-slot KV, batched decode equal to single runs, tokenizer bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgeopt.bundle import load_bundle
+from edgeopt.errors import BackendError, ConfigError
+from runtimes import load_runtime
+from runtimes.base import StepInput
+from runtimes.onnxruntime.tokenizer import BundleTokenizer, byte_level_decoder_table
+
+
+@pytest.fixture()
+def runtime(onnx_fp32_bundle):
+    manifest = load_bundle(onnx_fp32_bundle)
+    rt = load_runtime("onnxruntime", onnx_fp32_bundle, manifest, kv_capacity_tokens=1024, max_slots=4,
+                      context_length=256, threads=1)
+    yield rt
+    rt.close()
+
+
+def full_logits(rt, ids: list[int]) -> np.ndarray:
+    return rt.decoder.logits_for(ids)
+
+
+def test_byte_level_table_is_a_bijection_over_bytes():
+    table = byte_level_decoder_table()
+    assert sorted(table.values()) == list(range(256))
+    assert table["Ġ"] == 0x20 and table["Ċ"] == 0x0A and table["a"] == ord("a")
+
+
+def test_tokenizer_token_bytes_rebuild_utf8_text(onnx_fp32_bundle):
+    tok = BundleTokenizer(onnx_fp32_bundle / "tokenizer" / "tokenizer.json")
+    text = "def f(x):\n    return 'héllo → wörld' ✓"
+    ids = tok.encode(text, add_special=False)
+    assert b"".join(tok.token_bytes(i) for i in ids).decode("utf-8") == text
+    eos = tok.token_id("<|im_end|>")
+    assert tok.token_bytes(eos) == b""  # control tokens never reach the text stream
+
+
+def test_runtime_info_from_bundle(runtime):
+    info = runtime.info
+    assert info.vocab_size == 512 and info.max_slots == 4 and info.kv_capacity_tokens == 1024
+    assert info.context_length == 256
+    assert runtime.tokenizer.token_id("<|im_end|>") in info.eos_token_ids
+
+
+def test_prefill_then_decode_matches_one_full_pass(runtime):
+    ids = runtime.tokenizer.encode("The function returns a list of the keys in the dictionary", add_special=False)
+    reference = full_logits(runtime, ids)
+    out = runtime.step([StepInput(slot=0, tokens=ids[:5], start_pos=0, want_logits=False)])
+    assert out.shape == (0, 512)
+    out = runtime.step([StepInput(slot=0, tokens=ids[5:9], start_pos=5, want_logits=True)])  # chunked prefill
+    np.testing.assert_allclose(out[0], reference[8], atol=1e-4)
+    for pos in range(9, len(ids)):
+        out = runtime.step([StepInput(slot=0, tokens=[ids[pos]], start_pos=pos, want_logits=True)])
+        np.testing.assert_allclose(out[0], reference[pos], atol=1e-4)
+
+
+def test_batched_decode_of_unequal_slots_equals_single_runs(runtime):
+    prompts = [runtime.tokenizer.encode(t, add_special=False) for t in
+               ("import json", "Open the file in binary mode before reading it", "x")]
+    refs = [full_logits(runtime, p + [7, 8, 9]) for p in prompts]
+    runtime.step([StepInput(slot=s, tokens=p, start_pos=0, want_logits=True) for s, p in enumerate(prompts)])
+    for k, token in enumerate([7, 8, 9]):
+        batch = [StepInput(slot=s, tokens=[token], start_pos=len(p) + k, want_logits=True)
+                 for s, p in enumerate(prompts)]
+        out = runtime.step(batch)
+        for s, p in enumerate(prompts):
+            np.testing.assert_allclose(out[s], refs[s][len(p) + k], atol=1e-4)
+
+
+def test_mixed_batch_returns_rows_in_batch_order(runtime):
+    a = runtime.tokenizer.encode("hello world", add_special=False)
+    b = runtime.tokenizer.encode("class documentation", add_special=False)
+    runtime.step([StepInput(slot=1, tokens=a, start_pos=0, want_logits=False)])
+    out = runtime.step([StepInput(slot=2, tokens=b, start_pos=0, want_logits=True),
+                        StepInput(slot=1, tokens=[5], start_pos=len(a), want_logits=True)])
+    np.testing.assert_allclose(out[0], full_logits(runtime, b)[-1], atol=1e-4)
+    np.testing.assert_allclose(out[1], full_logits(runtime, a + [5])[-1], atol=1e-4)
+
+
+def test_release_and_rewind(runtime):
+    ids = [11, 12, 13, 14, 15, 16]
+    runtime.step([StepInput(slot=3, tokens=ids, start_pos=0, want_logits=False)])
+    assert runtime.cached_tokens(3) == 6
+    # Recompute from position 3 with different tokens: the KV beyond start_pos is dropped.
+    out = runtime.step([StepInput(slot=3, tokens=[40, 41], start_pos=3, want_logits=True)])
+    np.testing.assert_allclose(out[0], full_logits(runtime, ids[:3] + [40, 41])[-1], atol=1e-4)
+    runtime.release(3)
+    assert runtime.cached_tokens(3) == 0
+
+
+def test_contradictory_steps_are_refused(runtime):
+    with pytest.raises(BackendError, match="start_pos 4 but only 0"):
+        runtime.step([StepInput(slot=0, tokens=[1], start_pos=4, want_logits=True)])
+    with pytest.raises(BackendError, match="slot 9 is out of range"):
+        runtime.step([StepInput(slot=9, tokens=[1], start_pos=0, want_logits=True)])
+    with pytest.raises(BackendError, match="exceed the context length 256"):
+        runtime.step([StepInput(slot=0, tokens=[1] * 257, start_pos=0, want_logits=True)])
+
+
+def test_greedy_generation_matches_transformers(runtime, tiny_llama_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    prompt = runtime.tokenizer.encode("The function returns", add_special=False)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_llama_dir), dtype=torch.float32)
+    expected = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
+                              pad_token_id=0)[0, len(prompt):].tolist()
+    logits = runtime.step([StepInput(slot=0, tokens=prompt, start_pos=0, want_logits=True)])
+    got, pos = [], len(prompt)
+    for _ in range(12):
+        got.append(int(logits[0].argmax()))
+        logits = runtime.step([StepInput(slot=0, tokens=[got[-1]], start_pos=pos, want_logits=True)])
+        pos += 1
+    assert got == expected
+
+
+def test_unknown_provider_and_bad_context_are_clear_errors(onnx_fp32_bundle):
+    manifest = load_bundle(onnx_fp32_bundle)
+    with pytest.raises(BackendError, match="not in this onnxruntime build"):
+        load_runtime("onnxruntime", onnx_fp32_bundle, manifest, providers=["tensorrt"])
+    with pytest.raises(ConfigError, match="exceeds the model's max_position_embeddings 512"):
+        load_runtime("onnxruntime", onnx_fp32_bundle, manifest, context_length=4096)
+
+
+def test_serving_path_does_not_import_torch(onnx_fp32_bundle):
+    import subprocess
+    import sys
+
+    code = ("import sys; from edgeopt.bundle import load_bundle; from runtimes import load_runtime; "
+            f"b = {str(onnx_fp32_bundle)!r}; rt = load_runtime('onnxruntime', b, load_bundle(b), threads=1); "
+            "import edgeopt.server.embeddings; "
+            "bad = [m for m in ('torch', 'transformers', 'optimum') if m in sys.modules]; print(bad); "
+            "sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
