@@ -10,6 +10,7 @@ from edgeopt.commands.plan_cmd import print_plan
 from edgeopt.model_spec import load_model_spec
 from edgeopt.passes.options import compression_passes
 from edgeopt.pipeline import OptimizeOptions, check_format, resolve, run_optimize
+from exporters.onnx.options import onnx_export_options
 
 
 def optimize(
@@ -32,6 +33,10 @@ def optimize(
     distil_data: Annotated[Optional[Path], typer.Option("--distil-data", help="Plain-text file for calibration and distillation.")] = None,
     distil_steps: Annotated[int, typer.Option("--distil-steps", help="Optimizer steps of distillation.")] = 200,
     fit: Annotated[bool, typer.Option("--fit", help="If the model does not fit the target, prune just enough that it does.")] = False,
+    calibration_data: Annotated[Optional[Path], typer.Option("--calibration-data", help="Text file to calibrate static INT8 (onnx --quant int8-static).")] = None,
+    calibration_method: Annotated[Optional[str], typer.Option("--calibration-method", help="minmax, entropy or percentile (onnx int8-static).")] = None,
+    int4_block_size: Annotated[Optional[int], typer.Option("--int4-block-size", help="Weights per INT4 scale block: 16, 32, 64, 128 or 256 (onnx int4).")] = None,
+    keep_fp: Annotated[Optional[list[str]], typer.Option("--keep-fp", help="Nodes kept in float (onnx): lm_head, embeddings or a node-name fragment; repeatable.")] = None,
 ) -> None:
     """Shrink, export and quantize MODEL for a device, measure the quality cost, and write a bundle."""
     check_format(fmt)
@@ -39,7 +44,9 @@ def optimize(
                            concurrency=concurrency, eval_data=eval_data, evaluate=not no_eval, force=force,
                            dry_run=dry_run, fit=fit,
                            passes=compression_passes(prune, prune_heads, prune_mlp, prune_layers, distil, distil_data,
-                                                     distil_steps, fit))
+                                                     distil_steps, fit),
+                           export_options=onnx_export_options(calibration_data, calibration_method, int4_block_size,
+                                                              keep_fp))
     resolved = resolve(opts)
     print_plan(resolved.plan, load_model_spec(model).num_parameters)
     if resolved.fit_ratio is not None:
