@@ -41,10 +41,43 @@ def request_error_response(exc: RequestError) -> JSONResponse:
     return JSONResponse(error_body(message, exc.error_type, exc.param, code), status_code=exc.status_code)
 
 
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
+def _is_type_tag(part: Any) -> bool:
+    """pydantic appends the union branch it tried ('str', 'list[int]', 'function-after[...]') to a loc."""
+    text = str(part)
+    return isinstance(part, str) and (text in _TYPE_TAGS or "[" in text or text.startswith("function-"))
+
+
+def error_param(err: dict[str, Any]) -> str | None:
+    return ".".join(str(p) for p in err.get("loc", ()) if p != "body" and not _is_type_tag(p)) or None
+
+
+def describe_validation_errors(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """All pydantic errors -> one message about the first bad field (union branches merged), and param."""
+    if not errors:
+        return "invalid request", None
+    param = error_param(errors[0])
+    same = [e for e in errors if error_param(e) == param]
+    message, _ = describe_validation_error(errors[0])
+    if len(same) > 1:  # a union: say every shape that was expected, once
+        expected = "; or ".join(dict.fromkeys(str(e.get("msg", "")) for e in same))
+        message = f"invalid value for {param!r}: {expected} (got {_shown(errors[0].get('input'))})"
+    others = len({error_param(e) for e in errors}) - 1
+    if others > 0:
+        message += f" (and {others} more invalid parameter(s))"
+    return message, param
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def describe_validation_error(err: dict[str, Any]) -> tuple[str, str | None]:
     """One pydantic error -> (message naming the field and the offending value, param)."""
-    loc = [str(part) for part in err.get("loc", ()) if part != "body"]
-    param = ".".join(loc) or None
+    param = error_param(err)
     kind = err.get("type", "")
     if kind == "json_invalid":
         detail = err.get("ctx", {}).get("error", err.get("msg", ""))
@@ -55,10 +88,8 @@ def describe_validation_error(err: dict[str, Any]) -> tuple[str, str | None]:
         return f"parameter {param!r} is not supported by this server", param
     if param is None:
         return f"request body is invalid: {err.get('msg', '')}", None
-    value = err.get("input")
-    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
     msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
-    return f"invalid value for {param!r}: {msg} (got {shown})", param
+    return f"invalid value for {param!r}: {msg} (got {_shown(err.get('input'))})", param
 
 
 def install_error_handlers(app: FastAPI, count_error: Any) -> None:
@@ -72,10 +103,7 @@ def install_error_handlers(app: FastAPI, count_error: Any) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         count_error(400)
-        errors = exc.errors()
-        message, param = describe_validation_error(errors[0]) if errors else ("invalid request", None)
-        if len(errors) > 1:
-            message += f" (and {len(errors) - 1} more problem(s))"
+        message, param = describe_validation_errors(list(exc.errors()))
         return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
