@@ -67,12 +67,12 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
     from runtimes import load_runtime
 
     if sizing is None:
-        runtime = load_runtime(manifest.runtime, bundle_dir, manifest, n_threads=options.threads)
+        runtime = load_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
         return ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer,
                            runtime=runtime)
     runtime = load_runtime(manifest.runtime, bundle_dir, manifest, kv_capacity_tokens=sizing.kv_capacity_tokens,
                            max_slots=sizing.max_sequences, context_length=sizing.context_length,
-                           n_threads=options.threads)
+                           threads=options.threads)
     try:
         config = engine_config(manifest.runtime, runtime, sizing, options)
         engine = Engine(runtime, config)
