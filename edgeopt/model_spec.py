@@ -117,6 +117,11 @@ def spec_from_config(config: dict[str, Any], source: str) -> ModelSpec:
             f"architecture {hf_arch} of {source} is not supported",
             f"supported architectures: {', '.join(SUPPORTED_ARCHITECTURES)}",
         )
+    required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+    missing = [key for key in required if key not in config]
+    if missing:
+        raise ModelNotFoundError(f"config.json of {source} lacks {', '.join(missing)}",
+                                 "the checkpoint's config.json is incomplete: re-download or fix it")
     heads = int(config["num_attention_heads"])
     hidden = int(config["hidden_size"])
     arch = SUPPORTED_ARCHITECTURES[hf_arch]

@@ -22,8 +22,8 @@ def plan(
     as_json: JsonOut = False,
 ) -> None:
     """Predict weight and KV sizes per format/quant from the model's config alone, and recommend one."""
-    spec = load_model_spec(model)
     profile = load_profile(target)
+    spec = load_model_spec(model)
     result = make_plan(spec, profile, context, concurrency,
                        memory_bytes=memory_mb * MIB if memory_mb else None)
     if as_json:

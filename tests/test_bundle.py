@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgeopt.bundle import Manifest, PassRecord, load_bundle, staged_bundle, write_manifest
+from edgeopt.errors import BundleError, OutputExistsError
+
+
+def make_bundle(dest: Path, force: bool = False) -> Manifest:
+    with staged_bundle(dest, force=force) as stage:
+        (stage / "model.gguf").write_bytes(b"GGUF" + bytes(range(256)) * 64)
+        (stage / "tokenizer").mkdir()
+        (stage / "tokenizer" / "tokenizer.json").write_text('{"model": {}}')
+        manifest = Manifest(source_model="org/model", source_revision="abc123", target="jetson-orin-nano-8gb",
+                            format="gguf", quant="Q4_K_M", runtime="llama_cpp", model_file="model.gguf",
+                            passes=[PassRecord("prune", {"ratio": 0.25}, "in", "out", 1.5, {"params": 10})],
+                            metrics={"kl": 0.001})
+        return write_manifest(stage, manifest)
+
+
+def test_round_trip(tmp_path: Path):
+    written = make_bundle(tmp_path / "b")
+    loaded = load_bundle(tmp_path / "b")
+    assert loaded == written
+    assert set(loaded.files) == {"model.gguf", "tokenizer/tokenizer.json"}
+    assert loaded.passes[0].params == {"ratio": 0.25}
+    assert loaded.files["model.gguf"]["bytes"] == 4 + 256 * 64
+
+
+def test_corrupted_file_is_refused(tmp_path: Path):
+    make_bundle(tmp_path / "b")
+    model = tmp_path / "b" / "model.gguf"
+    data = bytearray(model.read_bytes())
+    data[100] ^= 0xFF
+    model.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="does not match its sha256"):
+        load_bundle(tmp_path / "b")
+
+
+def test_truncated_file_is_refused_with_both_sizes(tmp_path: Path):
+    make_bundle(tmp_path / "b")
+    model = tmp_path / "b" / "model.gguf"
+    model.write_bytes(model.read_bytes()[:1000])
+    with pytest.raises(BundleError, match="is 1000 bytes, the manifest says 16388"):
+        load_bundle(tmp_path / "b")
+
+
+def test_missing_file_and_missing_manifest(tmp_path: Path):
+    make_bundle(tmp_path / "b")
+    (tmp_path / "b" / "tokenizer" / "tokenizer.json").unlink()
+    with pytest.raises(BundleError, match="missing"):
+        load_bundle(tmp_path / "b")
+    (tmp_path / "b" / "manifest.json").unlink()
+    with pytest.raises(BundleError, match="no manifest.json"):
+        load_bundle(tmp_path / "b")
+
+
+def test_interrupted_write_leaves_nothing(tmp_path: Path):
+    with pytest.raises(KeyboardInterrupt):
+        with staged_bundle(tmp_path / "b") as stage:
+            (stage / "model.gguf").write_bytes(b"half")
+            raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_output_needs_force(tmp_path: Path):
+    make_bundle(tmp_path / "b")
+    with pytest.raises(OutputExistsError, match="--force"):
+        make_bundle(tmp_path / "b")
+    make_bundle(tmp_path / "b", force=True)
+    assert load_bundle(tmp_path / "b").quant == "Q4_K_M"
+    assert [p.name for p in tmp_path.iterdir()] == ["b"]  # no staging or trash left behind
+
+
+def test_schema_version_mismatch(tmp_path: Path):
+    make_bundle(tmp_path / "b")
+    path = tmp_path / "b" / "manifest.json"
+    path.write_text(path.read_text().replace('"schema_version": 1', '"schema_version": 99'))
+    with pytest.raises(BundleError, match="schema_version=99"):
+        load_bundle(tmp_path / "b")
