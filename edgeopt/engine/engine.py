@@ -211,6 +211,10 @@ def check_config(config: EngineConfig, runtime: Runtime) -> None:
         (config.max_waiting >= 0, "max_waiting", config.max_waiting, ">= 0"),
         (config.context_length >= 2, "context_length", config.context_length, ">= 2"),
     ]
+    max_batch = getattr(runtime, "max_batch_tokens", None)  # optional: runtimes with a fixed batch buffer
+    if max_batch is not None:
+        problems.append((config.step_token_budget <= max_batch, "step_token_budget", config.step_token_budget,
+                         f"<= the runtime's batch size ({max_batch})"))
     for ok, name, value, rule in problems:
         if not ok:
             raise ConfigError(f"engine {name}={value} is invalid", f"it must be {rule}")

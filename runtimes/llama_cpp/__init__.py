@@ -6,7 +6,7 @@
   :func:`edgeopt.engine.memory.kv_capacity_for` (``profile`` / ``memory_bytes`` / this host);
 * ``max_slots``: concurrent sequences (``n_seq_max``); default from the same sizing;
 * ``max_batch_tokens``: tokens per ``llama_decode`` (``n_batch``), default 512;
-* ``n_threads``: CPU threads, default the profile's (or this host's) core count;
+* ``threads``: CPU threads, default the profile's (or this host's) core count;
 * ``n_gpu_layers``: default -1 (all) when the profile has CUDA and this build supports offload, else 0;
 * ``context_length``: longest sequence, default the model's training context.
 """
@@ -38,11 +38,11 @@ def load(bundle_dir: Path, manifest: Any, **options: Any) -> LlamaCppRuntime:
 
 
 def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: int | None = None,
-              max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, n_threads: int | None = None,
+              max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, threads: int | None = None,
               n_gpu_layers: int | None = None, context_length: int | None = None,
               profile: DeviceProfile | None = None, memory_bytes: int | None = None) -> LlamaCppRuntime:
-    if max_batch_tokens < 1 or (n_threads is not None and n_threads < 1):
-        raise ConfigError(f"max_batch_tokens={max_batch_tokens}, n_threads={n_threads} are invalid",
+    if max_batch_tokens < 1 or (threads is not None and threads < 1):
+        raise ConfigError(f"max_batch_tokens={max_batch_tokens}, threads={threads} are invalid",
                           "both must be >= 1")
     profile = profile or load_profile("host")
     if n_gpu_layers is None:
@@ -62,7 +62,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
                           f"need kv_capacity_tokens >= 1 and 1 <= max_slots <= {LLAMA_MAX_SEQ}")
     try:
         runtime = LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens,
-                                  n_threads or profile.cores or os.cpu_count() or 1, context)
+                                  threads or profile.cores or os.cpu_count() or 1, context)
     except Exception:
         llama_cpp.llama_model_free(model)
         raise

@@ -56,6 +56,9 @@ class LlamaCppRuntime:
         params.n_batch = max_batch
         params.n_ubatch = max_batch  # one physical pass per step: the whole batch shares the weight reads
         params.n_seq_max = max_slots
+        # At most one logits row per sequence per step: without this llama.cpp reserves n_batch rows
+        # (512 x a 150k vocabulary x 4 bytes = 300 MB on a device that has none to spare).
+        params.n_outputs_max = max_slots
         params.kv_unified = True  # one shared pool of n_ctx cells, not n_ctx / n_seq_max per sequence
         params.n_threads = n_threads
         params.n_threads_batch = n_threads

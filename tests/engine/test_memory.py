@@ -40,5 +40,7 @@ def test_model_too_big_for_memory_is_refused_with_the_numbers() -> None:
 
 
 def test_few_tokens_limit_concurrency() -> None:
-    s = kv_capacity_for(0, 1024, memory_bytes=200 * MIB, context_length=4096)
-    assert s.max_sequences == max(1, (s.kv_budget_bytes // 1024) // 256)
+    s = kv_capacity_for(0, 8192, memory_bytes=110 * MIB, context_length=4096)
+    tokens = s.kv_budget_bytes // 8192  # about 580: room for two sequences of 256, not sixteen
+    assert s.max_sequences == tokens // 256 == 2
+    assert s.context_length == tokens and s.kv_capacity_tokens == tokens

@@ -1,0 +1,74 @@
+"""llama.cpp's RAW batched decode speed: the ceiling our engine and server are measured against.
+
+N sequences are prefilled (untimed), then each timed step is one ``llama_decode`` carrying one token
+per sequence with logits requested for each, like llama.cpp's ``batched-bench``: no sampling, no
+Python beyond filling the batch. ``edgeopt bench serve`` compares the server's aggregate decode tok/s
+with this figure at the same N.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+from edgeopt.errors import BackendError
+from runtimes.base import StepInput
+from runtimes.llama_cpp import load_gguf
+
+
+@dataclass(frozen=True)
+class RawDecodeResult:
+    n_sequences: int
+    decode_steps: int
+    tokens: int
+    seconds: float
+    threads: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"tokens_per_s": round(self.tokens_per_s, 2)}
+
+
+def raw_batched_decode(gguf_path: Path, n_sequences: int, decode_steps: int = 64, prompt_tokens: int = 32,
+                       threads: int = 2, warmup_steps: int = 4) -> RawDecodeResult:
+    """Time ``decode_steps`` batched decode calls of ``n_sequences`` sequences on one context."""
+    per_sequence = prompt_tokens + warmup_steps + decode_steps
+    runtime = load_gguf(Path(gguf_path), kv_capacity_tokens=n_sequences * per_sequence, max_slots=n_sequences,
+                        max_batch_tokens=max(prompt_tokens, n_sequences), threads=threads, n_gpu_layers=0)
+    try:
+        token = _any_plain_token(runtime.tokenizer)
+        for slot in range(n_sequences):  # prefill one sequence per call: the same work for every N
+            runtime.step([StepInput(slot, [token] * prompt_tokens, 0, True)])
+        batch = runtime._batch
+        position = prompt_tokens
+        for _ in range(warmup_steps):
+            _decode_step(runtime, batch, n_sequences, token, position)
+            position += 1
+        start = time.perf_counter()
+        for _ in range(decode_steps):
+            _decode_step(runtime, batch, n_sequences, token, position)
+            position += 1
+        seconds = time.perf_counter() - start
+    finally:
+        runtime.close()
+    return RawDecodeResult(n_sequences, decode_steps, n_sequences * decode_steps, seconds, threads)
+
+
+def _decode_step(runtime: Any, batch: Any, n_sequences: int, token: int, position: int) -> None:
+    batch.fill([StepInput(slot, [token], position, True) for slot in range(n_sequences)])
+    code = llama_cpp.llama_decode(runtime._ctx, batch.struct)
+    if code != 0:
+        raise BackendError(f"llama_decode returned {code} during the benchmark", "lower the sequence count")
+    llama_cpp.llama_synchronize(runtime._ctx)  # GPU backends return early; count the work, not the launch
+
+
+def _any_plain_token(tokenizer: Any) -> int:
+    ids = tokenizer.encode("the", add_special=False)
+    return ids[0] if ids else 0
