@@ -121,9 +121,10 @@ async def test_keys_pause_reset_and_quit(fake_server: FakeServer) -> None:
         await next_polls(pilot, 1)
         assert "done 2" in screen_text(app)
 
-        await pilot.press("r")
+        await pilot.press("p", "r")  # paused, so no poll can refill the screen before we look
         await pilot.pause()
         assert "done –" in screen_text(app) and app.window.history.series("tokens_per_s") == []
+        await pilot.press("p")
         await next_polls(pilot, 1)
         assert "done 2" in screen_text(app)
 
