@@ -19,12 +19,21 @@ _GGML_LOG_LEVEL_WARN = 3
 _GGML_LOG_LEVEL_ERROR = 4  # 5 is "continuation of the previous line": dropped with its INFO parent
 
 
+# With a unified KV cache n_ctx is the pool shared by all sequences, so it exceeding the training
+# context is expected; the per-sequence limit is enforced by the engine instead.
+_EXPECTED_WARNINGS = ("possible training context overflow",)
+
+
 @llama_cpp.llama_log_callback
 def _log_to_python(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     # llama.cpp is chatty at INFO (hundreds of lines per load); keep warnings and errors only.
-    if level in (_GGML_LOG_LEVEL_WARN, _GGML_LOG_LEVEL_ERROR) and text:
-        log.log(logging.WARNING if level == _GGML_LOG_LEVEL_WARN else logging.ERROR,
-                text.decode("utf-8", errors="replace").rstrip())
+    if level not in (_GGML_LOG_LEVEL_WARN, _GGML_LOG_LEVEL_ERROR) or not text:
+        return
+    message = text.decode("utf-8", errors="replace").rstrip()
+    if any(expected in message for expected in _EXPECTED_WARNINGS):
+        log.debug(message)
+    else:
+        log.log(logging.WARNING if level == _GGML_LOG_LEVEL_WARN else logging.ERROR, message)
 
 
 def init_backend() -> None:

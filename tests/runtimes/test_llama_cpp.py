@@ -163,3 +163,24 @@ def test_tokenizer_matches_the_hf_tokenizer_and_streams_bytes(gguf_path: Path, t
         assert len(im_end) == 1 and tok.token_bytes(im_end[0]) == b"" and im_end[0] in runtime.info.eos_token_ids
     finally:
         runtime.close()
+
+
+@pytest.mark.cuda
+def test_cuda_profile_offloads_every_layer_and_matches_cpu_logits(gguf_path: Path) -> None:
+    import llama_cpp
+
+    from profiles import load_profile
+
+    assert llama_cpp.llama_supports_gpu_offload(), "this llama-cpp-python build has no GPU backend"
+    prompt_text = TEXTS[2]
+    cpu = open_runtime(gguf_path, kv=256, slots=1)
+    gpu = load_gguf(gguf_path, kv_capacity_tokens=256, max_slots=1, threads=THREADS,
+                    profile=load_profile("jetson-agx-orin-64gb"))  # a CUDA profile: n_gpu_layers=-1
+    try:
+        prompt = cpu.tokenizer.encode(prompt_text)
+        expected = cpu.step([StepInput(0, prompt, 0, True)])[0]
+        got = gpu.step([StepInput(0, prompt, 0, True)])[0]
+        np.testing.assert_allclose(got, expected, atol=5 * LOGIT_TOLERANCE)
+    finally:
+        cpu.close()
+        gpu.close()
