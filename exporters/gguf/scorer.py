@@ -19,9 +19,11 @@ class GGUFScorer:
         except ImportError as exc:
             raise EvaluationError("scoring a GGUF bundle needs llama-cpp-python", "pip install llama-cpp-python") from exc
         self.context = context
-        # logits_all keeps a logits row per evaluated token, which perplexity and KL need.
+        # logits_all keeps a logits row per evaluated token, which perplexity and KL need. The KV cache is
+        # F32 (type 0) so the numbers measure the model file, not llama.cpp's default F16 cache rounding.
         self._llm = Llama(model_path=str(model_path), n_ctx=context, n_batch=context, n_ubatch=context,
-                          logits_all=True, n_threads=threads, n_threads_batch=threads, verbose=False)
+                          logits_all=True, n_threads=threads, n_threads_batch=threads, verbose=False,
+                          type_k=0, type_v=0)
         self.vocab_size = self._llm.n_vocab()
 
     def score(self, token_ids: list[int]) -> np.ndarray:

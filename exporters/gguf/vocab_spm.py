@@ -28,7 +28,9 @@ def _piece_type(sp: Any, i: int) -> int:
 
 
 def _add_space_prefix(tokenizer_json: dict[str, Any]) -> bool:
-    """SentencePiece prepends "▁" to the text unless the tokenizer says it does not."""
+    """Whether HF prepends "▁" to the text: its tokenizer.json says so; SentencePiece alone always does."""
+    if not tokenizer_json:
+        return True
     for part in (tokenizer_json.get("pre_tokenizer") or {}, tokenizer_json.get("normalizer") or {}):
         steps = part.get("pretokenizers") or part.get("normalizers") or [part]
         for step in steps:
@@ -36,7 +38,7 @@ def _add_space_prefix(tokenizer_json: dict[str, Any]) -> bool:
                 return step.get("prepend_scheme", "always") != "never" and step.get("add_prefix_space", True)
             if step.get("type") == "Prepend":
                 return True
-    return True
+    return False
 
 
 def load_spm_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> Vocab:

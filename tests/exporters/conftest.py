@@ -28,6 +28,7 @@ def build_spm_model(out_dir: Path) -> Path:
     )
     (out_dir / "tokenizer.vocab").unlink()
     tokenizer = transformers.LlamaTokenizerFast(vocab_file=str(out_dir / "tokenizer.model"), legacy=True,
+                                                add_prefix_space=True, from_slow=True,  # Llama 2's Prepend("▁")
                                                 add_bos_token=True, add_eos_token=False)
     tokenizer.save_pretrained(str(out_dir))
     config = transformers.LlamaConfig(
