@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ExportError, MissingDependencyError, UnsupportedArchitectureError
-from exporters.onnx.validate import mean_kl, probe_token_ids, top1_agreement
+from exporters.onnx.validate import mean_kl, probe_text_ids, probe_token_ids, top1_agreement
 
 DECODER_TASK = "text-generation-with-past"
 ENCODER_TASK = "feature-extraction"
@@ -91,13 +91,13 @@ def validate_decoder(model_dir: Path, onnx_path: Path, threads: int = 2) -> dict
             "kv_heads": decoder.layout.kv_heads, "head_dim": decoder.layout.head_dim}
 
 
-def compare_with_fp32(fp32_path: Path, quant_path: Path, threads: int = 2) -> dict[str, float]:
+def compare_with_fp32(fp32_path: Path, quant_path: Path, tokenizer_json: Path, threads: int = 2) -> dict[str, float]:
     """Cheap fidelity figures of a quantized decoder against the fp32 graph (the full evaluation is separate)."""
     from runtimes.onnxruntime.decoder_session import DecoderSession
     from runtimes.onnxruntime.session import create_session
 
     ref = DecoderSession(create_session(fp32_path, threads, ["CPUExecutionProvider"]))
     cand = DecoderSession(create_session(quant_path, threads, ["CPUExecutionProvider"]))
-    ids = probe_token_ids(ref.vocab_size)
+    ids = probe_text_ids(tokenizer_json, ref.vocab_size)
     a, b = ref.logits_for(ids), cand.logits_for(ids)
     return {"probe_kl_vs_fp32": mean_kl(a, b), "probe_top1_vs_fp32": top1_agreement(a, b)}

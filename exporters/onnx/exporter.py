@@ -61,7 +61,7 @@ def _encoder_checks(model_dir: Path, fp32: Path, final_dir: Path) -> dict[str, A
 
 def _quant_fidelity(kind: str, model_dir: Path, fp32: Path, quantized: Path, final_dir: Path) -> dict[str, float]:
     if kind == "causal-lm":
-        return compare_with_fp32(fp32, quantized)
+        return compare_with_fp32(fp32, quantized, model_dir / "tokenizer.json")
     from exporters.onnx.encoder import quantized_cosine
     from runtimes.onnxruntime.pooling import load_pooling
 

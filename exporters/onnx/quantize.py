@@ -65,6 +65,21 @@ def matching_nodes(model_path: Path, patterns: list[str]) -> list[str]:
     return chosen
 
 
+def weight_matmuls(model_path: Path, excluded: list[str]) -> list[str]:
+    """MatMul/Gemm nodes whose second input is a stored weight.
+
+    QDQ mode ignores the MatMulConstBOnly option, and quantizing activation x activation products
+    (attention scores, rotary tables) to 8 bits wrecks a decoder, so static quantization is given
+    this explicit node list instead.
+    """
+    import onnx
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    weights = {init.name for init in graph.initializer}
+    return [n.name for n in graph.node if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1
+            and n.input[1] in weights and n.name not in excluded]
+
+
 def _external(model_path: Path) -> bool:
     """Protobuf cannot hold more than 2 GB: bigger models keep weights in a side file."""
     return sum(p.stat().st_size for p in model_path.parent.iterdir() if p.is_file()) > 1_800_000_000
@@ -94,7 +109,8 @@ def quantize_static_int8(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[
     quantize_static(
         str(src), str(dst), reader, quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul", "Gemm"],
         per_channel=preset.per_channel, reduce_range=preset.reduce_range, activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8, nodes_to_exclude=excluded, calibrate_method=methods[method],
+        weight_type=QuantType.QInt8, nodes_to_quantize=weight_matmuls(src, excluded), nodes_to_exclude=excluded,
+        calibrate_method=methods[method],
         use_external_data_format=_external(src),
         # MatMulConstBOnly: activations x activations products (attention scores) stay float.
         extra_options={"MatMulConstBOnly": True, "CalibMovingAverage": method == "minmax"},
