@@ -24,13 +24,15 @@ SHAPE = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=12, num
              num_key_value_heads=8, vocab_size=32000)
 
 _CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
 sys.path.insert(0, {root!r})
 from exporters.gguf.exporter import GGUFExporter
 started = time.perf_counter()
 result = GGUFExporter().export(Path({model!r}), Path({out!r}), {quant!r}, {{"threads": 2}})
-print(json.dumps({{"seconds": time.perf_counter() - started, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+# VmHWM is this process image's own peak; ru_maxrss would also count the parent's RSS inherited at fork.
+hwm_kib = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({{"seconds": time.perf_counter() - started, "peak_rss_bytes": hwm_kib * 1024,
                   "details": result.details}}))
 """
 
