@@ -61,12 +61,10 @@ def _train_here(cfg: Any) -> dict[str, Any]:
 
 def launch(cfg: Any, processes: int) -> dict[str, Any]:
     """Run training under ``accelerate launch`` with ``processes`` local processes; return its metrics."""
-    args = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(processes),
+    # --multi_gpu is accelerate's torch.distributed launcher; without GPUs the loop passes cpu=True
+    # to Accelerator and training runs as DDP over gloo.
+    args = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
             "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    import torch
-
-    if not torch.cuda.is_available():
-        args.append("--cpu")
     args += ["-m", "edgeopt.passes.distil_train"] + config_to_argv(cfg)
     proc = subprocess.run(args, stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:

@@ -115,7 +115,18 @@ def train(cfg: DistilConfig) -> dict[str, Any]:
     from accelerate import Accelerator
     from accelerate.utils import set_seed
 
+    previous_threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
+    try:
+        return _train(cfg)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _train(cfg: DistilConfig) -> dict[str, Any]:
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
     precision = resolve_mixed_precision(cfg.mixed_precision)
     accelerator = Accelerator(mixed_precision=precision, cpu=not torch.cuda.is_available())
     set_seed(cfg.seed)

@@ -46,7 +46,7 @@ def _scratch_model(pruned_dir: Path, out: Path, seed: int = 0) -> Path:
 
 
 def run_benchmark(work: Path, steps: int = 480, batch_size: int = 16, seq_len: int = 256, distil_lr: float = 1e-3,
-                  scratch_lr: float = 3e-3, report=print) -> dict:
+                  scratch_lr: float = 3e-3, threads: int = 1, report=print) -> dict:
     import torch
 
     from edgeopt.demo.train import ensure_demo_model
@@ -59,7 +59,7 @@ def run_benchmark(work: Path, steps: int = 480, batch_size: int = 16, seq_len: i
 
     tokens = steps * batch_size * seq_len
     assert tokens <= MAX_TOKENS, f"{tokens} tokens exceeds the {MAX_TOKENS} budget"
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     demo = ensure_demo_model(report=report)
     data = _write_training_text(work / "train.txt")
     eval_file = demo / "eval.txt"
@@ -71,13 +71,14 @@ def run_benchmark(work: Path, steps: int = 480, batch_size: int = 16, seq_len: i
            f"ppl {pruned['reference_perplexity']:.2f} -> {pruned['perplexity']:.2f}")
     (work / "distilled").mkdir()
     distilled = DistilPass(data=str(data), steps=steps, batch_size=batch_size, seq_len=seq_len, lr=distil_lr,
-                           checkpoint_every=100, eval_tokens=EVAL_TOKENS).run(work / "pruned", work / "distilled", ctx)
+                           checkpoint_every=100, eval_tokens=EVAL_TOKENS,
+                           threads=threads).run(work / "pruned", work / "distilled", ctx)
     report(f"distilled: ppl {distilled['perplexity']:.2f}, KL {distilled['before_kl_to_original']:.3f} -> "
            f"{distilled['kl_to_original']:.3f}, {distilled['tokens_per_s']:.0f} tok/s")
     scratch_init = _scratch_model(work / "pruned", work / "scratch-init")
     cfg = DistilConfig(student=str(scratch_init), teacher=str(demo), data=str(data), output=str(work / "scratch"),
                        work_dir=str(work / "ckpt-scratch"), steps=steps, batch_size=batch_size, seq_len=seq_len,
-                       lr=scratch_lr, kd_weight=0.0, ce_weight=1.0, checkpoint_every=0)
+                       lr=scratch_lr, kd_weight=0.0, ce_weight=1.0, checkpoint_every=0, threads=threads)
     train(cfg)
     blocks, _ = eval_blocks(demo, eval_file, None, EVAL_TOKENS)
     scratch_ppl = perplexity(load_causal_lm(work / "scratch"), blocks)
@@ -108,12 +109,13 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--distil-lr", type=float, default=1e-3)
     parser.add_argument("--scratch-lr", type=float, default=3e-3)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a busy 2-core box)")
     parser.add_argument("--out", type=Path, default=None, help="keep the models here (default: a temp dir)")
     args = parser.parse_args()
     work = args.out or Path(tempfile.mkdtemp(prefix="bench-prune-distil-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        run_benchmark(work, args.steps, args.batch_size, args.seq_len, args.distil_lr, args.scratch_lr)
+        run_benchmark(work, args.steps, args.batch_size, args.seq_len, args.distil_lr, args.scratch_lr, args.threads)
     finally:
         if args.out is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -46,11 +46,11 @@ def test_distil_pass_recovers_kl_after_pruning(tiny_model_factory, corpus_file, 
     (tmp_path / "pruned").mkdir()
     PrunePass(ratio=0.4, calib_data=str(corpus_file), eval_tokens=1024).run(original, tmp_path / "pruned", ctx)
     (tmp_path / "out").mkdir()
-    metrics = DistilPass(data=str(corpus_file), steps=30, seq_len=64, batch_size=4, lr=3e-3, checkpoint_every=10,
-                         eval_tokens=2048, progress=False).run(tmp_path / "pruned", tmp_path / "out", ctx)
-    assert metrics["kl_to_original"] < 0.8 * metrics["before_kl_to_original"]
+    metrics = DistilPass(data=str(corpus_file), steps=60, seq_len=64, batch_size=4, lr=3e-3, checkpoint_every=10,
+                         eval_tokens=2048, progress=False, threads=1).run(tmp_path / "pruned", tmp_path / "out", ctx)
+    assert metrics["kl_to_original"] < 0.85 * metrics["before_kl_to_original"]
     assert metrics["perplexity"] < metrics["before_perplexity"]
-    assert metrics["tokens_seen"] == 30 * 4 * 64 and metrics["tokens_per_s"] > 0
+    assert metrics["tokens_seen"] == 60 * 4 * 64 and metrics["tokens_per_s"] > 0
     assert not (tmp_path / "work").exists()  # checkpoints are dropped once the output exists
 
 

@@ -64,7 +64,9 @@ def test_two_process_ddp_matches_one_process(tiny_model_factory, corpus_file, tm
     teacher = tiny_model_factory("llama-gqa")
     student = tiny_model_factory("llama-tied")
     common = dict(steps=6, checkpoint_every=0)
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
+    # --multi_gpu selects accelerate's torch.distributed launcher; on a machine without GPUs the
+    # training code asks for cpu=True and accelerate runs DDP over gloo (DistributedType.MULTI_CPU).
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
               "-m", "edgeopt.passes.distil_train",
               *_argv(student, teacher, corpus_file, tmp_path / "ddp", tmp_path / "w-ddp", **common, batch_size=2)]
