@@ -17,9 +17,12 @@ Sizing: the KV token budget our planner computed becomes ``num_blocks = budget /
 manager's "fraction of free GPU memory", which double counts on a Jetson's unified memory), and
 ``max_batch_tokens`` is ``EngineConfig.step_token_budget``.
 
-Sampling: greedy is exact. Temperature / top-k / top-p go to transformers' per-request logits
-processors; seed, penalties, min_p and logit_bias are not supported by this path and are refused with
-a 400 naming the parameter rather than silently ignored.
+Sampling (see :mod:`runtimes.torch.paged_compat`): greedy always; with transformers 5.x also per-request
+temperature / top-k / top-p. What a version cannot honour (seed, penalties, min_p, logit_bias; on 4.5x any
+temperature > 0) is refused with a 400 naming the parameter, never silently ignored.
+
+The paged kernels have CPU fallbacks (``sdpa_paged``), so the engine's bookkeeping is tested on CPU too;
+only speed needs the GPU.
 """
 
 from __future__ import annotations
@@ -36,42 +39,29 @@ from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.stream import OutputDispatcher, RequestStream
 from edgeopt.engine.validation import validate_request
 from edgeopt.errors import BackendError, RequestError
+from runtimes.torch import paged_compat
 from runtimes.torch.cpu_runtime import TorchRuntime
-
-PAGE_SIZE = 32  # tokens per page: small pages waste little KV on short chat requests
-GREEDY_TEMPERATURE = 1e-5  # do_sample is global in transformers' CB; this makes sampling an argmax
-# transformers builds a per-request processor only when the creation-time value is not neutral, so
-# top-p starts a hair below 1 (cuts no token with probability above ~1e-7) and top-k at the vocabulary.
-NEAR_ONE_TOP_P = 1.0 - 1e-7
-UNSUPPORTED = {"seed": None, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-               "min_p": 0.0}
 
 
 class PagedRuntime(TorchRuntime):
     """The per-slot runtime on CUDA, plus a factory for the paged continuous-batching engine."""
 
     def create_engine(self, config: EngineConfig) -> PagedEngine:
+        # From here on the model runs paged attention only; per-slot steps would misuse its kernels.
+        self.model.set_attn_implementation(paged_compat.paged_attention_implementation())
+        self.closed = True
         return PagedEngine(self.model, self.tokenizer, self.info, config)
 
 
 def load_paged_runtime(bundle_dir: Path, manifest: Any, *, dtype: str, kv_capacity_tokens: int | None,
-                       max_slots: int | None, context_length: int | None) -> PagedRuntime:
+                       max_slots: int | None, context_length: int | None, device: str = "cuda",
+                       threads: int | None = None) -> PagedRuntime:
     from runtimes.torch.loading import load_checkpoint, runtime_info
 
-    model, tokenizer, config = load_checkpoint(bundle_dir, manifest, "cuda", dtype, threads=None)
+    model, tokenizer, config = load_checkpoint(bundle_dir, manifest, device, dtype, threads=threads)
     info = runtime_info(bundle_dir / manifest.model_file, config, tokenizer, kv_capacity_tokens, max_slots,
                         context_length)
     return PagedRuntime(model, tokenizer, info)
-
-
-def paged_config(config: EngineConfig, page_size: int = PAGE_SIZE) -> Any:
-    from transformers.generation.configuration_utils import ContinuousBatchingConfig
-
-    return ContinuousBatchingConfig(
-        page_size=page_size, num_blocks=max(1, config.kv_capacity_tokens // page_size),
-        max_batch_tokens=config.step_token_budget, max_requests_per_batch=config.max_running,
-        per_request_processors=True, allow_block_sharing=False,
-    )
 
 
 class PagedEngine:
@@ -86,15 +76,11 @@ class PagedEngine:
         self._stopping = False
         self._finished_total = 0
         self.generated_tokens_total = 0
+        self._eos_ids = sorted(info.eos_token_ids)
 
     def start(self) -> None:
-        from transformers import GenerationConfig
-
-        gen = GenerationConfig(do_sample=True, temperature=GREEDY_TEMPERATURE, top_k=self.info.vocab_size,
-                               top_p=NEAR_ONE_TOP_P,
-                               max_new_tokens=self.context_tokens, eos_token_id=sorted(self.info.eos_token_ids) or -1)
-        self._manager = self.model.init_continuous_batching(generation_config=gen,
-                                                            continuous_batching_config=paged_config(self.config))
+        self._manager = paged_compat.create_manager(self.model, self.config, self.info.vocab_size,
+                                                    self._eos_ids, self.context_tokens)
         self._manager.start()
         self._pump = threading.Thread(target=self._pump_results, name="edgeopt-paged-pump", daemon=True)
         self._pump.start()
@@ -115,8 +101,8 @@ class PagedEngine:
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestStream:
         loop = asyncio.get_running_loop()
         validate_request(prompt_ids, params, self.info.vocab_size, self.context_tokens)
-        processor_kwargs = sampling_kwargs(params, self.info.vocab_size)
-        if self._stopping or self._manager is None:
+        paged_compat.check_unsupported(params)
+        if self._stopping or self._manager is None or not self._manager.is_running():
             raise BackendError("the paged engine is not running", "retry against a running server")
         stream = RequestStream(request_id, loop, on_close=self.abort)
         tracker = RequestTracker(Sequence(request_id, prompt_ids, params), stream, self.tokenizer,
@@ -127,9 +113,13 @@ class PagedEngine:
                                    param="request_id")
             self._trackers[request_id] = tracker
         max_new = min(params.max_tokens, self.context_tokens - len(prompt_ids))
-        eos = -1 if params.ignore_eos else sorted(self.info.eos_token_ids | set(params.stop_token_ids)) or -1
-        self._manager.add_request(list(prompt_ids), request_id=request_id, max_new_tokens=max_new, streaming=True,
-                                  eos_token_id=eos, **processor_kwargs)
+        try:
+            paged_compat.submit(self._manager, request_id, prompt_ids, max_new, params, self._eos_ids,
+                                self.info.vocab_size)
+        except BaseException:
+            with self._lock:
+                self._trackers.pop(request_id, None)
+            raise
         return stream
 
     def abort(self, request_id: str) -> None:
@@ -148,7 +138,8 @@ class PagedEngine:
             running = len(processor.scheduler.active_requests)
             waiting = len(processor.scheduler.waiting_requests)
             free = processor.cache.get_num_free_blocks()
-            used = max(0, (self.config.kv_capacity_tokens // PAGE_SIZE - free) * PAGE_SIZE)
+            page = paged_compat.PAGE_SIZE
+            used = max(0, (paged_compat.num_blocks_for(self.config) - free) * page)
         return EngineStats(running=running, waiting=waiting, kv_used_tokens=used,
                            kv_capacity_tokens=self.config.kv_capacity_tokens, preemptions_total=0,
                            steps_total=getattr(self._manager, "current_batch", 0),
@@ -189,7 +180,7 @@ class PagedEngine:
                 self._forget(tracker, output)
                 return
             self._dispatcher.push(tracker.stream, output)
-        if result.is_finished():
+        if paged_compat.is_finished(result):
             self._forget(tracker, tracker.final_output("length" if len(seq.output_ids) >= seq.params.max_tokens
                                                        else "stop"))
 
@@ -198,18 +189,3 @@ class PagedEngine:
             self._trackers.pop(tracker.seq.request_id, None)
         self._finished_total += 1
         self._dispatcher.push(tracker.stream, output)
-
-
-def sampling_kwargs(params: SamplingParams, vocab_size: int) -> dict[str, Any]:
-    """Per-request logits-processor kwargs for transformers' CB; refuse what it cannot honour."""
-    for name, neutral in UNSUPPORTED.items():
-        if getattr(params, name) != neutral:
-            raise RequestError(f"{name}={getattr(params, name)!r} is not supported by the CUDA paged engine",
-                               "leave it at its default, or serve on CPU / with llama.cpp", param=name)
-    if params.logit_bias:
-        raise RequestError("logit_bias is not supported by the CUDA paged engine", "leave it empty",
-                           param="logit_bias")
-    if params.temperature == 0:
-        return {"temperature": GREEDY_TEMPERATURE, "top_k": vocab_size, "top_p": NEAR_ONE_TOP_P}
-    return {"temperature": float(params.temperature), "top_k": int(params.top_k or vocab_size),
-            "top_p": float(min(params.top_p, NEAR_ONE_TOP_P))}

@@ -38,7 +38,8 @@ def make_engine(bundle: Path, device: str, threads: int, slots: int) -> Any:
 
 
 async def generate(engine: Any, prompt_ids: list[int], concurrency: int, max_tokens: int) -> int:
-    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    # No ignore_eos: transformers 4.5x continuous batching cannot honour it; tokens/s counts what was generated.
+    params = SamplingParams(temperature=0, max_tokens=max_tokens)
     streams = [engine.add_request(f"bench-{time.monotonic_ns()}-{i}", prompt_ids, params) for i in range(concurrency)]
     outputs = [await s.collect() for s in streams]
     return sum(o.completion_tokens for o in outputs)

@@ -1,5 +1,10 @@
-"""The CUDA paged-attention engine. Sizing and request checks run anywhere; generation needs a GPU
-(``-m cuda``) and is compared with transformers' ``generate`` on the same checkpoint."""
+"""The paged continuous-batching engine (the CUDA path of ``--runtime torch``).
+
+transformers' paged kernels have CPU fallbacks (``sdpa_paged``), so the engine runs here on CPU against
+the real ContinuousBatchingManager; the same test runs on a GPU with ``-m cuda``. On CPU transformers
+cannot query device memory for its footprint check (it returns None), so the CPU case supplies 1 GiB.
+Greedy output is compared with transformers' ``generate`` on the same checkpoint.
+"""
 
 from __future__ import annotations
 
@@ -11,59 +16,86 @@ import pytest
 from edgeopt.bundle import load_bundle
 from edgeopt.engine.api import EngineConfig, SamplingParams
 from edgeopt.errors import RequestError
-from runtimes.torch.paged import GREEDY_TEMPERATURE, PAGE_SIZE, paged_config, sampling_kwargs
+from runtimes.torch import paged_compat
+from runtimes.torch.paged import load_paged_runtime
 from tests.runtimes.test_torch_serve import transformers_greedy
 from tests.runtimes.torch_bundles import make_torch_bundle
 
-
-def test_paged_cache_is_sized_by_our_kv_budget_not_by_free_gpu_memory() -> None:
-    config = EngineConfig(kv_capacity_tokens=10_000, max_running=8, step_token_budget=384)
-    cb = paged_config(config)
-    assert cb.num_blocks == 10_000 // PAGE_SIZE and cb.page_size == PAGE_SIZE
-    assert cb.num_blocks * cb.page_size <= config.kv_capacity_tokens
-    assert (cb.max_batch_tokens, cb.max_requests_per_batch) == (384, 8)
-    assert cb.per_request_processors is True
+pytestmark = pytest.mark.timeout(300)
+CONFIG = EngineConfig(kv_capacity_tokens=1024, max_running=4, context_length=256, step_token_budget=128)
 
 
-def test_greedy_and_sampling_map_to_per_request_processor_kwargs() -> None:
-    greedy = sampling_kwargs(SamplingParams(temperature=0), vocab_size=512)
-    assert greedy["temperature"] == GREEDY_TEMPERATURE and greedy["top_k"] == 512
-    sampled = sampling_kwargs(SamplingParams(temperature=0.7, top_k=40, top_p=0.9), vocab_size=512)
-    assert sampled == {"temperature": 0.7, "top_k": 40, "top_p": 0.9}
+@pytest.fixture(scope="module")
+def bundle(tiny_llama_dir: Path, tmp_path_factory) -> Path:
+    return make_torch_bundle(tiny_llama_dir, tmp_path_factory.mktemp("paged") / "b")
+
+
+def start_engine(bundle: Path, device: str, monkeypatch: pytest.MonkeyPatch):
+    if device == "cpu":
+        from transformers.generation.continuous_batching import cache as cb_cache
+
+        monkeypatch.setattr(cb_cache.PagedAttentionMemoryHandler, "get_available_memory",
+                            staticmethod(lambda max_memory_percent=1.0: 1 << 30))
+    runtime = load_paged_runtime(bundle, load_bundle(bundle), dtype="auto", kv_capacity_tokens=CONFIG.kv_capacity_tokens,
+                                 max_slots=CONFIG.max_running, context_length=CONFIG.context_length, device=device,
+                                 threads=2)
+    engine = runtime.create_engine(CONFIG)
+    engine.start()
+    return runtime, engine
+
+
+async def run_requests(engine, prompts: list[list[int]], params: SamplingParams):
+    streams = [engine.add_request(f"r{i}", p, params) for i, p in enumerate(prompts)]
+    return [await s.collect() for s in streams]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_paged_engine_greedy_output_equals_generate(bundle: Path, tiny_llama_dir: Path, device: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime, engine = start_engine(bundle, device, monkeypatch)
+    prompts = [[5, 17, 99, 42], [7, 8, 9], [300, 301, 302, 303, 304, 305]]
+    eos = next(iter(runtime.info.eos_token_ids))
+    try:
+        outputs = asyncio.run(run_requests(engine, prompts, SamplingParams(temperature=0, max_tokens=10)))
+        stats = engine.stats()
+    finally:
+        engine.shutdown()
+    for prompt, out in zip(prompts, outputs):
+        want = transformers_greedy(tiny_llama_dir, prompt, 10, eos)
+        assert [t for t in out.token_ids if t != eos] == want
+        assert out.finish_reason == ("stop" if len(want) < 10 else "length")
+        assert out.prompt_tokens == len(prompt)
+    assert stats.kv_capacity_tokens == CONFIG.kv_capacity_tokens
+    assert stats.generated_tokens_total == sum(len(o.token_ids) for o in outputs)
+
+
+def test_paged_cache_is_sized_by_our_kv_budget(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, engine = start_engine(bundle, "cpu", monkeypatch)
+    try:
+        asyncio.run(run_requests(engine, [[5, 6, 7]], SamplingParams(temperature=0, max_tokens=2)))
+        cache = engine._manager.batch_processor.cache
+        assert cache.num_blocks == CONFIG.kv_capacity_tokens // paged_compat.PAGE_SIZE
+        assert cache.max_batch_tokens == CONFIG.step_token_budget
+    finally:
+        engine.shutdown()
 
 
 @pytest.mark.parametrize("params, name", [
-    (SamplingParams(seed=3), "seed"),
-    (SamplingParams(repetition_penalty=1.2), "repetition_penalty"),
-    (SamplingParams(logit_bias={5: 2.0}), "logit_bias"),
+    (SamplingParams(temperature=0, seed=3), "seed"),
+    (SamplingParams(temperature=0, repetition_penalty=1.2), "repetition_penalty"),
+    (SamplingParams(temperature=0, logit_bias={5: 2.0}), "logit_bias"),
 ])
 def test_parameters_the_paged_engine_cannot_honour_are_refused_by_name(params: SamplingParams, name: str) -> None:
     with pytest.raises(RequestError, match=name) as info:
-        sampling_kwargs(params, vocab_size=512)
+        paged_compat.check_unsupported(params)
     assert info.value.param == name
 
 
-@pytest.mark.cuda
-def test_paged_engine_greedy_output_equals_generate_on_cuda(tiny_llama_dir: Path, tmp_path: Path) -> None:
-    from runtimes import load_runtime
-
-    bundle = make_torch_bundle(tiny_llama_dir, tmp_path / "b", quant="fp32")
-    runtime = load_runtime("torch", bundle, load_bundle(bundle), device="cuda", kv_capacity_tokens=2048,
-                           max_slots=4, context_length=256)
-    engine = runtime.create_engine(EngineConfig(kv_capacity_tokens=2048, max_running=4, context_length=256))
-    engine.start()
-    prompts = [[5, 17, 99, 42], [7, 8, 9], [300, 301, 302, 303, 304, 305]]
-    eos = next(iter(runtime.info.eos_token_ids))
-
-    async def run_all() -> list[list[int]]:
-        streams = [engine.add_request(f"r{i}", p, SamplingParams(temperature=0, max_tokens=12))
-                   for i, p in enumerate(prompts)]
-        return [(await s.collect()).token_ids for s in streams]
-
-    try:
-        outputs = asyncio.run(run_all())
-    finally:
-        engine.shutdown()
-    for prompt, got in zip(prompts, outputs):
-        want = transformers_greedy(tiny_llama_dir, prompt, 12, eos)
-        assert [t for t in got if t != eos] == want
+def test_sampling_needs_per_request_processors_or_is_refused() -> None:
+    params = SamplingParams(temperature=0.7, top_k=40, top_p=0.9)
+    if paged_compat.has_per_request_sampling():
+        assert paged_compat.sampling_kwargs(params, 512) == {"temperature": 0.7, "top_k": 40, "top_p": 0.9}
+    else:
+        with pytest.raises(RequestError, match="temperature=0.7") as info:
+            paged_compat.check_global_greedy(params)
+        assert info.value.param == "temperature"

@@ -1,0 +1,115 @@
+"""The parts of transformers' continuous-batching API that changed between releases, behind four functions.
+
+transformers 4.5x: sizing (``num_blocks``, ``block_size``, ``max_batch_tokens``) and sampling travel on the
+``GenerationConfig``; sampling and EOS are global to the manager; outputs carry a ``RequestStatus`` enum.
+transformers 5.x: a ``ContinuousBatchingConfig`` carries the sizing, and temperature / top-k / top-p can be
+set per request (``per_request_processors``); EOS is per request.
+
+Either way the KV block count comes from *our* budget (``kv_capacity_tokens // page``), never from the
+manager's "fraction of free GPU memory" heuristic, which double counts on a Jetson's unified memory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from edgeopt.engine.api import EngineConfig, SamplingParams
+from edgeopt.errors import RequestError
+
+PAGE_SIZE = 32  # tokens per page: small pages waste little KV on short chat requests
+GREEDY_TEMPERATURE = 1e-5  # 5.x: do_sample is global; this temperature makes sampling an argmax
+# 5.x builds a per-request processor only when the creation-time value is not neutral, so top-p starts a
+# hair below 1 (it cuts no token with probability above ~1e-7) and top-k at the vocabulary size.
+NEAR_ONE_TOP_P = 1.0 - 1e-7
+UNSUPPORTED = {"seed": None, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+               "min_p": 0.0}
+
+
+def has_per_request_sampling() -> bool:
+    from transformers.generation import configuration_utils
+
+    return hasattr(configuration_utils, "ContinuousBatchingConfig")
+
+
+def paged_attention_implementation() -> str:
+    """The flash-attention paged kernel when flash_attn is installed, else SDPA over paged KV."""
+    return "paged_attention" if importlib.util.find_spec("flash_attn") else "sdpa_paged"
+
+
+def num_blocks_for(config: EngineConfig, page_size: int = PAGE_SIZE) -> int:
+    return max(1, config.kv_capacity_tokens // page_size)
+
+
+def paged_config(config: EngineConfig, page_size: int = PAGE_SIZE) -> Any:
+    """transformers 5.x: the ContinuousBatchingConfig sized by our budget."""
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    return ContinuousBatchingConfig(
+        page_size=page_size, num_blocks=num_blocks_for(config, page_size),
+        max_batch_tokens=config.step_token_budget, max_requests_per_batch=config.max_running,
+        per_request_processors=True, allow_block_sharing=False,
+    )
+
+
+def create_manager(model: Any, config: EngineConfig, vocab_size: int, eos_ids: list[int],
+                   max_new_tokens: int) -> Any:
+    """A started-ready (not started) ContinuousBatchingManager for this engine config."""
+    from transformers import GenerationConfig
+
+    eos = eos_ids or -1
+    if has_per_request_sampling():
+        gen = GenerationConfig(do_sample=True, temperature=GREEDY_TEMPERATURE, top_k=vocab_size,
+                               top_p=NEAR_ONE_TOP_P, max_new_tokens=max_new_tokens, eos_token_id=eos)
+        return model.init_continuous_batching(generation_config=gen, continuous_batching_config=paged_config(config))
+    gen = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
+                           num_blocks=num_blocks_for(config), block_size=PAGE_SIZE,
+                           max_batch_tokens=config.step_token_budget, scheduler="fifo")
+    return model.init_continuous_batching(generation_config=gen, streaming=True)
+
+
+def submit(manager: Any, request_id: str, prompt_ids: list[int], max_new_tokens: int, params: SamplingParams,
+           eos_ids: list[int], vocab_size: int) -> None:
+    if has_per_request_sampling():
+        eos = -1 if params.ignore_eos else eos_ids or -1
+        manager.add_request(list(prompt_ids), request_id=request_id, max_new_tokens=max_new_tokens, streaming=True,
+                            eos_token_id=eos, **sampling_kwargs(params, vocab_size))
+        return
+    check_global_greedy(params)
+    manager.add_request(list(prompt_ids), request_id=request_id, max_new_tokens=max_new_tokens)
+
+
+def is_finished(result: Any) -> bool:
+    if hasattr(result, "is_finished"):
+        return bool(result.is_finished())
+    return getattr(result.status, "value", result.status) in ("finished", "failed")
+
+
+def check_unsupported(params: SamplingParams) -> None:
+    for name, neutral in UNSUPPORTED.items():
+        if getattr(params, name) != neutral:
+            raise RequestError(f"{name}={getattr(params, name)!r} is not supported by the CUDA paged engine",
+                               "leave it at its default, or serve on CPU / with llama.cpp", param=name)
+    if params.logit_bias:
+        raise RequestError("logit_bias is not supported by the CUDA paged engine", "leave it empty",
+                           param="logit_bias")
+
+
+def check_global_greedy(params: SamplingParams) -> None:
+    """transformers 4.5x samples with one global setting; this engine is built greedy, so say so."""
+    if params.temperature != 0:
+        raise RequestError(f"temperature={params.temperature} needs per-request sampling, which this "
+                           "transformers version's continuous batching lacks (it decodes greedily)",
+                           "send temperature=0, or upgrade transformers to 5.x", param="temperature")
+    if params.ignore_eos:
+        raise RequestError("ignore_eos is not supported by this transformers version's continuous batching",
+                           "leave ignore_eos false, or upgrade transformers to 5.x", param="ignore_eos")
+
+
+def sampling_kwargs(params: SamplingParams, vocab_size: int) -> dict[str, Any]:
+    """transformers 5.x per-request logits-processor kwargs; refuse what it cannot honour."""
+    check_unsupported(params)
+    if params.temperature == 0:
+        return {"temperature": GREEDY_TEMPERATURE, "top_k": vocab_size, "top_p": NEAR_ONE_TOP_P}
+    return {"temperature": float(params.temperature), "top_k": int(params.top_k or vocab_size),
+            "top_p": float(min(params.top_p, NEAR_ONE_TOP_P))}
