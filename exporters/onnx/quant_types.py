@@ -1,33 +1,40 @@
-"""ONNX quantization modes and the size each gives a model (used by the planner, pure Python)."""
+"""ONNX quantization modes and the size each gives a model (used by the planner, pure Python).
+
+Measured on optimum exports quantized by onnxruntime (see tests/exporters/test_onnx_sizes.py):
+* the token embedding (a Gather) stays fp32 in every mode, and a tied lm_head shares it (no copy);
+* INT8 stores each linear weight as int8 plus, per output channel, an fp32 scale and an int8 zero
+  point; INT4 MatMulNBits (symmetric, blocks of 32) stores 4 bits plus one fp32 scale per block;
+* norms and biases stay fp32;
+* the graph itself (node and tensor names, shapes) costs a few tens of KB per layer, more when each
+  MatMul became a quantize / integer-matmul / rescale chain. Negligible for real models, but it keeps
+  the estimate honest for the small ones tests use.
+"""
 
 from __future__ import annotations
 
 from edgeopt.model_spec import ModelSpec
 
 QUANTS = ("fp32", "int8", "int8-static", "int4")  # what ONNXExporter writes
+INT4_BLOCK = 32
+GRAPH_BYTES_PER_LAYER = {"fp32": 44_000, "int8": 70_000, "int8-static": 75_000, "int4": 30_000}
 
-# Bytes per weight of the transformer-block matrices for each mode. INT4 MatMulNBits stores 4 bits
-# plus one fp32 scale per block of 32 (and packed zero points when asymmetric): 0.5 + 4/32 + 0.5/32.
-_MATRIX_BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0 + 4 / 1024, "int8-static": 1.0 + 4 / 1024,
-                 "int4": 0.5 + 4 / 32 + 0.5 / 32}
+
+def _linear_bytes(out_features: int, in_features: int, quant: str) -> float:
+    numel = out_features * in_features
+    if quant == "fp32":
+        return numel * 4.0
+    if quant in ("int8", "int8-static"):
+        return numel + out_features * 5.0  # int8 weights + fp32 scale + int8 zero point per channel
+    blocks = out_features * -(-in_features // INT4_BLOCK)  # MatMulNBits pads K up to whole blocks
+    return blocks * (INT4_BLOCK / 2 + 4.0)
 
 
 def estimate_onnx_bytes(spec: ModelSpec, quant: str) -> int:
-    """Predicted size of the ONNX model data.
-
-    The embedding (a Gather) stays fp32 except in fp16 mode; the lm_head is quantized with the other
-    MatMuls. optimum exports a tied lm_head as its own initializer, so it is counted even when tied.
-    """
-    matrix = _MATRIX_BYTES[quant]
-    embed_bytes = 2.0 if quant == "fp16" else 4.0
-    total = 0.0
+    """Predicted size of the bundle's ONNX files (graph + weights) for ``quant``."""
+    total = float(GRAPH_BYTES_PER_LAYER[quant] * spec.num_layers)
     for t in spec.tensors():
-        if t.name == "model.embed_tokens.weight":
-            total += t.numel * embed_bytes
-        elif len(t.shape) == 2:
-            total += t.numel * matrix
-        else:
+        if t.name == "model.embed_tokens.weight" or len(t.shape) != 2:
             total += t.numel * 4.0
-    if spec.tie_word_embeddings:
-        total += spec.vocab_size * spec.hidden_size * matrix
+        else:
+            total += _linear_bytes(t.shape[0], t.shape[1], quant)
     return int(total)
