@@ -21,7 +21,7 @@ from runtimes.llama_cpp import LlamaCppRuntime, engine_config_for, load, load_gg
 from tests.engine.helpers import generate_all, run_engine
 
 LOGIT_TOLERANCE = 2e-2
-THREADS = 2
+THREADS = 1  # correctness tests; one thread is also immune to barrier stalls on a busy machine
 TEXTS = [f"def function_{i}(value):\n    return value * {i} + {'1' * (i % 5 + 1)}" for i in range(16)]
 
 

@@ -2,7 +2,9 @@
 
     .venv/bin/python -m pytest tests/runtimes/test_llama_cpp_bench.py -m slow -q -s
 
-On a ~95M-parameter random Llama (hidden 1024, 8 layers) at Q8_0 and Q4_0, 2 threads:
+On a ~95M-parameter random Llama (hidden 1024, 8 layers) at Q8_0 and Q4_0, EDGEOPT_BENCH_THREADS threads
+(default 2; use 1 on a machine shared with other jobs: llama.cpp's spinning thread barriers collapse when
+the OS deschedules one of its threads, 20x slower at a load average of 10 on 2 cores):
 raw decode tok/s at N=1 and N=16 (llama.cpp alone), and the engine's aggregate decode tok/s with 16
 concurrent greedy streams and with one. The engine must reach 0.9x raw batched decode at 16.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 
@@ -21,7 +24,8 @@ from runtimes.llama_cpp import engine_config_for, load_gguf
 from runtimes.llama_cpp.bench import raw_batched_decode
 
 pytestmark = pytest.mark.slow
-THREADS = 2
+THREADS = int(os.environ.get("EDGEOPT_BENCH_THREADS", "2"))
+REPEATS = 2  # best of: other processes on the machine only ever slow a run down
 DECODE_TOKENS = 48
 
 
@@ -70,11 +74,13 @@ def engine_decode_tps(gguf: Path, streams: int) -> float:
 @pytest.mark.parametrize("quant", ["Q8_0", "Q4_0"])
 def test_engine_reaches_raw_batched_decode_speed(bench_model_dir: Path, tmp_path: Path, quant: str) -> None:
     gguf = export(bench_model_dir, tmp_path, quant)
-    raw1 = raw_batched_decode(gguf, 1, decode_steps=DECODE_TOKENS, threads=THREADS).tokens_per_s
-    raw16 = raw_batched_decode(gguf, 16, decode_steps=DECODE_TOKENS, threads=THREADS).tokens_per_s
-    eng1 = engine_decode_tps(gguf, 1)
-    eng16 = engine_decode_tps(gguf, 16)
-    print(json.dumps({"quant": quant, "raw_n1": round(raw1, 1), "raw_n16": round(raw16, 1),
+    raw1, raw16, eng1, eng16 = 0.0, 0.0, 0.0, 0.0
+    for _ in range(REPEATS):  # interleaved, so a burst of load elsewhere hits both sides alike
+        raw1 = max(raw1, raw_batched_decode(gguf, 1, decode_steps=DECODE_TOKENS, threads=THREADS).tokens_per_s)
+        eng1 = max(eng1, engine_decode_tps(gguf, 1))
+        raw16 = max(raw16, raw_batched_decode(gguf, 16, decode_steps=DECODE_TOKENS, threads=THREADS).tokens_per_s)
+        eng16 = max(eng16, engine_decode_tps(gguf, 16))
+    print(json.dumps({"quant": quant, "threads": THREADS, "raw_n1": round(raw1, 1), "raw_n16": round(raw16, 1),
                       "raw_ratio": round(raw16 / raw1, 2), "engine_n1": round(eng1, 1),
                       "engine_n16": round(eng16, 1), "engine_vs_raw16": round(eng16 / raw16, 3),
                       "engine16_vs_engine1": round(eng16 / eng1, 2)}))
