@@ -1,0 +1,49 @@
+# Two entry points (see README.md):
+#   make demo   set up .venv, build the offline demo model, optimize it for a Raspberry Pi,
+#               serve it, send one chat request and print the answer
+#   make test   set up .venv and run the whole default test suite
+# Everything runs offline once the packages are installed; no model hub is contacted.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EDGEOPT := $(VENV)/bin/edgeopt
+# torch is installed first and pinned: an unpinned torch resolved by `pip install -e .` pulls GBs of
+# CUDA wheels. On a machine whose pip does not already find the CPU wheel, point pip at it, e.g.
+#   make demo TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+TORCH_VERSION ?= 2.13.0
+TORCH_PIP_ARGS ?=
+STAMP := $(VENV)/.edgeopt-installed
+
+DEMO_DIR ?= demo
+DEMO_TARGET ?= raspberry-pi
+PYTEST_ARGS ?=
+
+.PHONY: setup demo demo-model test clean-demo
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install $(TORCH_PIP_ARGS) "torch==$(TORCH_VERSION)"
+	$(PY) -m pip install -e '.[dev]'
+	touch $(STAMP)
+
+# Trains once (a few minutes on two cores) into ~/.cache/edgeopt, or $$EDGEOPT_DEMO_CACHE; later runs copy.
+demo-model: $(STAMP)
+	$(EDGEOPT) demo-model $(DEMO_DIR)/model --force
+
+demo: demo-model
+	$(EDGEOPT) optimize $(DEMO_DIR)/model --target $(DEMO_TARGET) --format gguf \
+		--eval-data $(DEMO_DIR)/model/eval.txt -o $(DEMO_DIR)/bundle --force
+	$(PY) -m edgeopt.demo.serve_demo $(DEMO_DIR)/bundle
+
+# pytest exits 5 when it collected nothing: that is a failure here, and says so.
+test: $(STAMP)
+	$(PY) -m edgeopt.demo
+	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
+	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
+	exit $$status
+
+clean-demo:
+	rm -rf $(DEMO_DIR)

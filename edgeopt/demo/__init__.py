@@ -1,0 +1,1 @@
+"""The offline demo model: a small Llama trained on text every Python install carries."""

@@ -1,0 +1,55 @@
+"""Shared fixtures: tiny random checkpoints (per session) and the trained demo model (cached)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgeopt.demo.store import demo_cache_root
+from tests.fixtures.tiny_gguf import tiny_gguf_factory  # noqa: F401  (session fixture, GGUF of a tiny model)
+from tests.fixtures.onnx_bundles import encoder_fp32_bundle, onnx_fp32_bundle, tiny_encoder_dir  # noqa: F401
+from tests.fixtures.tiny_models import build_tiny_model, build_tokenizer
+
+# Resolved at import, before any test redirects EDGEOPT_CACHE: unlike pass caches, the trained demo
+# model is shared across sessions (built once per machine or CI run, ~5 min), so it is not isolated.
+DEMO_CACHE_ROOT = demo_cache_root()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_factory(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path):
+    """Build (once per session) a tiny random checkpoint of a named variant; see tiny_models.VARIANTS."""
+    built: dict[str, Path] = {}
+
+    def make(variant: str = "llama-gqa") -> Path:
+        if variant not in built:
+            built[variant] = build_tiny_model(tmp_path_factory.mktemp(variant), variant, tiny_tokenizer_dir)
+        return built[variant]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tiny_model_factory) -> Path:
+    """GQA, untied embeddings: the default tiny model."""
+    return tiny_model_factory("llama-gqa")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pass/export caches go to a per-session temp dir, never the user's ~/.cache."""
+    monkeypatch.setenv("EDGEOPT_CACHE", str(tmp_path_factory.getbasetemp() / "edgeopt-cache"))
+    monkeypatch.setenv("EDGEOPT_DEMO_CACHE", str(DEMO_CACHE_ROOT))  # CLI calls reuse the built demo model
+
+
+@pytest.fixture(scope="session")
+def demo_model_dir() -> Path:
+    """The trained demo model (HF checkpoint dir with eval.txt); built once, then read from the cache."""
+    from edgeopt.demo.train import ensure_demo_model
+
+    return ensure_demo_model(cache_root=DEMO_CACHE_ROOT)
