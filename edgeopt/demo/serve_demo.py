@@ -28,9 +28,10 @@ def free_loopback_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(bundle: Path, port: int, log_path: Path) -> Iterator[subprocess.Popen]:
+def running_server(bundle: Path, port: int, log_path: Path, threads: int) -> Iterator[subprocess.Popen]:
     """``edgeopt serve BUNDLE --port PORT`` as a child process, terminated (then killed) on exit."""
-    command = [sys.executable, "-m", "edgeopt.cli", "serve", str(bundle), "--port", str(port)]
+    command = [sys.executable, "-m", "edgeopt.cli", "serve", str(bundle), "--host", "127.0.0.1",
+               "--port", str(port), "--threads", str(threads)]
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -72,11 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--question", default=DEFAULT_QUESTION)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--startup-timeout", type=float, default=120.0)
+    parser.add_argument("--threads", type=int, default=2, help="runtime CPU threads for the server")
     args = parser.parse_args(argv)
     port = free_loopback_port()
     base_url = f"http://127.0.0.1:{port}"
     log_path = args.bundle.parent / "serve.log"
-    with running_server(args.bundle, port, log_path) as process:
+    with running_server(args.bundle, port, log_path, args.threads) as process:
         try:
             wait_until_healthy(base_url, process, args.startup_timeout)
             started = time.perf_counter()
