@@ -46,7 +46,7 @@ def _scratch_model(pruned_dir: Path, out: Path, seed: int = 0) -> Path:
 
 
 def run_benchmark(work: Path, steps: int = 480, batch_size: int = 16, seq_len: int = 256, distil_lr: float = 1e-3,
-                  scratch_lr: float = 3e-3, threads: int = 1, report=print) -> dict:
+                  scratch_lr: float = 3e-3, threads: int = 1, teacher: Path | None = None, report=print) -> dict:
     import torch
 
     from edgeopt.demo.train import ensure_demo_model
@@ -60,9 +60,10 @@ def run_benchmark(work: Path, steps: int = 480, batch_size: int = 16, seq_len: i
     tokens = steps * batch_size * seq_len
     assert tokens <= MAX_TOKENS, f"{tokens} tokens exceeds the {MAX_TOKENS} budget"
     torch.set_num_threads(threads)
-    demo = ensure_demo_model(report=report)
+    demo = teacher or ensure_demo_model(report=report)
     data = _write_training_text(work / "train.txt")
-    eval_file = demo / "eval.txt"
+    # The demo model ships its held-out eval.txt; another teacher is evaluated on the data's held-out tail.
+    eval_file = demo / "eval.txt" if (demo / "eval.txt").is_file() else None
     ctx = PassContext(original_model_dir=demo, target="host", data_file=eval_file, work_dir=work / "ckpt")
     started = time.perf_counter()
     (work / "pruned").mkdir()
@@ -80,7 +81,7 @@ def run_benchmark(work: Path, steps: int = 480, batch_size: int = 16, seq_len: i
                        work_dir=str(work / "ckpt-scratch"), steps=steps, batch_size=batch_size, seq_len=seq_len,
                        lr=scratch_lr, kd_weight=0.0, ce_weight=1.0, checkpoint_every=0, threads=threads)
     train(cfg)
-    blocks, _ = eval_blocks(demo, eval_file, None, EVAL_TOKENS)
+    blocks, _ = eval_blocks(demo, eval_file, data, EVAL_TOKENS)
     scratch_ppl = perplexity(load_causal_lm(work / "scratch"), blocks)
     original, before, after = pruned["reference_perplexity"], pruned["perplexity"], distilled["perplexity"]
     result = {
@@ -110,12 +111,14 @@ def main() -> None:
     parser.add_argument("--distil-lr", type=float, default=1e-3)
     parser.add_argument("--scratch-lr", type=float, default=3e-3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a busy 2-core box)")
+    parser.add_argument("--teacher", type=Path, default=None, help="checkpoint to prune (default: the demo model)")
     parser.add_argument("--out", type=Path, default=None, help="keep the models here (default: a temp dir)")
     args = parser.parse_args()
     work = args.out or Path(tempfile.mkdtemp(prefix="bench-prune-distil-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        run_benchmark(work, args.steps, args.batch_size, args.seq_len, args.distil_lr, args.scratch_lr, args.threads)
+        run_benchmark(work, args.steps, args.batch_size, args.seq_len, args.distil_lr, args.scratch_lr, args.threads,
+                      args.teacher)
     finally:
         if args.out is None:
             shutil.rmtree(work, ignore_errors=True)
