@@ -20,6 +20,8 @@ from edgeopt.passes import Pass, PassContext
 from edgeopt.passes.fit import request_from_params
 from edgeopt.passes.prune_shape import PruneShape, shape_of, solve_shape
 
+KNOWN_PARAMS = {"ratio", "heads", "mlp", "layers", "calib_data", "calib_sha256", "calib_tokens", "sparsity",
+                "eval_tokens", "threads"}
 COPIED_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                 "chat_template.jinja", "generation_config.json", "vocab.json", "merges.txt")
 
@@ -37,6 +39,9 @@ class PrunePass(Pass):
         from edgeopt.passes.measure import compare_models, load_causal_lm
 
         started = time.perf_counter()
+        unknown = set(self.params) - KNOWN_PARAMS
+        if unknown:
+            raise PassError(f"unknown prune parameter(s) {sorted(unknown)}", f"valid: {', '.join(sorted(KNOWN_PARAMS))}")
         torch.set_num_threads(min(torch.get_num_threads(), int(self.params.get("threads", 2))))
         spec = load_model_spec(str(model_dir))
         shape = solve_shape(spec, request_from_params(self.params))

@@ -91,3 +91,10 @@ def test_sparsity_is_reported_as_shrinking_nothing(tiny_model_factory, tmp_path)
     w = model.model.layers[0].mlp.up_proj.weight
     assert (w == 0).float().mean().item() == pytest.approx(0.5, abs=0.02)
     assert "no size or speed gain" in metrics["sparsity_note"]
+
+
+def test_unknown_parameter_is_refused(tiny_llama_dir, tmp_path) -> None:
+    from edgeopt.errors import PassError
+
+    with pytest.raises(PassError, match="ratoi"):
+        _run(tiny_llama_dir, tmp_path / "out", ratoi=0.3)
