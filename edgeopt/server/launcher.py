@@ -75,7 +75,9 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
                            threads=options.threads)
     try:
         config = engine_config(manifest.runtime, runtime, sizing, options)
-        engine = Engine(runtime, config)
+        # A runtime that brings its own scheduler (torch on CUDA: transformers' paged continuous batching)
+        # offers an engine with our Engine API; every other runtime runs under our engine.
+        engine = runtime.create_engine(config) if hasattr(runtime, "create_engine") else Engine(runtime, config)
         template = ChatTemplate.from_bundle(bundle_dir, manifest.chat_template, manifest.tokenizer_dir)
     except BaseException:
         runtime.close()
