@@ -16,6 +16,7 @@ from typing import Any
 from edgeopt.errors import EvaluationError
 from edgeopt.eval_metrics import Comparison
 from edgeopt.eval_scorers import HFScorer, load_bundle_scorer
+from edgeopt.textfile import read_text_file
 
 SEED_PROMPTS = (
     "The function returns",
@@ -29,17 +30,7 @@ GENERATED_TOKENS_PER_PROMPT = 96
 
 
 def read_eval_text(path: Path) -> str:
-    path = Path(path)
-    if not path.is_file():
-        raise EvaluationError(f"evaluation data {path} does not exist", "pass a UTF-8 text file with --eval-data/--data")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise EvaluationError(f"evaluation data {path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                              "convert it to UTF-8 text") from exc
-    if not text.strip():
-        raise EvaluationError(f"evaluation data {path} is empty", "pass a file with a few paragraphs of text")
-    return text
+    return read_text_file(path, "evaluation data", "--eval-data/--data", EvaluationError)
 
 
 def _tokenizer(tokenizer_dir: Path) -> Any:

@@ -16,23 +16,14 @@ from pathlib import Path
 import torch
 
 from edgeopt.errors import PassError
+from edgeopt.textfile import read_text_file
 
 SEQ_LEN = 256
 _ENCODE_CHUNK_CHARS = 1 << 16
 
 
-def read_text_file(path: Path | str) -> str:
-    path = Path(path)
-    if not path.is_file():
-        raise PassError(f"data file {path} does not exist", "pass an existing UTF-8 text file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise PassError(f"data file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                        "convert it to UTF-8 plain text") from exc
-    if not text.strip():
-        raise PassError(f"data file {path} is empty", "pass a text file with training text")
-    return text
+def read_data_file(path: Path | str) -> str:
+    return read_text_file(path, "data file", "--distil-data", PassError)
 
 
 def file_sha256(path: Path | str) -> str:
@@ -70,7 +61,7 @@ def to_blocks(ids: torch.Tensor, seq_len: int = SEQ_LEN) -> torch.Tensor:
 
 def split_tokens(model_dir: Path, data_file: Path | str, holdout_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(training ids, held-out ids): the held-out part is the file's last ``holdout_tokens`` tokens."""
-    ids = tokenize(model_dir, read_text_file(data_file))
+    ids = tokenize(model_dir, read_data_file(data_file))
     holdout = min(holdout_tokens, ids.numel() // 5)  # never hold out more than a fifth of a small file
     return ids[: ids.numel() - holdout], ids[ids.numel() - holdout:]
 
@@ -88,7 +79,7 @@ def eval_blocks(model_dir: Path, eval_file: Path | str | None, data_file: Path |
                 seq_len: int = SEQ_LEN) -> tuple[torch.Tensor, str]:
     """(blocks, description): --eval-data, else the held-out tail of the data file, else the demo corpus."""
     if eval_file is not None:
-        ids = tokenize(model_dir, read_text_file(eval_file))[:max_tokens]
+        ids = tokenize(model_dir, read_data_file(eval_file))[:max_tokens]
         return to_blocks(ids, min(seq_len, ids.numel())), str(eval_file)
     if data_file is not None:
         _, held = split_tokens(model_dir, data_file, max_tokens)

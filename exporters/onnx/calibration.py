@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import ConfigError
+from edgeopt.textfile import read_text_file
 
 DEFAULT_SAMPLES = 16
 DEFAULT_WINDOW = 64
@@ -28,12 +29,7 @@ def read_calibration_ids(data_file: Path | None, tokenizer_json: Path) -> list[i
                           "pass --calibration-data FILE (a few KB of text like what the model will see), "
                           "or use --quant int8 (dynamic) which needs none")
     path = Path(data_file)
-    if not path.is_file():
-        raise ConfigError(f"calibration data {path} does not exist", "pass a UTF-8 text file to --calibration-data")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"calibration data {path} is not UTF-8 text", "convert it to UTF-8") from exc
+    text = read_text_file(path, "calibration data", "--calibration-data", ConfigError)
     ids = BundleTokenizer(tokenizer_json).encode(text, add_special=False)
     if len(ids) < MIN_TOKENS:
         raise ConfigError(f"calibration data {path} gives {len(ids)} tokens; at least {MIN_TOKENS} are needed",
