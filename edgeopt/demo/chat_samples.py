@@ -9,7 +9,11 @@ modules' docstrings in a fixed order, so the samples are as deterministic as the
 from __future__ import annotations
 
 import inspect
+import json
 import re
+from pathlib import Path
+
+from edgeopt.demo.corpus import run_isolated
 
 IDENTITY = (
     "I am the edgeopt demo model, a small Llama trained on the Python standard library "
@@ -79,3 +83,21 @@ def chat_samples(module_names: list[str], max_per_module: int = 40, greeting_rep
         for question, answer in GREETINGS:
             samples.append(render_chatml([("user", question), ("assistant", answer)]))
     return samples
+
+
+_ISOLATED_SCRIPT = (
+    "import json, sys; sys.path.insert(0, sys.argv[1]); "
+    "from edgeopt.demo.chat_samples import chat_samples; "
+    "sys.stdout.write(json.dumps(chat_samples(sys.argv[2:])))"
+)
+
+
+def isolated_chat_samples(module_names: list[str]) -> list[str]:
+    """chat_samples() computed in a fresh interpreter.
+
+    Module attributes are process state: pytest, for one, replaces ``threading.excepthook``, which
+    shifts which members a module contributes. A fresh interpreter makes the samples (and so the
+    demo model's cache key) the same wherever the build is started from.
+    """
+    package_root = Path(__file__).resolve().parents[2]
+    return json.loads(run_isolated(_ISOLATED_SCRIPT, str(package_root), *module_names))

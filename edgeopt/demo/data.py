@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgeopt.demo.chat_samples import chat_samples
+from edgeopt.demo.chat_samples import isolated_chat_samples
 from edgeopt.demo.corpus import stdlib_documents
 
 if TYPE_CHECKING:
@@ -24,8 +24,9 @@ DOCUMENT_SEPARATOR = "\n\n"
 class CorpusSplit:
     train_documents: list[str]
     train_modules: list[str]
+    chat_samples: list[str]
     eval_text: str
-    sha256: str
+    sha256: str  # of the corpus *and* the chat samples: everything the weights are trained on
 
 
 def split_corpus(eval_fraction: float, max_chars: int | None = None) -> CorpusSplit:
@@ -45,8 +46,9 @@ def split_corpus(eval_fraction: float, max_chars: int | None = None) -> CorpusSp
         elif position < cut:
             train_documents.append(text[: cut - position])  # the module the cut falls in: its head trains
         position = end + len(DOCUMENT_SEPARATOR)
-    sha = hashlib.sha256(full.encode()).hexdigest()
-    return CorpusSplit(train_documents, train_modules, full[cut:].lstrip("\n"), sha)
+    chats = isolated_chat_samples(train_modules)
+    sha = hashlib.sha256("\0".join([full, *chats]).encode()).hexdigest()
+    return CorpusSplit(train_documents, train_modules, chats, full[cut:].lstrip("\n"), sha)
 
 
 @dataclass
@@ -70,7 +72,7 @@ def encode_streams(tokenizer_dir: Path, split: CorpusSplit, end_of_text_id: int)
         return torch.tensor(ids, dtype=torch.long)
 
     eval_ids = tokenizer.encode(split.eval_text, add_special_tokens=False).ids
-    return TokenStreams(stream(split.train_documents), stream(chat_samples(split.train_modules)),
+    return TokenStreams(stream(split.train_documents), stream(split.chat_samples),
                         torch.tensor(eval_ids, dtype=torch.long))
 
 

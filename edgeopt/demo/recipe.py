@@ -62,9 +62,9 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def recipe_key(recipe: DemoRecipe, corpus_sha256: str) -> str:
+def recipe_key(recipe: DemoRecipe, data_sha256: str) -> str:
     """Hash of everything that determines the trained weights: recipe, corpus, library versions."""
-    blob = json.dumps({"recipe": asdict(recipe), "version": RECIPE_VERSION, "corpus": corpus_sha256,
+    blob = json.dumps({"recipe": asdict(recipe), "version": RECIPE_VERSION, "data": data_sha256,
                        "packages": package_versions()}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

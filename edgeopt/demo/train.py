@@ -105,9 +105,7 @@ def _write_generation_config(out_dir: Path, ids: dict[str, int]) -> None:
 def _prepare_data(out_dir: Path, recipe: DemoRecipe, report: Reporter) -> tuple[CorpusSplit, TokenStreams, dict]:
     split = split_corpus(recipe.eval_fraction, recipe.corpus_chars)
     report(f"corpus: {len(split.train_documents)} documents for training, {len(split.eval_text)} chars held out")
-    from edgeopt.demo.chat_samples import chat_samples
-
-    texts = [_strip_special(t) for t in split.train_documents + chat_samples(split.train_modules)]
+    texts = [_strip_special(t) for t in split.train_documents + split.chat_samples]
     train_bpe_tokenizer(texts, recipe.vocab_size, out_dir)
     ids = special_token_ids(out_dir)
     streams = encode_streams(out_dir, split, ids["<|endoftext|>"])
@@ -147,7 +145,7 @@ def build_demo_model(out_dir: Path, seed: int = 0, recipe: DemoRecipe | None = N
         model.save_pretrained(out_dir, safe_serialization=True)
         _write_generation_config(out_dir, ids)
         (out_dir / "eval.txt").write_text(split.eval_text)
-        meta = {"recipe": asdict(recipe), "key": recipe_key(recipe, split.sha256), "corpus_sha256": split.sha256,
+        meta = {"recipe": asdict(recipe), "key": recipe_key(recipe, split.sha256), "data_sha256": split.sha256,
                 "packages": package_versions(), "metrics": metrics}
         (out_dir / DONE_MARKER).write_text(json.dumps(meta, indent=2))  # last: marks the build complete
     finally:

@@ -21,9 +21,10 @@ def split():
 
 
 def test_rendered_docs_carry_no_process_or_install_specific_text():
-    text = render_module("dataclasses") + render_module("tarfile")
+    text = render_module("dataclasses") + render_module("tarfile") + render_module("logging")
     assert " at 0x" not in text, "memory addresses change every process and would break the cache key"
     assert "\nFILE\n" not in text, "the install path differs between machines"
+    assert "LogCaptureHandler" not in text, "pytest's logging handlers must not leak into the corpus"
 
 
 def test_split_holds_out_about_five_percent_that_training_never_sees(split):
@@ -80,3 +81,15 @@ def test_learning_rate_warms_up_then_decays_to_a_tenth():
     assert cosine_with_warmup(9, 10, 100) == pytest.approx(1.0)
     assert cosine_with_warmup(100, 10, 100) == pytest.approx(0.1)
     assert cosine_with_warmup(30, 10, 100) > cosine_with_warmup(60, 10, 100)
+
+
+def test_cache_key_is_the_same_inside_pytest_and_in_a_plain_interpreter():
+    """pytest patches logging, threading and tempfile state; none of it may reach the training data."""
+    import subprocess
+    import sys
+
+    from edgeopt.demo.train import demo_model_key
+
+    plain = subprocess.run([sys.executable, "-c", "from edgeopt.demo.train import demo_model_key; "
+                            "print(demo_model_key())"], capture_output=True, text=True, check=True)
+    assert plain.stdout.strip() == demo_model_key()
