@@ -45,6 +45,9 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: Path) ->
         "model_max_length": 2048,
         "clean_up_tokenization_spaces": False,
         "chat_template": CHATML_TEMPLATE,
+        # A causal LM takes no token_type_ids; without this, tokenizer(...) returns them and
+        # model.generate(**inputs) rejects the batch.
+        "model_input_names": ["input_ids", "attention_mask"],
     }
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     (out_dir / "special_tokens_map.json").write_text(json.dumps({"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}))
