@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e '.[dev]'
 	touch $(STAMP)
 
-# Trains once (a few minutes on two cores) into ~/.cache/edgeopt, or $$EDGEOPT_DEMO_CACHE; later runs copy.
+# Trains once (about 5 minutes on one core) into ~/.cache/edgeopt, or $$EDGEOPT_DEMO_CACHE; later runs copy.
 demo-model: $(STAMP)
 	$(EDGEOPT) demo-model $(DEMO_DIR)/model --force
 

@@ -17,7 +17,7 @@ def demo_model(
     seed: Annotated[int, typer.Option("--seed", help="Training seed; each seed is built and cached once.")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Replace DIR if it exists.")] = False,
 ) -> None:
-    """Write a small Llama trained offline on the Python stdlib docs (built once, ~5 min on 2 cores)."""
+    """Write a small Llama trained offline on the Python stdlib docs (built once, ~5 min on one core)."""
     from edgeopt.demo.store import DONE_MARKER
     from edgeopt.demo.train import ensure_demo_model  # lazy: keeps torch out of `edgeopt --help`
 

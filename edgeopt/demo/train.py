@@ -1,6 +1,6 @@
 """Build the offline demo model: train a BPE tokenizer and a small Llama on the pydoc corpus.
 
-``build_demo_model(out_dir)`` always trains (a few minutes on two CPU cores); ``ensure_demo_model()``
+``build_demo_model(out_dir)`` always trains (about 5 minutes on one CPU core); ``ensure_demo_model()``
 returns the cached build for the recipe's key and trains only on a miss. The result is a normal HF
 checkpoint directory: config.json, model.safetensors, generation_config.json, tokenizer files with a
 ChatML chat template, eval.txt (held-out text for ``--eval-data``) and demo_recipe.json (recipe, key,
