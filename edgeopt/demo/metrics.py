@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from edgeopt.errors import EvaluationError
+
 if TYPE_CHECKING:
     import torch
 
@@ -17,7 +19,8 @@ def eval_windows(eval_ids: "torch.Tensor", seq_len: int) -> "torch.Tensor":
     """Non-overlapping (n, seq_len) windows covering eval_ids; a short tail is dropped."""
     count = len(eval_ids) // seq_len
     if count == 0:
-        raise ValueError(f"eval text has {len(eval_ids)} tokens, fewer than one window of {seq_len}")
+        raise EvaluationError(f"eval text has {len(eval_ids)} tokens, fewer than one window of {seq_len}",
+                              "use a longer eval text or a smaller seq_len")
     return eval_ids[: count * seq_len].view(count, seq_len)
 
 

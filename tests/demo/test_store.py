@@ -53,3 +53,4 @@ def test_cache_root_prefers_the_demo_specific_variable(tmp_path, monkeypatch):
     assert demo_cache_root() == tmp_path / "demo"
     monkeypatch.delenv("EDGEOPT_DEMO_CACHE")
     assert demo_cache_root() == tmp_path / "general"
+
