@@ -3,7 +3,9 @@
 Each request streams /v1/completions with ``ignore_eos`` so it produces exactly ``max_tokens`` tokens;
 TTFT is request start to the first text chunk, ITL the gaps between chunks (spread over the tokens a
 chunk carries), end-to-end start to ``[DONE]``. Aggregate tokens/s is all completion tokens divided
-by the wall time of the whole run.
+by the wall time of the whole run (prefill included); *decode* tokens/s counts the tokens after each
+request's first one over the time during which at least one request was decoding, which is the figure
+comparable with llama.cpp's raw batched decode (no prefill in it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,26 @@ class RequestSample:
     e2e_s: float
     prompt_tokens: int
     completion_tokens: int
+    first_at: float = 0.0  # perf_counter() of the first text chunk
+    end_at: float = 0.0  # perf_counter() of [DONE]
+
+    def arrivals(self) -> list[float]:
+        """perf_counter() of every text chunk after the first."""
+        times, now = [], self.first_at
+        for gap in self.itl_s:
+            now += gap
+            times.append(now)
+        return times
+
+
+def covered_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end] intervals."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 @dataclass
@@ -47,11 +69,30 @@ class LoadResult:
     def tokens_per_s(self) -> float:
         return self.completion_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens/s while every request of the level is decoding (no prefill in the window).
+
+        When the requests ran side by side, the window is from the last first token to the first end
+        and counts the chunks (>= 1 token each) arriving in it; when they never all overlapped (one
+        request at a time), it is every token after each first one over the time spent decoding.
+        """
+        decoding = [s for s in self.samples if s.completion_tokens > 1]
+        if not decoding:
+            return 0.0
+        start, end = max(s.first_at for s in decoding), min(s.end_at for s in decoding)
+        if len(decoding) > 1 and end > start:
+            arrivals = [t for s in decoding for t in s.arrivals() if start < t <= end]
+            return len(arrivals) / (end - start)
+        covered = covered_seconds([(s.first_at, s.end_at) for s in decoding])
+        return sum(s.completion_tokens - 1 for s in decoding) / covered if covered > 0 else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency, "requests": self.requests, "ok": len(self.samples),
             "errors": len(self.errors), "first_errors": self.errors[:3], "wall_s": round(self.wall_s, 3),
             "completion_tokens": self.completion_tokens, "tokens_per_s": round(self.tokens_per_s, 2),
+            "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
             "ttft": summarize([s.ttft_s for s in self.samples]),
             "itl": summarize([gap for s in self.samples for gap in s.itl_s]),
             "e2e": summarize([s.e2e_s for s in self.samples]),
@@ -86,7 +127,7 @@ async def one_request(client: httpx.AsyncClient, model: str, prompt: str, max_to
     end = time.perf_counter()
     return RequestSample(ttft_s=(first or end) - start, itl_s=gaps, e2e_s=end - start,
                          prompt_tokens=usage.get("prompt_tokens", 0),
-                         completion_tokens=usage.get("completion_tokens", 0))
+                         completion_tokens=usage.get("completion_tokens", 0), first_at=first or end, end_at=end)
 
 
 async def run_load(base_url: str, model: str, concurrency: int, requests: int, prompt_tokens: int,

@@ -48,7 +48,8 @@ class ServeBenchConfig:
 
 
 def _load_levels(cfg: ServeBenchConfig, model: str, max_concurrency: int, levels: tuple[int, ...],
-                 report: Callable[[str], None]) -> tuple[list[dict[str, Any]], int]:
+                 report: Callable[[str], None]) -> tuple[list[dict[str, Any]], int, int]:
+    """Results per level, the server's RSS after the load, and its KV capacity in tokens."""
     results = []
     with ServerProcess(cfg.bundle, cfg.serve_args(max_concurrency)) as server:
         asyncio.run(run_load(server.url, model, 1, 1, cfg.prompt_tokens, 4))  # warm-up: first-touch page faults
@@ -56,9 +57,21 @@ def _load_levels(cfg: ServeBenchConfig, model: str, max_concurrency: int, levels
             load = asyncio.run(run_load(server.url, model, level, cfg.requests_for(level), cfg.prompt_tokens,
                                         cfg.max_tokens))
             results.append(load.to_dict())
-            report(f"  {level:>3} streams: {load.tokens_per_s:8.1f} tok/s  ({len(load.errors)} errors)")
+            report(f"  {level:>3} streams: {load.tokens_per_s:8.1f} tok/s, decode {load.decode_tokens_per_s:8.1f} tok/s"
+                   f"  ({len(load.errors)} errors)")
         rss = server.rss_bytes()
-    return results, rss
+        kv_tokens = kv_capacity_tokens(server.url)
+    return results, rss, kv_tokens
+
+
+def kv_capacity_tokens(url: str) -> int:
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text):
+        if family.name == "edgeopt_kv_cache_capacity_tokens":
+            return int(family.samples[0].value)
+    raise ConfigError(f"{url}/metrics has no edgeopt_kv_cache_capacity_tokens", "is this an edgeopt server?")
 
 
 def run_serve_bench(cfg: ServeBenchConfig, report: Callable[[str], None] = print) -> dict[str, Any]:
@@ -72,17 +85,30 @@ def run_serve_bench(cfg: ServeBenchConfig, report: Callable[[str], None] = print
     out: dict[str, Any] = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
                            "bundle_bytes": sum(f["bytes"] for f in manifest.files.values())}
     report(f"server, --max-concurrency {top}:")
-    out["server"], out["server_rss_bytes"] = _load_levels(cfg, model, top, cfg.concurrency, report)
+    out["server"], out["server_rss_bytes"], kv_tokens = _load_levels(cfg, model, top, cfg.concurrency, report)
+    out["rss_limit_bytes"] = rss_limit(cfg.bundle, manifest, kv_tokens, out["bundle_bytes"])
     if cfg.baseline:
         report("baseline server, --max-concurrency 1 (one request at a time):")
-        baseline, _ = _load_levels(cfg, model, 1, (top,), report)
+        baseline, _, _ = _load_levels(cfg, model, 1, (top,), report)
         out["baseline"] = baseline[0]
     if cfg.raw:
         report(f"llama.cpp raw batched decode, {top} sequences:")
         out["raw"] = raw_decode(cfg, manifest, top)
-        report(f"  {out['raw']['tokens_per_s']:8.1f} tok/s")
+        out["raw_single"] = raw_decode(cfg, manifest, 1)  # the ceiling of what batching can buy
+        report(f"  {out['raw']['tokens_per_s']:8.1f} tok/s ({out['raw_single']['tokens_per_s']:.1f} for 1 sequence)")
     out["ratios"] = ratios(out, top)
     return out
+
+
+RSS_ALLOWANCE_BYTES = 120 * 1000**2  # the issue's budget for Python, HTTP and llama.cpp's compute buffers
+
+
+def rss_limit(bundle: Path, manifest: Manifest, kv_tokens: int, bundle_bytes: int) -> int:
+    """Bundle size + KV bytes + 120 MB: what serving this bundle may cost in resident memory."""
+    from edgeopt.server.sizing import kv_shape
+
+    per_token, _ = kv_shape(bundle, manifest)
+    return bundle_bytes + kv_tokens * per_token + RSS_ALLOWANCE_BYTES
 
 
 def raw_decode(cfg: ServeBenchConfig, manifest: Manifest, sequences: int) -> dict[str, Any]:
@@ -98,11 +124,16 @@ def raw_decode(cfg: ServeBenchConfig, manifest: Manifest, sequences: int) -> dic
 
 
 def ratios(out: dict[str, Any], top: int) -> dict[str, float | None]:
+    """Decode tokens/s against decode tokens/s: raw llama.cpp has no prefill, so neither side counts it."""
     at_top = next((r for r in out["server"] if r["concurrency"] == top), None)
-    server_tps = at_top["tokens_per_s"] if at_top else None
-    baseline_tps = (out.get("baseline") or {}).get("tokens_per_s")
+    server_tps = at_top["decode_tokens_per_s"] if at_top else None
+    baseline_tps = (out.get("baseline") or {}).get("decode_tokens_per_s")
     raw_tps = (out.get("raw") or {}).get("tokens_per_s")
-    return {
-        "server_over_raw": round(server_tps / raw_tps, 3) if server_tps and raw_tps else None,
-        "server_over_one_at_a_time": round(server_tps / baseline_tps, 3) if server_tps and baseline_tps else None,
-    }
+    raw_single_tps = (out.get("raw_single") or {}).get("tokens_per_s")
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return round(a / b, 3) if a and b else None
+
+    return {"server_over_raw": ratio(server_tps, raw_tps),
+            "server_over_one_at_a_time": ratio(server_tps, baseline_tps),
+            "raw_batched_over_raw_single": ratio(raw_tps, raw_single_tps)}

@@ -52,19 +52,24 @@ def serve(
 
 
 def print_table(result: dict) -> None:
-    typer.echo(f"\n{'streams':>8} {'tok/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8} "
+    typer.echo(f"\n{'streams':>8} {'tok/s':>9} {'decode':>9} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8} "
                f"{'e2e p50':>8} {'errors':>6}")
     rows = [(str(r["concurrency"]), r) for r in result["server"]]
     if result.get("baseline"):
         rows.append((f"{result['baseline']['concurrency']}@1", result["baseline"]))
     for label, r in rows:
-        typer.echo(f"{label:>8} {r['tokens_per_s']:>9.1f} {r['ttft'].get('p50_ms', 0):>8.0f}ms "
+        typer.echo(f"{label:>8} {r['tokens_per_s']:>9.1f} {r['decode_tokens_per_s']:>9.1f} {r['ttft'].get('p50_ms', 0):>8.0f}ms "
                    f"{r['ttft'].get('p99_ms', 0):>7.0f}ms {r['itl'].get('p50_ms', 0):>6.1f}ms "
                    f"{r['itl'].get('p99_ms', 0):>6.1f}ms {r['e2e'].get('p50_ms', 0):>6.0f}ms {r['errors']:>6}")
     if result.get("raw"):
-        typer.echo(f"{'raw':>8} {result['raw']['tokens_per_s']:>9.1f}  (llama.cpp batched decode, "
+        typer.echo(f"{'raw':>8} {'':>9} {result['raw']['tokens_per_s']:>9.1f}  (llama.cpp batched decode, "
                    f"{result['raw']['sequences']} sequences)")
     ratios = result["ratios"]
-    typer.echo(f"server / raw llama.cpp:          {ratios['server_over_raw']}")
-    typer.echo(f"server / one-request-at-a-time:  {ratios['server_over_one_at_a_time']}")
-    typer.echo(f"server RSS: {result['server_rss_bytes'] / 2**20:.0f} MiB (bundle {result['bundle_bytes'] / 2**20:.0f} MiB)")
+    typer.echo(f"decode tok/s, server / raw llama.cpp:          {ratios['server_over_raw']}")
+    typer.echo(f"decode tok/s, server / one-request-at-a-time:  {ratios['server_over_one_at_a_time']}")
+    if ratios.get("raw_batched_over_raw_single"):
+        typer.echo(f"decode tok/s, raw batched / raw 1 sequence:   {ratios['raw_batched_over_raw_single']}"
+                   "  (the most batching can buy on this model and machine)")
+    rss, limit = result["server_rss_bytes"], result["rss_limit_bytes"]
+    typer.echo(f"server RSS: {rss / 2**20:.0f} MiB; bundle + KV + 120 MB = {limit / 2**20:.0f} MiB "
+               f"({'within' if rss <= limit else 'OVER'} budget)")

@@ -17,8 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 
-# hidden 1024, 12 layers, MLP 2816, 32k vocab, untied: ~0.22B parameters.
-CONFIG = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+# hidden 1024, 17 layers, MLP 2816, untied: ~0.20B parameters. The vocabulary is the tokenizer's own
+# (4096), so every sampled token has text and streamed chunks time each token (ITL, decode rate).
+CONFIG = dict(vocab_size=4096, hidden_size=1024, intermediate_size=2816, num_hidden_layers=17,
               num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
               tie_word_embeddings=False)
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from edgeopt.bench.loadgen import run_load
+from edgeopt.bench.loadgen import LoadResult, RequestSample, covered_seconds, run_load
 from edgeopt.bench.serve_bench import ratios
 from edgeopt.bench.stats import percentile, summarize
 from tests.server.conftest import MODEL, serve_fake  # noqa: F401  (fixture)
@@ -37,8 +37,30 @@ async def test_run_load_reports_http_errors(serve_fake):  # noqa: F811
     assert len(result.errors) == 3 and "404" in result.errors[0] and result.samples == []
 
 
-def test_ratios():
-    out = {"server": [{"concurrency": 16, "tokens_per_s": 90.0}], "baseline": {"tokens_per_s": 30.0},
-           "raw": {"tokens_per_s": 100.0}}
-    assert ratios(out, 16) == {"server_over_raw": 0.9, "server_over_one_at_a_time": 3.0}
+def test_ratios_compare_decode_rates():
+    out = {"server": [{"concurrency": 16, "tokens_per_s": 50.0, "decode_tokens_per_s": 90.0}],
+           "baseline": {"tokens_per_s": 20.0, "decode_tokens_per_s": 30.0}, "raw": {"tokens_per_s": 100.0},
+           "raw_single": {"tokens_per_s": 40.0}}
+    assert ratios(out, 16) == {"server_over_raw": 0.9, "server_over_one_at_a_time": 3.0,
+                               "raw_batched_over_raw_single": 2.5}
     assert ratios({"server": [], "baseline": None, "raw": None}, 16)["server_over_raw"] is None
+
+
+def test_decode_rate_of_requests_side_by_side_counts_only_the_window_where_all_decode():
+    # Request A's first token comes at 0.5 s, B's at 1.5 s (B's prefill ran meanwhile); both then
+    # get a token every 0.125 s until 2.5 s. Only (1.5, 2.5] has both decoding: 8 chunks each in it.
+    a = RequestSample(0.5, [0.125] * 16, 2.5, 4, 17, first_at=0.5, end_at=2.5)
+    b = RequestSample(1.5, [0.125] * 8, 2.5, 4, 9, first_at=1.5, end_at=2.5)
+    result = LoadResult(concurrency=2, requests=2, wall_s=2.5, samples=[a, b])
+    assert result.decode_tokens_per_s == pytest.approx(16 / 1.0)
+    assert result.tokens_per_s == pytest.approx(26 / 2.5)
+
+
+def test_decode_rate_of_requests_one_at_a_time_is_tokens_over_time_decoding():
+    assert covered_seconds([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == pytest.approx(4.0)
+    # Served one after the other: 10 tokens after the first over 2 s, then 4 over 1 s; the gap
+    # between them (the second one's prefill) is not decoding time.
+    samples = [RequestSample(0.5, [0.2] * 10, 2.5, 4, 11, first_at=0.5, end_at=2.5),
+               RequestSample(3.5, [0.25] * 4, 4.5, 4, 5, first_at=3.5, end_at=4.5)]
+    result = LoadResult(concurrency=2, requests=2, wall_s=4.5, samples=samples)
+    assert result.decode_tokens_per_s == pytest.approx(14 / 3.0)

@@ -31,7 +31,9 @@ def gguf_path(tiny_gguf_factory) -> Path:
 
 
 def open_runtime(path: Path, kv: int = 4096, slots: int = 16) -> LlamaCppRuntime:
-    return load_gguf(path, kv_capacity_tokens=kv, max_slots=slots, threads=THREADS, n_gpu_layers=0)
+    # 512: the batched-prefill test sends all 16 prompts (378 tokens) in one llama_decode.
+    return load_gguf(path, kv_capacity_tokens=kv, max_slots=slots, max_batch_tokens=512, threads=THREADS,
+                     n_gpu_layers=0)
 
 
 def greedy_alone(runtime: LlamaCppRuntime, prompt: list[int], n: int) -> tuple[list[int], list[np.ndarray]]:
