@@ -67,7 +67,8 @@ class HFScorer:
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
         """Greedy continuation (used to make evaluation text when the user gives none)."""
         with self._torch.no_grad():
-            out = self._model.generate(self._torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens,
+            ids = self._torch.tensor([prompt_ids])
+            out = self._model.generate(ids, attention_mask=self._torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                        do_sample=False, pad_token_id=self._model.config.eos_token_id)
         return out[0].tolist()
 

@@ -16,6 +16,7 @@ from typing import Any
 from edgeopt.errors import EvaluationError
 from edgeopt.eval_metrics import Comparison
 from edgeopt.eval_scorers import HFScorer, load_bundle_scorer
+from edgeopt.progress import progress
 from edgeopt.textfile import read_text_file
 
 SEED_PROMPTS = (
@@ -89,7 +90,7 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
 
 def _compare(chunks: list[list[int]], scorer: Any, reference: HFScorer | None, source: str) -> dict[str, Any]:
     candidate_only, against_original, original = Comparison(), Comparison(), Comparison()
-    for chunk in chunks:
+    for chunk in progress(chunks, "evaluating"):
         cand = scorer.score(chunk)
         candidate_only.add(cand, cand, chunk)
         if reference is None:

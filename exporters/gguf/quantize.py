@@ -42,7 +42,10 @@ def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2, imatrix: P
     ftype = check_quant(quant, imatrix)
     import llama_cpp
 
-    llama_cpp.llama_backend_init()  # idempotent; quantizing may be the first llama.cpp call in the process
+    from runtimes.llama_cpp.model import init_backend
+
+    # Routes llama.cpp's log (a line per tensor while quantizing) into Python logging, warnings only.
+    init_backend()
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype
     params.nthread = max(1, threads)

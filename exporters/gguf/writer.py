@@ -16,6 +16,7 @@ import numpy as np
 
 from edgeopt.errors import ConfigError, ExportError
 from edgeopt.model_spec import load_model_spec
+from edgeopt.progress import progress
 from exporters.gguf.metadata import add_hyperparameters, llama3_rope_factors, rope_scaling
 from exporters.gguf.safetensors_reader import SafetensorsCheckpoint, f32_to_bf16
 from exporters.gguf.tensor_names import plan_tensors
@@ -91,7 +92,7 @@ def convert_checkpoint(model_dir: Path, out_path: Path, out_type: str = "F16") -
     writer.write_ti_data_to_file()
     for _, values in extra:
         writer.write_tensor_data(values)
-    for plan in plans:
+    for plan in progress(plans, f"converting to GGUF {out_type}"):
         with checkpoint.open_f32(plan.hf_name) as values:
             if plan.transform is not None:
                 values = plan.transform(values)
