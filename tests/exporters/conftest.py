@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.demo.corpus import stdlib_text
+from tests.fixtures.tiny_models import widen_init
 
 SPM_VOCAB = 700
 
@@ -38,10 +39,7 @@ def build_spm_model(out_dir: Path) -> Path:
     config.architectures = ["LlamaForCausalLM"]
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.15)
+    widen_init(model)
     model.save_pretrained(out_dir, safe_serialization=True)
     return out_dir
 

@@ -13,7 +13,7 @@ from edgeopt.errors import ExportError, UnsupportedArchitectureError
 from edgeopt.eval_metrics import Comparison
 from edgeopt.eval_scorers import HFScorer
 from exporters.gguf.scorer import GGUFScorer
-from tests.fixtures.tiny_models import build_tiny_model
+from tests.fixtures.tiny_models import build_tiny_model, widen_init
 
 PARITY_TOKENS = 300
 
@@ -55,10 +55,7 @@ def test_pruned_shapes_convert_and_match(tmp_path: Path, tiny_tokenizer_dir: Pat
     cfg = transformers.LlamaConfig(**{**config, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16})
     torch.manual_seed(1)
     model = transformers.LlamaForCausalLM(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.15)
+    widen_init(model)
     model.save_pretrained(model_dir, safe_serialization=True)
     result = GGUFExporter().export(model_dir, tmp_path / "out", "F32", {})
     comparison = _parity(model_dir, tmp_path / "out" / result.model_file)
