@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from edgeopt.eval_metrics import Comparison, mean_nll
+
 
 def load_causal_lm(model_dir: Path | str, dtype: torch.dtype = torch.float32) -> Any:
     from transformers import AutoModelForCausalLM
@@ -36,24 +38,24 @@ def perplexity(model: Any, blocks: torch.Tensor, batch_size: int = 4) -> float:
 @torch.no_grad()
 def compare_models(reference: Any, model: Any, blocks: torch.Tensor, prefix: str = "",
                    batch_size: int = 4) -> dict[str, float]:
-    """{perplexity, reference_perplexity, kl_to_original, top1_agreement}, keys prefixed by ``prefix``."""
-    nll_model = nll_ref = kl_sum = agree = 0.0
-    tokens = 0
+    """{perplexity, reference_perplexity, kl_to_original, top1_agreement}, keys prefixed by ``prefix``.
+
+    The arithmetic is edgeopt.eval_metrics', the same that scores exported bundles.
+    """
+    quality = Comparison()
+    reference_nll = 0.0
     for start in range(0, blocks.shape[0], batch_size):
         ids = blocks[start:start + batch_size]
-        ref = reference(input_ids=ids, use_cache=False).logits[:, :-1].float()
-        out = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
-        targets = ids[:, 1:]
-        ref_logp, out_logp = ref.log_softmax(-1), out.log_softmax(-1)
-        nll_ref -= ref_logp.gather(-1, targets[..., None]).sum().item()
-        nll_model -= out_logp.gather(-1, targets[..., None]).sum().item()
-        kl_sum += (ref_logp.exp() * (ref_logp - out_logp)).sum().item()
-        agree += (ref.argmax(-1) == out.argmax(-1)).sum().item()
-        tokens += targets.numel()
+        ref = reference(input_ids=ids, use_cache=False).logits.float().numpy()
+        out = model(input_ids=ids, use_cache=False).logits.float().numpy()
+        for row_ref, row_out, row_ids in zip(ref, out, ids.tolist()):
+            quality.add(row_ref[:-1], row_out[:-1], row_ids)
+            nll, count = mean_nll(row_ref, row_ids)
+            reference_nll += nll * count
     return {
-        f"{prefix}perplexity": math.exp(nll_model / tokens),
-        f"{prefix}reference_perplexity": math.exp(nll_ref / tokens),
-        f"{prefix}kl_to_original": kl_sum / tokens,
-        f"{prefix}top1_agreement": agree / tokens,
-        f"{prefix}eval_tokens": float(tokens),
+        f"{prefix}perplexity": quality.perplexity,
+        f"{prefix}reference_perplexity": math.exp(reference_nll / quality.nll_count),
+        f"{prefix}kl_to_original": quality.mean_kl,
+        f"{prefix}top1_agreement": quality.top1_agreement,
+        f"{prefix}eval_tokens": float(quality.positions),
     }
