@@ -2,9 +2,10 @@
 
 Decode steps (one new token per sequence) of every slot are run as *one* batch: each slot's past is
 left-padded to the longest past, the padding masked out by ``attention_mask``, and each row given its
-true ``position_ids``, so the result equals running the slots one by one. Prefill chunks, whose
-lengths differ, run one sequence at a time (padding them would waste more compute than batching
-saves). After a run, each slot keeps exactly its own positions of the ``present`` outputs.
+true ``position_ids``, so the result equals running the slots one by one. That batch stays together
+as a DecodeGroup while the same slots keep decoding, so steady-state steps feed the graph's
+``present`` outputs straight back without copying KV in Python. Prefill chunks, whose lengths
+differ, run one sequence at a time (padding them would waste more compute than batching saves).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 
 from edgeopt.errors import BackendError
 from runtimes.base import RuntimeInfo, StepInput
+from runtimes.onnxruntime.decode_group import DecodeGroup, advance, form_group, step_inputs
 from runtimes.onnxruntime.decoder_session import KV, DecoderSession
 from runtimes.onnxruntime.tokenizer import BundleTokenizer
 
@@ -25,6 +27,7 @@ class OnnxDecoderRuntime:
         self.tokenizer = tokenizer
         self.info = info
         self._kv: dict[int, KV] = {}  # slot -> [k0, v0, k1, v1, ...], each (1, heads, length, dim)
+        self._group: DecodeGroup | None = None  # slots decoding together; their KV lives here, not in _kv
 
     # --- Runtime protocol ------------------------------------------------------------------
 
@@ -44,15 +47,19 @@ class OnnxDecoderRuntime:
         return np.stack(wanted).astype(np.float32, copy=False)
 
     def release(self, slot: int) -> None:
+        self._leave_group(slot)
         self._kv.pop(slot, None)
 
     def close(self) -> None:
         self._kv.clear()
+        self._group = None
         self.decoder = None  # type: ignore[assignment]  # drops the session and its memory
 
     # --- internals -------------------------------------------------------------------------
 
     def cached_tokens(self, slot: int) -> int:
+        if self._group is not None and slot in self._group.slots:
+            return self._group.lengths[self._group.slots.index(slot)]
         kv = self._kv.get(slot)
         return 0 if kv is None else int(kv[0].shape[2])
 
@@ -73,7 +80,8 @@ class OnnxDecoderRuntime:
             if inp.start_pos + len(inp.tokens) > self.info.context_length:
                 raise BackendError(f"slot {inp.slot}: {inp.start_pos + len(inp.tokens)} tokens exceed the context "
                                    f"length {self.info.context_length}", "lower max_tokens or the prompt length")
-        after = sum(self.cached_tokens(s) for s in self._kv if s not in seen)
+        held = set(self._kv) | set(self._group.slots if self._group is not None else ())
+        after = sum(self.cached_tokens(s) for s in held if s not in seen)
         after += sum(inp.start_pos + len(inp.tokens) for inp in batch)
         if after > self.info.kv_capacity_tokens:
             raise BackendError(f"step would hold {after} KV tokens, above the capacity {self.info.kv_capacity_tokens}",
@@ -89,30 +97,34 @@ class OnnxDecoderRuntime:
         return [np.ascontiguousarray(a[:, :, :inp.start_pos]) for a in kv]
 
     def _run_one(self, inp: StepInput) -> np.ndarray:
+        self._leave_group(inp.slot)
         logits, present = self.decoder.run_sequence(inp.tokens, self._past(inp), inp.start_pos)
         self._kv[inp.slot] = present
         return logits[-1]
 
+    def _leave_group(self, slot: int) -> None:
+        """Split the decode group back into per-slot KV if it holds this slot."""
+        group = self._group
+        if group is None or slot not in group.slots:
+            return
+        for row, member in enumerate(group.slots):
+            self._kv[member] = group.row_kv(row)
+        self._group = None
+
     def _decode_batch(self, inputs: list[StepInput]) -> np.ndarray:
-        pasts = [self._past(inp) for inp in inputs]
-        lengths = [inp.start_pos for inp in inputs]
-        longest = max(lengths)
-        b = len(inputs)
-        layout = self.decoder.layout
-        padded: KV = []
-        for j in range(len(layout.kv_input_names)):
-            arr = np.zeros((b, layout.kv_heads, longest, layout.head_dim), dtype=layout.kv_dtype)
-            for row, (past, n) in enumerate(zip(pasts, lengths)):
-                if n:
-                    arr[row, :, longest - n:] = past[j][0]
-            padded.append(arr)
-        mask = np.zeros((b, longest + 1), dtype=np.int64)
-        for row, n in enumerate(lengths):
-            mask[row, longest - n:] = 1
-        ids = np.asarray([[inp.tokens[0]] for inp in inputs], dtype=np.int64)
-        pos = np.asarray([[n] for n in lengths], dtype=np.int64)
-        logits, present = self.decoder.run(ids, mask, pos, padded)
-        for row, (inp, n) in enumerate(zip(inputs, lengths)):
-            # Copy out this row's real positions so no slot pins the whole padded batch in memory.
-            self._kv[inp.slot] = [np.ascontiguousarray(a[row:row + 1, :, longest - n:]) for a in present]
+        slots = tuple(inp.slot for inp in inputs)
+        starts = [inp.start_pos for inp in inputs]
+        group = self._group
+        if group is None or not group.continues(slots, starts):
+            for slot in slots:
+                self._leave_group(slot)
+            if self._group is not None:  # an unrelated group (none of these slots): split it too
+                self._leave_group(self._group.slots[0])
+            pasts = [self._past(inp) for inp in inputs]
+            for slot in slots:
+                self._kv.pop(slot, None)  # from now on the group owns these slots' KV
+            group = self._group = form_group(slots, pasts, starts, self.decoder.layout)
+        ids, mask, pos = step_inputs(group, [inp.tokens[0] for inp in inputs])
+        logits, present = self.decoder.run(ids, mask, pos, group.kv)
+        advance(group, present, mask)
         return logits[:, -1]

@@ -72,6 +72,34 @@ def test_batched_decode_of_unequal_slots_equals_single_runs(runtime):
             np.testing.assert_allclose(out[s], refs[s][len(p) + k], atol=1e-4)
 
 
+def test_decode_group_survives_joins_leaves_and_rewinds(runtime):
+    """The batched KV kept between decode steps splits and re-forms without changing any result."""
+    texts = {0: "import json", 1: "Open the file in binary mode", 2: "x"}
+    seqs = {s: runtime.tokenizer.encode(t, add_special=False) for s, t in texts.items()}
+    runtime.step([StepInput(slot=s, tokens=ids, start_pos=0, want_logits=False) for s, ids in seqs.items()])
+
+    def decode(slots, token):
+        batch = [StepInput(slot=s, tokens=[token], start_pos=len(seqs[s]), want_logits=True) for s in slots]
+        out = runtime.step(batch)
+        for row, s in enumerate(slots):
+            seqs[s] = seqs[s] + [token]
+            np.testing.assert_allclose(out[row], full_logits(runtime, seqs[s])[-1], atol=1e-4)
+
+    decode([0, 1, 2], 7)
+    decode([0, 1, 2], 8)  # continues the group
+    runtime.release(1)  # a slot leaves
+    assert runtime.cached_tokens(1) == 0 and runtime.cached_tokens(0) == len(seqs[0])
+    decode([2, 0], 9)  # re-formed, in another order
+    seqs[3] = runtime.tokenizer.encode("class", add_special=False)
+    out = runtime.step([StepInput(slot=3, tokens=seqs[3], start_pos=0, want_logits=True)])  # a slot joins
+    decode([2, 0, 3], 10)
+    seqs[0] = seqs[0][:2]  # rewind a grouped slot: recompute from position 2
+    out = runtime.step([StepInput(slot=0, tokens=[11], start_pos=2, want_logits=True)])
+    seqs[0] = seqs[0] + [11]
+    np.testing.assert_allclose(out[0], full_logits(runtime, seqs[0])[-1], atol=1e-4)
+    decode([0, 2, 3], 12)
+
+
 def test_mixed_batch_returns_rows_in_batch_order(runtime):
     a = runtime.tokenizer.encode("hello world", add_special=False)
     b = runtime.tokenizer.encode("class documentation", add_special=False)
