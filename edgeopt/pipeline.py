@@ -99,7 +99,10 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print) -> Manifest | 
     exporter = get_exporter(res.format)
     export_params = {"quant": res.quant, **opts.export_options, "cpu_isa": res.profile.cpu_isa}
     input_hash = content_hash(current)
-    key = step_key("export", res.format, export_params, input_hash)
+    # An exporter whose output changes sets/bumps ``cache_version`` so stale cached exports are not reused.
+    version = getattr(exporter, "cache_version", None)
+    key_params = export_params if version is None else {**export_params, "exporter_version": version}
+    key = step_key("export", res.format, key_params, input_hash)
     report(f"export: {res.format} {res.quant}")
     started = time.perf_counter()
     export_dir, export_meta, cached = cached_step(
