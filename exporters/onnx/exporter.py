@@ -25,6 +25,7 @@ class ONNXExporter(Exporter):
     format = "onnx"
     quants = QUANTS
     default_runtime = "onnxruntime"
+    cache_version = 2  # 2: INT4 decoders are fused (RotaryEmbedding, SkipSimplifiedLayerNorm) first
 
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         if quant not in self.quants:
@@ -42,7 +43,10 @@ class ONNXExporter(Exporter):
                 details = _encoder_checks(model_dir, fp32, final_dir)
             copy_model_files(fp32_dir, final_dir, with_onnx=quant == "fp32")
             if quant != "fp32":
-                details["quantization"] = _quantize(fp32, final_dir / "model.onnx", quant, kind, model_dir, options)
+                source = fp32
+                if kind == "causal-lm" and quant == "int4":
+                    source, details["fusion"] = _fused(fp32)
+                details["quantization"] = _quantize(source, final_dir / "model.onnx", quant, kind, model_dir, options)
                 details.update(_quant_fidelity(kind, model_dir, fp32, final_dir / "model.onnx", final_dir))
         details.update(kind=kind, task=task, onnx_bytes=_onnx_bytes(final_dir))
         return ExportResult(model_file=f"{MODEL_SUBDIR}/model.onnx", quant=quant, runtime=self.default_runtime,
@@ -57,6 +61,15 @@ def _encoder_checks(model_dir: Path, fp32: Path, final_dir: Path) -> dict[str, A
     final_dir.mkdir(parents=True, exist_ok=True)
     save_pooling(pooling, final_dir)
     return {"pooling": pooling.to_dict(), **validate_encoder(model_dir, fp32, pooling)}
+
+
+def _fused(fp32: Path) -> tuple[Path, dict[str, Any]]:
+    """The graph INT4 quantization starts from: the fused one when it validates, else the export."""
+    from exporters.onnx.fusion import fuse_decoder
+
+    fused = fp32.with_name("model.fused.onnx")
+    info = fuse_decoder(fp32, fused)
+    return (fused if info["applied"] else fp32), info
 
 
 def _quant_fidelity(kind: str, model_dir: Path, fp32: Path, quantized: Path, final_dir: Path) -> dict[str, float]:

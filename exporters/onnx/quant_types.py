@@ -5,6 +5,8 @@ Measured on optimum exports quantized by onnxruntime (see tests/exporters/test_o
 * INT8 stores each linear weight as int8 plus, per output channel, an fp32 scale and an int8 zero
   point; INT4 MatMulNBits (symmetric, blocks of 32) stores 4 bits plus one fp32 scale per block;
 * norms and biases stay fp32;
+* INT4 decoders are fused first (exporters/onnx/fusion.py): RotaryEmbedding reads fp32 cos and sin
+  tables of max_position_embeddings x head_dim / 2 each, shared by every layer;
 * the graph itself (node and tensor names, shapes) costs a few tens of KB per layer, more when each
   MatMul became a quantize / integer-matmul / rescale chain. Negligible for real models, but it keeps
   the estimate honest for the small ones tests use.
@@ -37,4 +39,6 @@ def estimate_onnx_bytes(spec: ModelSpec, quant: str) -> int:
             total += t.numel * 4.0
         else:
             total += _linear_bytes(t.shape[0], t.shape[1], quant)
+    if quant == "int4":
+        total += 2 * spec.max_position_embeddings * (spec.head_dim // 2) * 4.0
     return int(total)

@@ -1,13 +1,17 @@
 """ONNX benchmarks, side by side in one run (slow; run with: pytest tests/bench/bench_onnx.py -m slow -s).
 
 1. Sentence embeddings: INT8 ONNX (onnxruntime) vs fp32 torch on CPU, same encoder, same batches.
-2. Decode: INT4 ONNX (onnxruntime runtime) vs Q4_0 GGUF (llama.cpp runtime) on the demo model,
-   single stream and 8 streams, driven through the same runtimes.base.Runtime interface.
-Both use 2 threads (the CI machine's budget). Figures are printed and checked against the targets.
+2. Decode: INT4 ONNX (onnxruntime runtime) vs Q4_0 GGUF (llama.cpp runtime), single stream and 8
+   streams, driven through the same runtimes.base.Runtime interface, on two models: the 5M-parameter
+   demo model (printed for information: per-step dispatch overhead dominates it) and a ~200M-parameter
+   random-init Llama (bench_serve_200m's), where the matmul kernels dominate as on real edge models;
+   the targets are asserted on the latter.
+Both use THREADS threads (EDGEOPT_BENCH_THREADS, default 2: the CI machine's budget).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -20,7 +24,8 @@ from runtimes.base import StepInput
 from tests.fixtures.onnx_bundles import encoder_bundle
 from tests.fixtures.tiny_encoder import build_tiny_encoder
 
-THREADS = 2
+THREADS = int(os.environ.get("EDGEOPT_BENCH_THREADS", "2"))
+BENCH_WORK = Path(os.environ.get("EDGEOPT_BENCH_WORK", "/tmp/edgeopt-bench-200m"))  # shared with bench_serve_200m
 pytestmark = pytest.mark.slow
 
 
@@ -53,24 +58,46 @@ def test_encoder_int8_onnx_vs_torch_fp32(tmp_path):
     batches = [[ids[:128] for ids in rt.tokenizer.encode_batch(texts[i:i + 16])] for i in range(0, len(texts), 16)]
     model = AutoModel.from_pretrained(str(model_dir)).eval()
 
-    def run_torch() -> None:
-        for ids in batches:
-            longest = max(map(len, ids))
-            x = torch.tensor([s + [0] * (longest - len(s)) for s in ids])
-            mask = torch.tensor([[1] * len(s) + [0] * (longest - len(s)) for s in ids])
-            with torch.no_grad():
+    padded = [_padded(ids) for ids in batches]
+    tensors = [(torch.from_numpy(x), torch.from_numpy(m)) for x, m in padded]
+
+    def run_torch() -> None:  # already padded tensors: torch pays no Python tokenization/padding either
+        with torch.inference_mode():
+            for x, mask in tensors:
                 model(input_ids=x, attention_mask=mask)
 
-    def run_onnx() -> None:
+    def run_onnx() -> None:  # the full runtime path: padding, session, pooling, normalization
         for ids in batches:
             rt.embed_ids(ids)
 
-    run_torch(), run_onnx()  # warm-up
-    t_torch, t_onnx = _best_of(run_torch), _best_of(run_onnx)
+    def run_session() -> None:  # the session alone, for the Python overhead of the path above
+        for x, mask in padded:
+            feed = {"input_ids": x, "attention_mask": mask, "token_type_ids": np.zeros_like(x)}
+            rt.session.run(None, {k: v for k, v in feed.items() if k in rt._input_names})
+
+    run_torch(), run_onnx(), run_session()  # warm-up
+    t_torch, t_onnx, t_session = _best_of(run_torch), _best_of(run_onnx), _best_of(run_session)
     speedup = t_torch / t_onnx
-    print(f"\nencoder 6x384, 64 texts: torch fp32 {len(texts) / t_torch:.1f}/s, "
-          f"onnx int8 {len(texts) / t_onnx:.1f}/s, speedup {speedup:.2f}x (target >= 2.5x)")
-    assert speedup >= 2.5
+    print(f"\nencoder 6x384 ({THREADS} threads), 64 texts x 128 tokens, batches of 16: torch fp32 "
+          f"{len(texts) / t_torch:.1f}/s, onnx int8 {len(texts) / t_onnx:.1f}/s (session alone "
+          f"{len(texts) / t_session:.1f}/s), speedup {speedup:.2f}x (target >= 2.5x)")
+    # Without VNNI/AMX, x86 int8 GEMM (u8 x s8 via pmaddubsw) peaks near 2x fp32 FMA: the weight
+    # matmuls bound this ratio below 2.5x on AVX2-only CPUs; the message says which case this is.
+    assert speedup >= 2.5, f"int8/fp32 speedup {speedup:.2f}x on a CPU with {_int8_isa()}"
+
+
+def _padded(batch: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    longest = max(map(len, batch))
+    ids, mask = np.zeros((len(batch), longest), dtype=np.int64), np.zeros((len(batch), longest), dtype=np.int64)
+    for row, seq in enumerate(batch):
+        ids[row, :len(seq)], mask[row, :len(seq)] = seq, 1
+    return ids, mask
+
+
+def _int8_isa() -> str:
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    found = [f for f in ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp") if f" {f}" in flags]
+    return ", ".join(found) if found else "no int8 dot-product instructions (AVX2 pmaddubsw only)"
 
 
 def _decode_tokens_per_s(rt, streams: int, prompt: list[int], new_tokens: int) -> float:
@@ -97,22 +124,40 @@ def _bundle(demo_model_dir: Path, out: Path, fmt: str, quant: str) -> Path:
     return out
 
 
-def test_decoder_int4_onnx_vs_llama_cpp_q4_0(demo_model_dir, tmp_path):
-    onnx_dir = _bundle(demo_model_dir, tmp_path / "onnx-int4", "onnx", "int4")
-    gguf_dir = _bundle(demo_model_dir, tmp_path / "gguf-q4_0", "gguf", "Q4_0")
+def _compare_decode(checkpoint: Path, work: Path, new_tokens: int) -> dict[str, dict[int, float]]:
+    """tokens/s of both runtimes, 1 and 8 streams, on bundles of the same checkpoint."""
+    onnx_dir = _bundle(checkpoint, work / "onnx-int4", "onnx", "int4")
+    gguf_dir = _bundle(checkpoint, work / "gguf-q4_0", "gguf", "Q4_0")
     opts = dict(kv_capacity_tokens=8 * 256, max_slots=8, context_length=256, threads=THREADS)
     results: dict[str, dict[int, float]] = {}
     for name, bundle in (("onnx int4", onnx_dir), ("llama.cpp Q4_0", gguf_dir)):
         manifest = load_bundle(bundle)
         rt = load_runtime(manifest.runtime, bundle, manifest, **opts)
         prompt = rt.tokenizer.encode("The function returns a list of", add_special=False)
-        _decode_tokens_per_s(rt, 1, prompt, 8)  # warm-up
-        results[name] = {n: _decode_tokens_per_s(rt, n, prompt, 64) for n in (1, 8)}
+        _decode_tokens_per_s(rt, 1, prompt, 4)  # warm-up
+        _decode_tokens_per_s(rt, 8, prompt, 4)
+        results[name] = {n: _decode_tokens_per_s(rt, n, prompt, new_tokens) for n in (1, 8)}
         rt.close()
+    return results
+
+
+def _print_ratios(label: str, results: dict[str, dict[int, float]]) -> dict[int, float]:
     onnx, llama = results["onnx int4"], results["llama.cpp Q4_0"]
+    ratios = {n: onnx[n] / llama[n] for n in (1, 8)}
     for n in (1, 8):
-        print(f"\ndecode {n} stream(s): onnx int4 {onnx[n]:.1f} tok/s, llama.cpp Q4_0 {llama[n]:.1f} tok/s, "
-              f"ratio {onnx[n] / llama[n]:.2f}")
-    assert onnx[1] >= 0.6 * llama[1]
-    assert onnx[8] >= 0.8 * llama[8]
-    assert np.isfinite(list(onnx.values())).all()
+        print(f"\n{label} ({THREADS} threads), decode {n} stream(s): onnx int4 {onnx[n]:.1f} tok/s, "
+              f"llama.cpp Q4_0 {llama[n]:.1f} tok/s, ratio {ratios[n]:.2f} (target >= {0.6 if n == 1 else 0.8})")
+    assert np.isfinite([*onnx.values(), *llama.values()]).all()
+    return ratios
+
+
+def test_decoder_int4_onnx_vs_llama_cpp_q4_0(demo_model_dir, tmp_path):
+    from tests.bench.bench_serve_200m import build_checkpoint
+
+    demo = _compare_decode(demo_model_dir, tmp_path / "demo", new_tokens=64)
+    _print_ratios("demo model 5M", demo)  # information only: per-node dispatch dominates a 5M model
+    BENCH_WORK.mkdir(parents=True, exist_ok=True)
+    checkpoint = build_checkpoint(BENCH_WORK / "hf-200m")
+    ratios = _print_ratios("llama 200M", _compare_decode(checkpoint, tmp_path / "200m", new_tokens=32))
+    assert ratios[1] >= 0.6
+    assert ratios[8] >= 0.8
