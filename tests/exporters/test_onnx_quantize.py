@@ -55,6 +55,39 @@ def test_int4_quantizes_lm_head_by_default(tiny_llama_dir, tmp_path):
     assert len(graph_ops["MatMulNBits"]) == 2 * 7 + 1
 
 
+def test_int4_graph_is_fused_and_rotary_tables_fit_the_model(tiny_llama_dir, tmp_path):
+    import json
+
+    import numpy as np
+    from onnx import numpy_helper
+
+    bundle = optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4")
+    fusion = load_bundle(bundle).export["fusion"]
+    assert fusion["applied"] and fusion["kl_vs_unfused"] <= 1e-5
+    graph = onnx.load(str(bundle / "model" / "model.onnx")).graph
+    rotary = [n for n in graph.node if n.op_type == "RotaryEmbedding"]
+    assert len(rotary) == 2 * 2  # queries and keys of both layers
+    assert sum(n.op_type == "SkipSimplifiedLayerNormalization" for n in graph.node) >= 2
+    tables = {i.name: numpy_helper.to_array(i) for i in graph.initializer if i.name in rotary[0].input[2:]}
+    max_positions = json.loads((tiny_llama_dir / "config.json").read_text())["max_position_embeddings"]
+    assert all(t.shape[0] == max_positions and np.isfinite(t).all() for t in tables.values())
+
+
+def test_fusion_that_matches_nothing_keeps_the_export(tmp_path):
+    from onnx import TensorProto, helper
+
+    from exporters.onnx.fusion import fuse_decoder
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    onnx.save(helper.make_model(graph), str(tmp_path / "model.onnx"))
+    (tmp_path / "config.json").write_text('{"num_attention_heads": 4, "hidden_size": 64}')
+    info = fuse_decoder(tmp_path / "model.onnx", tmp_path / "fused.onnx")
+    assert info == {"applied": False, "reason": "no fusion matched this graph"}
+    assert not (tmp_path / "fused.onnx").exists()
+
+
 @pytest.mark.parametrize("method", ["minmax", "entropy", "percentile"])
 def test_static_int8_is_calibrated_on_the_given_text(method, tiny_llama_dir, tmp_path, calibration_text):
     bundle = optimize_onnx(tiny_llama_dir, tmp_path / "b", "int8-static", calibration_data=calibration_text,
