@@ -49,9 +49,9 @@ def test_encoder_int8_onnx_vs_torch_fp32(tmp_path):
     import torch
     from transformers import AutoModel
 
-    torch.set_num_threads(THREADS)
     model_dir = build_tiny_encoder(tmp_path / "minilm", hidden_size=384, num_layers=6)  # MiniLM-L6 shape
     bundle = encoder_bundle(model_dir, tmp_path / "bundle", "int8")
+    torch.set_num_threads(THREADS)  # after the export, which sets its own thread count
     rt = load_runtime("onnxruntime", bundle, load_bundle(bundle), threads=THREADS)
     texts = _sentences(64)
     # A small WordPiece vocabulary splits words finely: cut every text to the model's 128 positions.
