@@ -166,3 +166,33 @@ def test_serving_path_does_not_import_torch(onnx_fp32_bundle):
             "sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_engine_continuous_batching_matches_requests_run_alone(runtime):
+    """Real engine scheduling (joins, finishes, mixed prefill + decode steps) over the decode group."""
+    from edgeopt.engine import SamplingParams
+    from tests.engine.helpers import make_engine, run_engine
+
+    texts = ["import json", "Open the file in binary mode", "x", "The function returns a list", "class A:"]
+    prompts = {f"r{i}": runtime.tokenizer.encode(t, add_special=False) for i, t in enumerate(texts)}
+    lengths = {rid: 3 + 2 * i for i, rid in enumerate(prompts)}  # requests finish at different steps
+
+    def alone(ids: list[int], n: int) -> list[int]:
+        out, logits = [], runtime.step([StepInput(slot=0, tokens=ids, start_pos=0, want_logits=True)])
+        for pos in range(len(ids), len(ids) + n):
+            out.append(int(logits[0].argmax()))
+            logits = runtime.step([StepInput(slot=0, tokens=[out[-1]], start_pos=pos, want_logits=True)])
+        runtime.release(0)
+        return out
+
+    expected = {rid: alone(ids, lengths[rid]) for rid, ids in prompts.items()}
+    engine, _ = make_engine(runtime, max_running=3)  # 5 requests on 3 slots: slots are reused
+
+    async def body(engine):  # queue all five, then start, so they compete for the three slots
+        streams = {rid: engine.add_request(rid, ids, SamplingParams(max_tokens=lengths[rid], temperature=0.0,
+                                                                    ignore_eos=True)) for rid, ids in prompts.items()}
+        engine.start()
+        return {rid: await stream.collect() for rid, stream in streams.items()}
+
+    got = run_engine(engine, body, autostart=False)
+    assert {rid: out.token_ids for rid, out in got.items()} == expected
