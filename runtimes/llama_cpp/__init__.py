@@ -5,7 +5,7 @@
 * ``kv_capacity_tokens``: KV cells (llama.cpp ``n_ctx``); by default sized from memory with
   :func:`edgeopt.engine.memory.kv_capacity_for` (``profile`` / ``memory_bytes`` / this host);
 * ``max_slots``: concurrent sequences (``n_seq_max``); default from the same sizing;
-* ``max_batch_tokens``: tokens per ``llama_decode`` (``n_batch``), default 256;
+* ``max_batch_tokens``: tokens per ``llama_decode`` (``n_batch``), default 128;
 * ``threads``: CPU threads, default the profile's (or this host's) core count;
 * ``n_gpu_layers``: default -1 (all) when the profile has CUDA and this build supports offload, else 0;
 * ``context_length``: longest sequence, default the model's training context.
@@ -29,8 +29,9 @@ from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 __all__ = ["LlamaCppRuntime", "LlamaCppTokenizer", "engine_config_for", "load", "load_gguf"]
 # llama.cpp's compute buffer grows with the batch: on a ~200M model 512 tokens cost 27 MiB, 256 cost
-# 14 MiB. Decode steps of up to 256 sequences are unaffected; long prompts take one more step per 256.
-DEFAULT_MAX_BATCH_TOKENS = 256
+# 14 MiB, 128 about 7 MiB, which is what keeps `edgeopt serve` within bundle + KV + 120 MB there.
+# Decode steps of up to 128 sequences are unaffected; a long prompt is prefilled 128 tokens a step.
+DEFAULT_MAX_BATCH_TOKENS = 128
 LLAMA_MAX_SEQ = 256  # llama-cparams.h: the most sequence ids one context accepts
 
 
