@@ -37,7 +37,11 @@ def read_eval_text(path: Path) -> str:
 def _tokenizer(tokenizer_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    # The whole evaluation text is tokenized at once and then cut into windows, so its length may
+    # exceed the model's context without any window doing so: silence that warning.
+    tokenizer.model_max_length = 1 << 62
+    return tokenizer
 
 
 def windows(token_ids: list[int], window: int, max_tokens: int, bos: int | None) -> list[list[int]]:
