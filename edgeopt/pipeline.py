@@ -83,8 +83,9 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     return Resolved(profile, plan, fmt, quant, FORMAT_RUNTIME[fmt], output, fitted.passes, fitted.fit_ratio)
 
 
-def run_optimize(opts: OptimizeOptions, report: Reporter = print) -> Manifest | None:
-    res = resolve(opts)
+def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Resolved | None = None) -> Manifest | None:
+    """Run the model path; ``resolved`` is ``resolve(opts)`` when the caller already computed it."""
+    res = resolved or resolve(opts)
     if opts.dry_run:
         return None
     model_dir, revision = resolve_model_dir(opts.model)
@@ -99,8 +100,7 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print) -> Manifest | 
     exporter = get_exporter(res.format)
     export_params = {"quant": res.quant, **opts.export_options, "cpu_isa": res.profile.cpu_isa}
     input_hash = content_hash(current)
-    # An exporter whose output changes sets/bumps ``cache_version`` so stale cached exports are not reused.
-    version = getattr(exporter, "cache_version", None)
+    version = exporter.cache_version
     key_params = export_params if version is None else {**export_params, "exporter_version": version}
     key = step_key("export", res.format, key_params, input_hash)
     report(f"export: {res.format} {res.quant}")

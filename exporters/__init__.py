@@ -30,6 +30,9 @@ class Exporter:
     format: ClassVar[str]
     quants: ClassVar[tuple[str, ...]]
     default_runtime: ClassVar[str]
+    # Set or bump when the exporter's output changes, so cached exports made by older code are not reused
+    # (None keeps the cache keys of exporters that never changed).
+    cache_version: ClassVar[int | None] = None
     registry: ClassVar[dict[str, type[Exporter]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

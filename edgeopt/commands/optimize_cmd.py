@@ -55,7 +55,7 @@ def optimize(
     typer.echo(f"will write {resolved.format}:{resolved.quant} for runtime {resolved.runtime} to {resolved.output}")
     if dry_run:
         return
-    manifest = run_optimize(opts, report=typer.echo)
+    manifest = run_optimize(opts, report=typer.echo, resolved=resolved)
     if manifest and manifest.metrics:
         typer.echo("quality: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                            for k, v in manifest.metrics.items()))
