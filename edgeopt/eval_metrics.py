@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgeopt.errors import EvaluationError
+
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     x = np.asarray(logits, dtype=np.float64)
@@ -39,7 +41,8 @@ class Comparison:
     def add(self, reference: np.ndarray, candidate: np.ndarray, tokens: list[int] | None = None) -> None:
         """Compare next-token distributions row by row: KL(reference || candidate) and argmax match."""
         if reference.shape != candidate.shape:
-            raise ValueError(f"logit shapes differ: reference {reference.shape}, candidate {candidate.shape}")
+            raise EvaluationError(f"logit shapes differ: reference {reference.shape}, candidate {candidate.shape}",
+                                  "compare a bundle with the model it was made from (same vocabulary)")
         ref_lp, cand_lp = log_softmax(reference), log_softmax(candidate)
         kl = (np.exp(ref_lp) * (ref_lp - cand_lp)).sum(axis=-1)
         self.kl_sum += float(np.clip(kl, 0.0, None).sum())

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import httpx
 
+from edgeopt.errors import BackendError
+
 DEFAULT_QUESTION = "What does json.dumps do?"
 
 
@@ -49,12 +51,14 @@ def wait_until_healthy(base_url: str, process: subprocess.Popen, timeout_s: floa
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the server exited with code {process.returncode} before /health answered")
+            raise BackendError(f"the server exited with code {process.returncode} before /health answered",
+                               "the server log follows")
         with contextlib.suppress(httpx.TransportError):
             if httpx.get(f"{base_url}/health", timeout=2.0).status_code == 200:
                 return
         time.sleep(0.5)
-    raise RuntimeError(f"{base_url}/health did not return 200 within {timeout_s:.0f}s")
+    raise BackendError(f"{base_url}/health did not return 200 within {timeout_s:.0f}s",
+                       "the model may be too large for this machine; see the server log")
 
 
 def ask(base_url: str, question: str, max_tokens: int) -> str:
@@ -83,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             wait_until_healthy(base_url, process, args.startup_timeout)
             started = time.perf_counter()
             answer = ask(base_url, args.question, args.max_tokens)
-        except (RuntimeError, httpx.HTTPError) as exc:
+        except (BackendError, httpx.HTTPError) as exc:
             print(f"demo failed: {exc}\n--- server log ({log_path}) ---", file=sys.stderr)
             print(log_path.read_text()[-4000:], file=sys.stderr)
             return 1
