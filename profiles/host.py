@@ -56,7 +56,7 @@ def _cpu_isa() -> str:
     return "x86_64"
 
 
-def _cuda_accelerator() -> str:
+def cuda_accelerator() -> str:
     """Detect an NVIDIA GPU without importing torch (the serving path must stay light)."""
     if shutil.which("nvidia-smi") is None:
         return "none"
@@ -85,7 +85,7 @@ def detect_host_profile() -> DeviceProfile:
         total_memory_gb=round(total / GIB, 3),
         os_reserved_gb=round(reserved / GIB, 3),
         unified_memory=False,
-        accelerator=_cuda_accelerator(),
+        accelerator=cuda_accelerator(),
         memory_bandwidth_gbps=0.0,  # unknown; not needed for sizing
         cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
         cpu_isa=_cpu_isa(),

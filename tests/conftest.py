@@ -53,3 +53,16 @@ def demo_model_dir() -> Path:
     from edgeopt.demo.train import ensure_demo_model
 
     return ensure_demo_model(cache_root=DEMO_CACHE_ROOT)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``cuda`` are deselected by default; asked for on a machine without an NVIDIA GPU
+    (``pytest -m cuda``), they skip with that reason instead of failing on a missing device."""
+    from profiles.host import cuda_accelerator
+
+    if not any("cuda" in item.keywords for item in items) or cuda_accelerator() != "none":
+        return
+    no_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA; nvidia-smi found none on this machine")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(no_gpu)
