@@ -60,9 +60,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     (``pytest -m cuda``), they skip with that reason instead of failing on a missing device."""
     from profiles.host import cuda_accelerator
 
-    if not any("cuda" in item.keywords for item in items) or cuda_accelerator() != "none":
+    if not any(item.get_closest_marker("cuda") for item in items) or cuda_accelerator() != "none":
         return
     no_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA; nvidia-smi found none on this machine")
     for item in items:
-        if "cuda" in item.keywords:
+        if item.get_closest_marker("cuda"):
             item.add_marker(no_gpu)
