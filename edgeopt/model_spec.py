@@ -21,6 +21,10 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
 }
+# Encoders (sentence embeddings), exported to ONNX only. Keyed by config model_type, since a
+# feature-extractor checkpoint may list BertModel, BertForMaskedLM, ... or no architectures at all.
+ENCODER_MODEL_TYPES = {"bert": "bert"}
+EMBEDDING_KIND = "embedding"
 
 
 @dataclass(frozen=True)
@@ -58,17 +62,30 @@ class ModelSpec:
     rope_theta: float
     rms_norm_eps: float
     torch_dtype: str
+    kind: str = "causal-lm"  # or EMBEDDING_KIND: an encoder, which keeps no KV cache
+    type_vocab_size: int = 0  # encoders: token-type (segment) embeddings
+    has_pooler: bool = False  # encoders: BertModel's pooler dense layer
+
+    @property
+    def is_encoder(self) -> bool:
+        return self.kind == EMBEDDING_KIND
 
     @property
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
 
     def kv_bytes_per_token(self, bytes_per_element: int) -> int:
-        """Keys and values for one token across every layer: 2 x layers x kv_heads x head_dim x dtype."""
+        """Keys and values for one token across every layer: 2 x layers x kv_heads x head_dim x dtype.
+
+        Encoders keep no KV cache between calls: 0."""
+        if self.is_encoder:
+            return 0
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_element
 
     def tensors(self) -> list[TensorInfo]:
         """Every weight tensor of the checkpoint, in HF naming, in file order."""
+        if self.is_encoder:
+            return self._encoder_tensors()
         h, q, kv, inter = self.hidden_size, self.num_heads * self.head_dim, self.kv_dim, self.intermediate_size
         out = [TensorInfo("model.embed_tokens.weight", (self.vocab_size, h))]
         for i in range(self.num_layers):
@@ -96,6 +113,28 @@ class ModelSpec:
             out.append(TensorInfo("lm_head.weight", (self.vocab_size, h)))
         return out
 
+    def _encoder_tensors(self) -> list[TensorInfo]:
+        """BERT naming (BertModel); the embedding tables count as embeddings (layer None, 2-D)."""
+        h, inter = self.hidden_size, self.intermediate_size
+        out = [TensorInfo("embeddings.word_embeddings.weight", (self.vocab_size, h)),
+               TensorInfo("embeddings.position_embeddings.weight", (self.max_position_embeddings, h))]
+        if self.type_vocab_size:
+            out.append(TensorInfo("embeddings.token_type_embeddings.weight", (self.type_vocab_size, h)))
+        out += [TensorInfo("embeddings.LayerNorm.weight", (h,)), TensorInfo("embeddings.LayerNorm.bias", (h,))]
+        for i in range(self.num_layers):
+            p = f"encoder.layer.{i}."
+            layer = []
+            for name, shape in (("attention.self.query", (h, h)), ("attention.self.key", (h, h)),
+                                ("attention.self.value", (h, h)), ("attention.output.dense", (h, h)),
+                                ("intermediate.dense", (inter, h)), ("output.dense", (h, inter))):
+                layer += [(p + name + ".weight", shape), (p + name + ".bias", (shape[0],))]
+            for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+                layer += [(p + norm + ".weight", (h,)), (p + norm + ".bias", (h,))]
+            out += [TensorInfo(name, shape, i) for name, shape in layer]
+        if self.has_pooler:
+            out += [TensorInfo("pooler.dense.weight", (h, h)), TensorInfo("pooler.dense.bias", (h,))]
+        return out
+
     @property
     def num_parameters(self) -> int:
         return sum(t.numel for t in self.tensors())
@@ -112,16 +151,45 @@ class ModelSpec:
 def spec_from_config(config: dict[str, Any], source: str) -> ModelSpec:
     archs = config.get("architectures") or []
     hf_arch = archs[0] if archs else f"<none; model_type={config.get('model_type')!r}>"
-    if hf_arch not in SUPPORTED_ARCHITECTURES:
+    is_encoder = config.get("model_type") in ENCODER_MODEL_TYPES and not hf_arch.endswith("ForCausalLM")
+    if hf_arch not in SUPPORTED_ARCHITECTURES and not is_encoder:
         raise UnsupportedArchitectureError(
             f"architecture {hf_arch} of {source} is not supported",
-            f"supported architectures: {', '.join(SUPPORTED_ARCHITECTURES)}",
+            f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}, and encoders of model_type "
+            f"{', '.join(ENCODER_MODEL_TYPES)}",
         )
+    _check_required(config, source)
+    if is_encoder:
+        return _encoder_spec(config, source, hf_arch if archs else "BertModel")
+    return _decoder_spec(config, source, hf_arch)
+
+
+def _check_required(config: dict[str, Any], source: str) -> None:
     required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
     missing = [key for key in required if key not in config]
     if missing:
         raise ModelNotFoundError(f"config.json of {source} lacks {', '.join(missing)}",
                                  "the checkpoint's config.json is incomplete: re-download or fix it")
+
+
+def _encoder_spec(config: dict[str, Any], source: str, hf_arch: str) -> ModelSpec:
+    heads, hidden = int(config["num_attention_heads"]), int(config["hidden_size"])
+    return ModelSpec(
+        source=source, hf_architecture=hf_arch, arch=ENCODER_MODEL_TYPES[config["model_type"]],
+        vocab_size=int(config["vocab_size"]), hidden_size=hidden,
+        intermediate_size=int(config["intermediate_size"]), num_layers=int(config["num_hidden_layers"]),
+        num_heads=heads, num_kv_heads=heads, head_dim=hidden // heads,
+        max_position_embeddings=int(config.get("max_position_embeddings", 512)),
+        tie_word_embeddings=False, attention_bias=True, qk_norm=False, rope_theta=0.0,
+        rms_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+        torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "float32"),
+        kind=EMBEDDING_KIND, type_vocab_size=int(config.get("type_vocab_size", 2)),
+        # BertModel keeps its pooler; the *For* heads (masked LM, ...) drop it.
+        has_pooler=hf_arch == "BertModel",
+    )
+
+
+def _decoder_spec(config: dict[str, Any], source: str, hf_arch: str) -> ModelSpec:
     heads = int(config["num_attention_heads"])
     hidden = int(config["hidden_size"])
     arch = SUPPORTED_ARCHITECTURES[hf_arch]

@@ -15,9 +15,9 @@ from typing import Any
 
 from edgeopt.bundle import Manifest, PassRecord, content_hash, staged_bundle, write_manifest
 from edgeopt.cache import cache_root, cached_step, step_key
-from edgeopt.errors import ConfigError, OutputExistsError
-from edgeopt.model_spec import load_model_spec
-from edgeopt.plan import FORMAT_RUNTIME, Plan, make_plan, require_fit
+from edgeopt.errors import ConfigError, OutputExistsError, UnsupportedArchitectureError
+from edgeopt.model_spec import ModelSpec, load_model_spec
+from edgeopt.plan import FORMAT_RUNTIME, Plan, check_encoder_formats, make_plan, require_fit
 from edgeopt.source import resolve_model_dir
 from profiles import DeviceProfile, load_profile
 
@@ -62,7 +62,9 @@ class Resolved:
 def resolve(opts: OptimizeOptions) -> Resolved:
     profile = load_profile(opts.target)
     spec = load_model_spec(opts.model)
-    fmt = opts.format or profile.preferred_format
+    fmt = opts.format or ("onnx" if spec.is_encoder else profile.preferred_format)
+    if spec.is_encoder:
+        _check_encoder_options(spec, fmt, opts)
     from edgeopt.passes.fit import plan_after_passes  # the plan describes the model as pruning leaves it
 
     fitted = plan_after_passes(spec, profile, fmt, opts.quant, opts.context, opts.concurrency, opts.passes, opts.fit)
@@ -81,6 +83,16 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     if output.exists() and not opts.force and not opts.dry_run:
         raise OutputExistsError(f"output directory {output} already exists", "pass --force to replace it, or choose -o")
     return Resolved(profile, plan, fmt, quant, FORMAT_RUNTIME[fmt], output, fitted.passes, fitted.fit_ratio)
+
+
+def _check_encoder_options(spec: ModelSpec, fmt: str, opts: OptimizeOptions) -> None:
+    """Encoders go to ONNX unpruned: prune/distil/--fit know decoder blocks only."""
+    check_encoder_formats(spec, (fmt,))
+    asked = [name for name, _ in opts.passes] + (["fit"] if opts.fit else [])
+    if asked:
+        raise UnsupportedArchitectureError(
+            f"{spec.source} is an encoder ({spec.hf_architecture}); {asked[0]!r} works on causal LMs only",
+            "drop --prune*/--distil/--fit for encoders; --quant int8 is how an encoder gets smaller")
 
 
 def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Resolved | None = None) -> Manifest | None:
@@ -126,7 +138,9 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Reso
             kind=export_meta.get("kind", "causal-lm"),
         )
         manifest.chat_template = _chat_template(tok_dir)
-        if opts.evaluate:
+        if opts.evaluate and manifest.kind == "embedding":
+            manifest.metrics = _embedding_metrics(export_meta)
+        elif opts.evaluate:
             from edgeopt.evaluate import evaluate_bundle
 
             report("evaluate: comparing the exported model with the original")
@@ -134,6 +148,14 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Reso
         write_manifest(stage, manifest)
     report(f"bundle written to {res.output}")
     return manifest
+
+
+def _embedding_metrics(export_meta: dict[str, Any]) -> dict[str, float]:
+    """Quality of an embedding bundle: the cosines the ONNX exporter measured on its probe sentences
+    (fp32 graph vs torch, quantized vs fp32). evaluate_bundle's perplexity/KL is for causal LMs and is
+    not run for encoders."""
+    keys = ("fp32_min_cosine_vs_torch", "probe_min_cosine_vs_fp32")
+    return {key: float(export_meta[key]) for key in keys if key in export_meta}
 
 
 def _export(exporter: Any, model_dir: Path, out: Path, quant: str, params: dict[str, Any]) -> dict[str, Any]:

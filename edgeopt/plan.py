@@ -8,13 +8,17 @@ Everything here is arithmetic on a :class:`ModelSpec` (config only) and a :class
     concurrency    = KV capacity // context             (sequences that can each hold a full context)
 
 On unified-memory devices (Jetson) CPU and GPU draw from the same pool, so weights are counted once.
+
+Encoders (``spec.kind == "embedding"``) keep no KV cache: they are sized for ONNX only (fp32, int8),
+their KV figures are 0 (meaningless, not "no room"), and they fit when weights + runtime overhead
+stay within usable memory less the safety margin.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from edgeopt.errors import ConfigError, DoesNotFitError
+from edgeopt.errors import ConfigError, DoesNotFitError, UnsupportedArchitectureError
 from edgeopt.model_spec import ModelSpec
 from exporters.gguf.quant_types import FILE_TYPES, estimate_gguf_bytes
 from exporters.onnx.quant_types import QUANTS as ONNX_QUANTS
@@ -24,6 +28,7 @@ from profiles import DeviceProfile
 MIB = 1024**2
 GGUF_CANDIDATES = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0")
 ONNX_CANDIDATES = ("fp32", "int8", "int4")
+ENCODER_CANDIDATES = ("fp32", "int8")  # onnx; encoders are small, INT4 MatMulNBits buys them little
 # Fixed cost of a runtime beside weights and KV: its code, compute buffers, allocator slack.
 RUNTIME_OVERHEAD_BYTES = {"llama_cpp": 100 * MIB, "onnxruntime": 200 * MIB, "torch": 600 * MIB}
 KV_BYTES_PER_ELEMENT = {"gguf": 2, "onnx": 4, "torch": 2}  # llama.cpp f16 KV; ORT fp32; torch fp16
@@ -87,6 +92,10 @@ def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str
     overhead = RUNTIME_OVERHEAD_BYTES[FORMAT_RUNTIME[fmt]]
     kv_per_token = spec.kv_bytes_per_token(KV_BYTES_PER_ELEMENT[fmt])
     budget = int(usable * (1 - SAFETY_MARGIN)) - weights - overhead
+    if spec.is_encoder:  # no KV cache: capacity is meaningless, fitting is weights + overhead alone
+        return Candidate(format=fmt, quant=quant, weight_bytes=weights, kv_bytes_per_token=0,
+                         overhead_bytes=overhead, kv_budget_bytes=budget, kv_token_capacity=0,
+                         max_concurrency=0, fits=budget >= 0)
     capacity = max(budget, 0) // kv_per_token
     return Candidate(
         format=fmt, quant=quant, weight_bytes=weights, kv_bytes_per_token=kv_per_token,
@@ -96,17 +105,35 @@ def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str
 
 
 def make_plan(spec: ModelSpec, profile: DeviceProfile, context: int | None = None, concurrency: int = 1,
-              formats: tuple[str, ...] = ("gguf", "onnx"), memory_bytes: int | None = None) -> Plan:
+              formats: tuple[str, ...] | None = None, memory_bytes: int | None = None) -> Plan:
+    """Size every candidate of ``formats`` (default: gguf and onnx; onnx alone for encoders)."""
+    formats = formats or (("onnx",) if spec.is_encoder else ("gguf", "onnx"))
+    check_encoder_formats(spec, formats)
     context = context or min(spec.max_position_embeddings, 4096)
     if context < 1 or concurrency < 1:
         raise ConfigError(f"context={context} and concurrency={concurrency} must both be >= 1", "pass positive values")
     candidates = []
     for fmt in formats:
-        quants = GGUF_CANDIDATES if fmt == "gguf" else ONNX_CANDIDATES if fmt == "onnx" else torch_candidates(profile)
+        quants = format_candidates(spec, profile, fmt)
         candidates += [size_candidate(spec, profile, fmt, q, context, concurrency, memory_bytes) for q in quants]
     usable = memory_bytes if memory_bytes is not None else profile.usable_memory_bytes
     return Plan(spec.source, profile.name, usable, context, concurrency, candidates,
                 recommend(candidates, profile))
+
+
+def check_encoder_formats(spec: ModelSpec, formats: tuple[str, ...]) -> None:
+    """Encoders export to ONNX only: refuse any other format before anything is sized or exported."""
+    other = [fmt for fmt in formats if fmt != "onnx"]
+    if spec.is_encoder and other:
+        raise UnsupportedArchitectureError(
+            f"{spec.source} is an encoder ({spec.hf_architecture}); format {other[0]!r} serves causal LMs only",
+            "export encoders with --format onnx (they are served on /v1/embeddings)")
+
+
+def format_candidates(spec: ModelSpec, profile: DeviceProfile, fmt: str) -> tuple[str, ...]:
+    if spec.is_encoder:
+        return ENCODER_CANDIDATES
+    return GGUF_CANDIDATES if fmt == "gguf" else ONNX_CANDIDATES if fmt == "onnx" else torch_candidates(profile)
 
 
 def torch_candidates(profile: DeviceProfile) -> tuple[str, ...]:
@@ -139,6 +166,12 @@ def require_fit(plan: Plan) -> Candidate:
     if plan.recommended is not None:
         return plan.recommended
     smallest = min(plan.candidates, key=lambda c: c.weight_bytes)
+    if smallest.kv_bytes_per_token == 0:  # an encoder: weights and overhead alone
+        needed = smallest.weight_bytes + smallest.overhead_bytes
+        raise DoesNotFitError(
+            f"{plan.model} does not fit {plan.target} even at {smallest.label}: needs {needed / MIB:.0f} MiB, "
+            f"{plan.usable_memory_bytes * (1 - SAFETY_MARGIN) / MIB:.0f} MiB usable",
+            "pick a larger --target or a smaller encoder")
     needed = smallest.weight_bytes + smallest.overhead_bytes + smallest.kv_bytes_per_token * plan.context * plan.concurrency
     short = needed - int(plan.usable_memory_bytes * (1 - SAFETY_MARGIN))
     raise DoesNotFitError(

@@ -45,6 +45,8 @@ def print_plan(result: Plan, params: int) -> None:
         table.add_row(mark + c.label, f"{c.weight_bytes / MIB:.1f}", f"{c.kv_bytes_per_token / 1024:.1f}",
                       str(c.kv_token_capacity), str(c.max_concurrency), "yes" if c.fits else "[red]no[/]")
     console.print(table)
+    if result.candidates and all(c.kv_bytes_per_token == 0 for c in result.candidates):
+        console.print("encoder: no KV cache (KV columns do not apply); fits = weights + runtime overhead")
     if result.recommended:
         console.print(f"recommended: [bold]{result.recommended.label}[/]")
     else:

@@ -19,6 +19,8 @@ from edgeopt.model_spec import ModelSpec
 QUANTS = ("fp32", "int8", "int8-static", "int4")  # what ONNXExporter writes
 INT4_BLOCK = 32
 GRAPH_BYTES_PER_LAYER = {"fp32": 44_000, "int8": 70_000, "int8-static": 75_000, "int4": 30_000}
+# Encoders (BERT layers: biases and LayerNorms, no KV outputs), measured on tiny BERT exports.
+ENCODER_GRAPH_BYTES_PER_LAYER = {"fp32": 15_000, "int8": 30_000, "int8-static": 35_000, "int4": 30_000}
 
 
 def _linear_bytes(out_features: int, in_features: int, quant: str) -> float:
@@ -33,9 +35,13 @@ def _linear_bytes(out_features: int, in_features: int, quant: str) -> float:
 
 def estimate_onnx_bytes(spec: ModelSpec, quant: str) -> int:
     """Predicted size of the bundle's ONNX files (graph + weights) for ``quant``."""
-    total = float(GRAPH_BYTES_PER_LAYER[quant] * spec.num_layers)
+    per_layer = ENCODER_GRAPH_BYTES_PER_LAYER if spec.is_encoder else GRAPH_BYTES_PER_LAYER
+    total = float(per_layer[quant] * spec.num_layers)
     for t in spec.tensors():
-        if t.name == "model.embed_tokens.weight" or len(t.shape) != 2:
+        if t.name.startswith("pooler."):  # the feature-extraction graph outputs last_hidden_state only
+            continue
+        # Embedding tables are Gathers, kept fp32 (encoders: word, position and token-type tables).
+        if t.name == "model.embed_tokens.weight" or t.name.startswith("embeddings.") or len(t.shape) != 2:
             total += t.numel * 4.0
         else:
             total += _linear_bytes(t.shape[0], t.shape[1], quant)
