@@ -8,10 +8,13 @@ torch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
+from edgeopt.errors import BackendError
 
 
 @dataclass(frozen=True)
@@ -59,3 +62,39 @@ class Runtime(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+_ENGINE_BUG = "this is an engine bug; please report it"
+
+
+def check_step_inputs(batch: list[StepInput], info: RuntimeInfo, held_tokens: Callable[[int], int],
+                      allow_rewind: bool) -> None:
+    """Refuse a step that contradicts the contract above: a bad or repeated slot, no tokens, a start
+    position past what the slot holds (or before it, for runtimes that cannot rewind), more than the
+    context, token ids outside the vocabulary. ``held_tokens(slot)`` is what the runtime holds now.
+    Capacity is left to the runtime: how a rewind frees cells differs between backends."""
+    if not batch:
+        raise BackendError("step() with an empty batch", _ENGINE_BUG)
+    seen: set[int] = set()
+    for item in batch:
+        if not 0 <= item.slot < info.max_slots or item.slot in seen:
+            raise BackendError(f"slot {item.slot} is out of range (outside 0..{info.max_slots - 1}) or repeated "
+                               "in one batch", _ENGINE_BUG)
+        seen.add(item.slot)
+        if not item.tokens:
+            raise BackendError(f"slot {item.slot}: step with no tokens", _ENGINE_BUG)
+        held = held_tokens(item.slot)
+        if item.start_pos > held:
+            raise BackendError(f"slot {item.slot}: start_pos {item.start_pos} but only {held} tokens cached",
+                               _ENGINE_BUG)
+        if item.start_pos < held and not allow_rewind:
+            raise BackendError(f"slot {item.slot}: start_pos {item.start_pos} but the slot holds {held} and "
+                               "this runtime cannot rewind", _ENGINE_BUG)
+        end = item.start_pos + len(item.tokens)
+        if end > info.context_length:
+            raise BackendError(f"slot {item.slot}: {end} tokens exceed the context length {info.context_length}",
+                               "lower max_tokens or the prompt length")
+        bad = [t for t in item.tokens if not 0 <= t < info.vocab_size]
+        if bad:
+            raise BackendError(f"slot {item.slot}: token ids {bad[:5]} outside 0..{info.vocab_size - 1}",
+                               "the prompt was tokenized with another vocabulary")

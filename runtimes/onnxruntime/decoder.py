@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeopt.errors import BackendError
-from runtimes.base import RuntimeInfo, StepInput
+from runtimes.base import RuntimeInfo, StepInput, check_step_inputs
 from runtimes.onnxruntime.decode_group import DecodeGroup, advance, form_group, step_inputs
 from runtimes.onnxruntime.decoder_session import KV, DecoderSession
 from runtimes.onnxruntime.tokenizer import BundleTokenizer
@@ -65,21 +65,8 @@ class OnnxDecoderRuntime:
 
     def _check(self, batch: list[StepInput]) -> None:
         """Reject inputs that contradict the KV this runtime holds (engine bugs, not user errors)."""
-        seen: set[int] = set()
-        for inp in batch:
-            if not 0 <= inp.slot < self.info.max_slots or inp.slot in seen:
-                raise BackendError(f"slot {inp.slot} is out of range 0..{self.info.max_slots - 1} or repeated",
-                                   "this is an engine bug; report it")
-            seen.add(inp.slot)
-            if not inp.tokens:
-                raise BackendError(f"slot {inp.slot}: step with no tokens", "this is an engine bug; report it")
-            held = self.cached_tokens(inp.slot)
-            if inp.start_pos > held:
-                raise BackendError(f"slot {inp.slot}: start_pos {inp.start_pos} but only {held} tokens cached",
-                                   "this is an engine bug; report it")
-            if inp.start_pos + len(inp.tokens) > self.info.context_length:
-                raise BackendError(f"slot {inp.slot}: {inp.start_pos + len(inp.tokens)} tokens exceed the context "
-                                   f"length {self.info.context_length}", "lower max_tokens or the prompt length")
+        check_step_inputs(batch, self.info, self.cached_tokens, allow_rewind=True)
+        seen = {inp.slot for inp in batch}
         held = set(self._kv) | set(self._group.slots if self._group is not None else ())
         after = sum(self.cached_tokens(s) for s in held if s not in seen)
         after += sum(inp.start_pos + len(inp.tokens) for inp in batch)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from edgeopt.errors import BackendError
-from runtimes.base import RuntimeInfo, StepInput, Tokenizer
+from runtimes.base import RuntimeInfo, StepInput, Tokenizer, check_step_inputs
 from runtimes.torch.slot_cache import SlotKV, append_last_token, cache_for_slot, padded_cache, read_back
 
 
@@ -90,30 +90,14 @@ class TorchRuntime:
 
     # --- contract ----------------------------------------------------------------------------------
 
+    def _held(self, slot: int) -> int:
+        return self._slots[slot].length if slot in self._slots else 0
+
     def _check(self, batch: list[StepInput]) -> None:
         if self.closed:
             raise BackendError("step() after close()", "this is an engine bug; please report it")
-        if not batch:
-            raise BackendError("step() with an empty batch", "this is an engine bug; please report it")
-        seen: set[int] = set()
-        new_tokens = 0
-        for item in batch:
-            if not 0 <= item.slot < self.info.max_slots or item.slot in seen:
-                raise BackendError(f"slot {item.slot} is outside 0..{self.info.max_slots - 1} or repeated in one batch",
-                                   "this is an engine bug; please report it")
-            seen.add(item.slot)
-            held = self._slots[item.slot].length if item.slot in self._slots else 0
-            if item.start_pos != held or not item.tokens:
-                raise BackendError(f"slot {item.slot}: start_pos {item.start_pos} with {len(item.tokens)} tokens, "
-                                   f"but the slot holds {held}", "this is an engine bug; please report it")
-            if held + len(item.tokens) > self.info.context_length:
-                raise BackendError(f"slot {item.slot}: {held + len(item.tokens)} tokens exceed the context "
-                                   f"({self.info.context_length})", "lower max_tokens or the prompt length")
-            bad = [t for t in item.tokens if not 0 <= t < self.info.vocab_size]
-            if bad:
-                raise BackendError(f"slot {item.slot}: token ids {bad[:5]} outside 0..{self.info.vocab_size - 1}",
-                                   "the prompt was tokenized with another vocabulary")
-            new_tokens += len(item.tokens)
+        check_step_inputs(batch, self.info, self._held, allow_rewind=False)
+        new_tokens = sum(len(item.tokens) for item in batch)
         if self.kv_used_tokens + new_tokens > self.info.kv_capacity_tokens:
             raise BackendError(f"KV overflow: {self.kv_used_tokens} held + {new_tokens} new > capacity "
                                f"{self.info.kv_capacity_tokens}", "this is an engine bug; please report it")
