@@ -152,9 +152,9 @@ def recommend(candidates: list[Candidate], profile: DeviceProfile) -> Candidate 
     so we do not climb to F16 just because memory would allow it.
     """
     preferred = [c for c in candidates if c.format == profile.preferred_format and c.fits]
-    for c in preferred:
-        if c.quant == profile.default_quant:
-            return c
+    default = next((c for c in preferred if c.quant == profile.default_quant), None)
+    if default is not None:
+        return default
     default_size = next((c.weight_bytes for c in candidates if c.quant == profile.default_quant), None)
     smaller = [c for c in preferred if default_size is None or c.weight_bytes <= default_size]
     pool = smaller or preferred or [c for c in candidates if c.fits]
@@ -166,17 +166,17 @@ def require_fit(plan: Plan) -> Candidate:
     if plan.recommended is not None:
         return plan.recommended
     smallest = min(plan.candidates, key=lambda c: c.weight_bytes)
+    usable = int(plan.usable_memory_bytes * (1 - SAFETY_MARGIN))
     if smallest.kv_bytes_per_token == 0:  # an encoder: weights and overhead alone
         needed = smallest.weight_bytes + smallest.overhead_bytes
         raise DoesNotFitError(
             f"{plan.model} does not fit {plan.target} even at {smallest.label}: needs {needed / MIB:.0f} MiB, "
-            f"{plan.usable_memory_bytes * (1 - SAFETY_MARGIN) / MIB:.0f} MiB usable",
+            f"{usable / MIB:.0f} MiB usable",
             "pick a larger --target or a smaller encoder")
     needed = smallest.weight_bytes + smallest.overhead_bytes + smallest.kv_bytes_per_token * plan.context * plan.concurrency
-    short = needed - int(plan.usable_memory_bytes * (1 - SAFETY_MARGIN))
     raise DoesNotFitError(
         f"{plan.model} does not fit {plan.target} even at {smallest.label}: needs {needed / MIB:.0f} MiB "
-        f"for {plan.concurrency} x {plan.context} tokens, {short / MIB:.0f} MiB more than the "
-        f"{plan.usable_memory_bytes * (1 - SAFETY_MARGIN) / MIB:.0f} MiB usable",
+        f"for {plan.concurrency} x {plan.context} tokens, {(needed - usable) / MIB:.0f} MiB more than the "
+        f"{usable / MIB:.0f} MiB usable",
         "lower --context or --concurrency, pick a larger --target, or prune with --fit",
     )
