@@ -12,11 +12,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from edgeopt.bench.loadgen import run_load
-from edgeopt.bench.server_proc import ServerProcess
 from edgeopt.bundle import Manifest, load_bundle
 from edgeopt.errors import ConfigError
 from edgeopt.server.launcher import model_names
+from edgeopt.serve_process import launched_server
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,6 @@ class ServeBenchConfig:
 
     def serve_args(self, max_concurrency: int) -> list[str]:
         args = ["--no-verify", "--max-concurrency", str(max_concurrency), *self.server_args]
-        if self.threads:
-            args += ["--threads", str(self.threads)]
         if self.memory:
             args += ["--memory", self.memory]
         if self.context:
@@ -51,16 +51,16 @@ def _load_levels(cfg: ServeBenchConfig, model: str, max_concurrency: int, levels
                  report: Callable[[str], None]) -> tuple[list[dict[str, Any]], int, int]:
     """Results per level, the server's RSS after the load, and its KV capacity in tokens."""
     results = []
-    with ServerProcess(cfg.bundle, cfg.serve_args(max_concurrency)) as server:
-        asyncio.run(run_load(server.url, model, 1, 1, cfg.prompt_tokens, 4))  # warm-up: first-touch page faults
+    with launched_server(cfg.bundle, threads=cfg.threads, extra_args=cfg.serve_args(max_concurrency)) as server:
+        asyncio.run(run_load(server.base_url, model, 1, 1, cfg.prompt_tokens, 4))  # warm-up: first-touch page faults
         for level in levels:
-            load = asyncio.run(run_load(server.url, model, level, cfg.requests_for(level), cfg.prompt_tokens,
+            load = asyncio.run(run_load(server.base_url, model, level, cfg.requests_for(level), cfg.prompt_tokens,
                                         cfg.max_tokens))
             results.append(load.to_dict())
             report(f"  {level:>3} streams: {load.tokens_per_s:8.1f} tok/s, decode {load.decode_tokens_per_s:8.1f} tok/s"
                    f"  ({len(load.errors)} errors)")
-        rss = server.rss_bytes()
-        kv_tokens = kv_capacity_tokens(server.url)
+        rss = psutil.Process(server.process.pid).memory_info().rss
+        kv_tokens = kv_capacity_tokens(server.base_url)
     return results, rss, kv_tokens
 
 

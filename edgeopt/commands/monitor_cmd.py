@@ -30,11 +30,13 @@ def monitor(
     if bundle is None:
         MonitorApp(url, refresh_s=refresh, window_s=window, api_key=api_key).run()
         return
-    from edgeopt.monitor.launcher import launched_server
+    from edgeopt.bundle import read_manifest
+    from edgeopt.serve_process import launched_server
 
     if url != DEFAULT_URL:
         raise ConfigError(f"got both a URL ({url}) and --bundle {bundle}",
                           "pass a URL to watch a running server, or --bundle to start one, not both")
+    read_manifest(bundle)  # a missing or broken bundle fails here, with the bundle's own message
     typer.echo(f"starting edgeopt serve {bundle} …", err=True)
     with launched_server(bundle, api_key=api_key, threads=threads) as server:
         MonitorApp(server.base_url, refresh_s=refresh, window_s=window, api_key=api_key).run()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.cli import main
-from edgeopt.monitor.launcher import serve_command
+from edgeopt.serve_process import serve_command
 
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str]:
@@ -51,7 +51,7 @@ def test_serve_command_passes_port_key_threads_and_extra_args() -> None:
 
 
 def test_the_monitor_never_imports_torch_or_transformers() -> None:
-    probe = ("import sys, edgeopt.cli, edgeopt.commands.monitor_cmd, edgeopt.monitor.app, edgeopt.monitor.launcher; "
+    probe = ("import sys, edgeopt.cli, edgeopt.commands.monitor_cmd, edgeopt.monitor.app, edgeopt.serve_process; "
              "print(sorted(m for m in ('torch', 'transformers', 'optimum') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -1,7 +1,8 @@
-"""``edgeopt monitor --bundle B``: run ``edgeopt serve B`` as a child process for the dashboard's lifetime.
+"""Run ``edgeopt serve BUNDLE`` as a child process on a free loopback port, wait for /health, stop it.
 
-The server is a separate process (not a thread) so the dashboard stays responsive while the model
-computes, and so that the server's logs go to a file instead of scribbling over the terminal UI.
+Used by ``edgeopt monitor --bundle``, ``edgeopt bench serve`` and ``make demo``. A separate process
+(not a thread) keeps a dashboard or load generator responsive while the model computes, and sends
+the server's logs to a file instead of the terminal.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 
 import httpx
 
-from edgeopt.bundle import read_manifest
 from edgeopt.errors import BackendError
 
 
@@ -48,14 +48,16 @@ def serve_command(bundle: Path, port: int, api_key: str | None = None, threads: 
 
 @contextmanager
 def launched_server(bundle: Path, api_key: str | None = None, threads: int | None = None,
-                    extra_args: Sequence[str] = (), startup_timeout_s: float = 300.0) -> Iterator[LaunchedServer]:
+                    extra_args: Sequence[str] = (), startup_timeout_s: float = 300.0,
+                    log_path: Path | None = None) -> Iterator[LaunchedServer]:
     """Start the server, wait until /health says ok, yield it, and always stop it afterwards.
 
-    ``extra_args`` go to ``edgeopt serve`` as they are (e.g. ``["--memory", "1GiB"]``).
+    ``extra_args`` go to ``edgeopt serve`` as they are (e.g. ``["--memory", "1GiB"]``); the server's
+    output goes to ``log_path`` (default: a new temporary file).
     """
-    read_manifest(bundle)  # a missing or broken bundle fails here, with the bundle's own message
     port = free_port()
-    log_path = Path(tempfile.mkstemp(prefix="edgeopt-serve-", suffix=".log")[1])
+    if log_path is None:
+        log_path = Path(tempfile.mkstemp(prefix="edgeopt-serve-", suffix=".log")[1])
     with log_path.open("wb") as log:
         process = subprocess.Popen(serve_command(bundle, port, api_key, threads, extra_args), stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
