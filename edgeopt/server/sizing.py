@@ -11,8 +11,8 @@ from typing import Any
 
 from edgeopt.bundle import Manifest
 from edgeopt.errors import BundleError
+from edgeopt.plan import KV_BYTES_PER_ELEMENT
 
-KV_BYTES_PER_ELEMENT = 2  # llama.cpp keeps K and V in f16 by default
 
 
 def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:
@@ -59,7 +59,7 @@ def gguf_kv_shape(path: Path) -> tuple[int, int | None]:
         raise BundleError(f"{path} lacks GGUF header key {exc} for architecture {arch!r}",
                           "re-export the model with edgeopt optimize --format gguf") from exc
     context = fields.get(f"{arch}.context_length")
-    return layers * kv_heads * (key_len + value_len) * KV_BYTES_PER_ELEMENT, int(context) if context else None
+    return layers * kv_heads * (key_len + value_len) * KV_BYTES_PER_ELEMENT["gguf"], int(context) if context else None
 
 
 def _field_value(field: Any) -> Any:
