@@ -14,7 +14,6 @@ from edgeopt.errors import BundleError
 from edgeopt.plan import KV_BYTES_PER_ELEMENT
 
 
-
 def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:
     """Bytes of the model file(s): everything in the bundle except the tokenizer directory."""
     tok_prefix = manifest.tokenizer_dir.rstrip("/") + "/"
