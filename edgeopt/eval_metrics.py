@@ -1,6 +1,8 @@
-"""Quality numbers from logits: perplexity, KL divergence and top-1 agreement (numpy only).
+"""Quality numbers (numpy only): perplexity, KL divergence and top-1 agreement from logits; cosine
+and nearest-neighbour agreement from embeddings.
 
-All functions take float logits of shape (n_positions, vocab) where row i predicts token i+1.
+Logit functions take float arrays of shape (n_positions, vocab) where row i predicts token i+1;
+embedding functions take (n_texts, dimensions).
 """
 
 from __future__ import annotations
@@ -16,6 +18,47 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     x = np.asarray(logits, dtype=np.float64)
     shifted = x - x.max(axis=-1, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def kl_per_position(reference: np.ndarray, candidate: np.ndarray) -> np.ndarray:
+    """KL(reference || candidate) of each row's next-token distribution (>= 0 up to rounding, clipped)."""
+    ref_lp, cand_lp = log_softmax(reference), log_softmax(candidate)
+    return np.clip((np.exp(ref_lp) * (ref_lp - cand_lp)).sum(axis=-1), 0.0, None)
+
+
+def mean_kl(reference: np.ndarray, candidate: np.ndarray) -> float:
+    return float(kl_per_position(reference, candidate).mean())
+
+
+def top1_agreement(reference: np.ndarray, candidate: np.ndarray) -> float:
+    return float(np.mean(reference.argmax(axis=-1) == candidate.argmax(axis=-1)))
+
+
+def row_cosines(reference: np.ndarray, candidate: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row of reference with the same row of candidate."""
+    num = np.sum(reference * candidate, axis=1)
+    den = np.linalg.norm(reference, axis=1) * np.linalg.norm(candidate, axis=1)
+    return num / np.clip(den, 1e-12, None)
+
+
+def min_cosine(reference: np.ndarray, candidate: np.ndarray) -> float:
+    return float(row_cosines(reference, candidate).min())
+
+
+def neighbour_agreement(reference: np.ndarray, candidate: np.ndarray) -> float:
+    """Share of rows whose most similar other row is the same under both sets of embeddings: does a
+    search over these texts still return the same nearest hit?"""
+    if len(reference) < 2:
+        raise EvaluationError(f"neighbour agreement needs at least 2 texts, got {len(reference)}",
+                              "evaluate on a file with more lines")
+    return float(np.mean(_nearest_other(reference) == _nearest_other(candidate)))
+
+
+def _nearest_other(vectors: np.ndarray) -> np.ndarray:
+    unit = vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+    similarity = unit @ unit.T
+    np.fill_diagonal(similarity, -np.inf)
+    return similarity.argmax(axis=1)
 
 
 def mean_nll(logits: np.ndarray, tokens: list[int] | np.ndarray) -> tuple[float, int]:
@@ -43,9 +86,7 @@ class Comparison:
         if reference.shape != candidate.shape:
             raise EvaluationError(f"logit shapes differ: reference {reference.shape}, candidate {candidate.shape}",
                                   "compare a bundle with the model it was made from (same vocabulary)")
-        ref_lp, cand_lp = log_softmax(reference), log_softmax(candidate)
-        kl = (np.exp(ref_lp) * (ref_lp - cand_lp)).sum(axis=-1)
-        self.kl_sum += float(np.clip(kl, 0.0, None).sum())
+        self.kl_sum += float(kl_per_position(reference, candidate).sum())
         self.agree += int((reference.argmax(axis=-1) == candidate.argmax(axis=-1)).sum())
         self.positions += reference.shape[0]
         if tokens is not None:

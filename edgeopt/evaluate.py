@@ -66,7 +66,13 @@ def _generated_ids(reference: HFScorer, tokenizer: Any, bos: int | None) -> list
 
 def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | None, eval_data: Path | None,
                     window: int = DEFAULT_WINDOW, max_tokens: int = DEFAULT_MAX_TOKENS, threads: int = 2) -> dict[str, Any]:
-    """Quality metrics of the bundle's model; KL/top-1 need the original checkpoint, perplexity needs text."""
+    """Quality metrics of the bundle's model; KL/top-1 need the original checkpoint, perplexity needs text.
+
+    Embedding bundles are measured by edgeopt.evaluate_embeddings instead (cosines, neighbours)."""
+    if manifest.kind == "embedding":
+        from edgeopt.evaluate_embeddings import evaluate_embedding_bundle
+
+        return evaluate_embedding_bundle(bundle_dir, manifest, original_model_dir, eval_data, threads=threads)
     bundle_dir = Path(bundle_dir)
     tokenizer = _tokenizer(bundle_dir / manifest.tokenizer_dir)
     bos = tokenizer.bos_token_id if getattr(tokenizer, "add_bos_token", False) else None

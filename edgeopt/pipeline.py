@@ -138,22 +138,20 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Reso
             kind=export_meta.get("kind", "causal-lm"),
         )
         manifest.chat_template = _chat_template(tok_dir)
-        if opts.evaluate and manifest.kind == "embedding":
-            manifest.metrics = _embedding_metrics(export_meta)
-        elif opts.evaluate:
+        if opts.evaluate:
             from edgeopt.evaluate import evaluate_bundle
 
             report("evaluate: comparing the exported model with the original")
-            manifest.metrics = evaluate_bundle(stage, manifest, model_dir, opts.eval_data)
+            manifest.metrics = _export_probe_metrics(export_meta) | evaluate_bundle(stage, manifest, model_dir,
+                                                                                     opts.eval_data)
         write_manifest(stage, manifest)
     report(f"bundle written to {res.output}")
     return manifest
 
 
-def _embedding_metrics(export_meta: dict[str, Any]) -> dict[str, float]:
-    """Quality of an embedding bundle: the cosines the ONNX exporter measured on its probe sentences
-    (fp32 graph vs torch, quantized vs fp32). evaluate_bundle's perplexity/KL is for causal LMs and is
-    not run for encoders."""
+def _export_probe_metrics(export_meta: dict[str, Any]) -> dict[str, float]:
+    """The cosines an encoder's exporter measured on its probe sentences (fp32 graph vs torch,
+    quantized vs fp32); decoders' exporters report theirs in the manifest's export section."""
     keys = ("fp32_min_cosine_vs_torch", "probe_min_cosine_vs_fp32")
     return {key: float(export_meta[key]) for key in keys if key in export_meta}
 

@@ -85,6 +85,9 @@ def test_optimize_cli_writes_an_embedding_bundle_that_serves(tiny_encoder_dir: P
     assert manifest.architecture == "BertModel"
     assert manifest.metrics["fp32_min_cosine_vs_torch"] >= 0.9999
     assert 0.9 <= manifest.metrics["probe_min_cosine_vs_fp32"] <= 1.0 + 1e-6
+    # evaluation against the original on the built-in sentence pairs (edgeopt.evaluate_embeddings)
+    assert 0.99 <= manifest.metrics["embedding_cosine_mean"] <= 1.0 + 1e-6
+    assert manifest.metrics["eval_source"].startswith("builtin")
     assert (out / "model" / "pooling.json").is_file() and (out / "tokenizer" / "tokenizer.json").is_file()
     predicted = estimate_onnx_bytes(load_model_spec(str(tiny_encoder_dir)), "int8")
     assert abs(predicted - manifest.export["onnx_bytes"]) <= 0.05 * manifest.export["onnx_bytes"]

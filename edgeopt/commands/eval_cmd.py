@@ -11,7 +11,7 @@ import typer
 from edgeopt.bundle import load_bundle
 from edgeopt.cli_options import BundleArg, JsonOut
 
-DataOpt = Annotated[Optional[Path], typer.Option("--data", "-d", help="UTF-8 text file to score. Default: text the original model generates.")]
+DataOpt = Annotated[Optional[Path], typer.Option("--data", "-d", help="UTF-8 text file to score (embedding bundles: one text per line). Default: text the original model generates; built-in sentence pairs for embedding bundles.")]
 OriginalOpt = Annotated[Optional[str], typer.Option("--original", help="Original checkpoint (dir or hub id) for KL and top-1. Default: the manifest's source model.")]
 NoOriginalOpt = Annotated[bool, typer.Option("--no-original", help="Only perplexity on --data; do not load the original model.")]
 MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Score at most this many tokens of the text.")]
@@ -19,7 +19,8 @@ MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Score at most t
 
 def eval_bundle(bundle: BundleArg, data: DataOpt = None, original: OriginalOpt = None,
                 no_original: NoOriginalOpt = False, max_tokens: MaxTokensOpt = 1024, as_json: JsonOut = False) -> None:
-    """Perplexity, KL divergence and top-1 agreement of a bundle against its original model."""
+    """Perplexity, KL divergence and top-1 agreement of a bundle against its original model
+    (embedding bundles: cosine to the original's embeddings and nearest-neighbour agreement)."""
     from edgeopt.evaluate import evaluate_bundle
     from edgeopt.source import resolve_model_dir
 

@@ -21,7 +21,7 @@ def optimize(
     quant: Annotated[Optional[str], typer.Option("--quant", "-q", help="e.g. Q4_K_M, Q8_0 (gguf); int8, int4 (onnx). Default: planner's pick.")] = None,
     context: Context = None,
     concurrency: Concurrency = 1,
-    eval_data: Annotated[Optional[Path], typer.Option("--eval-data", help="Text file for perplexity/KL against the original.")] = None,
+    eval_data: Annotated[Optional[Path], typer.Option("--eval-data", help="Text file for perplexity/KL against the original (encoders: one text per line, for embedding cosines).")] = None,
     no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip the quality evaluation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and stop.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output directory.")] = False,

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import ExportError
-from exporters.onnx.validate import min_cosine
+from edgeopt.eval_metrics import min_cosine
+from runtimes.onnxruntime.encoder import pad_batch
 from runtimes.onnxruntime.pooling import PoolingConfig, pool
 
 FP32_COSINE_LIMIT = 0.9999
@@ -25,36 +26,35 @@ PROBE_SENTENCES = (
 )
 
 
-def probe_batch(model_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids and attention mask of PROBE_SENTENCES, right-padded, via the checkpoint's tokenizer.json."""
+def probe_ids(model_dir: Path) -> list[list[int]]:
+    """Token ids of PROBE_SENTENCES via the checkpoint's tokenizer.json."""
     from runtimes.onnxruntime.tokenizer import BundleTokenizer
 
-    tok = BundleTokenizer(model_dir / "tokenizer.json")
-    seqs = tok.encode_batch(list(PROBE_SENTENCES))
-    longest = max(len(s) for s in seqs)
-    ids = np.zeros((len(seqs), longest), dtype=np.int64)
-    mask = np.zeros_like(ids)
-    for row, seq in enumerate(seqs):
-        ids[row, :len(seq)], mask[row, :len(seq)] = seq, 1
-    return ids, mask
+    return BundleTokenizer(model_dir / "tokenizer.json").encode_batch(list(PROBE_SENTENCES))
 
 
-def torch_embeddings(model_dir: Path, ids: np.ndarray, mask: np.ndarray, pooling: PoolingConfig) -> np.ndarray:
+def torch_embeddings(model_dir: Path, token_ids: list[list[int]], pooling: PoolingConfig,
+                     batch_size: int = 16) -> np.ndarray:
+    """The checkpoint's own sentence embeddings (transformers, fp32), in padded batches of batch_size."""
     import torch
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32)
     model.eval()
-    with torch.no_grad():
-        hidden = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state
-    return pool(hidden.numpy(), mask, pooling)
+    rows = []
+    for start in range(0, len(token_ids), batch_size):
+        ids, mask = pad_batch(token_ids[start:start + batch_size])
+        with torch.no_grad():
+            hidden = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state
+        rows.append(pool(hidden.numpy(), mask, pooling))
+    return np.concatenate(rows)
 
 
-def onnx_embeddings(onnx_path: Path, ids: np.ndarray, mask: np.ndarray, pooling: PoolingConfig,
-                    threads: int = 2) -> np.ndarray:
+def onnx_embeddings(onnx_path: Path, token_ids: list[list[int]], pooling: PoolingConfig, threads: int = 2) -> np.ndarray:
     from runtimes.onnxruntime.session import create_session
 
     session = create_session(onnx_path, threads, ["CPUExecutionProvider"])
+    ids, mask = pad_batch(token_ids)
     feed = {"input_ids": ids, "attention_mask": mask}
     if "token_type_ids" in {i.name for i in session.get_inputs()}:
         feed["token_type_ids"] = np.zeros_like(ids)
@@ -62,9 +62,9 @@ def onnx_embeddings(onnx_path: Path, ids: np.ndarray, mask: np.ndarray, pooling:
 
 
 def validate_encoder(model_dir: Path, onnx_path: Path, pooling: PoolingConfig) -> dict[str, Any]:
-    ids, mask = probe_batch(model_dir)
-    reference = torch_embeddings(model_dir, ids, mask, pooling)
-    candidate = onnx_embeddings(onnx_path, ids, mask, pooling)
+    token_ids = probe_ids(model_dir)
+    reference = torch_embeddings(model_dir, token_ids, pooling)
+    candidate = onnx_embeddings(onnx_path, token_ids, pooling)
     cosine = min_cosine(reference, candidate)
     if not cosine >= FP32_COSINE_LIMIT:
         raise ExportError(f"the fp32 ONNX encoder of {model_dir} disagrees with torch: min cosine {cosine:.6f}",
@@ -73,7 +73,7 @@ def validate_encoder(model_dir: Path, onnx_path: Path, pooling: PoolingConfig) -
 
 
 def quantized_cosine(model_dir: Path, fp32_path: Path, quant_path: Path, pooling: PoolingConfig) -> dict[str, float]:
-    ids, mask = probe_batch(model_dir)
-    ref = onnx_embeddings(fp32_path, ids, mask, pooling)
-    cand = onnx_embeddings(quant_path, ids, mask, pooling)
+    token_ids = probe_ids(model_dir)
+    ref = onnx_embeddings(fp32_path, token_ids, pooling)
+    cand = onnx_embeddings(quant_path, token_ids, pooling)
     return {"probe_min_cosine_vs_fp32": min_cosine(ref, cand)}

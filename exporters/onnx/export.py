@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ExportError, MissingDependencyError, UnsupportedArchitectureError
-from exporters.onnx.validate import mean_kl, probe_text_ids, probe_token_ids, top1_agreement
+from edgeopt.eval_metrics import mean_kl, top1_agreement
+from exporters.onnx.validate import probe_text_ids, probe_token_ids
 
 DECODER_TASK = "text-generation-with-past"
 ENCODER_TASK = "feature-extraction"

@@ -59,7 +59,8 @@ def _trim_rotary_caches(model: Any, max_positions: int) -> None:
 
 
 def _probe_kl(reference: Path, candidate: Path, threads: int) -> float:
-    from exporters.onnx.validate import mean_kl, probe_token_ids
+    from edgeopt.eval_metrics import mean_kl
+    from exporters.onnx.validate import probe_token_ids
     from runtimes.onnxruntime.decoder_session import DecoderSession
     from runtimes.onnxruntime.session import create_session
 

@@ -1,31 +1,8 @@
-"""Check an exported model against its source: KL divergence of logits, cosine of embeddings."""
+"""Probe inputs for checking an exported model against its source (the metrics are edgeopt.eval_metrics')."""
 
 from __future__ import annotations
 
 import numpy as np
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    x = logits.astype(np.float64)
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
-
-
-def mean_kl(reference: np.ndarray, candidate: np.ndarray) -> float:
-    """Mean over positions of KL(reference || candidate), both (positions, vocab) logits."""
-    ref, cand = log_softmax(reference), log_softmax(candidate)
-    return float(np.mean(np.sum(np.exp(ref) * (ref - cand), axis=-1)))
-
-
-def top1_agreement(reference: np.ndarray, candidate: np.ndarray) -> float:
-    return float(np.mean(reference.argmax(axis=-1) == candidate.argmax(axis=-1)))
-
-
-def min_cosine(reference: np.ndarray, candidate: np.ndarray) -> float:
-    """Smallest row-wise cosine similarity between two (n, dim) embedding matrices."""
-    num = np.sum(reference * candidate, axis=1)
-    den = np.linalg.norm(reference, axis=1) * np.linalg.norm(candidate, axis=1)
-    return float(np.min(num / np.clip(den, 1e-12, None)))
 
 
 def probe_token_ids(vocab_size: int, length: int = 48, seed: int = 1234) -> list[int]:

@@ -10,6 +10,17 @@ from runtimes.onnxruntime.pooling import PoolingConfig, pool
 from runtimes.onnxruntime.tokenizer import BundleTokenizer
 
 
+def pad_batch(batch: list[list[int]], pad_token_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Right-padded int64 token ids and the matching attention mask (1 on real tokens)."""
+    longest = max(len(ids) for ids in batch)
+    ids = np.full((len(batch), longest), pad_token_id, dtype=np.int64)
+    mask = np.zeros((len(batch), longest), dtype=np.int64)
+    for row, seq in enumerate(batch):
+        ids[row, :len(seq)] = seq
+        mask[row, :len(seq)] = 1
+    return ids, mask
+
+
 class OnnxEmbeddingRuntime:
     """Serves embedding bundles; it has no KV cache and no engine (``step`` is not supported)."""
 
@@ -36,12 +47,7 @@ class OnnxEmbeddingRuntime:
         """(n, dimensions) float32 embeddings of already tokenized inputs, run as one padded batch."""
         if not batch:
             return np.zeros((0, self.dimensions), dtype=np.float32)
-        longest = max(len(ids) for ids in batch)
-        ids = np.full((len(batch), longest), self.pad_token_id, dtype=np.int64)
-        mask = np.zeros((len(batch), longest), dtype=np.int64)
-        for row, seq in enumerate(batch):
-            ids[row, :len(seq)] = seq
-            mask[row, :len(seq)] = 1
+        ids, mask = pad_batch(batch, self.pad_token_id)
         feed = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._input_names:
             feed["token_type_ids"] = np.zeros_like(ids)

@@ -8,7 +8,8 @@ import pytest
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import UnsupportedArchitectureError
 from exporters.onnx.export import model_kind
-from exporters.onnx.validate import mean_kl, probe_token_ids
+from edgeopt.eval_metrics import mean_kl
+from exporters.onnx.validate import probe_token_ids
 from tests.fixtures.onnx_bundles import optimize_onnx
 
 
