@@ -2,8 +2,8 @@
 
 Concurrent requests are not run one by one: each request's inputs join a queue, and a single worker
 takes everything waiting (up to ``max_batch_tokens`` of padded input), runs it as one padded batch in
-a worker thread, and hands every request its rows. Inputs are sorted by length inside a batch so
-short texts are not padded to a long one's length.
+a worker thread, and hands every request its rows. The inputs are run in length-sorted batches
+(edgeopt.server.length_batches) so short texts are not padded to a long one's length.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgeopt.errors import RequestError
 from edgeopt.server.auth import require_api_key
+from edgeopt.server.length_batches import DEFAULT_MAX_TOKENS, length_sorted_batches
 from edgeopt.server.request_prep import check_model_name
 from edgeopt.server.state import ServerState
 
@@ -46,7 +47,7 @@ class _Job:
 class EmbeddingBatcher:
     """Collects inputs of concurrent requests and runs them together on ``runtime.embed_ids``."""
 
-    def __init__(self, runtime: Any, max_batch_tokens: int = 16384, max_batch_inputs: int = 256) -> None:
+    def __init__(self, runtime: Any, max_batch_tokens: int = DEFAULT_MAX_TOKENS, max_batch_inputs: int = 256) -> None:
         self.runtime = runtime
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_inputs = max_batch_inputs
@@ -81,20 +82,12 @@ class EmbeddingBatcher:
                     job.future.set_result(rows)
 
     def _embed_jobs(self, jobs: list[_Job]) -> list[np.ndarray]:
-        """Run all jobs' inputs in length-sorted sub-batches; return each job's rows in its own order."""
+        """Run all jobs' inputs in length-sorted batches; return each job's rows in its own order."""
         flat = [ids for job in jobs for ids in job.token_ids]
-        order = sorted(range(len(flat)), key=lambda i: len(flat[i]))
         out = np.zeros((len(flat), self.runtime.dimensions), dtype=np.float32)
-        start = 0
-        while start < len(order):
-            end = start + 1
-            # Padded cost of a sorted sub-batch = its size x its longest (last) input.
-            while end < len(order) and (end - start + 1) * len(flat[order[end]]) <= self.max_batch_tokens:
-                end += 1
-            chunk = order[start:end]
-            out[chunk] = self.runtime.embed_ids([flat[i] for i in chunk])
+        for batch in length_sorted_batches([len(ids) for ids in flat], self.max_batch_tokens):
+            out[batch] = self.runtime.embed_ids([flat[i] for i in batch])
             self.batches_run += 1
-            start = end
         rows, offset = [], 0
         for job in jobs:
             rows.append(out[offset:offset + len(job.token_ids)])
