@@ -36,6 +36,12 @@ SAFETY_MARGIN = 0.05  # of usable memory, for fragmentation and the Python proce
 FORMAT_RUNTIME = {"gguf": "llama_cpp", "onnx": "onnxruntime", "torch": "torch"}
 
 
+def after_margin(usable_bytes: int) -> int:
+    """Usable memory less the safety margin: what weights, runtime and KV may share. The planner and
+    the server's KV sizing (edgeopt.engine.memory) both use this, so a plan that fits also serves."""
+    return usable_bytes - int(usable_bytes * SAFETY_MARGIN)
+
+
 @dataclass(frozen=True)
 class Candidate:
     format: str
@@ -91,7 +97,7 @@ def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str
     weights = weight_bytes(spec, fmt, quant)
     overhead = RUNTIME_OVERHEAD_BYTES[FORMAT_RUNTIME[fmt]]
     kv_per_token = spec.kv_bytes_per_token(KV_BYTES_PER_ELEMENT[fmt])
-    budget = int(usable * (1 - SAFETY_MARGIN)) - weights - overhead
+    budget = after_margin(usable) - weights - overhead
     if spec.is_encoder:  # no KV cache: capacity is meaningless, fitting is weights + overhead alone
         return Candidate(format=fmt, quant=quant, weight_bytes=weights, kv_bytes_per_token=0,
                          overhead_bytes=overhead, kv_budget_bytes=budget, kv_token_capacity=0,
@@ -166,7 +172,7 @@ def require_fit(plan: Plan) -> Candidate:
     if plan.recommended is not None:
         return plan.recommended
     smallest = min(plan.candidates, key=lambda c: c.weight_bytes)
-    usable = int(plan.usable_memory_bytes * (1 - SAFETY_MARGIN))
+    usable = after_margin(plan.usable_memory_bytes)
     if smallest.kv_bytes_per_token == 0:  # an encoder: weights and overhead alone
         needed = smallest.weight_bytes + smallest.overhead_bytes
         raise DoesNotFitError(

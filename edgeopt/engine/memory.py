@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from edgeopt.errors import ConfigError, DoesNotFitError
-from edgeopt.plan import MIB, RUNTIME_OVERHEAD_BYTES, SAFETY_MARGIN
+from edgeopt.plan import MIB, RUNTIME_OVERHEAD_BYTES, after_margin
 from profiles import GIB, DeviceProfile, load_profile
 
 DEFAULT_MAX_SEQUENCES = 16  # concurrent streams the issue targets; preemption covers bursts beyond KV
@@ -67,8 +67,8 @@ def kv_capacity_for(weights_bytes: int, kv_bytes_per_token: int, *, runtime: str
             raise ConfigError(f"unknown runtime {runtime!r}", f"valid: {', '.join(RUNTIME_OVERHEAD_BYTES)}")
         overhead_bytes = RUNTIME_OVERHEAD_BYTES[runtime]
     usable, source = usable_memory(profile, memory_bytes)
-    margin = int(usable * SAFETY_MARGIN)
-    budget = usable - margin - weights_bytes - overhead_bytes
+    margin = usable - after_margin(usable)
+    budget = after_margin(usable) - weights_bytes - overhead_bytes
     fits_tokens = max(budget, 0) // kv_bytes_per_token
     if fits_tokens < 2:
         raise DoesNotFitError(
