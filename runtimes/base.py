@@ -8,13 +8,15 @@ torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from edgeopt.errors import BackendError
+
+Row = TypeVar("Row")  # one position's logits: a numpy or torch vector
 
 
 @dataclass(frozen=True)
@@ -98,3 +100,21 @@ def check_step_inputs(batch: list[StepInput], info: RuntimeInfo, held_tokens: Ca
         if bad:
             raise BackendError(f"slot {item.slot}: token ids {bad[:5]} outside 0..{info.vocab_size - 1}",
                                "the prompt was tokenized with another vocabulary")
+
+
+def rows_for_step(batch: list[StepInput], decode_together: Callable[[list[StepInput]], Sequence[Row]],
+                  run_alone: Callable[[StepInput], Row]) -> list[Row]:
+    """The logit rows of the inputs that want logits, in batch order.
+
+    Runtimes without a unified batch (ONNX, torch CPU) still win by decoding several slots in one
+    forward: inputs that decode one token on a warm slot go to ``decode_together`` in one call when
+    there are at least two of them; prefills and a lone decode run one by one through ``run_alone``.
+    """
+    decodes = [i for i, item in enumerate(batch) if len(item.tokens) == 1 and item.start_pos > 0]
+    rows: dict[int, Row] = {}
+    if len(decodes) > 1:
+        rows.update(zip(decodes, decode_together([batch[i] for i in decodes])))
+    for index, item in enumerate(batch):
+        if index not in rows:
+            rows[index] = run_alone(item)
+    return [rows[i] for i, item in enumerate(batch) if item.want_logits]

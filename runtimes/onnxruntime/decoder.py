@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeopt.errors import BackendError
-from runtimes.base import RuntimeInfo, StepInput, check_step_inputs
+from runtimes.base import RuntimeInfo, StepInput, check_step_inputs, rows_for_step
 from runtimes.onnxruntime.decode_group import DecodeGroup, advance, form_group, step_inputs
 from runtimes.onnxruntime.decoder_session import KV, DecoderSession
 from runtimes.onnxruntime.tokenizer import BundleTokenizer
@@ -33,15 +33,7 @@ class OnnxDecoderRuntime:
 
     def step(self, batch: list[StepInput]) -> np.ndarray:
         self._check(batch)
-        rows: dict[int, np.ndarray] = {}
-        decodes = [i for i, inp in enumerate(batch) if len(inp.tokens) == 1]
-        if len(decodes) > 1:
-            logits = self._decode_batch([batch[i] for i in decodes])
-            rows.update({i: logits[k] for k, i in enumerate(decodes)})
-        for i, inp in enumerate(batch):
-            if i not in rows:
-                rows[i] = self._run_one(inp)
-        wanted = [rows[i] for i, inp in enumerate(batch) if inp.want_logits]
+        wanted = rows_for_step(batch, self._decode_batch, self._run_one)
         if not wanted:
             return np.zeros((0, self.info.vocab_size), dtype=np.float32)
         return np.stack(wanted).astype(np.float32, copy=False)

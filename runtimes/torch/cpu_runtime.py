@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from edgeopt.errors import BackendError
-from runtimes.base import RuntimeInfo, StepInput, Tokenizer, check_step_inputs
+from runtimes.base import RuntimeInfo, StepInput, Tokenizer, check_step_inputs, rows_for_step
 from runtimes.torch.slot_cache import SlotKV, append_last_token, cache_for_slot, padded_cache, read_back
 
 
@@ -38,17 +38,8 @@ class TorchRuntime:
 
     def step(self, batch: list[StepInput]) -> np.ndarray:
         self._check(batch)
-        rows: dict[int, torch.Tensor] = {}
-        decodes = [i for i, item in enumerate(batch) if len(item.tokens) == 1 and item.start_pos > 0]
-        if len(decodes) < 2:
-            decodes = []
         with torch.inference_mode():
-            if decodes:
-                rows.update(self._decode_batched([batch[i] for i in decodes], decodes))
-            for index, item in enumerate(batch):
-                if index not in rows:
-                    rows[index] = self._forward_one(item)
-        wanted = [rows[i] for i, item in enumerate(batch) if item.want_logits]
+            wanted = rows_for_step(batch, self._decode_batched, self._forward_one)
         if not wanted:
             return np.zeros((0, self.info.vocab_size), dtype=np.float32)
         return torch.stack(wanted).float().cpu().numpy()[:, : self.info.vocab_size]
@@ -77,7 +68,7 @@ class TorchRuntime:
         self.forwards += 1
         return out.logits[0, -1]
 
-    def _decode_batched(self, items: list[StepInput], indices: list[int]) -> dict[int, torch.Tensor]:
+    def _decode_batched(self, items: list[StepInput]) -> torch.Tensor:
         slots = [self._slots[item.slot] for item in items]
         cache, mask = padded_cache(slots)
         input_ids = torch.tensor([[item.tokens[0]] for item in items], dtype=torch.long, device=self.device)
@@ -86,7 +77,7 @@ class TorchRuntime:
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
         append_last_token(slots, out.past_key_values)
         self.forwards += 1
-        return {index: out.logits[row, -1] for row, index in enumerate(indices)}
+        return out.logits[:, -1]
 
     # --- contract ----------------------------------------------------------------------------------
 
