@@ -22,8 +22,10 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
 }
 # Encoders (sentence embeddings), exported to ONNX only. Keyed by config model_type, since a
-# feature-extractor checkpoint may list BertModel, BertForMaskedLM, ... or no architectures at all.
-ENCODER_MODEL_TYPES = {"bert": "bert"}
+# feature-extractor checkpoint may list BertModel, BertForMaskedLM, ... or no architectures at all;
+# the value is the base model class, which keeps a pooler layer (the *For* heads drop it). RoBERTa
+# and XLM-R (multilingual-e5, many multilingual sentence-transformers) share BERT's tensor layout.
+ENCODER_MODEL_TYPES = {"bert": "BertModel", "roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel"}
 EMBEDDING_KIND = "embedding"
 
 
@@ -114,7 +116,7 @@ class ModelSpec:
         return out
 
     def _encoder_tensors(self) -> list[TensorInfo]:
-        """BERT naming (BertModel); the embedding tables count as embeddings (layer None, 2-D)."""
+        """BERT naming (also RoBERTa's); the embedding tables count as embeddings (layer None, 2-D)."""
         h, inter = self.hidden_size, self.intermediate_size
         out = [TensorInfo("embeddings.word_embeddings.weight", (self.vocab_size, h)),
                TensorInfo("embeddings.position_embeddings.weight", (self.max_position_embeddings, h))]
@@ -160,7 +162,7 @@ def spec_from_config(config: dict[str, Any], source: str) -> ModelSpec:
         )
     _check_required(config, source)
     if is_encoder:
-        return _encoder_spec(config, source, hf_arch if archs else "BertModel")
+        return _encoder_spec(config, source, hf_arch if archs else ENCODER_MODEL_TYPES[config["model_type"]])
     return _decoder_spec(config, source, hf_arch)
 
 
@@ -175,7 +177,7 @@ def _check_required(config: dict[str, Any], source: str) -> None:
 def _encoder_spec(config: dict[str, Any], source: str, hf_arch: str) -> ModelSpec:
     heads, hidden = int(config["num_attention_heads"]), int(config["hidden_size"])
     return ModelSpec(
-        source=source, hf_architecture=hf_arch, arch=ENCODER_MODEL_TYPES[config["model_type"]],
+        source=source, hf_architecture=hf_arch, arch=config["model_type"],
         vocab_size=int(config["vocab_size"]), hidden_size=hidden,
         intermediate_size=int(config["intermediate_size"]), num_layers=int(config["num_hidden_layers"]),
         num_heads=heads, num_kv_heads=heads, head_dim=hidden // heads,
@@ -184,8 +186,7 @@ def _encoder_spec(config: dict[str, Any], source: str, hf_arch: str) -> ModelSpe
         rms_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
         torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "float32"),
         kind=EMBEDDING_KIND, type_vocab_size=int(config.get("type_vocab_size", 2)),
-        # BertModel keeps its pooler; the *For* heads (masked LM, ...) drop it.
-        has_pooler=hf_arch == "BertModel",
+        has_pooler=hf_arch == ENCODER_MODEL_TYPES[config["model_type"]],
     )
 
 

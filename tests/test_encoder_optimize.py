@@ -114,3 +114,28 @@ def _post_embeddings(server, body: dict) -> dict:
     resp = asyncio.run(post())
     assert resp.status_code == 200, resp.text
     return resp.json()
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta"])
+def test_roberta_family_encoders_plan_optimize_and_match_the_original(model_type: str, tmp_path: Path):
+    """RoBERTa and XLM-R share BERT's tensor layout but number positions after the padding id."""
+    from edgeopt.evaluate import evaluate_bundle
+    from tests.fixtures.tiny_encoder import ENCODER_CLASSES, build_tiny_encoder
+
+    model_dir = build_tiny_encoder(tmp_path / model_type, model_type=model_type)
+    spec = load_model_spec(str(model_dir))
+    assert spec.is_encoder and spec.hf_architecture == ENCODER_CLASSES[model_type][1]
+    from safetensors import safe_open
+
+    with safe_open(str(model_dir / "model.safetensors"), "np") as f:
+        assert {t.name: t.shape for t in spec.tensors()} == {n: tuple(f.get_slice(n).get_shape()) for n in f.keys()}
+    out = tmp_path / "bundle"
+    result = runner.invoke(app, ["optimize", str(model_dir), "--format", "onnx", "--quant", "int8", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    manifest = load_bundle(out)
+    assert manifest.kind == "embedding" and manifest.metrics["fp32_min_cosine_vs_torch"] >= 0.9999
+    predicted = estimate_onnx_bytes(spec, "int8")
+    assert abs(predicted - manifest.export["onnx_bytes"]) <= 0.05 * manifest.export["onnx_bytes"]
+    # Texts of different lengths in one padded batch: padding must not shift RoBERTa's positions.
+    metrics = evaluate_bundle(out, manifest, model_dir, None)
+    assert metrics["embedding_cosine_min"] >= 0.99 and metrics["neighbour_agreement"] >= 0.9

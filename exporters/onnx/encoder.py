@@ -7,6 +7,7 @@ the bundle needs neither torch nor sentence-transformers on the device.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -41,20 +42,22 @@ def torch_embeddings(model_dir: Path, token_ids: list[list[int]], pooling: Pooli
 
     model = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32)
     model.eval()
+    pad = model.config.pad_token_id or 0  # RoBERTa derives positions from it
     rows = []
     for start in range(0, len(token_ids), batch_size):
-        ids, mask = pad_batch(token_ids[start:start + batch_size])
+        ids, mask = pad_batch(token_ids[start:start + batch_size], pad)
         with torch.no_grad():
             hidden = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state
         rows.append(pool(hidden.numpy(), mask, pooling))
     return np.concatenate(rows)
 
 
-def onnx_embeddings(onnx_path: Path, token_ids: list[list[int]], pooling: PoolingConfig, threads: int = 2) -> np.ndarray:
+def onnx_embeddings(onnx_path: Path, token_ids: list[list[int]], pooling: PoolingConfig, pad_token_id: int,
+                    threads: int = 2) -> np.ndarray:
     from runtimes.onnxruntime.session import create_session
 
     session = create_session(onnx_path, threads, ["CPUExecutionProvider"])
-    ids, mask = pad_batch(token_ids)
+    ids, mask = pad_batch(token_ids, pad_token_id)
     feed = {"input_ids": ids, "attention_mask": mask}
     if "token_type_ids" in {i.name for i in session.get_inputs()}:
         feed["token_type_ids"] = np.zeros_like(ids)
@@ -64,7 +67,7 @@ def onnx_embeddings(onnx_path: Path, token_ids: list[list[int]], pooling: Poolin
 def validate_encoder(model_dir: Path, onnx_path: Path, pooling: PoolingConfig) -> dict[str, Any]:
     token_ids = probe_ids(model_dir)
     reference = torch_embeddings(model_dir, token_ids, pooling)
-    candidate = onnx_embeddings(onnx_path, token_ids, pooling)
+    candidate = onnx_embeddings(onnx_path, token_ids, pooling, _pad_token_id(model_dir))
     cosine = min_cosine(reference, candidate)
     if not cosine >= FP32_COSINE_LIMIT:
         raise ExportError(f"the fp32 ONNX encoder of {model_dir} disagrees with torch: min cosine {cosine:.6f}",
@@ -74,6 +77,10 @@ def validate_encoder(model_dir: Path, onnx_path: Path, pooling: PoolingConfig) -
 
 def quantized_cosine(model_dir: Path, fp32_path: Path, quant_path: Path, pooling: PoolingConfig) -> dict[str, float]:
     token_ids = probe_ids(model_dir)
-    ref = onnx_embeddings(fp32_path, token_ids, pooling)
-    cand = onnx_embeddings(quant_path, token_ids, pooling)
+    ref = onnx_embeddings(fp32_path, token_ids, pooling, _pad_token_id(model_dir))
+    cand = onnx_embeddings(quant_path, token_ids, pooling, _pad_token_id(model_dir))
     return {"probe_min_cosine_vs_fp32": min_cosine(ref, cand)}
+
+
+def _pad_token_id(model_dir: Path) -> int:
+    return int(json.loads((model_dir / "config.json").read_text()).get("pad_token_id") or 0)
