@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from edgeopt.bundle import load_bundle
 from edgeopt.cli import app
-from edgeopt.errors import UnsupportedArchitectureError
+from edgeopt.errors import BackendError, UnsupportedArchitectureError
 from edgeopt.model_spec import load_model_spec, spec_from_config
 from edgeopt.pipeline import OptimizeOptions, resolve
 from edgeopt.plan import make_plan
@@ -136,6 +136,11 @@ def test_roberta_family_encoders_plan_optimize_and_match_the_original(model_type
     assert manifest.kind == "embedding" and manifest.metrics["fp32_min_cosine_vs_torch"] >= 0.9999
     predicted = estimate_onnx_bytes(spec, "int8")
     assert abs(predicted - manifest.export["onnx_bytes"]) <= 0.05 * manifest.export["onnx_bytes"]
-    # Texts of different lengths in one padded batch: padding must not shift RoBERTa's positions.
     metrics = evaluate_bundle(out, manifest, model_dir, None)
     assert metrics["embedding_cosine_min"] >= 0.99 and metrics["neighbour_agreement"] >= 0.9
+    # Positions start after the padding id 1: 130 position rows hold 128 tokens.
+    runtime = load_runtime("onnxruntime", out, manifest, threads=1)
+    assert runtime.info.context_length == 128
+    assert runtime.embed_ids([[5] * 128, [6] * 3]).shape == (2, 64)
+    with pytest.raises(BackendError):  # why the limit is 128: a 129th position has no embedding row
+        runtime.embed_ids([[5] * 129])

@@ -46,6 +46,8 @@ def _embedding_runtime(session: Any, tokenizer: Any, config: dict, model_dir: Pa
 
     context = int(config.get("max_position_embeddings", 512))
     pad = config.get("pad_token_id")
+    if config.get("model_type") in ("roberta", "xlm-roberta"):
+        context -= int(pad or 0) + 1  # RoBERTa's positions start after its padding id
     info = RuntimeInfo(vocab_size=tokenizer.vocab_size, kv_capacity_tokens=0, max_slots=0, context_length=context)
     return OnnxEmbeddingRuntime(session, tokenizer, load_pooling(model_dir), info, int(pad) if pad is not None else 0)
 
