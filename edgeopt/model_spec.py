@@ -25,7 +25,18 @@ SUPPORTED_ARCHITECTURES = {
 # feature-extractor checkpoint may list BertModel, BertForMaskedLM, ... or no architectures at all;
 # the value is the base model class, which keeps a pooler layer (the *For* heads drop it). RoBERTa
 # and XLM-R (multilingual-e5, many multilingual sentence-transformers) share BERT's tensor layout.
-ENCODER_MODEL_TYPES = {"bert": "BertModel", "roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel"}
+ENCODER_MODEL_TYPES = {"bert": "BertModel", "roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel",
+                       "mpnet": "MPNetModel"}
+# Per layer: the four attention projections and the two LayerNorms (BERT naming unless listed).
+_ENCODER_LAYER_NAMES = {
+    "bert": (("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"),
+             ("attention.output.LayerNorm", "output.LayerNorm")),
+    "mpnet": (("attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o"),
+              ("attention.LayerNorm", "output.LayerNorm")),
+}
+# These number positions after the padding id (pad + 1, pad + 2, ...), so pad + 1 position rows are
+# never a token's: the usable context is max_position_embeddings - pad_token_id - 1.
+POSITIONS_AFTER_PADDING = ("roberta", "xlm-roberta", "mpnet")
 EMBEDDING_KIND = "embedding"
 
 
@@ -67,6 +78,7 @@ class ModelSpec:
     kind: str = "causal-lm"  # or EMBEDDING_KIND: an encoder, which keeps no KV cache
     type_vocab_size: int = 0  # encoders: token-type (segment) embeddings
     has_pooler: bool = False  # encoders: BertModel's pooler dense layer
+    relative_attention_buckets: int = 0  # MPNet: rows of its relative-position bias table
 
     @property
     def is_encoder(self) -> bool:
@@ -116,23 +128,26 @@ class ModelSpec:
         return out
 
     def _encoder_tensors(self) -> list[TensorInfo]:
-        """BERT naming (also RoBERTa's); the embedding tables count as embeddings (layer None, 2-D)."""
+        """HF naming of BertModel (RoBERTa's too) or MPNetModel; embedding tables count as embeddings."""
         h, inter = self.hidden_size, self.intermediate_size
         out = [TensorInfo("embeddings.word_embeddings.weight", (self.vocab_size, h)),
                TensorInfo("embeddings.position_embeddings.weight", (self.max_position_embeddings, h))]
         if self.type_vocab_size:
             out.append(TensorInfo("embeddings.token_type_embeddings.weight", (self.type_vocab_size, h)))
         out += [TensorInfo("embeddings.LayerNorm.weight", (h,)), TensorInfo("embeddings.LayerNorm.bias", (h,))]
+        projections, norms = _ENCODER_LAYER_NAMES.get(self.arch, _ENCODER_LAYER_NAMES["bert"])
         for i in range(self.num_layers):
             p = f"encoder.layer.{i}."
             layer = []
-            for name, shape in (("attention.self.query", (h, h)), ("attention.self.key", (h, h)),
-                                ("attention.self.value", (h, h)), ("attention.output.dense", (h, h)),
-                                ("intermediate.dense", (inter, h)), ("output.dense", (h, inter))):
+            for name, shape in ([(proj, (h, h)) for proj in projections]
+                                + [("intermediate.dense", (inter, h)), ("output.dense", (h, inter))]):
                 layer += [(p + name + ".weight", shape), (p + name + ".bias", (shape[0],))]
-            for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+            for norm in norms:
                 layer += [(p + norm + ".weight", (h,)), (p + norm + ".bias", (h,))]
             out += [TensorInfo(name, shape, i) for name, shape in layer]
+        if self.arch == "mpnet":  # one relative-position bias table shared by all layers (an embedding)
+            out.append(TensorInfo("encoder.relative_attention_bias.weight",
+                                  (self.relative_attention_buckets, self.num_heads)))
         if self.has_pooler:
             out += [TensorInfo("pooler.dense.weight", (h, h)), TensorInfo("pooler.dense.bias", (h,))]
         return out
@@ -176,6 +191,7 @@ def _check_required(config: dict[str, Any], source: str) -> None:
 
 def _encoder_spec(config: dict[str, Any], source: str, hf_arch: str) -> ModelSpec:
     heads, hidden = int(config["num_attention_heads"]), int(config["hidden_size"])
+    mpnet = config["model_type"] == "mpnet"  # no token types; a relative-position bias table
     return ModelSpec(
         source=source, hf_architecture=hf_arch, arch=config["model_type"],
         vocab_size=int(config["vocab_size"]), hidden_size=hidden,
@@ -185,7 +201,8 @@ def _encoder_spec(config: dict[str, Any], source: str, hf_arch: str) -> ModelSpe
         tie_word_embeddings=False, attention_bias=True, qk_norm=False, rope_theta=0.0,
         rms_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
         torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "float32"),
-        kind=EMBEDDING_KIND, type_vocab_size=int(config.get("type_vocab_size", 2)),
+        kind=EMBEDDING_KIND, type_vocab_size=int(config.get("type_vocab_size", 0 if mpnet else 2)),
+        relative_attention_buckets=int(config.get("relative_attention_num_buckets", 32)) if mpnet else 0,
         has_pooler=hf_arch == ENCODER_MODEL_TYPES[config["model_type"]],
     )
 

@@ -116,9 +116,10 @@ def _post_embeddings(server, body: dict) -> dict:
     return resp.json()
 
 
-@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta"])
-def test_roberta_family_encoders_plan_optimize_and_match_the_original(model_type: str, tmp_path: Path):
-    """RoBERTa and XLM-R share BERT's tensor layout but number positions after the padding id."""
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta", "mpnet"])
+def test_other_encoder_families_plan_optimize_and_match_the_original(model_type: str, tmp_path: Path):
+    """RoBERTa and XLM-R (BERT's tensor layout) and MPNet (its own, no token types, a relative-position
+    bias) number positions after the padding id."""
     from edgeopt.evaluate import evaluate_bundle
     from tests.fixtures.tiny_encoder import ENCODER_CLASSES, build_tiny_encoder
 

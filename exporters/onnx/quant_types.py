@@ -40,8 +40,10 @@ def estimate_onnx_bytes(spec: ModelSpec, quant: str) -> int:
     for t in spec.tensors():
         if t.name.startswith("pooler."):  # the feature-extraction graph outputs last_hidden_state only
             continue
-        # Embedding tables are Gathers, kept fp32 (encoders: word, position and token-type tables).
-        if t.name == "model.embed_tokens.weight" or t.name.startswith("embeddings.") or len(t.shape) != 2:
+        # Embedding tables are Gathers, kept fp32 (encoders: word, position and token-type tables, and
+        # MPNet's relative-position bias).
+        if (t.name == "model.embed_tokens.weight" or t.name.startswith("embeddings.") or len(t.shape) != 2
+                or t.name.endswith("relative_attention_bias.weight")):
             total += t.numel * 4.0
         else:
             total += _linear_bytes(t.shape[0], t.shape[1], quant)

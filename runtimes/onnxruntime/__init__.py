@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import BundleError, ConfigError, UnknownTargetError
+from edgeopt.model_spec import POSITIONS_AFTER_PADDING
 from runtimes.base import RuntimeInfo
 
 DEFAULT_SLOTS = 8
@@ -46,8 +47,8 @@ def _embedding_runtime(session: Any, tokenizer: Any, config: dict, model_dir: Pa
 
     context = int(config.get("max_position_embeddings", 512))
     pad = config.get("pad_token_id")
-    if config.get("model_type") in ("roberta", "xlm-roberta"):
-        context -= int(pad or 0) + 1  # RoBERTa's positions start after its padding id
+    if config.get("model_type") in POSITIONS_AFTER_PADDING:
+        context -= int(pad or 0) + 1
     info = RuntimeInfo(vocab_size=tokenizer.vocab_size, kv_capacity_tokens=0, max_slots=0, context_length=context)
     return OnnxEmbeddingRuntime(session, tokenizer, load_pooling(model_dir), info, int(pad) if pad is not None else 0)
 
