@@ -80,6 +80,9 @@ def run_serve_bench(cfg: ServeBenchConfig, report: Callable[[str], None] = print
 
         cfg = dataclasses.replace(cfg, threads=load_profile("host").cores)
     manifest = load_bundle(cfg.bundle, verify=False)
+    if manifest.kind == "embedding":
+        raise ConfigError(f"{cfg.bundle} is an embedding bundle; edgeopt bench serve load-tests text generation",
+                          f"run edgeopt bench embed {cfg.bundle}")
     model = model_names(cfg.bundle, manifest)[0]
     top = max(cfg.concurrency)
     out: dict[str, Any] = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},

@@ -1,4 +1,5 @@
-"""``edgeopt bench serve BUNDLE``: load-test the server and compare it with its two baselines.
+"""``edgeopt bench serve BUNDLE``: load-test the server and compare it with its two baselines;
+``edgeopt bench embed BUNDLE``: load-test /v1/embeddings of an embedding bundle.
 
 Prints one line per concurrency level, then the ratios: server at the top concurrency over
 llama.cpp's raw batched decode of as many sequences (the cost of HTTP + engine), and over the same
@@ -33,6 +34,46 @@ def serve(
 ) -> None:
     """HTTP load generator: TTFT / ITL / end-to-end percentiles and aggregate tokens/s per concurrency."""
     from edgeopt.bench.serve_bench import ServeBenchConfig, run_serve_bench
+
+    cfg = ServeBenchConfig(bundle=bundle, concurrency=_levels(concurrency), requests_per_level=requests,
+                           prompt_tokens=prompt_tokens, max_tokens=max_tokens, threads=threads, memory=memory,
+                           baseline=baseline, raw=raw)
+    result = run_serve_bench(cfg, report=typer.echo)
+    print_table(result)
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=2))
+        typer.echo(f"results written to {json_out}")
+
+
+@bench_app.command("embed")
+def embed(
+    bundle: BundleArg,
+    concurrency: Annotated[str, typer.Option("--concurrency", "-n", help="Comma-separated client counts.")] = "1,8,32",
+    requests: Annotated[int, typer.Option("--requests", min=0, help="Requests per level (0: four per client).")] = 0,
+    texts: Annotated[int, typer.Option("--texts", min=1, help="Texts per request.")] = 1,
+    words: Annotated[int, typer.Option("--words", min=1, help="Words per text.")] = 24,
+    threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="Runtime CPU threads.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full results to this file.")] = None,
+) -> None:
+    """Load-test /v1/embeddings of an embedding bundle: texts/s and latency percentiles per client count."""
+    from edgeopt.bench.embed_bench import EmbedBenchConfig, run_embed_bench
+
+    cfg = EmbedBenchConfig(bundle=bundle, concurrency=_levels(concurrency), requests_per_level=requests,
+                           texts_per_request=texts, words=words, threads=threads)
+    result = run_embed_bench(cfg, report=typer.echo)
+    typer.echo(f"\n{'clients':>8} {'texts/s':>9} {'req/s':>8} {'p50':>8} {'p90':>8} {'p99':>8} {'errors':>6}")
+    for r in result["levels"]:
+        lat = r["latency"]
+        typer.echo(f"{r['concurrency']:>8} {r['texts_per_s']:>9.1f} {r['requests_per_s']:>8.1f} "
+                   f"{lat.get('p50_ms', 0):>6.1f}ms {lat.get('p90_ms', 0):>6.1f}ms {lat.get('p99_ms', 0):>6.1f}ms "
+                   f"{r['errors']:>6}")
+    typer.echo(f"server RSS: {result['server_rss_bytes'] / 2**20:.0f} MiB")
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=2))
+        typer.echo(f"results written to {json_out}")
+
+
+def _levels(concurrency: str) -> tuple[int, ...]:
     from edgeopt.errors import ConfigError
 
     try:
@@ -41,14 +82,7 @@ def serve(
         raise ConfigError(f"--concurrency {concurrency!r} is not a list of integers", "write e.g. 1,4,16") from None
     if not levels or levels[0] < 1:
         raise ConfigError(f"--concurrency {concurrency!r} needs positive levels", "write e.g. 1,4,16")
-    cfg = ServeBenchConfig(bundle=bundle, concurrency=levels, requests_per_level=requests,
-                           prompt_tokens=prompt_tokens, max_tokens=max_tokens, threads=threads, memory=memory,
-                           baseline=baseline, raw=raw)
-    result = run_serve_bench(cfg, report=typer.echo)
-    print_table(result)
-    if json_out:
-        json_out.write_text(json.dumps(result, indent=2))
-        typer.echo(f"results written to {json_out}")
+    return levels
 
 
 def print_table(result: dict) -> None:
