@@ -40,15 +40,20 @@ def host_memory_bytes() -> int:
     return min(total, limit) if limit else total
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo ("flags" on x86, "Features" on ARM); empty elsewhere."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith(("flags", "Features")) for flag in line.split()}
+
+
 def _cpu_isa() -> str:
     machine = platform.machine().lower()
     if machine in ("aarch64", "arm64"):
         return "arm64"
-    flags = ""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        pass
+    flags = cpu_flags()
     if "avx512_vnni" in flags:
         return "avx512_vnni"
     if "avx2" in flags:

@@ -30,6 +30,8 @@ import numpy as np
 import pytest
 
 from edgeopt.bundle import load_bundle
+from profiles import load_profile
+from profiles.host import cpu_flags
 from runtimes import load_runtime
 from runtimes.onnxruntime.encoder import pad_batch
 from tests.fixtures.onnx_bundles import encoder_bundle
@@ -137,7 +139,7 @@ def _gemm_ratio(work: Path, m: int = 2048, k: int = 384, n: int = 1536) -> float
     fp32_path, int8_path = work / "gemm.onnx", work / "gemm-int8.onnx"
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)  # what onnxruntime reads
     onnx.save(model, str(fp32_path))
-    quantize_dynamic_int8(fp32_path, int8_path, isa_preset(_cpu_isa()), [])
+    quantize_dynamic_int8(fp32_path, int8_path, isa_preset(load_profile("host").cpu_isa), [])
     session = create_session(int8_path, THREADS, ["CPUExecutionProvider"])
     xt, wt = torch.from_numpy(x), torch.from_numpy(weight)
 
@@ -153,25 +155,12 @@ def _gemm_ratio(work: Path, m: int = 2048, k: int = 384, n: int = 1536) -> float
     return _paired(run_torch, run_onnx)[2]
 
 
-def _cpu_flags() -> set[str]:
-    cpuinfo = Path("/proc/cpuinfo")
-    text = cpuinfo.read_text() if cpuinfo.is_file() else ""
-    return {flag for line in text.splitlines() if line.startswith(("flags", "Features")) for flag in line.split()}
-
-
-def _cpu_isa() -> str:
-    flags = _cpu_flags()
-    if "avx512_vnni" in flags:
-        return "avx512_vnni"
-    return "arm64" if "asimd" in flags else "avx2"
-
-
 def test_encoder_int8_onnx_vs_torch_fp32(tmp_path):
     import torch
     from transformers import AutoModel
 
     model_dir = _minilm_l6(tmp_path / "minilm")
-    bundle = encoder_bundle(model_dir, tmp_path / "bundle", "int8", cpu_isa=_cpu_isa())
+    bundle = encoder_bundle(model_dir, tmp_path / "bundle", "int8", cpu_isa=load_profile("host").cpu_isa)
     torch.set_num_threads(THREADS)  # after the export, which sets its own thread count
     rt = load_runtime("onnxruntime", bundle, load_bundle(bundle), threads=THREADS)
     model = AutoModel.from_pretrained(str(model_dir)).eval()
@@ -197,7 +186,7 @@ def test_encoder_int8_onnx_vs_torch_fp32(tmp_path):
         print(f"  {name:42s} torch fp32 {torch_rate:6.1f} texts/s   onnx int8 {onnx_rate:6.1f} texts/s   "
               f"speedup {ratios[name]:.2f}x (target >= {TARGET}x)")
     gemm = _gemm_ratio(tmp_path)
-    dot_product = sorted(_cpu_flags() & set(INT8_DOT_PRODUCT_FLAGS))
+    dot_product = sorted(cpu_flags() & set(INT8_DOT_PRODUCT_FLAGS))
     print(f"  int8 GEMM alone (2048x384 @ 384x1536): {gemm:.2f}x fp32; int8 dot-product instructions: "
           f"{', '.join(dot_product) or 'none (x86 AVX2 pmaddubsw only)'}")
     query_ratio, *batched = ratios.values()

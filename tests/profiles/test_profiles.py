@@ -76,3 +76,18 @@ def test_cgroup_limit_parsing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert host.cgroup_memory_limit() == 2 * 1024**3
     f.write_text(str(1 << 62))  # cgroup v1's "unlimited"
     assert host.cgroup_memory_limit() is None
+
+
+def test_host_isa_agrees_with_the_cpu_flags() -> None:
+    from profiles import load_profile
+    from profiles.host import cpu_flags
+
+    flags, isa = cpu_flags(), load_profile("host").cpu_isa
+    if not Path("/proc/cpuinfo").is_file():
+        assert flags == set()
+    elif "avx512_vnni" in flags:
+        assert isa == "avx512_vnni"
+    elif "avx2" in flags:
+        assert isa == "avx2" and "fma" in flags  # every AVX2 x86 CPU has FMA too: flags are per-word
+    else:
+        assert isa in ("arm64", "x86_64")
