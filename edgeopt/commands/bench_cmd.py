@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgeopt.cli_options import BundleArg
+from edgeopt.cli_options import BundleArg, JsonFile, Threads
 
 bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
 
@@ -26,11 +26,11 @@ def serve(
     requests: Annotated[int, typer.Option("--requests", min=0, help="Requests per level (0: twice the level).")] = 0,
     prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", min=1, help="Approximate prompt length.")] = 32,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Tokens generated per request.")] = 64,
-    threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="Runtime CPU threads.")] = None,
+    threads: Threads = None,
     memory: Annotated[Optional[str], typer.Option("--memory", help="Server memory budget, e.g. 4GiB.")] = None,
     baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Also run a --max-concurrency 1 server.")] = True,
     raw: Annotated[bool, typer.Option("--raw/--no-raw", help="Also time llama.cpp's raw batched decode.")] = True,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full results to this file.")] = None,
+    json_out: JsonFile = None,
 ) -> None:
     """HTTP load generator: TTFT / ITL / end-to-end percentiles and aggregate tokens/s per concurrency."""
     from edgeopt.bench.serve_bench import ServeBenchConfig, run_serve_bench
@@ -40,9 +40,7 @@ def serve(
                            baseline=baseline, raw=raw)
     result = run_serve_bench(cfg, report=typer.echo)
     print_table(result)
-    if json_out:
-        json_out.write_text(json.dumps(result, indent=2))
-        typer.echo(f"results written to {json_out}")
+    _write_json(result, json_out)
 
 
 @bench_app.command("embed")
@@ -52,8 +50,8 @@ def embed(
     requests: Annotated[int, typer.Option("--requests", min=0, help="Requests per level (0: four per client).")] = 0,
     texts: Annotated[int, typer.Option("--texts", min=1, help="Texts per request.")] = 1,
     words: Annotated[int, typer.Option("--words", min=1, help="Words per text.")] = 24,
-    threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="Runtime CPU threads.")] = None,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full results to this file.")] = None,
+    threads: Threads = None,
+    json_out: JsonFile = None,
 ) -> None:
     """Load-test /v1/embeddings of an embedding bundle: texts/s and latency percentiles per client count."""
     from edgeopt.bench.embed_bench import EmbedBenchConfig, run_embed_bench
@@ -68,9 +66,13 @@ def embed(
                    f"{lat.get('p50_ms', 0):>6.1f}ms {lat.get('p90_ms', 0):>6.1f}ms {lat.get('p99_ms', 0):>6.1f}ms "
                    f"{r['errors']:>6}")
     typer.echo(f"server RSS: {result['server_rss_bytes'] / 2**20:.0f} MiB")
-    if json_out:
-        json_out.write_text(json.dumps(result, indent=2))
-        typer.echo(f"results written to {json_out}")
+    _write_json(result, json_out)
+
+
+def _write_json(result: dict, path: Path | None) -> None:
+    if path is not None:
+        path.write_text(json.dumps(result, indent=2))
+        typer.echo(f"results written to {path}")
 
 
 def _levels(concurrency: str) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgeopt.cli_options import BundleArg, Context, Target
+from edgeopt.cli_options import BundleArg, Context, Target, Threads
 from edgeopt.errors import ConfigError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
@@ -40,7 +40,7 @@ def serve(
     context: Context = None,
     memory: Annotated[Optional[str], typer.Option("--memory", help="Memory the server may use (e.g. 4GiB); overrides --target.")] = None,
     target: Target = "host",
-    threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="CPU threads for the runtime.")] = None,
+    threads: Threads = None,
     max_waiting: Annotated[int, typer.Option("--max-waiting", min=0, help="Queued requests beyond which new ones get 429.")] = 256,
     verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Check the bundle's sha256 sums first.")] = True,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
