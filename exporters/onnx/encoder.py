@@ -77,8 +77,9 @@ def validate_encoder(model_dir: Path, onnx_path: Path, pooling: PoolingConfig) -
 
 def quantized_cosine(model_dir: Path, fp32_path: Path, quant_path: Path, pooling: PoolingConfig) -> dict[str, float]:
     token_ids = probe_ids(model_dir)
-    ref = onnx_embeddings(fp32_path, token_ids, pooling, _pad_token_id(model_dir))
-    cand = onnx_embeddings(quant_path, token_ids, pooling, _pad_token_id(model_dir))
+    pad = _pad_token_id(model_dir)
+    ref = onnx_embeddings(fp32_path, token_ids, pooling, pad)
+    cand = onnx_embeddings(quant_path, token_ids, pooling, pad)
     return {"probe_min_cosine_vs_fp32": min_cosine(ref, cand)}
 
 
