@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import psutil
 
+from edgeopt.bench.loadgen import drive_clients
 from edgeopt.bench.stats import summarize
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import BackendError, ConfigError
@@ -51,25 +52,19 @@ async def run_embed_load(base_url: str, model: str, concurrency: int, requests: 
                          words: int) -> dict[str, Any]:
     latencies: list[float] = []
     errors: list[str] = []
-    pending = iter(range(requests))
 
-    async def client_loop(client: httpx.AsyncClient) -> None:
-        for request in pending:  # one shared iterator: each request is taken by exactly one client
-            body = {"model": model, "input": request_texts(request, texts_per_request, words)}
-            start = time.perf_counter()
-            try:
-                response = await client.post("/v1/embeddings", json=body)
-                if response.status_code != 200:
-                    raise BackendError(f"HTTP {response.status_code}: {response.text[:200]}")
-                latencies.append(time.perf_counter() - start)
-            except (httpx.HTTPError, BackendError) as exc:
-                errors.append(str(exc))
-
-    limits = httpx.Limits(max_connections=concurrency + 4)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=600) as client:
+    async def send(client: httpx.AsyncClient, request: int) -> None:
+        body = {"model": model, "input": request_texts(request, texts_per_request, words)}
         start = time.perf_counter()
-        await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
-        wall = time.perf_counter() - start
+        try:
+            response = await client.post("/v1/embeddings", json=body)
+            if response.status_code != 200:
+                raise BackendError(f"HTTP {response.status_code}: {response.text[:200]}")
+            latencies.append(time.perf_counter() - start)
+        except (httpx.HTTPError, BackendError) as exc:
+            errors.append(str(exc))
+
+    wall = await drive_clients(base_url, concurrency, requests, send)
     return {"concurrency": concurrency, "requests": requests, "ok": len(latencies), "errors": len(errors),
             "first_errors": errors[:3], "wall_s": round(wall, 3),
             "requests_per_s": round(len(latencies) / wall, 2),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,27 +131,37 @@ async def one_request(client: httpx.AsyncClient, model: str, prompt: str, max_to
                          completion_tokens=usage.get("completion_tokens", 0), first_at=first or end, end_at=end)
 
 
+async def drive_clients(base_url: str, concurrency: int, requests: int,
+                        send: Callable[[httpx.AsyncClient, int], Awaitable[None]],
+                        headers: dict[str, str] | None = None) -> float:
+    """Call ``send(client, i)`` for i in 0..requests-1 from ``concurrency`` closed-loop clients (at most
+    that many in flight at any moment); returns the wall seconds of the whole run. ``send`` records
+    its own samples and errors."""
+    pending = iter(range(requests))  # shared: each request is taken by exactly one client
+
+    async def client_loop(client: httpx.AsyncClient) -> None:
+        for request in pending:
+            await send(client, request)
+
+    limits = httpx.Limits(max_connections=concurrency + 4)
+    async with httpx.AsyncClient(base_url=base_url, headers=headers or {}, limits=limits, timeout=600) as client:
+        start = time.perf_counter()
+        await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
+        return time.perf_counter() - start
+
+
 async def run_load(base_url: str, model: str, concurrency: int, requests: int, prompt_tokens: int,
                    max_tokens: int, api_key: str | None = None) -> LoadResult:
-    """``requests`` requests, at most ``concurrency`` in flight at any moment."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    limits = httpx.Limits(max_connections=concurrency + 4)
+    """``requests`` streamed completions, at most ``concurrency`` in flight at any moment."""
     prompt = PROMPT_WORD * max(prompt_tokens, 1)
     result = LoadResult(concurrency=concurrency, requests=requests, wall_s=0.0)
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(requests):
-        queue.put_nowait(i)
 
-    async def worker(client: httpx.AsyncClient) -> None:
-        while not queue.empty():
-            queue.get_nowait()
-            try:
-                result.samples.append(await one_request(client, model, prompt, max_tokens))
-            except (httpx.HTTPError, BackendError) as exc:
-                result.errors.append(str(exc))
+    async def send(client: httpx.AsyncClient, _request: int) -> None:
+        try:
+            result.samples.append(await one_request(client, model, prompt, max_tokens))
+        except (httpx.HTTPError, BackendError) as exc:
+            result.errors.append(str(exc))
 
-    async with httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits, timeout=600) as client:
-        start = time.perf_counter()
-        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
-        result.wall_s = time.perf_counter() - start
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    result.wall_s = await drive_clients(base_url, concurrency, requests, send, headers)
     return result
