@@ -32,8 +32,9 @@ from edgeopt.errors import ConfigError
 log = logging.getLogger("edgeopt.server")
 DEFAULT_HEADER_TIMEOUT_S = 10.0  # nginx's client_header_timeout is 60 s; a local API client needs < 1 s
 DEFAULT_MAX_CONNECTIONS = 512
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 30\r\n"
-         b"Retry-After: 1\r\nConnection: close\r\n\r\ntoo many open connections; retry")
+_BUSY_BODY = b"too many open connections; retry"
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\nConnection: close\r\n"
+         b"Content-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
 
 
 def default_max_connections() -> int:
