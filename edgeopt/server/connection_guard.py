@@ -25,8 +25,6 @@ import logging
 import resource
 from typing import Any
 
-from uvicorn.protocols.http.auto import AutoHTTPProtocol
-
 from edgeopt.errors import ConfigError
 
 log = logging.getLogger("edgeopt.server")
@@ -94,6 +92,8 @@ def guarded_protocol(header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
                      max_connections: int | None = None) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol (httptools if installed, else h11) with the deadline and the cap; pass it
     as ``uvicorn.Config(http=...)``."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol  # here: the CLI imports this module's defaults
+
     if not header_timeout_s > 0:
         raise ConfigError(f"--header-timeout {header_timeout_s} must be a positive number of seconds", "e.g. 10")
     cap = default_max_connections() if max_connections is None else max_connections
