@@ -110,7 +110,12 @@ def staged_bundle(dest: Path, force: bool = False) -> Iterator[Path]:
         with work_dir(dest.parent, f".{dest.name}.old-", create=False) as trash:
             if dest.exists():
                 dest.rename(trash)  # removed when the block exits
-            stage.rename(dest)
+            try:
+                stage.rename(dest)
+            except BaseException:
+                if trash.exists():
+                    trash.rename(dest)  # keep the previous bundle rather than none
+                raise
 
 
 def write_manifest(stage: Path, manifest: Manifest) -> Manifest:
