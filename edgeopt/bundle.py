@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -19,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import BundleError, OutputExistsError
+from edgeopt.staging import work_dir
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -99,22 +97,25 @@ def content_hash(root: Path) -> str:
 
 @contextmanager
 def staged_bundle(dest: Path, force: bool = False) -> Iterator[Path]:
-    """Yield a staging directory; on success it replaces ``dest`` in one rename, on error it vanishes."""
+    """Yield a staging directory; on success it replaces ``dest`` in one rename, on error it vanishes.
+
+    Staging directories (``.NAME.partial-PID-*``) and replaced bundles (``.NAME.old-PID-*``) that a
+    killed run left beside ``dest`` are removed here (see :mod:`edgeopt.staging`).
+    """
     dest = dest.resolve()
     if dest.exists() and not force:
         raise OutputExistsError(f"output directory {dest} already exists", "pass --force to replace it, or choose -o")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
-    try:
+    with work_dir(dest.parent, f".{dest.name}.partial-") as stage:
         yield stage
-        if dest.exists():
-            trash = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-            dest.rename(trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        stage.rename(dest)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+        with work_dir(dest.parent, f".{dest.name}.old-", create=False) as trash:
+            if dest.exists():
+                dest.rename(trash)  # removed when the block exits
+            try:
+                stage.rename(dest)
+            except BaseException:
+                if trash.exists():
+                    trash.rename(dest)  # keep the previous bundle rather than none
+                raise
 
 
 def write_manifest(stage: Path, manifest: Manifest) -> Manifest:

@@ -6,12 +6,15 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from edgeopt.bundle import content_hash
+from edgeopt.staging import work_dir
+
+# Every work directory in cache/steps/ starts with a dot, whatever its step: one call cleans them all.
+STAGE_PREFIX = "."
 
 
 def cache_root() -> Path:
@@ -28,16 +31,14 @@ def step_key(kind: str, name: str, params: dict[str, Any], input_hash: str) -> s
 def cached_step(key: str, produce: Callable[[Path], dict[str, Any]]) -> tuple[Path, dict[str, Any], bool]:
     """Return (output dir, metrics, was_cached). ``produce(out_dir)`` runs only on a cache miss.
 
-    The output is built in a temporary sibling and renamed into place, so a crash never leaves a
-    partial entry that a later run would mistake for a hit.
+    The output is built in a hidden sibling and renamed into place, so a crash never leaves a partial
+    entry that a later run would mistake for a hit; the next call removes the siblings of killed runs.
     """
     final = cache_root() / "steps" / key
     meta = final / ".edgeopt-step.json"
     if meta.is_file():
         return final, json.loads(meta.read_text()), True
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=final.parent))
-    try:
+    with work_dir(final.parent, STAGE_PREFIX) as tmp:
         metrics = produce(tmp)
         (tmp / ".edgeopt-step.json").write_text(json.dumps(metrics, default=str))
         if final.exists() and not meta.is_file():
@@ -48,11 +49,7 @@ def cached_step(key: str, produce: Callable[[Path], dict[str, Any]]) -> tuple[Pa
             # Another process finished the same step first: its entry is as good as ours.
             if not meta.is_file():
                 raise
-            shutil.rmtree(tmp, ignore_errors=True)
             return final, json.loads(meta.read_text()), True
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final, metrics, False
 
 

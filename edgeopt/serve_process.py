@@ -7,6 +7,7 @@ the server's logs to a file instead of the terminal.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -35,12 +36,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def serve_command(bundle: Path, port: int, api_key: str | None = None, threads: int | None = None,
-                  extra_args: Sequence[str] = ()) -> list[str]:
+def serve_command(bundle: Path, port: int, threads: int | None = None, extra_args: Sequence[str] = ()) -> list[str]:
     command = [sys.executable, "-m", "edgeopt.cli", "serve", str(bundle), "--host", "127.0.0.1",
                "--port", str(port), "--log-level", "warning"]
-    if api_key:
-        command += ["--api-key", api_key]
     if threads:
         command += ["--threads", str(threads)]
     return command + list(extra_args)
@@ -59,7 +57,7 @@ def launched_server(bundle: Path, api_key: str | None = None, threads: int | Non
     if log_path is None:
         log_path = Path(tempfile.mkstemp(prefix="edgeopt-serve-", suffix=".log")[1])
     with log_path.open("wb") as log:
-        process = subprocess.Popen(serve_command(bundle, port, api_key, threads, extra_args), stdout=log,
+        process = subprocess.Popen(serve_command(bundle, port, threads, extra_args), stdout=log, env=child_env(api_key),
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = LaunchedServer(f"http://127.0.0.1:{port}", log_path, process)
     try:
@@ -67,6 +65,15 @@ def launched_server(bundle: Path, api_key: str | None = None, threads: int | Non
         yield server
     finally:
         stop(process)
+
+
+def child_env(api_key: str | None) -> dict[str, str]:
+    """The key travels in the environment, not in argv, where every user's ``ps`` would show it."""
+    env = dict(os.environ)
+    env.pop("EDGEOPT_API_KEY", None)
+    if api_key:
+        env["EDGEOPT_API_KEY"] = api_key
+    return env
 
 
 def wait_until_healthy(server: LaunchedServer, timeout_s: float) -> None:

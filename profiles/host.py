@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import time
 from pathlib import Path
 
 import psutil
@@ -38,6 +39,11 @@ def host_memory_bytes() -> int:
     total = psutil.virtual_memory().total
     limit = cgroup_memory_limit()
     return min(total, limit) if limit else total
+
+
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity mask: a cpuset or taskset narrows it); [] if unknown."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
 
 def cpu_flags() -> set[str]:
@@ -92,9 +98,49 @@ def detect_host_profile() -> DeviceProfile:
         unified_memory=False,
         accelerator=cuda_accelerator(),
         memory_bandwidth_gbps=0.0,  # unknown; not needed for sizing
-        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+        cores=len(usable_cpus()) or (os.cpu_count() or 1),
         cpu_isa=_cpu_isa(),
         preferred_format="gguf",
         default_quant="Q8_0",
         default_runtime="llama_cpp",
     )
+
+
+class OtherCpuLoad:
+    """How many of this process's CPUs *other* processes kept busy, averaged since the previous reading.
+
+    Busy time of the CPUs we may run on (/proc/stat, user through steal: on a VM stolen time is a
+    neighbour's) minus our own CPU time (os.times, all our threads): what is left is work we compete
+    with. Linux only; elsewhere every reading is None.
+    """
+
+    def __init__(self) -> None:
+        self._cpus = usable_cpus()
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._last = self._sample()
+
+    def read(self) -> float | None:
+        """Cores others kept busy since the last call (or construction); None when unknown or no time passed."""
+        now, last = self._sample(), self._last
+        self._last = now
+        if now is None or last is None or now[0] <= last[0]:
+            return None
+        others = (now[1] - last[1]) - (now[2] - last[2])
+        return max(0.0, others / (now[0] - last[0]))
+
+    def _sample(self) -> tuple[float, float, float] | None:
+        """(monotonic s, busy CPU-s of our CPUs, our own CPU-s)."""
+        try:
+            lines = Path("/proc/stat").read_text().splitlines()
+        except OSError:
+            return None
+        wanted = {f"cpu{n}" for n in self._cpus}
+        busy = 0
+        for line in lines:
+            fields = line.split()
+            if fields and fields[0] in wanted:
+                # user nice system idle iowait irq softirq steal: everything but idle and iowait
+                values = [int(v) for v in fields[1:9]]
+                busy += sum(values) - values[3] - values[4]
+        own = os.times()
+        return time.monotonic(), busy / self._tick, own.user + own.system

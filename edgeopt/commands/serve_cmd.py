@@ -13,6 +13,7 @@ import typer
 
 from edgeopt.cli_options import BundleArg, Context, Target, Threads
 from edgeopt.errors import ConfigError
+from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1024**2, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}  # a bare number means MiB
@@ -33,8 +34,11 @@ def serve(
     bundle: BundleArg,
     host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 exposes the server to the network.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="EDGEOPT_API_KEY",
-                                                   help="Require 'Authorization: Bearer KEY' on /v1 routes.")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="EDGEOPT_API_KEY", show_envvar=True,
+                                                   help="Require 'Authorization: Bearer KEY' on every route but /health "
+                                                        "and /metrics. Prefer the environment variable: a flag shows in ps.")] = None,
+    insecure_no_auth: Annotated[bool, typer.Option("--insecure-no-auth",
+                                                   help="Allow a --host other than loopback without an API key.")] = False,
     max_concurrency: Annotated[Optional[int], typer.Option("--max-concurrency", min=1,
                                                            help="Sequences decoded together. Default: what the KV budget affords (up to 16).")] = None,
     context: Context = None,
@@ -44,6 +48,11 @@ def serve(
     max_waiting: Annotated[int, typer.Option("--max-waiting", min=0, help="Queued requests beyond which new ones get 429.")] = 256,
     verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Check the bundle's sha256 sums first.")] = True,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+    header_timeout: Annotated[float, typer.Option("--header-timeout", min=0.001,
+                                                  help="Seconds a connection may take to send a request's headers.")] = DEFAULT_HEADER_TIMEOUT_S,
+    max_connections: Annotated[Optional[int], typer.Option("--max-connections", min=1,
+                                                           help="Open connections beyond which new ones get 503. "
+                                                                "Default: 512, or half the file-descriptor limit.")] = None,
 ) -> None:
     """Serve a bundle behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /metrics)."""
     import logging
@@ -55,5 +64,7 @@ def serve(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     options = ServeOptions(host=host, port=port, api_key=api_key, max_concurrency=max_concurrency, context=context,
                            memory_bytes=parse_memory(memory) if memory else None, target=target, threads=threads,
-                           max_waiting=max_waiting, verify=verify, log_level=log_level)
+                           max_waiting=max_waiting, verify=verify, log_level=log_level,
+                           insecure_no_auth=insecure_no_auth, header_timeout_s=header_timeout,
+                           max_connections=max_connections)
     serve_bundle(bundle, options)

@@ -4,7 +4,8 @@ The app can start before its model is loaded (``loader``): /health answers 503 "
 loader, run in a worker thread, returns a :class:`ServedModel`; requests meanwhile get a 503 body.
 Routers are chosen by the bundle's ``manifest.kind``: a kind names modules exposing ``router``, so a
 new kind (e.g. "embedding": edgeopt/server/embeddings.py) plugs in without touching this file's
-logic, and ``extra_routers`` lets a caller add more.
+logic, and ``extra_routers`` lets a caller add more. With an API key every path but /health and
+/metrics needs it, /openapi.json included (edgeopt/server/auth.py); /docs and /redoc are off.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fastapi import APIRouter, FastAPI
 
 from edgeopt.errors import ConfigError
 from edgeopt.server import routes_admin
+from edgeopt.server.auth import ApiKeyGuard
 from edgeopt.server.body_limit import BodySizeLimit
 from edgeopt.server.errors import install_error_handlers
 from edgeopt.server.state import ServedModel, ServerSettings, ServerState
@@ -46,6 +48,9 @@ def create_app(settings: ServerSettings, served: ServedModel | None = None, load
     app.state.server = state
     install_error_handlers(app, state.metrics.count_error)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, count_error=state.metrics.count_error)
+    if settings.api_key:  # added last, so it runs first: no body is read before the key is checked
+        app.add_middleware(ApiKeyGuard, api_key=settings.api_key, count_error=state.metrics.count_error,
+                           open_paths=frozenset(route.path for route in routes_admin.probes.routes))
     app.include_router(routes_admin.probes)
     app.include_router(routes_admin.api)
     for router in [*kind_routers(settings.kind), *extra_routers]:

@@ -1,24 +1,89 @@
-"""Bearer-token check for the /v1 routes (``--api-key``); /health and /metrics stay open for probes."""
+"""API-key protection (``--api-key`` / ``EDGEOPT_API_KEY``) and the refusal to expose a server without one.
+
+The key is checked by a pure ASGI middleware, before any route runs, so an unauthenticated client
+learns nothing: a malformed body, an unknown path or /openapi.json all answer 401, not 400 or 404.
+Only the probes (/health, /metrics) stay open. The comparison is on the raw header bytes against the
+key's UTF-8 bytes (HTTP header values are bytes; decoding them as latin-1, as Starlette does, would
+make a non-ASCII key match only when the client sends it latin-1 encoded).
+"""
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
+import logging
+from collections.abc import Callable
+from typing import Any
 
-from fastapi import Request
+from edgeopt.errors import AuthenticationError, ConfigError
+from edgeopt.server.errors import request_error_response
 
-from edgeopt.errors import AuthenticationError
+log = logging.getLogger("edgeopt.server")
+_HINT = "send the header 'Authorization: Bearer <key>' with the key given to edgeopt serve"
 
 
-def require_api_key(request: Request) -> None:
-    """FastAPI dependency: 401 unless ``Authorization: Bearer <key>`` matches the configured key."""
-    expected = request.app.state.server.settings.api_key
-    if not expected:
+class ApiKeyGuard:
+    """401 with ``WWW-Authenticate: Bearer`` for every HTTP request without the key, except to ``open_paths``
+    (the probes: liveness checks and metric scrapers carry no key)."""
+
+    def __init__(self, app: Any, api_key: str, count_error: Callable[[int], None], open_paths: frozenset[str]) -> None:
+        self.app = app
+        self.open_paths = open_paths
+        self.expected = api_key.encode("utf-8")
+        self.count_error = count_error
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        token = bearer_token(scope.get("headers") or [])
+        if token is not None and hmac.compare_digest(token, self.expected):  # time leaks no matched prefix
+            await self.app(scope, receive, send)
+            return
+        self.count_error(401)
+        if token is None:
+            error, challenge = AuthenticationError("missing API key", _HINT), 'Bearer realm="edgeopt"'
+        else:
+            error, challenge = (AuthenticationError("invalid API key", _HINT),
+                                'Bearer realm="edgeopt", error="invalid_token"')
+        response = request_error_response(error)
+        response.headers["WWW-Authenticate"] = challenge  # RFC 6750 section 3
+        await response(scope, receive, send)
+
+
+def bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The raw bytes after ``Bearer`` in the first Authorization header, or None."""
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.strip().partition(b" ")
+            token = token.strip()
+            return token if scheme.lower() == b"bearer" and token else None
+    return None
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a hostname or "": it may resolve to (or bind) a network interface
+
+
+def check_exposure(host: str, port: int, api_key: str | None, insecure_no_auth: bool) -> None:
+    """Refuse to listen beyond this machine without a key, unless the user opted out explicitly.
+
+    A model on a home network is reachable by every device there (guests' phones, a compromised IoT
+    gadget) and its compute is the asset: an open server is found and used by others. One flag is a
+    small price for an owner who really wants it open, and the refusal says how to set a key.
+    """
+    if api_key or is_loopback(host):
         return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise AuthenticationError("missing API key: send the header 'Authorization: Bearer <key>'",
-                                  "use the key given to edgeopt serve --api-key")
-    # compare_digest: the time taken must not reveal how many leading characters matched.
-    if not hmac.compare_digest(token.strip().encode(), expected.encode()):
-        raise AuthenticationError("invalid API key", "use the key given to edgeopt serve --api-key")
+    if not insecure_no_auth:
+        raise ConfigError(f"--host {host} makes the server reachable from the network, and no API key is set",
+                          "set one with EDGEOPT_API_KEY=<key> (or --api-key) and send 'Authorization: Bearer <key>'; "
+                          "or pass --insecure-no-auth to serve everyone who can reach "
+                          f"{host}:{port}; or bind --host 127.0.0.1")
+    log.warning("serving on %s:%d WITHOUT an API key (--insecure-no-auth): anyone who can reach it may use it",
+                host, port)

@@ -14,16 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgeopt.errors import RequestError
-from edgeopt.server.auth import require_api_key
 from edgeopt.server.length_batches import DEFAULT_MAX_TOKENS, length_sorted_batches
 from edgeopt.server.request_prep import check_model_name
 from edgeopt.server.state import ServerState
 
-router = APIRouter(dependencies=[Depends(require_api_key)])
+router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
 MAX_INPUTS = 2048  # OpenAI's own limit per request
 BATCHER_KEY = "embedding_batcher"
 

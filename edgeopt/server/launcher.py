@@ -21,12 +21,15 @@ from typing import Any
 from edgeopt.bundle import Manifest, load_bundle
 from edgeopt.engine import Engine, EngineConfig, KvSizing, kv_capacity_for
 from edgeopt.errors import ConfigError
+from edgeopt.server.auth import check_exposure
 from edgeopt.server.chat_template import ChatTemplate
+from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_protocol
 from edgeopt.server.sizing import kv_shape, weights_bytes
 from edgeopt.server.state import ServedModel, ServerSettings
 
 log = logging.getLogger("edgeopt.server")
 DEFAULT_CONTEXT = 4096
+KEEP_ALIVE_S = 5  # uvicorn's default: an idle keep-alive connection is closed 5 s after its last response
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,9 @@ class ServeOptions:
     max_waiting: int = 256
     verify: bool = True
     log_level: str = "info"
+    insecure_no_auth: bool = False  # allow a non-loopback --host without an API key (auth.check_exposure)
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S  # connection_guard: request headers must arrive by then
+    max_connections: int | None = None  # connection_guard: default min(512, half the descriptor limit)
 
 
 def size_kv(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> KvSizing:
@@ -111,12 +117,23 @@ def model_names(bundle_dir: Path, manifest: Manifest) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n))
 
 
+def uvicorn_config(app: Any, options: ServeOptions) -> Any:
+    """The uvicorn.Config that ``edgeopt serve`` runs (tests start their servers with it too)."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=options.host, port=options.port, log_level=options.log_level,
+                          timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S,
+                          http=guarded_protocol(options.header_timeout_s, options.max_connections))
+
+
 def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     """Serve until interrupted (Ctrl-C / SIGTERM)."""
     import uvicorn
 
     from edgeopt.server.app import create_app
 
+    api_key = options.api_key or os.environ.get("EDGEOPT_API_KEY") or None
+    check_exposure(options.host, options.port, api_key, options.insecure_no_auth)
     bundle_dir = Path(bundle_dir)
     manifest = load_bundle(bundle_dir, verify=options.verify)
     if manifest.kind == "causal-lm":
@@ -127,7 +144,6 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
         sizing, budget = None, options.memory_bytes or 0
     else:
         raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served", "servable kinds: causal-lm, embedding")
-    api_key = options.api_key or os.environ.get("EDGEOPT_API_KEY") or None
     settings = ServerSettings(model_names=model_names(bundle_dir, manifest), kind=manifest.kind, api_key=api_key,
                               memory_budget_bytes=budget)
     failures: list[BaseException] = []
@@ -140,8 +156,7 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
 
     app = create_app(settings, loader=lambda: load_served_model(bundle_dir, manifest, sizing, options),
                      on_load_error=stop_on_load_error)
-    server = uvicorn.Server(uvicorn.Config(app, host=options.host, port=options.port, log_level=options.log_level,
-                                           timeout_graceful_shutdown=5))
+    server = uvicorn.Server(uvicorn_config(app, options))
     server.run()
     if failures:
         raise failures[0]

@@ -5,12 +5,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from edgeopt.engine.api import RequestOutput, SamplingParams
 from edgeopt.errors import BackendError, EdgeoptError, RequestError
-from edgeopt.server.auth import require_api_key
 from edgeopt.server.errors import error_body
 from edgeopt.server.openai_format import ResponseShape, usage
 from edgeopt.server.request_prep import (COMPLETIONS_DEFAULT_MAX_TOKENS, chat_prompt_ids, check_model_name,
@@ -19,7 +18,7 @@ from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServerState
 from edgeopt.server.streaming import DONE, ClientGone, Generation, collect, sse, start_generation
 
-router = APIRouter(dependencies=[Depends(require_api_key)])
+router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
 
 
 @router.post("/v1/completions")

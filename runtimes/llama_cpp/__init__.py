@@ -6,7 +6,8 @@
   :func:`edgeopt.engine.memory.kv_capacity_for` (``profile`` / ``memory_bytes`` / this host);
 * ``max_slots``: concurrent sequences (``n_seq_max``); default from the same sizing;
 * ``max_batch_tokens``: tokens per ``llama_decode`` (``n_batch``), default 128;
-* ``threads``: CPU threads, default the profile's (or this host's) core count;
+* ``threads``: CPU threads; default: the cores other processes leave free, re-measured while decoding
+  (runtimes/llama_cpp/threads.py), at most the profile's core count and this host's;
 * ``n_gpu_layers``: default -1 (all) when the profile has CUDA and this build supports offload, else 0;
 * ``context_length``: longest sequence, default the model's training context.
 """
@@ -23,6 +24,7 @@ from edgeopt.engine.api import EngineConfig
 from edgeopt.engine.memory import kv_capacity_for
 from edgeopt.errors import ConfigError
 from profiles import DeviceProfile, load_profile
+from profiles.host import usable_cpus
 from runtimes.llama_cpp.context import LlamaCppRuntime
 from runtimes.llama_cpp.model import load_model, model_facts
 from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
@@ -65,12 +67,18 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
                           f"need kv_capacity_tokens >= 1 and 1 <= max_slots <= {LLAMA_MAX_SEQ}")
     try:
         runtime = LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens,
-                                  threads or profile.cores or os.cpu_count() or 1, context)
+                                  threads or max_default_threads(profile), context, adaptive_threads=threads is None)
     except Exception:
         llama_cpp.llama_model_free(model)
         raise
     runtime.sizing = sizing
     return runtime
+
+
+def max_default_threads(profile: DeviceProfile) -> int:
+    """The profile's cores, never more than this machine lets us run on (more threads than cores only spin)."""
+    host = len(usable_cpus()) or (os.cpu_count() or 1)
+    return max(1, min(profile.cores or host, host))
 
 
 def engine_config_for(runtime: LlamaCppRuntime, **overrides: Any) -> EngineConfig:

@@ -72,3 +72,40 @@ def _decode_step(runtime: Any, batch: Any, n_sequences: int, token: int, positio
 def _any_plain_token(tokenizer: Any) -> int:
     ids = tokenizer.encode("the", add_special=False)
     return ids[0] if ids else 0
+
+
+@dataclass(frozen=True)
+class CompletionSpeed:
+    threads: str  # "N" as asked, or "auto(N)": the default, with the count it ended on
+    completions: int
+    tokens: int
+    seconds: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def completion_speed(gguf_path: Path, threads: int | None, completions: int = 5, tokens: int = 20,
+                     prompt_tokens: int = 16) -> CompletionSpeed:
+    """Time ``completions`` short completions of one sequence (prefill, then ``tokens`` decode steps, each
+    through ``runtime.step`` as the engine calls it), like a chat reply on an otherwise idle server.
+
+    ``threads=None`` is the runtime's default (runtimes/llama_cpp/threads.py); the clock includes the
+    load-measuring window the default needs after the runtime is created.
+    """
+    runtime = load_gguf(Path(gguf_path), kv_capacity_tokens=prompt_tokens + tokens + 1, max_slots=1,
+                        max_batch_tokens=prompt_tokens, threads=threads, n_gpu_layers=0)
+    try:
+        token = _any_plain_token(runtime.tokenizer)
+        start = time.perf_counter()
+        for _ in range(completions):
+            runtime.step([StepInput(0, [token] * prompt_tokens, 0, True)])
+            for position in range(prompt_tokens, prompt_tokens + tokens):
+                runtime.step([StepInput(0, [token], position, True)])
+            runtime.release(0)
+        seconds = time.perf_counter() - start
+        label = str(threads) if threads is not None else f"auto({runtime.threads})"
+    finally:
+        runtime.close()
+    return CompletionSpeed(label, completions, completions * tokens, seconds)

@@ -19,6 +19,7 @@ from edgeopt.errors import BackendError
 from runtimes.base import RuntimeInfo, StepInput
 from runtimes.llama_cpp.batch import NumpyBatch
 from runtimes.llama_cpp.model import ModelFacts
+from runtimes.llama_cpp.threads import ThreadGovernor
 from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 # llama_decode return codes (llama.h): 1 = no KV slot for the batch, 2 = aborted, -1 = invalid input.
@@ -28,7 +29,8 @@ _DECODE_ERRORS = {1: "no free KV cells for the batch", 2: "decode aborted", -1: 
 
 class LlamaCppRuntime:
     def __init__(self, model: llama_cpp.llama_model_p, facts: ModelFacts, kv_capacity_tokens: int,
-                 max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None) -> None:
+                 max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None,
+                 adaptive_threads: bool = False) -> None:
         self._model = model
         self.facts = facts
         self.requested_kv_tokens = kv_capacity_tokens
@@ -48,6 +50,8 @@ class LlamaCppRuntime:
         self.max_batch_tokens = int(llama_cpp.llama_n_batch(self._ctx))
         self._batch = NumpyBatch(self.max_batch_tokens)
         self._lock = threading.Lock()  # step/release/close come from the engine thread; close may not
+        # n_threads is then the most threads; the governor lowers it while other processes use our cores.
+        self._governor = ThreadGovernor(self._set_threads, n_threads) if adaptive_threads else None
         self.decode_calls = 0
 
     def _create_context(self, n_ctx: int, max_slots: int, max_batch: int, n_threads: int) -> llama_cpp.llama_context_p:
@@ -76,6 +80,8 @@ class LlamaCppRuntime:
                                "the engine's step_token_budget must not exceed the runtime's max_batch_tokens")
         with self._lock:
             self._check_open()
+            if self._governor is not None:
+                self._governor.before_decode()
             outputs = self._batch.fill(batch)
             code = llama_cpp.llama_decode(self._ctx, self._batch.struct)
             self.decode_calls += 1
@@ -89,6 +95,14 @@ class LlamaCppRuntime:
             # buffer, which the next decode overwrites.
             pointer = llama_cpp.llama_get_logits(self._ctx)
             return np.ctypeslib.as_array(pointer, shape=(outputs, self.info.vocab_size)).copy()
+
+    @property
+    def threads(self) -> int:
+        """Threads llama.cpp decodes with now."""
+        return int(llama_cpp.llama_n_threads(self._ctx))
+
+    def _set_threads(self, n: int) -> None:
+        llama_cpp.llama_set_n_threads(self._ctx, n, n)
 
     def release(self, slot: int) -> None:
         if not 0 <= slot < self.info.max_slots:

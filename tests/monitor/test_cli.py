@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.cli import main
-from edgeopt.serve_process import serve_command
+from edgeopt.serve_process import child_env, serve_command
 
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str]:
@@ -41,11 +41,14 @@ def test_url_and_bundle_together_are_refused(monkeypatch, capsys, tmp_path: Path
     assert code != 0 and "--bundle" in err and "10.0.0.2" in err
 
 
-def test_serve_command_passes_port_key_threads_and_extra_args() -> None:
-    command = serve_command(Path("b"), 4321, api_key="k", threads=2, extra_args=["--memory", "1GiB"])
+def test_serve_command_passes_port_threads_and_extra_args_and_the_key_out_of_argv(monkeypatch) -> None:
+    command = serve_command(Path("b"), 4321, threads=2, extra_args=["--memory", "1GiB"])
     assert command[1:5] == ["-m", "edgeopt.cli", "serve", "b"]
     assert command[command.index("--port") + 1] == "4321"
-    assert command[command.index("--api-key") + 1] == "k"
+    assert "--api-key" not in command  # argv shows in every user's ps; the environment does not
+    monkeypatch.setenv("EDGEOPT_API_KEY", "from-the-parent")
+    assert child_env("k")["EDGEOPT_API_KEY"] == "k"
+    assert "EDGEOPT_API_KEY" not in child_env(None)  # a server started without a key has none
     assert command[command.index("--threads") + 1] == "2"
     assert command[-2:] == ["--memory", "1GiB"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from edgeopt.serve_process import free_port
+from edgeopt.server.launcher import ServeOptions, uvicorn_config
 
 
 @dataclass
@@ -32,10 +34,12 @@ class LiveServer:
         assert not self.thread.is_alive(), "uvicorn did not stop within 30 s"
 
 
-def start_live_server(app: FastAPI, wait_ready: bool = True, timeout_s: float = 30.0) -> LiveServer:
+def start_live_server(app: FastAPI, wait_ready: bool = True, timeout_s: float = 30.0,
+                      options: ServeOptions | None = None) -> LiveServer:
+    """Serve ``app`` with the uvicorn configuration ``edgeopt serve`` uses (``options``: its connection limits)."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    options = dataclasses.replace(options or ServeOptions(), host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(uvicorn_config(app, options))
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
     live = LiveServer(app, f"http://127.0.0.1:{port}", server, thread)
