@@ -128,21 +128,20 @@ class Engine:
         reason = "abort"
         try:
             while not self._stopping:
-                self._wakeup.clear()
-                self._drain_inbox()
-                if not self._scheduler.has_work:
-                    self._wakeup.wait(_IDLE_WAIT_S)
-                    continue
                 try:
+                    self._wakeup.clear()
+                    self._drain_inbox()
+                    if not self._scheduler.has_work:
+                        self._wakeup.wait(_IDLE_WAIT_S)
+                        continue
                     self.step()
                 except Exception as exc:  # a bug in the engine's own bookkeeping: contain it, keep serving
                     log.exception("engine step failed; failing the requests the scheduler holds")
                     self._restart_scheduler(_describe(exc))
-        except BaseException as exc:  # nothing above lets an Exception out: this is fatal (or a bug)
+        except BaseException as exc:  # noqa: BLE001 - fatal (the process is exiting): end every stream
             self.failure = _describe(exc)
             reason = "error"
-            log.exception("engine thread crashed")
-            raise
+            log.exception("engine thread stopped by %s", self.failure)
         finally:
             self._end_everything(reason, self.failure)
 
