@@ -11,7 +11,7 @@ import pytest
 from edgeopt.engine import Engine, SamplingParams
 from edgeopt.engine import engine as engine_module
 from edgeopt.engine.outputs import RequestTracker
-from edgeopt.errors import BackendError
+from edgeopt.errors import BackendError, RequestError
 from tests.engine.helpers import make_engine, run_engine
 from tests.fixtures.fake_runtime import FakeRuntime
 
@@ -26,14 +26,17 @@ async def serves_normally(e: Engine) -> None:
 
 
 def test_the_issue_request_finishes_and_the_engine_keeps_serving() -> None:
-    """The exact parameters of issue 12 item 1, straight into the engine (no server-side validation)."""
+    """The exact parameters of issue 12 item 1, straight into the engine (no server in front)."""
     engine, runtime = make_engine()
 
     async def body(e: Engine) -> None:
-        for rid, params in [("tiny-temp", SamplingParams(max_tokens=5, temperature=5e-324, min_p=0.1)),
-                            ("tiny-penalty", SamplingParams(max_tokens=5, repetition_penalty=5e-324, min_p=0.05))]:
-            out = await e.add_request(rid, PROMPT, params).collect()
-            assert out.finish_reason == "length" and len(out.token_ids) == 5, out
+        tiny = SamplingParams(max_tokens=5, temperature=5e-324, min_p=0.1)
+        out = await e.add_request("tiny-temp", PROMPT, tiny).collect()
+        assert out.finish_reason == "length" and out.token_ids == runtime.greedy_reference(PROMPT, 5), out
+        # Outside its range (edgeopt.engine.validation): refused up front; the sampler would survive it too
+        # (test_sampler_properties), but it is no penalty any more, only overflow.
+        with pytest.raises(RequestError, match=r"repetition_penalty=5e-324 .*\[0.01, 100\]"):
+            e.add_request("tiny-penalty", PROMPT, SamplingParams(max_tokens=5, repetition_penalty=5e-324, min_p=0.05))
         await serves_normally(e)
 
     run_engine(engine, body)
