@@ -59,6 +59,7 @@ def describe_validation_errors(errors: list[dict[str, Any]], body: Any = None) -
     ``body`` is what FastAPI read (the JSON text when it did not parse): it locates a JSON syntax error."""
     if not errors:
         return "invalid request", None
+    errors = _matching_union_branch_first(errors)
     message, param = describe_validation_error(errors[0], body)
     same = [e for e in errors if error_param(e) == param]
     if len(same) > 1:  # a union: say every shape that was expected, once
@@ -68,6 +69,20 @@ def describe_validation_errors(errors: list[dict[str, Any]], body: Any = None) -
     if others > 0:
         message += f" (and {others} more invalid parameter(s))"
     return message, param
+
+
+def _matching_union_branch_first(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A union (``str | list[TextPart]``) reports one error per branch. When one branch's type matched,
+    its error is deeper (messages.0.content.0.text) than the others' type mismatches
+    (messages.0.content: "should be a valid string"): report the deeper one, drop the mismatches."""
+    param = error_param(errors[0])
+    if param is None:
+        return errors
+    deeper = [e for e in errors if (error_param(e) or "").startswith(param + ".")]
+    mismatches = [e for e in errors if error_param(e) == param and str(e.get("type", "")).endswith("_type")]
+    if not deeper or not mismatches:
+        return errors
+    return [e for e in errors if not any(e is m for m in mismatches)]
 
 
 def _shown(value: Any) -> str:

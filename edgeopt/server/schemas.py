@@ -127,21 +127,21 @@ class CompletionRequest(GenerationFields):
         return value
 
 
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    type: Literal["text"]
-    text: Text
+class ContentPart(BaseModel):
+    """One part of a message's content. Only text is used; image, audio and file parts are parsed (not a
+    type error about "text") so the route can refuse them by name: "images are not supported"."""
 
+    model_config = ConfigDict(extra="allow", strict=True)  # a media part's payload ("image_url": {...})
+    type: Literal["text", "image_url", "input_audio", "file"]
+    text: Text | None = None
 
-class MediaPart(BaseModel):
-    """An OpenAI content part this text-only server cannot use: parsed only so the route can refuse it
-    by name ("images are not supported by this model"), not with a type error about "text"."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-    type: Literal["image_url", "input_audio", "file"]
-
-
-ContentPart = Annotated[TextPart | MediaPart, Field(discriminator="type")]
+    @model_validator(mode="after")
+    def _text_part_is_text(self) -> ContentPart:
+        if self.type == "text" and self.text is None:
+            raise ValueError('a part of type "text" needs a "text" string')
+        if self.type == "text" and self.model_extra:
+            raise ValueError(f'a text part has only "type" and "text"; remove {sorted(self.model_extra)}')
+        return self
 
 
 class ChatMessage(BaseModel):
@@ -158,12 +158,12 @@ class ChatMessage(BaseModel):
     def media_parts(self) -> list[tuple[int, str]]:
         """(index, type) of each content part that is not text."""
         parts = self.content if isinstance(self.content, list) else []
-        return [(j, part.type) for j, part in enumerate(parts) if isinstance(part, MediaPart)]
+        return [(j, part.type) for j, part in enumerate(parts) if part.type != "text"]
 
     def as_template_dict(self) -> dict[str, Any]:
         data = self.model_dump(exclude_none=True)
         if isinstance(self.content, list):  # media parts were refused before rendering (request_prep)
-            data["content"] = "".join(part.text for part in self.content if isinstance(part, TextPart))
+            data["content"] = "".join(part.text or "" for part in self.content if part.type == "text")
         data.setdefault("content", "")
         return data
 
