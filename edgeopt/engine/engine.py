@@ -20,6 +20,8 @@ import threading
 import time
 from collections import deque
 
+import numpy as np
+
 from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, SamplingParams
 from edgeopt.engine.outputs import RequestTracker
 from edgeopt.engine.sampler import sample_next_tokens
@@ -146,13 +148,11 @@ class Engine:
             self._end_everything(reason, self.failure)
 
     def step(self) -> SchedulerOutput:
-        """Schedule, run one forward pass, sample, stream. Public for tests that drive it by hand."""
-        try:
-            out = self._scheduler.schedule()
-        except Exception as exc:
-            log.exception("scheduling failed; failing the requests the scheduler holds")
-            self._restart_scheduler(_describe(exc))
-            return SchedulerOutput()
+        """Schedule, run one forward pass, sample, stream. Public for tests that drive it by hand.
+
+        A runtime, sampling or detokenizing failure fails the requests concerned here; anything else
+        (scheduling) propagates to the thread loop, which restarts the scheduler."""
+        out = self._scheduler.schedule()
         if not out.chunks:
             assert not self._scheduler.running, "running sequences but nothing scheduled"
             return out
@@ -183,16 +183,16 @@ class Engine:
         self._dispatcher.flush()
         return out
 
-    def _sample(self, logits: object, seqs: list[Sequence]) -> list[int | Exception]:
+    def _sample(self, logits: np.ndarray, seqs: list[Sequence]) -> list[int | Exception]:
         """Sample the batch at once; if that raises, row by row so one bad request fails alone."""
         try:
-            return list(sample_next_tokens(logits, seqs))  # type: ignore[arg-type]
+            return list(sample_next_tokens(logits, seqs))
         except Exception:
             log.exception("batch sampling failed; sampling row by row to isolate the request")
         tokens: list[int | Exception] = []
         for i, seq in enumerate(seqs):
             try:
-                tokens.append(sample_next_tokens(logits[i:i + 1], [seq])[0])  # type: ignore[index]
+                tokens.append(sample_next_tokens(logits[i:i + 1], [seq])[0])
             except Exception as exc:
                 tokens.append(exc)
         return tokens
