@@ -29,7 +29,7 @@ def refuse_media_parts(body: ChatCompletionRequest) -> None:
     for i, message in enumerate(body.messages):
         for j, kind in message.media_parts():
             raise RequestError(f"{_MEDIA_REFUSALS[kind]} not supported by this model (messages[{i}].content[{j}] "
-                               f"is a {kind!r} part)", 'send text only: a string, or parts {"type": "text", ...}',
+                               f"has type {kind!r})", 'send text only: a string, or parts {"type": "text", ...}',
                                param=f"messages.{i}.content.{j}")
 
 
