@@ -11,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import base64
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from edgeopt.errors import RequestError
 from edgeopt.server.length_batches import DEFAULT_MAX_TOKENS, length_sorted_batches
 from edgeopt.server.request_prep import check_model_name
+from edgeopt.server.schemas import Text, valid_unicode
 from edgeopt.server.state import ServerState
 
 router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
@@ -30,11 +31,11 @@ BATCHER_KEY = "embedding_batcher"
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    model: str
-    input: str | list[str] | list[int] | list[list[int]]
+    model: Text
+    input: Annotated[str | list[str] | list[int] | list[list[int]], AfterValidator(valid_unicode)]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
-    user: str | None = None
+    user: Text | None = None
 
 
 @dataclass

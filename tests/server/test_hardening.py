@@ -215,3 +215,19 @@ def test_item9_tiny_and_huge_values_inside_the_range_are_honoured(live: LiveServ
     response = post_raw(live, "/v1/completions", body)
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["completion_tokens"] == 3
+
+
+def test_item3_lone_surrogate_in_embeddings_input_is_a_400() -> None:
+    """Same bug class on /v1/embeddings: refused while the body is parsed, before any model runs."""
+    from edgeopt.server.state import ServedModel
+
+    app = create_app(ServerSettings(model_names=(MODEL,), kind="embedding"),
+                     served=ServedModel(context_length=8, tokenizer=None))
+    live = start_live_server(app)
+    try:
+        for body, param in [({"model": MODEL, "input": "a\ud800"}, "input"),
+                            ({"model": MODEL, "input": ["ok", "\udfff"]}, "input"),
+                            ({"model": "\ud800", "input": "x"}, "model")]:
+            refused(post_raw(live, "/v1/embeddings", body), param, "lone UTF-16 surrogate")
+    finally:
+        live.stop()
