@@ -90,8 +90,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-_JSON_TYPE_NAMES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
-                    bool: "a boolean", type(None): "null"}
+_JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 _NOT_AN_OBJECT = "request body must be a JSON object of request parameters"
 
 
@@ -132,7 +131,7 @@ def _describe_body_error(kind: str, err: dict[str, Any]) -> str:
         return f"{_NOT_AN_OBJECT}; the body was not read as JSON: send Content-Type: application/json"
     if value is None:
         return f"{_NOT_AN_OBJECT}, got null"
-    if type(value) in _JSON_TYPE_NAMES and not isinstance(value, dict):
+    if type(value) in _JSON_TYPE_NAMES:
         return f"{_NOT_AN_OBJECT}, got {_JSON_TYPE_NAMES[type(value)]} ({_shown(value)})"
     return f"request body is invalid: {err.get('msg', '')}"
 
