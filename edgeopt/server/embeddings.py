@@ -11,16 +11,16 @@ from __future__ import annotations
 import asyncio
 import base64
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Request
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from edgeopt.errors import RequestError
 from edgeopt.server.length_batches import DEFAULT_MAX_TOKENS, length_sorted_batches
 from edgeopt.server.request_prep import check_model_name
-from edgeopt.server.schemas import Text, valid_unicode
+from edgeopt.server.schemas import Text
 from edgeopt.server.state import ServerState
 
 router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
@@ -32,7 +32,7 @@ class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     model: Text
-    input: Annotated[str | list[str] | list[int] | list[list[int]], AfterValidator(valid_unicode)]
+    input: Text | list[Text] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
     user: Text | None = None

@@ -72,17 +72,25 @@ def describe_validation_errors(errors: list[dict[str, Any]], body: Any = None) -
 
 
 def _matching_union_branch_first(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A union (``str | list[TextPart]``) reports one error per branch. When one branch's type matched,
-    its error is deeper (messages.0.content.0.text) than the others' type mismatches
-    (messages.0.content: "should be a valid string"): report the deeper one, drop the mismatches."""
+    """A union (``str | list[ContentPart]``) reports one error per branch. The branch whose type matched
+    failed for another reason ("lone surrogate") or deeper (messages.0.content.0.text), unlike the other
+    branches' mismatches ("should be a valid string"): report that one, drop the mismatches."""
     param = error_param(errors[0])
     if param is None:
         return errors
-    deeper = [e for e in errors if (error_param(e) or "").startswith(param + ".")]
-    mismatches = [e for e in errors if error_param(e) == param and str(e.get("type", "")).endswith("_type")]
-    if not deeper or not mismatches:
-        return errors
-    return [e for e in errors if not any(e is m for m in mismatches)]
+
+    def under(e: dict[str, Any]) -> bool:
+        return error_param(e) == param or (error_param(e) or "").startswith(param + ".")
+
+    def is_type_error(e: dict[str, Any]) -> bool:
+        return str(e.get("type", "")).endswith("_type")
+
+    if any(under(e) and not is_type_error(e) for e in errors):
+        return [e for e in errors if not (under(e) and is_type_error(e))]
+    shallow = [e for e in errors if error_param(e) == param]
+    if len(shallow) < len([e for e in errors if under(e)]):  # a branch matched deeper down
+        return [e for e in errors if not any(e is m for m in shallow)]
+    return errors
 
 
 def _shown(value: Any) -> str:

@@ -25,11 +25,12 @@ def _first_lone_surrogate(value: Any) -> str | None:
     if isinstance(value, str):
         found = _LONE_SURROGATE.search(value)
         return None if found is None else f"{found.group()!r} at character {found.start()}"
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        where = _first_lone_surrogate(key) or _first_lone_surrogate(item)
-        if where is not None:
-            return where
+    children = [*value, *value.values()] if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for child in children:
+        if isinstance(child, (str, list, dict)):
+            where = _first_lone_surrogate(child)
+            if where is not None:
+                return where
     return None
 
 
@@ -65,7 +66,7 @@ class GenerationFields(BaseModel):
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: dict[str, float] | None = None
-    stop: Annotated[str | list[str] | None, AfterValidator(valid_unicode)] = None
+    stop: Text | list[Text] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     stream: bool = False
@@ -90,7 +91,7 @@ class GenerationFields(BaseModel):
 
 
 class CompletionRequest(GenerationFields):
-    prompt: Annotated[str | list[int] | list[str], AfterValidator(valid_unicode)]
+    prompt: Text | list[int] | list[Text]
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
@@ -148,7 +149,7 @@ class ChatMessage(BaseModel):
     # extra="allow": templates may read fields such as ``name``; they pass through untouched.
     model_config = ConfigDict(extra="allow", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Annotated[str | list[ContentPart] | None, AfterValidator(valid_unicode)] = None
+    content: Text | list[ContentPart] | None = None
 
     @model_validator(mode="after")
     def _extras_are_valid_unicode(self) -> ChatMessage:

@@ -130,8 +130,8 @@ def test_item3_negative_seed_is_an_int64_seed_and_past_int64_is_refused(live: Li
 
 @pytest.mark.parametrize("path,body,param", [
     ("/v1/completions", {"model": MODEL, "prompt": "\ud800"}, "prompt"),
-    ("/v1/completions", {"model": MODEL, "prompt": ["ok", "\ud800"]}, "prompt"),
-    ("/v1/completions", {"model": MODEL, "prompt": "x", "stop": ["\udfff"]}, "stop"),
+    ("/v1/completions", {"model": MODEL, "prompt": ["ok", "\ud800"]}, "prompt.1"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "stop": ["\udfff"]}, "stop.0"),
     ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi \ud800"}]},
      "messages.0.content"),
     ("/v1/chat/completions", {"model": MODEL, "messages": [
@@ -226,7 +226,7 @@ def test_item3_lone_surrogate_in_embeddings_input_is_a_400() -> None:
     live = start_live_server(app)
     try:
         for body, param in [({"model": MODEL, "input": "a\ud800"}, "input"),
-                            ({"model": MODEL, "input": ["ok", "\udfff"]}, "input"),
+                            ({"model": MODEL, "input": ["ok", "\udfff"]}, "input.1"),
                             ({"model": "\ud800", "input": "x"}, "model")]:
             refused(post_raw(live, "/v1/embeddings", body), param, "lone UTF-16 surrogate")
     finally:
