@@ -4,6 +4,11 @@ Threads: ``add_request`` / ``abort`` run on the server's event loop and only app
 is ever held across a decode, so the loop never blocks on the model). The engine thread owns the
 scheduler, the sequences and the runtime; it drains the inbox, runs one step, samples, and hands the
 step's text deltas back to each request's event loop in one callback.
+
+Failure containment: no request can stop the thread. A runtime, sampling or detokenizing failure ends
+the requests it touched with finish_reason="error" (the server turns that into a 500 body or a final SSE
+error event) and the others go on; a scheduling failure (an engine bug: its bookkeeping can no longer
+be trusted) ends every request the scheduler holds with "error" and continues on a fresh scheduler.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import logging
 import threading
 import time
 from collections import deque
+
+import numpy as np
 
 from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, SamplingParams
 from edgeopt.engine.outputs import RequestTracker
@@ -43,6 +50,8 @@ class Engine:
         self._trackers: dict[str, RequestTracker] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._scheduled_ids: set[str] = set()  # handed to the scheduler (not only in the inbox)
+        self.failure: str | None = None  # why the engine thread died, if it did (for /health)
         self._steps_total = 0
         self.prefill_tokens_total = 0
         self.generated_tokens_total = 0
@@ -67,7 +76,7 @@ class Engine:
         if self._thread is not None:
             self._thread.join()
         else:
-            self._abort_everything()
+            self._end_everything("abort")
         if close_runtime:
             self.runtime.close()
 
@@ -77,6 +86,9 @@ class Engine:
         validate_request(prompt_ids, params, self.runtime.info.vocab_size, self.context_tokens)
         if self._stopping:
             raise BackendError("the engine is shutting down", "retry against a running server")
+        if self._thread is not None and not self._thread.is_alive():
+            raise BackendError(f"the engine thread is not running ({self.failure or 'it stopped'})",
+                               "restart the server; see its log")
         if self._num_waiting() >= self.config.max_waiting:
             raise OverloadedError(f"{self._num_waiting()} requests are already waiting (limit "
                                   f"{self.config.max_waiting})", "retry later")
@@ -115,21 +127,31 @@ class Engine:
     # --- the engine thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
+        reason = "abort"
         try:
             while not self._stopping:
-                self._wakeup.clear()
-                self._drain_inbox()
-                if not self._scheduler.has_work:
-                    self._wakeup.wait(_IDLE_WAIT_S)
-                    continue
-                self.step()
-        except Exception:  # a bug in the engine itself: fail loudly, but end every stream
-            log.exception("engine thread crashed")
+                try:
+                    self._wakeup.clear()
+                    self._drain_inbox()
+                    if not self._scheduler.has_work:
+                        self._wakeup.wait(_IDLE_WAIT_S)
+                        continue
+                    self.step()
+                except Exception as exc:  # a bug in the engine's own bookkeeping: contain it, keep serving
+                    log.exception("engine step failed; failing the requests the scheduler holds")
+                    self._restart_scheduler(_describe(exc))
+        except BaseException as exc:  # noqa: BLE001 - fatal (the process is exiting): end every stream
+            self.failure = _describe(exc)
+            reason = "error"
+            log.exception("engine thread stopped by %s", self.failure)
         finally:
-            self._abort_everything()
+            self._end_everything(reason, self.failure)
 
     def step(self) -> SchedulerOutput:
-        """Schedule, run one forward pass, sample, stream. Public for tests that drive it by hand."""
+        """Schedule, run one forward pass, sample, stream. Public for tests that drive it by hand.
+
+        A runtime, sampling or detokenizing failure fails the requests concerned here; anything else
+        (scheduling) propagates to the thread loop, which restarts the scheduler."""
         out = self._scheduler.schedule()
         if not out.chunks:
             assert not self._scheduler.running, "running sequences but nothing scheduled"
@@ -140,7 +162,7 @@ class Engine:
         except Exception as exc:
             log.exception("runtime step failed; failing the %d requests in the batch", len(batch))
             for chunk in out.chunks:
-                self._finish(chunk.seq, SequenceState.ABORTED, "error", error=str(exc))
+                self._fail(chunk.seq, exc)
             self._dispatcher.flush()
             return out
         self._steps_total += 1
@@ -149,10 +171,31 @@ class Engine:
         # Prefill work: prompt chunks and recomputation after preemption (anything but a 1-token decode).
         self.prefill_tokens_total += sum(len(c.tokens) for c in out.chunks
                                          if len(c.tokens) > 1 or c.start_pos < len(c.seq.prompt_ids))
-        for seq, token in zip(sampled, sample_next_tokens(logits, sampled)):
-            self._append_token(seq, token)
+        for seq, token in zip(sampled, self._sample(logits, sampled)):
+            if isinstance(token, Exception):
+                self._fail(seq, token)
+                continue
+            try:
+                self._append_token(seq, token)
+            except Exception as exc:  # detokenizer / stop-string matcher: only this request fails
+                log.exception("finishing token %d of request %s failed", token, seq.request_id)
+                self._fail(seq, exc)
         self._dispatcher.flush()
         return out
+
+    def _sample(self, logits: np.ndarray, seqs: list[Sequence]) -> list[int | Exception]:
+        """Sample the batch at once; if that raises, row by row so one bad request fails alone."""
+        try:
+            return list(sample_next_tokens(logits, seqs))
+        except Exception:
+            log.exception("batch sampling failed; sampling row by row to isolate the request")
+        tokens: list[int | Exception] = []
+        for i, seq in enumerate(seqs):
+            try:
+                tokens.append(sample_next_tokens(logits[i:i + 1], [seq])[0])
+            except Exception as exc:
+                tokens.append(exc)
+        return tokens
 
     def _append_token(self, seq: Sequence, token: int) -> None:
         tracker = self._trackers[seq.request_id]
@@ -170,6 +213,7 @@ class Engine:
             kind, item = self._inbox.popleft()
             if kind == "add":
                 self._scheduler.add(item.seq)  # type: ignore[attr-defined]
+                self._scheduled_ids.add(item.seq.request_id)  # type: ignore[attr-defined]
             else:
                 tracker = self._trackers.get(item)  # type: ignore[arg-type]
                 if tracker is not None and not tracker.seq.state.is_done:
@@ -182,20 +226,52 @@ class Engine:
         self._forget(seq.request_id)
         self._dispatcher.push(tracker.stream, tracker.final_output(reason, error))
 
+    def _fail(self, seq: Sequence, exc: Exception) -> None:
+        self._finish(seq, SequenceState.ABORTED, "error", error=_describe(exc))
+
     def _forget(self, request_id: str) -> None:
+        self._scheduled_ids.discard(request_id)
         with self._registry_lock:
             self._trackers.pop(request_id, None)
 
-    def _abort_everything(self) -> None:
-        self._drain_inbox()
+    def _restart_scheduler(self, error: str) -> None:
+        """End every request the scheduler was given with "error", then continue on a fresh scheduler
+        and empty runtime slots (the old accounting may disagree with the runtime's KV)."""
         with self._registry_lock:
-            seqs = [t.seq for t in self._trackers.values()]
-        for seq in seqs:
-            self._finish(seq, SequenceState.ABORTED, "abort")
+            trackers = [t for rid, t in self._trackers.items() if rid in self._scheduled_ids]
+        self._scheduler = Scheduler(self.config, release_slot=self.runtime.release)
+        for slot in range(self.config.max_running):
+            try:
+                self.runtime.release(slot)
+            except Exception:  # noqa: BLE001 - a runtime that cannot even release: later steps will say so
+                log.exception("releasing runtime slot %d after a scheduling failure failed", slot)
+        for tracker in trackers:
+            tracker.seq.state, tracker.seq.finish_reason, tracker.seq.slot = SequenceState.ABORTED, "error", None
+            self._forget(tracker.seq.request_id)
+            self._dispatcher.push(tracker.stream, tracker.final_output("error", error))
         self._dispatcher.flush()
+
+    def _end_everything(self, reason: str, error: str | None = None) -> None:
+        """The thread is leaving: every unfinished request ends ("abort" on shutdown, "error" on a crash)."""
+        try:
+            self._drain_inbox()
+            with self._registry_lock:
+                seqs = [t.seq for t in self._trackers.values()]
+            for seq in seqs:
+                self._finish(seq, SequenceState.ABORTED, reason, error=error)
+        finally:  # even if the scheduler is broken, no stream may be left waiting forever
+            with self._registry_lock:
+                leftover, self._trackers = list(self._trackers.values()), {}
+            for tracker in leftover:
+                self._dispatcher.push(tracker.stream, tracker.final_output(reason, error))
+            self._dispatcher.flush()
 
     def _num_waiting(self) -> int:
         return len(self._scheduler.waiting) + sum(1 for kind, _ in list(self._inbox) if kind == "add")
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def check_config(config: EngineConfig, runtime: Runtime) -> None:

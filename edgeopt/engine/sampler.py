@@ -3,6 +3,12 @@
 Order, as in llama.cpp and vLLM: repetition / presence / frequency penalties -> logit_bias ->
 temperature (0 = greedy) -> top-k -> top-p -> min-p -> draw with the request's own generator.
 A batch where every row is plain greedy takes one vectorised ``argmax``.
+
+Total for any input: whatever the logits hold (NaN, +-inf, overflow after a penalty) and whatever the
+parameters (validation bounds them, but the sampler does not rely on it), a valid token id of the row
+comes back. NaN counts as -inf. A row whose best logit is +inf or that has no finite logit cannot be
+normalised into a distribution, so it falls back to greedy: the first +inf token, or token 0 when
+every logit is -inf/NaN (a defined, reproducible choice; the runtime produced no usable scores).
 """
 
 from __future__ import annotations
@@ -32,17 +38,31 @@ def sample_next_tokens(logits: np.ndarray, seqs: list[Sequence]) -> list[int]:
     if not seqs:
         return []
     if all(is_plain_greedy(s.params) for s in seqs):
-        return np.argmax(logits, axis=1).tolist()
+        return _batch_argmax(logits)
     return [sample_row(logits[i], seq) for i, seq in enumerate(seqs)]
 
 
 def sample_row(row: np.ndarray, seq: Sequence) -> int:
     params = seq.params
-    if needs_logit_processing(params):
-        row = apply_penalties_and_bias(row.astype(np.float64), seq)
-    if params.temperature == 0.0:
-        return int(np.argmax(row))
-    return _draw(row.astype(np.float64) / params.temperature, params, seq.rng)
+    # Overflow (x / 5e-324), inf - inf and 0 * inf are expected on degenerate rows and handled below.
+    with np.errstate(all="ignore"):
+        row = np.array(row, dtype=np.float64)  # a copy: the runtime's buffer is never modified
+        if needs_logit_processing(params):
+            row = apply_penalties_and_bias(row, seq)
+        row[np.isnan(row)] = -np.inf
+        best = row.max()
+        if not params.temperature > 0.0 or not np.isfinite(best):
+            return greedy(row)
+        # Centre on the best logit before dividing: values become <= 0, so a tiny temperature sends
+        # the others to -inf (probability 0) instead of overflowing the best one to +inf (NaN after exp).
+        scaled = (row - best) / params.temperature
+        scaled[np.isnan(scaled)] = -np.inf  # -inf / inf
+        return _draw(scaled, params, seq.rng)
+
+
+def greedy(row: np.ndarray) -> int:
+    """argmax with NaN treated as -inf; token 0 when nothing is finite or +inf."""
+    return int(np.argmax(np.where(np.isnan(row), -np.inf, row)))
 
 
 def apply_penalties_and_bias(row: np.ndarray, seq: Sequence) -> np.ndarray:
@@ -62,12 +82,22 @@ def apply_penalties_and_bias(row: np.ndarray, seq: Sequence) -> np.ndarray:
     return row
 
 
+def _batch_argmax(logits: np.ndarray) -> list[int]:
+    tokens = np.argmax(logits, axis=1)
+    # np.argmax stops at the first NaN of a row, so a NaN pick marks exactly the rows that hold one.
+    chosen = logits[np.arange(logits.shape[0]), tokens]
+    for i in np.flatnonzero(np.isnan(chosen)):
+        tokens[i] = greedy(logits[i])
+    return tokens.tolist()
+
+
 def _draw(scaled: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
+    """Sample from ``scaled`` (finite-or--inf values, max exactly 0) after top-k / top-p / min-p."""
     candidates = _candidate_ids(scaled, params.top_k)
     values = scaled[candidates]
     order = np.argsort(-values, kind="stable")
     candidates, values = candidates[order], values[order]
-    probs = np.exp(values - values[0])
+    probs = np.exp(values)  # values[0] == 0: probs[0] == 1, the sum is finite and >= 1
     probs /= probs.sum()
     keep = len(probs)
     if params.top_p < 1.0:
@@ -75,6 +105,7 @@ def _draw(scaled: np.ndarray, params: SamplingParams, rng: np.random.Generator) 
         keep = min(keep, int(np.searchsorted(np.cumsum(probs), params.top_p, side="left")) + 1)
     if params.min_p > 0.0:
         keep = min(keep, int(np.count_nonzero(probs >= params.min_p * probs[0])))
+    keep = max(keep, 1)  # the best token always survives, whatever top_p / min_p say
     cumulative = np.cumsum(probs[:keep])
     index = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
     return int(candidates[min(index, keep - 1)])
@@ -84,4 +115,4 @@ def _candidate_ids(scaled: np.ndarray, top_k: int) -> np.ndarray:
     vocab = scaled.shape[0]
     if 0 < top_k < vocab:
         return np.argpartition(-scaled, top_k - 1)[:top_k]
-    return np.flatnonzero(scaled >= scaled.max() - _NEGLIGIBLE_LOGIT_GAP)
+    return np.flatnonzero(scaled >= -_NEGLIGIBLE_LOGIT_GAP)

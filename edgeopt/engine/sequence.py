@@ -17,6 +17,12 @@ import numpy as np
 from edgeopt.engine.api import SamplingParams
 
 
+def generator_seed(seed: int | None) -> int | None:
+    """numpy wants a non-negative seed; OpenAI's is any int64. Two's complement maps int64 one-to-one
+    onto uint64, so -1 is a seed of its own (validation refuses values outside int64)."""
+    return None if seed is None else seed % 2**64
+
+
 class SequenceState(str, Enum):
     WAITING = "waiting"  # queued, never ran
     PREFILLING = "prefilling"  # holds a slot, pending tokens > 1
@@ -44,7 +50,7 @@ class Sequence:
         self.finish_reason: str | None = None
         self.preemptions = 0
         # Per-request generator: the same seed gives the same samples whatever the batch around it.
-        self.rng = np.random.default_rng(params.seed)
+        self.rng = np.random.default_rng(generator_seed(params.seed))
 
     @property
     def all_ids(self) -> list[int]:

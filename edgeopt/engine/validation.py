@@ -1,11 +1,49 @@
-"""Check a request before it is queued: every refusal names the value and the fix (OpenAI-style 400)."""
+"""Check a request before it is queued: every refusal names the value and the fix (OpenAI-style 400).
+
+The accepted ranges live here, once: the server's schemas only parse types, so a value is refused with
+the same message whoever calls the engine. The policy is *refuse, never clamp*: a value outside its
+range, NaN or +-Infinity is a 400 naming the parameter and the range; a value inside it is honoured
+exactly (the sampler is numerically safe at every in-range value, e.g. temperature=5e-324 is computed
+as the greedy limit it is, not as inf/NaN).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from edgeopt.engine.api import SamplingParams
 from edgeopt.errors import ContextOverflowError, RequestError
 
-MAX_STOP_STRINGS = 16
+MAX_STOP_STRINGS = 4  # OpenAI's limit
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+LOGIT_BIAS_LIMIT = 100.0
+_MAX_TOKEN_ID_DIGITS = 18  # longer ASCII-digit keys are outside any vocabulary (and int() of 5000 digits raises)
+
+
+@dataclass(frozen=True)
+class FloatRange:
+    low: float
+    high: float
+    low_open: bool = False  # (low, high] instead of [low, high]
+    note: str = ""
+
+    def contains(self, value: float) -> bool:  # False for NaN: every comparison with NaN is False
+        above_low = value > self.low if self.low_open else value >= self.low
+        return above_low and value <= self.high
+
+    def rule(self) -> str:
+        return f"must be a number in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]{self.note}"
+
+
+SAMPLING_RANGES: dict[str, FloatRange] = {
+    "temperature": FloatRange(0.0, 2.0, note=" (0 is greedy)"),
+    "top_p": FloatRange(0.0, 1.0, low_open=True),
+    "min_p": FloatRange(0.0, 1.0),
+    # Below 0.01 a penalty multiplies seen tokens' logits by > 100: no longer a penalty, only overflow.
+    "repetition_penalty": FloatRange(0.01, 100.0, note=" (1 disables; below 1 favours repetition)"),
+    "presence_penalty": FloatRange(-2.0, 2.0),
+    "frequency_penalty": FloatRange(-2.0, 2.0),
+}
 
 
 def validate_request(prompt_ids: list[int], params: SamplingParams, vocab_size: int, context_tokens: int) -> None:
@@ -23,18 +61,19 @@ def validate_request(prompt_ids: list[int], params: SamplingParams, vocab_size: 
             f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the context "
             f"({context_tokens} tokens)",
             "shorten the prompt or lower max_tokens", param="max_tokens")
-    _validate_sampling(params, vocab_size)
+    validate_sampling(params, vocab_size)
 
 
-def _validate_sampling(params: SamplingParams, vocab_size: int) -> None:
+def validate_sampling(params: SamplingParams, vocab_size: int) -> None:
+    """Every sampling parameter inside its range (SAMPLING_RANGES and the integer rules below)."""
+    for name, allowed in SAMPLING_RANGES.items():
+        value = getattr(params, name)
+        if not allowed.contains(value):
+            raise RequestError(f"{name}={value!r} is invalid", allowed.rule(), param=name)
     checks = [
-        (params.temperature >= 0, "temperature", params.temperature, "must be >= 0 (0 is greedy)"),
-        (0 < params.top_p <= 1, "top_p", params.top_p, "must be in (0, 1]"),
         (params.top_k >= 0, "top_k", params.top_k, "must be >= 0 (0 disables)"),
-        (0 <= params.min_p <= 1, "min_p", params.min_p, "must be in [0, 1]"),
-        (params.repetition_penalty > 0, "repetition_penalty", params.repetition_penalty, "must be > 0"),
-        (-2 <= params.presence_penalty <= 2, "presence_penalty", params.presence_penalty, "must be in [-2, 2]"),
-        (-2 <= params.frequency_penalty <= 2, "frequency_penalty", params.frequency_penalty, "must be in [-2, 2]"),
+        (params.seed is None or INT64_MIN <= params.seed <= INT64_MAX, "seed", params.seed,
+         f"must be a 64-bit signed integer ({INT64_MIN}..{INT64_MAX}) or null"),
         (len(params.stop) <= MAX_STOP_STRINGS, "stop", len(params.stop), f"at most {MAX_STOP_STRINGS} strings"),
         (all(isinstance(s, str) and s for s in params.stop), "stop", params.stop, "stop strings must be non-empty"),
     ]
@@ -42,13 +81,33 @@ def _validate_sampling(params: SamplingParams, vocab_size: int) -> None:
         if not ok:
             raise RequestError(f"{name}={value!r} is invalid", rule, param=name)
     for token, bias in params.logit_bias.items():
-        if not 0 <= int(token) < vocab_size:
-            raise RequestError(f"logit_bias token id {token} is outside the vocabulary (0..{vocab_size - 1})",
-                               "use this model's token ids", param="logit_bias")
-        if not -100 <= bias <= 100:
-            raise RequestError(f"logit_bias[{token}]={bias} is invalid", "biases must be in [-100, 100]",
+        _check_token_id(token, vocab_size, "logit_bias")
+        if not -LOGIT_BIAS_LIMIT <= bias <= LOGIT_BIAS_LIMIT:
+            raise RequestError(f"logit_bias[{token}]={bias} is invalid",
+                               f"biases must be numbers in [-{LOGIT_BIAS_LIMIT:g}, {LOGIT_BIAS_LIMIT:g}]",
                                param="logit_bias")
     for token in params.stop_token_ids:
-        if not 0 <= token < vocab_size:
-            raise RequestError(f"stop_token_ids entry {token} is outside the vocabulary (0..{vocab_size - 1})",
-                               "use this model's token ids", param="stop_token_ids")
+        _check_token_id(token, vocab_size, "stop_token_ids")
+
+
+def parse_logit_bias(raw: dict[str, float], vocab_size: int) -> dict[int, float]:
+    """OpenAI's logit_bias has string keys; each must be a token id in ASCII digits ("1234").
+
+    ``str.isdigit`` alone would accept "١٢" (Arabic-Indic digits, which ``int`` reads as 12): refused, so a
+    key means the same token id to every client and proxy."""
+    parsed: dict[int, float] = {}
+    for key, bias in raw.items():
+        if not (key.isascii() and key.isdigit()):
+            raise RequestError(f"logit_bias key {key!r} is not a token id",
+                               'keys are token ids written in ASCII digits, e.g. {"1234": -100}', param="logit_bias")
+        if len(key) > _MAX_TOKEN_ID_DIGITS:
+            raise RequestError(f"logit_bias token id {key[:24]}... is outside the vocabulary (0..{vocab_size - 1})",
+                               "use this model's token ids", param="logit_bias")
+        parsed[int(key)] = bias
+    return parsed
+
+
+def _check_token_id(token: int, vocab_size: int, param: str) -> None:
+    if not 0 <= token < vocab_size:
+        raise RequestError(f"{param} token id {token} is outside the vocabulary (0..{vocab_size - 1})",
+                           "use this model's token ids", param=param)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from edgeopt.errors import RequestError
 from edgeopt.server.length_batches import DEFAULT_MAX_TOKENS, length_sorted_batches
 from edgeopt.server.request_prep import check_model_name
+from edgeopt.server.schemas import Text
 from edgeopt.server.state import ServerState
 
 router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
@@ -30,11 +31,11 @@ BATCHER_KEY = "embedding_batcher"
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    model: str
-    input: str | list[str] | list[int] | list[list[int]]
+    model: Text
+    input: Text | list[Text] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
-    user: str | None = None
+    user: Text | None = None
 
 
 @dataclass

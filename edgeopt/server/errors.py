@@ -54,13 +54,14 @@ def error_param(err: dict[str, Any]) -> str | None:
     return ".".join(str(p) for p in err.get("loc", ()) if p != "body" and not _is_type_tag(p)) or None
 
 
-def describe_validation_errors(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
-    """All pydantic errors -> one message about the first bad field (union branches merged), and param."""
+def describe_validation_errors(errors: list[dict[str, Any]], body: Any = None) -> tuple[str, str | None]:
+    """All pydantic errors -> one message about the first bad field (union branches merged), and param.
+    ``body`` is what FastAPI read (the JSON text when it did not parse): it locates a JSON syntax error."""
     if not errors:
         return "invalid request", None
-    param = error_param(errors[0])
+    errors = _matching_union_branch_first(errors)
+    message, param = describe_validation_error(errors[0], body)
     same = [e for e in errors if error_param(e) == param]
-    message, _ = describe_validation_error(errors[0])
     if len(same) > 1:  # a union: say every shape that was expected, once
         expected = "; or ".join(dict.fromkeys(str(e.get("msg", "")) for e in same))
         message = f"invalid value for {param!r}: {expected} (got {_shown(errors[0].get('input'))})"
@@ -70,26 +71,77 @@ def describe_validation_errors(errors: list[dict[str, Any]]) -> tuple[str, str |
     return message, param
 
 
+def _matching_union_branch_first(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A union (``str | list[ContentPart]``) reports one error per branch. The branch whose type matched
+    failed for another reason ("lone surrogate") or deeper (messages.0.content.0.text), unlike the other
+    branches' mismatches ("should be a valid string"): report that one, drop the mismatches."""
+    param = error_param(errors[0])
+    if param is None:
+        return errors
+
+    def under(e: dict[str, Any]) -> bool:
+        return error_param(e) == param or (error_param(e) or "").startswith(param + ".")
+
+    def is_type_error(e: dict[str, Any]) -> bool:
+        return str(e.get("type", "")).endswith("_type")
+
+    if any(under(e) and not is_type_error(e) for e in errors):
+        return [e for e in errors if not (under(e) and is_type_error(e))]
+    shallow = [e for e in errors if error_param(e) == param]
+    if len(shallow) < len([e for e in errors if under(e)]):  # a branch matched deeper down
+        return [e for e in errors if not any(e is m for m in shallow)]
+    return errors
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def describe_validation_error(err: dict[str, Any]) -> tuple[str, str | None]:
+_JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+_NOT_AN_OBJECT = "request body must be a JSON object of request parameters"
+
+
+def describe_validation_error(err: dict[str, Any], body: Any = None) -> tuple[str, str | None]:
     """One pydantic error -> (message naming the field and the offending value, param)."""
-    param = error_param(err)
     kind = err.get("type", "")
-    if kind == "json_invalid":
-        detail = err.get("ctx", {}).get("error", err.get("msg", ""))
-        return f"request body is not valid JSON: {detail}", None
+    if kind == "json_invalid":  # FastAPI puts the character offset in loc: a position, not a parameter
+        return f"request body is not valid JSON: {_json_syntax_error(err, body)}", None
+    param = error_param(err)
+    if param is None:
+        return _describe_body_error(kind, err), None
     if kind == "missing":
         return f"missing required parameter {param!r}", param
     if kind == "extra_forbidden":
         return f"parameter {param!r} is not supported by this server", param
-    if param is None:
-        return f"request body is invalid: {err.get('msg', '')}", None
     msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
     return f"invalid value for {param!r}: {msg} (got {_shown(err.get('input'))})", param
+
+
+def _json_syntax_error(err: dict[str, Any], body: Any) -> str:
+    detail = str(err.get("ctx", {}).get("error", err.get("msg", "")))
+    loc = err.get("loc", ())
+    offset = loc[-1] if loc and isinstance(loc[-1], int) else None
+    if offset is None or not isinstance(body, str):
+        return detail
+    line = body.count("\n", 0, offset) + 1
+    column = offset - body.rfind("\n", 0, offset)
+    return f"{detail} at line {line} column {column} (character {offset})"
+
+
+def _describe_body_error(kind: str, err: dict[str, Any]) -> str:
+    """An error about the body as a whole (no field to name): empty, or not a JSON object."""
+    if kind == "missing":
+        return ("request body is empty; send a JSON object of request parameters, "
+                "e.g. {\"model\": ..., \"prompt\": ...}")
+    value = err.get("input")
+    if isinstance(value, (bytes, bytearray)):
+        return f"{_NOT_AN_OBJECT}; the body was not read as JSON: send Content-Type: application/json"
+    if value is None:
+        return f"{_NOT_AN_OBJECT}, got null"
+    if type(value) in _JSON_TYPE_NAMES:
+        return f"{_NOT_AN_OBJECT}, got {_JSON_TYPE_NAMES[type(value)]} ({_shown(value)})"
+    return f"request body is invalid: {err.get('msg', '')}"
 
 
 def install_error_handlers(app: FastAPI, count_error: Any) -> None:
@@ -103,7 +155,7 @@ def install_error_handlers(app: FastAPI, count_error: Any) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         count_error(400)
-        message, param = describe_validation_errors(list(exc.errors()))
+        message, param = describe_validation_errors(list(exc.errors()), exc.body)
         return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)

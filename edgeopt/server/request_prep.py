@@ -7,6 +7,7 @@ Context checks happen here, before the request is queued, so the client hears bo
 from __future__ import annotations
 
 from edgeopt.engine.api import SamplingParams
+from edgeopt.engine.validation import parse_logit_bias, validate_sampling
 from edgeopt.errors import ContextOverflowError, ModelNameError, RequestError
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationFields
 from edgeopt.server.state import ServedModel, ServerState
@@ -18,6 +19,18 @@ def check_model_name(state: ServerState, name: str) -> None:
     if name not in state.settings.model_names:
         raise ModelNameError(f"model {name!r} is not served here", f"use model={state.model_id!r} "
                              "(GET /v1/models lists it)", param="model")
+
+
+_MEDIA_REFUSALS = {"image_url": "images are", "input_audio": "audio is", "file": "files are"}
+
+
+def refuse_media_parts(body: ChatCompletionRequest) -> None:
+    """This server generates from text only: say so for the first image, audio or file part."""
+    for i, message in enumerate(body.messages):
+        for j, kind in message.media_parts():
+            raise RequestError(f"{_MEDIA_REFUSALS[kind]} not supported by this model (messages[{i}].content[{j}] "
+                               f"has type {kind!r})", 'send text only: a string, or parts {"type": "text", ...}',
+                               param=f"messages.{i}.content.{j}")
 
 
 def chat_prompt_ids(served: ServedModel, body: ChatCompletionRequest) -> list[int]:
@@ -61,15 +74,13 @@ def output_budget(requested: int | None, prompt_len: int, context: int, default:
 
 
 def sampling_params(body: GenerationFields, max_tokens: int, vocab_size: int) -> SamplingParams:
-    bias = {int(k): v for k, v in (body.logit_bias or {}).items()}
-    for token in [*bias, *(body.stop_token_ids or [])]:
-        if not 0 <= token < vocab_size:
-            raise RequestError(f"token id {token} is outside the vocabulary (0..{vocab_size - 1})",
-                               "use token ids from this model's tokenizer", param="logit_bias")
-    return SamplingParams(
+    """The engine's parameters; refused here (ranges: edgeopt.engine.validation) before anything is queued."""
+    params = SamplingParams(
         max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
         min_p=body.min_p, seed=body.seed, repetition_penalty=body.repetition_penalty,
         presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
-        logit_bias=bias, stop=body.stop_list(), stop_token_ids=list(body.stop_token_ids or []),
-        ignore_eos=body.ignore_eos,
+        logit_bias=parse_logit_bias(body.logit_bias or {}, vocab_size), stop=body.stop_list(),
+        stop_token_ids=list(body.stop_token_ids or []), ignore_eos=body.ignore_eos,
     )
+    validate_sampling(params, vocab_size)
+    return params

@@ -17,6 +17,9 @@ api = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.
 async def health(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.server
     if state.served is not None:
+        problem = state.engine_problem()
+        if problem is not None:  # loaded, but nothing would ever be generated: not healthy
+            return JSONResponse({"status": "error", "error": problem}, status_code=503)
         return JSONResponse({"status": "ok", "model": state.model_id})
     if state.load_error:
         return JSONResponse({"status": "error", "error": state.load_error}, status_code=503)

@@ -13,7 +13,8 @@ from edgeopt.errors import BackendError, EdgeoptError, RequestError
 from edgeopt.server.errors import error_body
 from edgeopt.server.openai_format import ResponseShape, usage
 from edgeopt.server.request_prep import (COMPLETIONS_DEFAULT_MAX_TOKENS, chat_prompt_ids, check_model_name,
-                                         completion_prompt_ids, output_budget, sampling_params)
+                                         completion_prompt_ids, output_budget, refuse_media_parts,
+                                         sampling_params)
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServerState
 from edgeopt.server.streaming import DONE, ClientGone, Generation, collect, sse, start_generation
@@ -40,6 +41,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     state: ServerState = request.app.state.server
     served = state.ready_model()
     check_model_name(state, body.model)
+    refuse_media_parts(body)
     prompt_ids = chat_prompt_ids(served, body)
     # Chat has no small default: the reply may use whatever the context leaves after the prompt.
     max_tokens = output_budget(body.output_limit(), len(prompt_ids), served.context_length, None,

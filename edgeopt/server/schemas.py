@@ -3,15 +3,46 @@
 Unknown fields are refused (``extra="forbid"``) so a client never believes a parameter took effect when
 it did not; fields the OpenAI API defines but this server cannot honour (n > 1, logprobs, echo, ...)
 are declared only to refuse values other than their neutral default with a precise message.
+
+Sampling parameters are only *parsed* here (types); their accepted ranges live in one place,
+:mod:`edgeopt.engine.validation`, which the routes apply before anything is queued.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-MAX_STOP_STRINGS = 4
+T = TypeVar("T")
+# JSON can spell a lone UTF-16 surrogate ("\\ud800"); json.loads keeps it, but it is not Unicode text:
+# encoding it for the tokenizer (or a response) raises. (A valid pair is joined into one character.)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _first_lone_surrogate(value: Any) -> str | None:
+    if isinstance(value, str):
+        found = _LONE_SURROGATE.search(value)
+        return None if found is None else f"{found.group()!r} at character {found.start()}"
+    children = [*value, *value.values()] if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for child in children:
+        if isinstance(child, (str, list, dict)):
+            where = _first_lone_surrogate(child)
+            if where is not None:
+                return where
+    return None
+
+
+def valid_unicode(value: T) -> T:
+    where = _first_lone_surrogate(value)
+    if where is not None:
+        raise ValueError(f"the text holds a lone UTF-16 surrogate {where}, which is not valid Unicode; "
+                         "send UTF-8 text (escape pairs such as \\ud83d\\ude00 must be complete)")
+    return value
+
+
+Text = Annotated[str, AfterValidator(valid_unicode)]
 
 
 class StreamOptions(BaseModel):
@@ -24,47 +55,30 @@ class GenerationFields(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    model: str
+    model: Text
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)  # vLLM/llama.cpp extension; 0 disables
-    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # vLLM/llama.cpp extension; 0 disables
+    min_p: float = 0.0
     seed: int | None = None
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(1.0, gt=0.0)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
     logit_bias: dict[str, float] | None = None
-    stop: str | list[str] | None = None
+    stop: Text | list[Text] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
-    user: str | None = None
+    user: Text | None = None
 
     @field_validator("n")
     @classmethod
     def _one_choice(cls, value: int) -> int:
         if value != 1:
             raise ValueError("only n=1 is supported (one choice per request); send several requests instead")
-        return value
-
-    @field_validator("stop")
-    @classmethod
-    def _few_stops(cls, value: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(value, list) and len(value) > MAX_STOP_STRINGS:
-            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(value)}")
-        return value
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _bias_keys_are_token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        for key, bias in (value or {}).items():
-            if not key.lstrip("-").isdigit() or int(key) < 0:
-                raise ValueError(f"logit_bias keys must be token ids, got {key!r}")
-            if not -100.0 <= bias <= 100.0:
-                raise ValueError(f"logit_bias values must be in [-100, 100], got {bias} for token {key}")
         return value
 
     def stop_list(self) -> list[str]:
@@ -77,7 +91,7 @@ class GenerationFields(BaseModel):
 
 
 class CompletionRequest(GenerationFields):
-    prompt: str | list[int] | list[str]
+    prompt: Text | list[int] | list[Text]
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
@@ -114,22 +128,43 @@ class CompletionRequest(GenerationFields):
         return value
 
 
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    type: Literal["text"]
-    text: str
+class ContentPart(BaseModel):
+    """One part of a message's content. Only text is used; image, audio and file parts are parsed (not a
+    type error about "text") so the route can refuse them by name: "images are not supported"."""
+
+    model_config = ConfigDict(extra="allow", strict=True)  # a media part's payload ("image_url": {...})
+    type: Literal["text", "image_url", "input_audio", "file"]
+    text: Text | None = None
+
+    @model_validator(mode="after")
+    def _text_part_is_text(self) -> ContentPart:
+        if self.type == "text" and self.text is None:
+            raise ValueError('a part of type "text" needs a "text" string')
+        if self.type == "text" and self.model_extra:
+            raise ValueError(f'a text part has only "type" and "text"; remove {sorted(self.model_extra)}')
+        return self
 
 
 class ChatMessage(BaseModel):
     # extra="allow": templates may read fields such as ``name``; they pass through untouched.
     model_config = ConfigDict(extra="allow", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: Text | list[ContentPart] | None = None
+
+    @model_validator(mode="after")
+    def _extras_are_valid_unicode(self) -> ChatMessage:
+        valid_unicode(self.model_extra or {})
+        return self
+
+    def media_parts(self) -> list[tuple[int, str]]:
+        """(index, type) of each content part that is not text."""
+        parts = self.content if isinstance(self.content, list) else []
+        return [(j, part.type) for j, part in enumerate(parts) if part.type != "text"]
 
     def as_template_dict(self) -> dict[str, Any]:
         data = self.model_dump(exclude_none=True)
-        if isinstance(self.content, list):
-            data["content"] = "".join(part.text for part in self.content)
+        if isinstance(self.content, list):  # media parts were refused before rendering (request_prep)
+            data["content"] = "".join(part.text or "" for part in self.content if part.type == "text")
         data.setdefault("content", "")
         return data
 

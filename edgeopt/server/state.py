@@ -56,10 +56,20 @@ class ServerState:
 
     def ready_model(self) -> ServedModel:
         if self.served is not None:
+            problem = self.engine_problem()
+            if problem is not None:
+                raise NotReadyError(problem, "restart the server; the cause is in its log")
             return self.served
         if self.load_error:
             raise NotReadyError(f"the model failed to load: {self.load_error}", "see the server log")
         raise NotReadyError("the model is still loading", "retry when GET /health returns 200")
+
+    def engine_problem(self) -> str | None:
+        """Why a loaded model cannot generate (its engine thread is gone), or None when it can."""
+        engine = self.served.engine if self.served else None
+        if engine is None or engine.is_running:
+            return None
+        return f"the engine thread is not running ({engine.failure or 'it stopped'})"
 
     def engine_stats(self) -> EngineStats | None:
         engine = self.served.engine if self.served else None

@@ -76,7 +76,14 @@ class PagedEngine:
         self._stopping = False
         self._finished_total = 0
         self.generated_tokens_total = 0
+        self.failure: str | None = None  # why the result pump died, if it did (for /health)
         self._eos_ids = sorted(info.eos_token_ids)
+
+    @property
+    def is_running(self) -> bool:
+        """True while the manager generates and the pump delivers its results (a health check)."""
+        return (self._manager is not None and self._manager.is_running() and self._pump is not None
+                and self._pump.is_alive() and not self._stopping)
 
     def start(self) -> None:
         self._manager = paged_compat.create_manager(self.model, self.config, self.info.vocab_size,
@@ -155,7 +162,12 @@ class PagedEngine:
     def _pump_results(self) -> None:
         """Turn the manager's cumulative streaming outputs into our text deltas."""
         while not self._stopping or self._trackers:
-            result = self._manager.get_result(timeout=0.1)
+            try:
+                result = self._manager.get_result(timeout=0.1)
+            except Exception as exc:  # noqa: BLE001 - the manager itself is broken: nothing more will come
+                self.failure = f"{type(exc).__name__}: {exc}"
+                self._fail_everything(self.failure)
+                return
             if result is None:
                 if self._stopping:
                     return
@@ -163,13 +175,26 @@ class PagedEngine:
             with self._lock:
                 tracker = self._trackers.get(result.request_id)
             if tracker is not None:
-                self._deliver(tracker, result)
+                try:
+                    self._deliver(tracker, result)
+                except Exception as exc:  # noqa: BLE001 - detokenizing one request must not stop the pump
+                    self._manager.cancel_request(result.request_id)
+                    self._forget(tracker, tracker.final_output("error", error=f"{type(exc).__name__}: {exc}"))
             self._dispatcher.flush()
+
+    def _fail_everything(self, error: str) -> None:
+        with self._lock:
+            leftover = list(self._trackers.values())
+            self._trackers.clear()
+        for tracker in leftover:
+            self._dispatcher.push(tracker.stream, tracker.final_output("error", error=error))
+        self._dispatcher.flush()
 
     def _deliver(self, tracker: RequestTracker, result: Any) -> None:
         seq = tracker.seq
         if result.error:
-            self._forget(tracker, tracker.final_output("abort", error=str(result.error)))
+            # The manager failed this request's step: an error, not a client abort (the server says 500).
+            self._forget(tracker, tracker.final_output("error", error=str(result.error)))
             return
         for token in result.generated_tokens[len(seq.output_ids):]:
             seq.output_ids.append(int(token))

@@ -99,3 +99,24 @@ def test_sampling_needs_per_request_processors_or_is_refused() -> None:
         with pytest.raises(RequestError, match="temperature=0.7") as info:
             paged_compat.check_global_greedy(params)
         assert info.value.param == "temperature"
+
+
+def test_a_failed_paged_step_ends_its_requests_with_error_and_health_sees_it(
+        bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12: a failed forward pass is an "error" (a 500 / SSE error for the client), never an "abort"
+    (a client disconnect). transformers' manager stops after a failed forward, so the engine then says it
+    is not running, which /health turns into a 503."""
+    _, engine = start_engine(bundle, "cpu", monkeypatch)
+
+    def broken_forward(*args, **kwargs):  # noqa: ANN002, ANN003 - stands in for any model.forward
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    try:
+        assert engine.is_running
+        monkeypatch.setattr(engine.model, "forward", broken_forward)
+        [out] = asyncio.run(run_requests(engine, [[5, 6, 7]], SamplingParams(temperature=0, max_tokens=4)))
+        assert out.finish_reason == "error" and "illegal memory access" in (out.error or "")
+        engine._manager._generation_thread.join(timeout=30)
+        assert not engine.is_running
+    finally:
+        engine.shutdown()

@@ -79,6 +79,11 @@ def test_serve_gguf_bundle_end_to_end_without_torch(gguf_bundle: Path, tmp_path:
         streamed = client.completions.create(model=model, prompt="import os\n", max_tokens=8, temperature=0,
                                              stream=True)
         assert "".join(c.choices[0].text for c in streamed) == text.choices[0].text
+        # Issue 12 item 1 on real llama.cpp logits: this used to kill the engine thread for good.
+        tiny = client.completions.create(model=model, prompt="import os\n", max_tokens=8, temperature=5e-324,
+                                         extra_body={"min_p": 0.1})
+        assert tiny.choices[0].text == text.choices[0].text  # temperature -> 0 is greedy
+        assert httpx.get(f"{url}/health").status_code == 200
         rss = psutil.Process(proc.pid).memory_info().rss
         proc.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + 10

@@ -1,0 +1,189 @@
+"""Fuzz the OpenAI routes (issue 12): hypothesis builds completions and chat bodies from every field of the
+schemas, with valid values, values at and past their ranges, wrong types, huge and non-finite numbers,
+odd Unicode (lone surrogates included) and whole bodies that are not objects or not JSON. For every case:
+no 5xx, a 4xx is an OpenAI error body, a 200 is a well-formed reply, and a normal request is still
+served right after. Bounded to seconds (max_examples), against the real app, engine and uvicorn over the
+fake runtime."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.server.conftest import MODEL
+
+pytestmark = pytest.mark.timeout(300)
+
+FUZZ_SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
+                         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                                HealthCheck.data_too_large])
+
+# Any Unicode, lone surrogates (category Cs) included: JSON can carry them as \ud800 escapes.
+odd_text = st.one_of(st.text(st.characters(codec=None, categories=None), max_size=12),
+                     st.sampled_from(["", " ", "\ud800", "a\udfffb", "\u0661\u0662", "<|im_start|>system", "\x00",
+                                      "\U0001f600", "9" * 40]))
+huge_ints = st.sampled_from([-(2**63) - 1, -(2**63), -1, 0, 1, 2**31, 2**63 - 1, 2**63, 2**64, 10**30])
+odd_floats = st.sampled_from([5e-324, -5e-324, 1e-300, 1e308, -1e308, float("inf"), float("-inf"), float("nan"),
+                              0.0, -0.0, 2.0000001, 1.0])
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), odd_text)
+any_json = st.recursive(json_leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                          st.dictionaries(odd_text, inner, max_size=3)),
+                        max_leaves=6)
+
+
+def number(low: float, high: float) -> tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]:
+    """(values inside [low, high], its ends included; anything else a client could send)."""
+    return (st.one_of(st.floats(low, high), st.sampled_from([low, high])),
+            st.one_of(odd_floats, huge_ints, any_json))
+
+
+def integer(low: int, high: int) -> tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]:
+    return st.integers(low, high), st.one_of(huge_ints, odd_floats, any_json)
+
+
+def anything(valid: st.SearchStrategy[Any]) -> tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]:
+    return valid, any_json
+
+
+plain_text = st.text(max_size=12)  # any Unicode but surrogates
+token_ids = st.integers(0, 257)
+bad_token_ids = st.lists(st.one_of(st.integers(-5, 10**6), huge_ints), min_size=1, max_size=3)
+# Per field: (valid values, odd or invalid values). Valid values include the odd-but-legal (5e-324, ends of
+# ranges, int64 seeds, any Unicode text); invalid ones are out of range, non-finite, wrong types, surrogates.
+GENERATION_FIELDS: dict[str, tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]] = {
+    "model": (st.sampled_from([MODEL, "alias"]), st.one_of(odd_text, any_json)),
+    "max_tokens": (st.one_of(st.none(), st.integers(1, 12)), st.one_of(st.integers(-2, 0), huge_ints, any_json)),
+    "temperature": (st.one_of(number(0.0, 2.0)[0], st.just(5e-324)), number(0.0, 2.0)[1]),
+    "top_p": (st.one_of(st.floats(5e-324, 1.0), st.just(1.0)), st.one_of(st.just(0.0), number(0, 1)[1])),
+    "top_k": (st.one_of(st.integers(0, 300), st.just(2**70)), st.one_of(st.integers(-3, -1), any_json)),
+    "min_p": number(0.0, 1.0),
+    "seed": (st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+             st.one_of(st.sampled_from([2**63, -(2**63) - 1, 2**64]), any_json)),
+    "presence_penalty": number(-2.0, 2.0),
+    "frequency_penalty": number(-2.0, 2.0),
+    "repetition_penalty": number(0.01, 100.0),
+    "logit_bias": (st.dictionaries(token_ids.map(str), st.floats(-100, 100), max_size=3),
+                   st.one_of(st.dictionaries(odd_text, st.one_of(st.floats(), any_json), min_size=1, max_size=2),
+                             any_json)),
+    "stop": (st.one_of(st.none(), plain_text.filter(bool), st.lists(plain_text.filter(bool), max_size=4)),
+             st.one_of(st.just(""), st.lists(odd_text, min_size=5, max_size=6), any_json)),
+    "stop_token_ids": (st.one_of(st.none(), st.lists(token_ids, max_size=4)), st.one_of(bad_token_ids, any_json)),
+    "ignore_eos": anything(st.booleans()),
+    "stream": anything(st.booleans()),
+    "stream_options": anything(st.one_of(st.none(), st.fixed_dictionaries({"include_usage": st.booleans()}))),
+    "n": (st.just(1), st.one_of(st.integers(2, 3), any_json)),
+    "user": anything(st.one_of(st.none(), plain_text)),
+    "unknown_field": (st.nothing(), any_json),
+}
+COMPLETION_FIELDS = {
+    "prompt": (st.one_of(plain_text.filter(bool), st.lists(token_ids, min_size=1, max_size=8),
+                         st.lists(plain_text.filter(bool), min_size=1, max_size=1)),
+               st.one_of(odd_text, bad_token_ids, st.lists(odd_text, min_size=2, max_size=3), any_json)),
+    "echo": (st.just(False), st.one_of(st.just(True), any_json)),
+    "suffix": (st.none(), odd_text),
+    "best_of": (st.sampled_from([None, 1]), st.one_of(st.integers(2, 3), any_json)),
+    "logprobs": (st.none(), st.one_of(st.integers(0, 5), any_json)),
+}
+text_part = st.fixed_dictionaries({"type": st.just("text"), "text": plain_text})
+odd_part = st.one_of(st.fixed_dictionaries({"type": st.sampled_from(["image_url", "input_audio", "file", "video"]),
+                                            "image_url": st.just({"url": "data:image/png;base64,AAAA"})}),
+                     st.fixed_dictionaries({"type": st.just("text"), "text": odd_text}), any_json)
+good_message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "developer", "user", "assistant", "tool"]),
+     "content": st.one_of(plain_text, st.none(), st.lists(text_part, max_size=3))},
+    optional={"name": plain_text})
+odd_message = st.fixed_dictionaries(
+    {"role": st.one_of(st.sampled_from(["wizard", "", "USER"]), any_json),
+     "content": st.one_of(odd_text, st.lists(st.one_of(text_part, odd_part), min_size=1, max_size=3), any_json)},
+    optional={"name": odd_text, "tool_calls": any_json})
+CHAT_FIELDS = {
+    "messages": (st.lists(good_message, min_size=1, max_size=4),
+                 st.one_of(st.lists(st.one_of(good_message, odd_message), min_size=1, max_size=4), st.just([]),
+                           any_json)),
+    "max_completion_tokens": (st.one_of(st.none(), st.integers(1, 12)), st.one_of(st.integers(-1, 0), any_json)),
+    "logprobs": (st.just(False), st.one_of(st.just(True), any_json)),
+    "add_generation_prompt": anything(st.booleans()),
+}
+
+
+@st.composite
+def bodies(draw: st.DrawFn, required: str, fields: dict) -> Any:
+    """A valid body with a few fields, where (two times in three) one field holds an odd value; or, now
+    and then, a body that is no object at all."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(any_json)
+    every = {**GENERATION_FIELDS, **fields}
+    chosen = draw(st.lists(st.sampled_from(sorted(set(every) - {"model", required, "unknown_field"})),
+                           max_size=5, unique=True))
+    body = {name: draw(every[name][0]) for name in ["model", required, *chosen]}
+    if draw(st.integers(0, 2)) > 0:
+        victim = draw(st.sampled_from(["model", required, *chosen, "unknown_field"]))
+        body[victim] = draw(every[victim][1])
+    return body
+
+
+def send(client: httpx.Client, url: str, body: Any) -> httpx.Response:
+    # Encoded by hand: NaN/Infinity and \ud800 escapes are what a hostile client sends (httpx refuses them).
+    payload = json.dumps(body, ensure_ascii=True, allow_nan=True).encode()
+    return client.post(url, content=payload, headers={"content-type": "application/json"})
+
+
+def check_reply(response: httpx.Response, body: Any) -> None:
+    assert response.status_code < 500, (body, response.status_code, response.text)
+    if response.status_code != 200:
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"} and error["message"], response.text
+        return
+    if response.headers["content-type"].startswith("text/event-stream"):
+        events = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]", response.text
+        assert all("error" not in json.loads(e) for e in events[:-1]), response.text
+    else:
+        reply = response.json()
+        assert reply["choices"][0]["finish_reason"] in ("stop", "length"), reply
+
+
+def still_serving(client: httpx.Client, url: str) -> None:
+    ok = client.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "ok", "max_tokens": 2})
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2, ok.text
+
+
+@pytest.fixture
+def fuzz_server(serve_fake):
+    # A short context keeps every accepted generation short (and max_tokens=None means "the rest of it").
+    live = serve_fake(context_length=192, kv_capacity_tokens=2048)
+    with httpx.Client(base_url=live.url, timeout=30) as client:
+        yield live, client
+
+
+@FUZZ_SETTINGS
+@given(body=bodies("prompt", COMPLETION_FIELDS))
+def test_fuzzed_completions_never_5xx_and_the_server_keeps_serving(fuzz_server, body: Any) -> None:
+    live, client = fuzz_server
+    check_reply(send(client, "/v1/completions", body), body)
+    still_serving(client, live.url)
+
+
+@FUZZ_SETTINGS
+@given(body=bodies("messages", CHAT_FIELDS))
+def test_fuzzed_chat_completions_never_5xx_and_the_server_keeps_serving(fuzz_server, body: Any) -> None:
+    live, client = fuzz_server
+    check_reply(send(client, "/v1/chat/completions", body), body)
+    still_serving(client, live.url)
+
+
+@FUZZ_SETTINGS
+@given(raw=st.one_of(st.binary(max_size=64), st.text(max_size=40).map(str.encode),
+                     st.sampled_from([b"", b"{", b'{"model": "fake-model",,}', b"\xff\xfe\x00", b"NaN", b"[]"])))
+def test_fuzzed_raw_bytes_are_4xx_and_the_server_keeps_serving(fuzz_server, raw: bytes) -> None:
+    live, client = fuzz_server
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        response = client.post(path, content=raw, headers={"content-type": "application/json"})
+        check_reply(response, raw)
+        assert response.status_code != 200, response.text
+    still_serving(client, live.url)
