@@ -1,0 +1,157 @@
+"""Benchmark: ``edgeopt serve`` cold start (process start -> /health 200) with a 151k-token vocabulary.
+
+Run as a script:  .venv/bin/python tests/bench/bench_cold_start.py [--work DIR] [--baseline-src DIR] [--repeat N]
+or with pytest:   .venv/bin/python -m pytest tests/bench/bench_cold_start.py -m slow -s
+                  (EDGEOPT_BENCH_BASELINE_SRC=DIR adds the baseline there too)
+
+Bundles: a Qwen2-shaped checkpoint with tiny layers and Qwen2's vocabulary size (151,646 tokens and
+151k merges, tests/fixtures/big_vocab.py) through ``edgeopt optimize`` as GGUF F16 and ONNX fp32; with
+tiny weights, the vocabulary is what a cold start pays for. Each bundle is served by this checkout's
+code and, with ``--baseline-src`` (e.g. another checkout of main), by that code too, alternately in the
+same run, so the ratio holds under the machine's load. Both get ``--context 2048`` (the model's window),
+which older code needs to start an ONNX bundle at all. Then one child process per bundle times the
+phases of startup in this checkout, to show where the remaining time goes. Target: < 3 s to /health.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET_SECONDS = 3.0
+SERVE_ARGS = ["--context", "2048", "--memory", "2GiB", "--threads", "2"]
+
+_PHASES = """
+import json, sys, time
+from pathlib import Path
+marks = [("start", time.perf_counter())]
+from edgeopt.bundle import load_bundle
+from edgeopt.server.launcher import ServeOptions, load_served_model, size_kv
+import edgeopt.server.app, uvicorn
+marks.append(("import server", time.perf_counter()))
+bundle = Path(sys.argv[1])
+options = ServeOptions(context=2048, memory_bytes=2 << 30, threads=2)
+manifest = load_bundle(bundle, verify=True)
+marks.append(("read + verify bundle", time.perf_counter()))
+sizing = size_kv(bundle, manifest, options)
+marks.append(("size KV", time.perf_counter()))
+served = load_served_model(bundle, manifest, sizing, options)
+marks.append(("load runtime + engine", time.perf_counter()))
+served.engine.shutdown()
+print(json.dumps({b[0]: round(b[1] - a[1], 3) for a, b in zip(marks, marks[1:])}))
+"""
+
+
+def build_bundles(work: Path) -> dict[str, Path]:
+    """The two 151k-vocabulary bundles, built once per work directory."""
+    from tests.fixtures.big_vocab import build_big_vocab_model, optimize_bundle
+
+    bundles = {"gguf F16": work / "bundle-gguf", "onnx fp32": work / "bundle-onnx"}
+    if all((b / "manifest.json").is_file() for b in bundles.values()):
+        return bundles
+    model = build_big_vocab_model(work / "qwen2-151k")
+    for label, out in bundles.items():
+        fmt, quant = label.split()
+        optimize_bundle(model, out, fmt, quant)
+    return bundles
+
+
+def time_to_health(src: Path, bundle: Path, timeout_s: float = 120.0) -> float:
+    """Seconds from spawning ``edgeopt serve`` (code from ``src``) to its first 200 on /health."""
+    from edgeopt.serve_process import free_port, serve_command, stop
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(serve_command(bundle, port, extra_args=SERVE_ARGS), cwd=src, env=env,
+                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            while time.perf_counter() - started < timeout_s:
+                if process.poll() is not None:
+                    log.seek(0)
+                    raise RuntimeError(f"server from {src} exited: {log.read().decode(errors='replace')[-800:]}")
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
+                        return time.perf_counter() - started
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.02)
+            raise RuntimeError(f"server from {src} not healthy within {timeout_s:.0f}s")
+        finally:
+            stop(process)
+
+
+def startup_phases(bundle: Path) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", _PHASES, str(bundle)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_benchmark(work: Path, baseline_src: Path | None = None, repeat: int = 3) -> dict:
+    bundles = build_bundles(work)
+    sources = {"this": ROOT} | ({"baseline": baseline_src} if baseline_src else {})
+    results: dict = {"cpu": cpu_model(), "vocabulary": 151_646, "seconds": {}, "phases": {}}
+    for label, bundle in bundles.items():
+        times: dict[str, list[float]] = {name: [] for name in sources}
+        for _ in range(repeat):  # alternate, so both codes see the same background load
+            for name, src in sources.items():
+                times[name].append(time_to_health(src, bundle))
+        results["seconds"][label] = {name: round(statistics.median(t), 2) for name, t in times.items()}
+        results["phases"][label] = startup_phases(bundle)
+    return results
+
+
+def cpu_model() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown"
+
+
+def report(results: dict) -> None:
+    print(f"\ncold start of `edgeopt serve`, 151,646-token vocabulary, CPU: {results['cpu']}")
+    print(f"{'bundle':>10} {'this code':>10} {'baseline':>10} {'baseline / this':>16}")
+    for label, seconds in results["seconds"].items():
+        base = seconds.get("baseline")
+        ratio = f"{base / seconds['this']:.1f}x" if base else "-"
+        print(f"{label:>10} {seconds['this']:>9.2f}s {f'{base:.2f}s' if base else '-':>10} {ratio:>16}")
+    for label, phases in results["phases"].items():
+        print(f"{label} startup phases (this code): " + ", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))
+
+
+@pytest.mark.slow
+def test_cold_start_of_a_151k_vocabulary_bundle_is_under_3_seconds(tmp_path: Path) -> None:
+    baseline = os.environ.get("EDGEOPT_BENCH_BASELINE_SRC")
+    results = run_benchmark(tmp_path, Path(baseline) if baseline else None, repeat=2)
+    report(results)
+    for label, seconds in results["seconds"].items():
+        assert seconds["this"] < TARGET_SECONDS, f"{label}: {seconds['this']} s to /health"
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, help="Directory for the bundles (reused when present).")
+    parser.add_argument("--baseline-src", type=Path, help="Another checkout to compare with (e.g. main's).")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="Also write the results here.")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    work = args.work or Path(tempfile.mkdtemp(prefix="edgeopt-cold-start-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results = run_benchmark(work, args.baseline_src, args.repeat)
+    report(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
