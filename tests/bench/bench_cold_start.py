@@ -5,8 +5,9 @@ or with pytest:   .venv/bin/python -m pytest tests/bench/bench_cold_start.py -m 
                   (EDGEOPT_BENCH_BASELINE_SRC=DIR adds the baseline there too)
 
 Bundles: a Qwen2-shaped checkpoint with tiny layers and Qwen2's vocabulary size (151,646 tokens and
-151k merges, tests/fixtures/big_vocab.py) through ``edgeopt optimize`` as GGUF F16 and ONNX fp32; with
-tiny weights, the vocabulary is what a cold start pays for. Each bundle is served by this checkout's
+151k merges, tests/fixtures/big_vocab.py) through ``edgeopt optimize`` as GGUF F16 and ONNX fp32, plus
+the GGUF with a manifest as older versions wrote it (no recorded KV shape); with tiny weights, the
+vocabulary is what a cold start pays for. Each bundle is served by this checkout's
 code and, with ``--baseline-src`` (e.g. another checkout of main), by that code too, alternately in the
 same run, so the ratio holds under the machine's load. Both get ``--context 2048`` (the model's window),
 which older code needs to start an ONNX bundle at all. Then one child process per bundle times the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,21 +51,45 @@ marks.append(("size KV", time.perf_counter()))
 served = load_served_model(bundle, manifest, sizing, options)
 marks.append(("load runtime + engine", time.perf_counter()))
 served.engine.shutdown()
-print(json.dumps({b[0]: round(b[1] - a[1], 3) for a, b in zip(marks, marks[1:])}))
+phases = {b[0]: round(b[1] - a[1], 3) for a, b in zip(marks, marks[1:])}
+# The parts of "load runtime", timed again on their own (warm now, so a lower bound)
+started = time.perf_counter()
+if manifest.runtime == "onnxruntime":
+    from runtimes.onnxruntime.session import create_session
+    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+    create_session(bundle / manifest.model_file, 2, ["CPUExecutionProvider"])
+    phases["of which: ORT session"] = round(time.perf_counter() - started, 3)
+    started = time.perf_counter()
+    BundleTokenizer(bundle / manifest.tokenizer_dir / "tokenizer.json")
+    phases["of which: tokenizer"] = round(time.perf_counter() - started, 3)
+else:
+    import llama_cpp
+    from runtimes.llama_cpp.model import load_model
+    llama_cpp.llama_model_free(load_model(bundle / manifest.model_file, 0))
+    phases["of which: llama.cpp model load"] = round(time.perf_counter() - started, 3)
+print(json.dumps(phases))
 """
 
 
 def build_bundles(work: Path) -> dict[str, Path]:
-    """The two 151k-vocabulary bundles, built once per work directory."""
+    """The 151k-vocabulary bundles, built once per work directory: GGUF and ONNX as ``edgeopt optimize``
+    writes them now, and the GGUF with the manifest older versions wrote (no kv_bytes_per_token or
+    context_length: the server must size it without them, and older servers read the GGUF header)."""
+    from edgeopt.bundle import load_bundle, write_manifest
     from tests.fixtures.big_vocab import build_big_vocab_model, optimize_bundle
 
-    bundles = {"gguf F16": work / "bundle-gguf", "onnx fp32": work / "bundle-onnx"}
+    bundles = {"gguf": work / "bundle-gguf", "gguf, older manifest": work / "bundle-gguf-older",
+               "onnx": work / "bundle-onnx"}
     if all((b / "manifest.json").is_file() for b in bundles.values()):
         return bundles
     model = build_big_vocab_model(work / "qwen2-151k")
-    for label, out in bundles.items():
-        fmt, quant = label.split()
-        optimize_bundle(model, out, fmt, quant)
+    optimize_bundle(model, bundles["gguf"], "gguf", "F16")
+    optimize_bundle(model, bundles["onnx"], "onnx", "fp32")
+    shutil.rmtree(bundles["gguf, older manifest"], ignore_errors=True)
+    shutil.copytree(bundles["gguf"], bundles["gguf, older manifest"])
+    older = load_bundle(bundles["gguf, older manifest"])
+    older.export = {k: v for k, v in older.export.items() if k not in ("kv_bytes_per_token", "context_length")}
+    write_manifest(bundles["gguf, older manifest"], older)
     return bundles
 
 
@@ -108,7 +134,8 @@ def run_benchmark(work: Path, baseline_src: Path | None = None, repeat: int = 3)
         for _ in range(repeat):  # alternate, so both codes see the same background load
             for name, src in sources.items():
                 times[name].append(time_to_health(src, bundle))
-        results["seconds"][label] = {name: round(statistics.median(t), 2) for name, t in times.items()}
+        results["seconds"][label] = {name: {"median": round(statistics.median(t), 2), "best": round(min(t), 2)}
+                                     for name, t in times.items()}
         results["phases"][label] = startup_phases(bundle)
     return results
 
@@ -122,12 +149,13 @@ def cpu_model() -> str:
 
 
 def report(results: dict) -> None:
-    print(f"\ncold start of `edgeopt serve`, 151,646-token vocabulary, CPU: {results['cpu']}")
-    print(f"{'bundle':>10} {'this code':>10} {'baseline':>10} {'baseline / this':>16}")
+    print(f"\ncold start of `edgeopt serve` (spawn -> /health 200), 151,646-token vocabulary, CPU: {results['cpu']}")
+    print(f"{'bundle':>22} {'this code: median':>18} {'best':>6} {'baseline: median':>17} {'best':>6} {'median ratio':>13}")
     for label, seconds in results["seconds"].items():
-        base = seconds.get("baseline")
-        ratio = f"{base / seconds['this']:.1f}x" if base else "-"
-        print(f"{label:>10} {seconds['this']:>9.2f}s {f'{base:.2f}s' if base else '-':>10} {ratio:>16}")
+        this, base = seconds["this"], seconds.get("baseline")
+        ratio = f"{base['median'] / this['median']:.1f}x" if base else "-"
+        base_cols = f"{base['median']:>16.2f}s {base['best']:>5.2f}s" if base else f"{'-':>17} {'-':>6}"
+        print(f"{label:>22} {this['median']:>17.2f}s {this['best']:>5.2f}s {base_cols} {ratio:>13}")
     for label, phases in results["phases"].items():
         print(f"{label} startup phases (this code): " + ", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))
 
@@ -138,7 +166,7 @@ def test_cold_start_of_a_151k_vocabulary_bundle_is_under_3_seconds(tmp_path: Pat
     results = run_benchmark(tmp_path, Path(baseline) if baseline else None, repeat=2)
     report(results)
     for label, seconds in results["seconds"].items():
-        assert seconds["this"] < TARGET_SECONDS, f"{label}: {seconds['this']} s to /health"
+        assert seconds["this"]["median"] < TARGET_SECONDS, f"{label}: {seconds['this']} s to /health"
 
 
 if __name__ == "__main__":
