@@ -7,8 +7,10 @@ half-written bundle behind. Loading verifies every file's sha256 and size.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -20,6 +22,8 @@ from edgeopt.staging import work_dir
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+# Files already verified, by stat stamp (see verify_files); ".edgeopt" names are never part of a bundle.
+VERIFIED_STAMPS = ".edgeopt-verified.json"
 
 
 @dataclass
@@ -145,19 +149,46 @@ def read_manifest(bundle: Path) -> Manifest:
 
 
 def verify_files(bundle: Path, manifest: Manifest) -> None:
-    """Refuse a bundle whose files are missing, truncated or altered since they were written."""
+    """Refuse a bundle whose files are missing, truncated or altered since they were written.
+
+    Hashing is what a cold start of a multi-GB bundle spends its time on, so a file whose sha256 was
+    checked is not hashed again while its stat stamp (size, mtime, ctime, inode) is unchanged: a copy
+    gets a new inode, and any write (even one that restores the mtime) a new ctime."""
     bundle = Path(bundle)
+    checked = _read_stamps(bundle)
+    stamps = {}
     for rel, info in manifest.files.items():
         path = bundle / rel
         if not path.is_file():
             raise BundleError(f"bundle file {path} is missing", "copy the whole bundle directory again")
-        size = path.stat().st_size
-        if size != info["bytes"]:
-            raise BundleError(f"bundle file {path} is {size} bytes, the manifest says {info['bytes']} (truncated copy?)",
-                              "copy the bundle again")
-        if sha256_file(path) != info["sha256"]:
+        stat = path.stat()
+        if stat.st_size != info["bytes"]:
+            raise BundleError(f"bundle file {path} is {stat.st_size} bytes, the manifest says {info['bytes']} "
+                              "(truncated copy?)", "copy the bundle again")
+        stamps[rel] = [info["sha256"], stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
+        if checked.get(rel) != stamps[rel] and sha256_file(path) != info["sha256"]:
             raise BundleError(f"bundle file {path} does not match its sha256 in the manifest (corrupted)",
                               "copy the bundle again or re-run edgeopt optimize")
+    if stamps != checked:
+        _write_stamps(bundle, stamps)
+
+
+def _read_stamps(bundle: Path) -> dict[str, list]:
+    try:
+        stamps = json.loads((bundle / VERIFIED_STAMPS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return stamps if isinstance(stamps, dict) else {}
+
+
+def _write_stamps(bundle: Path, stamps: dict[str, list]) -> None:
+    tmp = bundle / (VERIFIED_STAMPS + f".{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(stamps))
+        tmp.rename(bundle / VERIFIED_STAMPS)
+    except OSError:  # a read-only bundle is verified in full on every load
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def load_bundle(bundle: Path | str, verify: bool = True) -> Manifest:

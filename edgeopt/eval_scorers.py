@@ -19,6 +19,7 @@ from edgeopt.errors import EvaluationError
 SCORER_LOADERS: dict[str, str] = {
     "gguf": "exporters.gguf.scorer:load_scorer",
     "onnx": "exporters.onnx.scorer:load_scorer",  # provided by the ONNX exporter
+    "torch": "exporters.torch_scorer:load_scorer",
 }
 
 
@@ -47,27 +48,29 @@ def load_bundle_scorer(bundle_dir: Path, manifest: Any, context: int, threads: i
 
 
 class HFScorer:
-    """The original checkpoint in transformers (float32, CPU): the reference distribution."""
+    """A checkpoint in transformers. By default float32 on CPU: the original, the reference distribution;
+    a torch bundle's checkpoint is scored the same way in the dtype and on the device it is served with."""
 
-    def __init__(self, model_dir: Path, threads: int = 2) -> None:
+    def __init__(self, model_dir: Path, threads: int = 2, dtype: str = "float32", device: str = "cpu") -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
         torch.set_num_threads(threads)
         self._torch = torch
-        self._model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-        self._model.eval()
+        self._device = device
+        self._model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype))
+        self._model.to(device).eval()
         self.vocab_size = int(self._model.config.vocab_size)
 
     def score(self, token_ids: list[int]) -> np.ndarray:
         with self._torch.no_grad():
-            out = self._model(self._torch.tensor([token_ids]))
-        return out.logits[0].float().numpy()
+            out = self._model(self._torch.tensor([token_ids], device=self._device))
+        return out.logits[0].float().cpu().numpy()
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
         """Greedy continuation (used to make evaluation text when the user gives none)."""
         with self._torch.no_grad():
-            ids = self._torch.tensor([prompt_ids])
+            ids = self._torch.tensor([prompt_ids], device=self._device)
             out = self._model.generate(ids, attention_mask=self._torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                        do_sample=False, pad_token_id=self._model.config.eos_token_id)
         return out[0].tolist()

@@ -17,7 +17,7 @@ from edgeopt.bundle import Manifest, PassRecord, content_hash, staged_bundle, wr
 from edgeopt.cache import cache_root, cached_step, step_key
 from edgeopt.errors import ConfigError, OutputExistsError, UnsupportedArchitectureError
 from edgeopt.model_spec import ModelSpec, load_model_spec
-from edgeopt.plan import FORMAT_RUNTIME, Plan, check_encoder_formats, make_plan, require_fit
+from edgeopt.plan import FORMAT_RUNTIME, Plan, canonical_quant, check_encoder_formats, kv_facts, require_fit
 from edgeopt.source import resolve_model_dir
 from profiles import DeviceProfile, load_profile
 
@@ -67,10 +67,11 @@ def resolve(opts: OptimizeOptions) -> Resolved:
         _check_encoder_options(spec, fmt, opts)
     from edgeopt.passes.fit import plan_after_passes  # the plan describes the model as pruning leaves it
 
-    fitted = plan_after_passes(spec, profile, fmt, opts.quant, opts.context, opts.concurrency, opts.passes, opts.fit)
+    asked_quant = canonical_quant(fmt, opts.quant) if opts.quant else None  # any case; canonical from here on
+    fitted = plan_after_passes(spec, profile, fmt, asked_quant, opts.context, opts.concurrency, opts.passes, opts.fit)
     plan, spec = fitted.plan, fitted.spec
-    if opts.quant:
-        quant = opts.quant
+    if asked_quant:
+        quant = asked_quant
         if not any(c.quant == quant for c in plan.candidates):
             # The user may ask for any quant the format knows (not only the planner's shortlist).
             from edgeopt.plan import size_candidate
@@ -130,11 +131,14 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Reso
         for fname in TOKENIZER_FILES:
             if (current / fname).is_file():
                 shutil.copy2(current / fname, tok_dir / fname)
+        exported_spec = load_model_spec(str(current))
+        export = {k: v for k, v in export_meta.items() if k not in ("model_file", "runtime")}
+        if not exported_spec.is_encoder:  # what `edgeopt serve` sizes the KV cache with (the exporter's own first)
+            export = kv_facts(exported_spec, res.format) | export
         manifest = Manifest(
             source_model=opts.model, source_revision=revision, target=res.profile.name, format=res.format,
             quant=res.quant, runtime=export_meta.get("runtime", res.runtime), model_file=export_meta["model_file"],
-            architecture=load_model_spec(str(current)).hf_architecture, passes=records,
-            export={k: v for k, v in export_meta.items() if k not in ("model_file", "runtime")},
+            architecture=exported_spec.hf_architecture, passes=records, export=export,
             kind=export_meta.get("kind", "causal-lm"),
         )
         manifest.chat_template = _chat_template(tok_dir)

@@ -34,6 +34,8 @@ RUNTIME_OVERHEAD_BYTES = {"llama_cpp": 100 * MIB, "onnxruntime": 200 * MIB, "tor
 KV_BYTES_PER_ELEMENT = {"gguf": 2, "onnx": 4, "torch": 2}  # llama.cpp f16 KV; ORT fp32; torch fp16
 SAFETY_MARGIN = 0.05  # of usable memory, for fragmentation and the Python process itself
 FORMAT_RUNTIME = {"gguf": "llama_cpp", "onnx": "onnxruntime", "torch": "torch"}
+TORCH_DTYPES = ("fp32", "fp16", "bf16")  # a torch bundle's "quant" is the dtype of its checkpoint
+FORMAT_QUANTS: dict[str, tuple[str, ...]] = {"gguf": tuple(FILE_TYPES), "onnx": ONNX_QUANTS, "torch": TORCH_DTYPES}
 
 
 def after_margin(usable_bytes: int) -> int:
@@ -75,20 +77,32 @@ class Plan:
         return data
 
 
+def kv_facts(spec: ModelSpec, fmt: str) -> dict[str, int]:
+    """What serving a causal LM of ``spec`` in ``fmt`` needs to size its KV cache: recorded in the bundle's
+    manifest at export so that ``edgeopt serve`` never reads the model file for them."""
+    return {"kv_bytes_per_token": spec.kv_bytes_per_token(KV_BYTES_PER_ELEMENT[fmt]),
+            "context_length": spec.max_position_embeddings}
+
+
+def canonical_quant(fmt: str, quant: str) -> str:
+    """The format's own spelling of a quant name given in any case (``q4_k_m`` -> ``Q4_K_M``, ``INT8`` ->
+    ``int8``), as llama-quantize and Ollama accept it; an unknown name is refused with the valid ones."""
+    if fmt not in FORMAT_QUANTS:
+        raise ConfigError(f"unknown format {fmt!r}", f"valid formats: {', '.join(FORMAT_QUANTS)}")
+    by_folded_name = {name.casefold(): name for name in FORMAT_QUANTS[fmt]}
+    canonical = by_folded_name.get(quant.strip().casefold())
+    if canonical is None:
+        raise ConfigError(f"unknown {fmt} quant {quant!r}", f"valid (any case): {', '.join(FORMAT_QUANTS[fmt])}")
+    return canonical
+
+
 def weight_bytes(spec: ModelSpec, fmt: str, quant: str) -> int:
+    quant = canonical_quant(fmt, quant)
     if fmt == "gguf":
-        if quant not in FILE_TYPES:
-            raise ConfigError(f"unknown GGUF quant {quant!r}", f"valid: {', '.join(FILE_TYPES)}")
         return estimate_gguf_bytes(spec, quant)
     if fmt == "onnx":
-        if quant not in ONNX_QUANTS:
-            raise ConfigError(f"unknown ONNX quant {quant!r}", f"valid: {', '.join(ONNX_QUANTS)}")
         return estimate_onnx_bytes(spec, quant)
-    if fmt == "torch":
-        if quant not in ("fp32", "fp16", "bf16"):
-            raise ConfigError(f"unknown torch dtype {quant!r}", "valid: fp32, fp16, bf16")
-        return spec.num_parameters * (4 if quant == "fp32" else 2)
-    raise ConfigError(f"unknown format {fmt!r}", "valid formats: gguf, onnx, torch")
+    return spec.num_parameters * (4 if quant == "fp32" else 2)  # torch: the checkpoint in that dtype
 
 
 def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str, context: int,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ExportError, MissingDependencyError
+from edgeopt.plan import TORCH_DTYPES
 from exporters import Exporter, ExportResult
 
 DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -30,7 +31,7 @@ def kv_bytes_per_token(config: dict[str, Any], quant: str) -> int:
 
 class TorchExporter(Exporter):
     format = "torch"
-    quants = ("fp32", "fp16", "bf16")
+    quants = TORCH_DTYPES
     default_runtime = "torch"
 
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:

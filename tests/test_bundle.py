@@ -80,3 +80,49 @@ def test_schema_version_mismatch(tmp_path: Path):
     path.write_text(path.read_text().replace('"schema_version": 1', '"schema_version": 99'))
     with pytest.raises(BundleError, match="schema_version=99"):
         load_bundle(tmp_path / "b")
+
+
+def _count_hashing(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    import edgeopt.bundle
+
+    hashed: list[Path] = []
+    real = edgeopt.bundle.sha256_file
+    monkeypatch.setattr(edgeopt.bundle, "sha256_file", lambda path: hashed.append(path) or real(path))
+    return hashed
+
+
+def test_an_unchanged_bundle_is_hashed_once_not_on_every_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Hashing a multi-GB bundle on every `edgeopt serve` was most of an ONNX cold start."""
+    make_bundle(tmp_path / "b")
+    hashed = _count_hashing(monkeypatch)
+    load_bundle(tmp_path / "b")
+    assert len(hashed) == 2
+    load_bundle(tmp_path / "b")
+    load_bundle(tmp_path / "b")
+    assert len(hashed) == 2
+
+
+def test_a_file_rewritten_in_place_is_hashed_again_even_with_its_old_mtime(tmp_path: Path):
+    import os
+
+    make_bundle(tmp_path / "b")
+    load_bundle(tmp_path / "b")  # verified: stamps recorded
+    model = tmp_path / "b" / "model.gguf"
+    before = model.stat()
+    data = bytearray(model.read_bytes())
+    data[100] ^= 0xFF
+    model.write_bytes(bytes(data))  # same size, same inode
+    os.utime(model, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the old mtime: only ctime tells
+    with pytest.raises(BundleError, match="does not match its sha256"):
+        load_bundle(tmp_path / "b")
+
+
+def test_a_copied_bundle_is_verified_in_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import shutil
+
+    make_bundle(tmp_path / "b")
+    load_bundle(tmp_path / "b")
+    shutil.copytree(tmp_path / "b", tmp_path / "copy")  # stamps and mtimes come along; inodes do not
+    hashed = _count_hashing(monkeypatch)
+    load_bundle(tmp_path / "copy")
+    assert len(hashed) == 2

@@ -54,11 +54,12 @@ def size_kv(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> KvSi
     from profiles import load_profile
 
     profile = None if options.memory_bytes is not None else load_profile(options.target)
-    per_token, trained_context = kv_shape(bundle_dir, manifest)
-    context = options.context or min(trained_context or DEFAULT_CONTEXT, DEFAULT_CONTEXT)
-    if trained_context and context > trained_context:
-        raise ConfigError(f"--context {context} is longer than the model's training context ({trained_context})",
-                          f"pass --context {trained_context} or less")
+    per_token, model_context = kv_shape(bundle_dir, manifest)
+    # No --context: the model's own window, capped at DEFAULT_CONTEXT. Only an explicit value may be refused.
+    context = options.context or min(model_context, DEFAULT_CONTEXT)
+    if context > model_context:
+        raise ConfigError(f"--context {context} is longer than the model's training context ({model_context} tokens)",
+                          f"pass --context {model_context} or less, or leave --context out to use {model_context}")
     return kv_capacity_for(weights_bytes(bundle_dir, manifest), per_token, runtime=manifest.runtime, profile=profile,
                            memory_bytes=options.memory_bytes, context_length=context,
                            max_sequences=options.max_concurrency)

@@ -1,17 +1,22 @@
-"""What the launcher must know about a bundle's model before loading it: weight bytes, KV bytes/token.
+"""What the launcher must know about a bundle's model before loading it: weight bytes, KV bytes/token
+and the model's own context window.
 
-For GGUF the numbers come from the file's own header (read with the ``gguf`` library, no model load);
-other formats may record ``kv_bytes_per_token`` in ``manifest.export``.
+These are a few numbers, and they are read from the manifest (``manifest.export``: ``edgeopt
+optimize`` records them for every causal LM) or, for bundles written before it did, computed from the
+model's ``config.json`` that every bundle carries, with the planner's formula. Never from the model
+file: a GGUF header holds the whole vocabulary, and parsing 150k token strings and merges in Python
+took most of a 30 s cold start. llama.cpp reads the file once, when the runtime loads it.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
 
 from edgeopt.bundle import Manifest
-from edgeopt.errors import BundleError
-from edgeopt.plan import KV_BYTES_PER_ELEMENT
+from edgeopt.errors import BundleError, EdgeoptError
+from edgeopt.model_spec import ModelSpec, spec_from_config
+from edgeopt.plan import kv_facts
 
 
 def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:
@@ -26,49 +31,27 @@ def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:
     return path.stat().st_size
 
 
-def kv_shape(bundle_dir: Path, manifest: Manifest) -> tuple[int, int | None]:
-    """(KV bytes per token, the model's training context or None when unknown)."""
-    recorded = manifest.export.get("kv_bytes_per_token")
-    if recorded:
-        return int(recorded), manifest.export.get("context_length")
-    if manifest.format == "gguf":
-        return gguf_kv_shape(Path(bundle_dir) / manifest.model_file)
-    raise BundleError(f"bundle format {manifest.format!r} does not record kv_bytes_per_token",
-                      "re-run edgeopt optimize with this version")
+def kv_shape(bundle_dir: Path, manifest: Manifest) -> tuple[int, int]:
+    """(KV bytes per token, the model's context window): the manifest's, else from the bundle's config.json."""
+    facts = {key: manifest.export.get(key) for key in ("kv_bytes_per_token", "context_length")}
+    if not all(facts.values()):  # a bundle written before the manifest recorded both
+        derived = kv_facts(bundle_model_spec(Path(bundle_dir), manifest), manifest.format)
+        facts = {key: facts[key] or derived[key] for key in facts}
+    return int(facts["kv_bytes_per_token"]), int(facts["context_length"])
 
 
-def gguf_kv_shape(path: Path) -> tuple[int, int | None]:
-    """2 (K and V) x layers x KV heads x head dim x f16 bytes, and the training context, from the header."""
-    from gguf import GGUFReader
-
+def bundle_model_spec(bundle_dir: Path, manifest: Manifest) -> ModelSpec:
+    """The ModelSpec of the bundle's model, from the config.json it carries (beside the tokenizer, and
+    beside the model files for ONNX and torch bundles)."""
+    model_path = bundle_dir / manifest.model_file
+    candidates = (bundle_dir / manifest.tokenizer_dir / "config.json", model_path / "config.json",
+                  model_path.parent / "config.json")
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is None:
+        raise BundleError(f"{bundle_dir} records no kv_bytes_per_token/context_length and has no config.json",
+                          "re-run edgeopt optimize with this version")
     try:
-        reader = GGUFReader(str(path), "r")
-    except (OSError, ValueError) as exc:
-        raise BundleError(f"{path} is not a readable GGUF file: {exc}", "copy the bundle again") from exc
-    fields = {name: _field_value(field) for name, field in reader.fields.items()}
-    arch = fields.get("general.architecture")
-    try:
-        layers = int(fields[f"{arch}.block_count"])
-        heads = int(fields[f"{arch}.attention.head_count"])
-        kv_heads = int(fields.get(f"{arch}.attention.head_count_kv", heads))
-        default_dim = int(fields[f"{arch}.embedding_length"]) // heads
-        key_len = int(fields.get(f"{arch}.attention.key_length", default_dim))
-        value_len = int(fields.get(f"{arch}.attention.value_length", default_dim))
-    except KeyError as exc:
-        raise BundleError(f"{path} lacks GGUF header key {exc} for architecture {arch!r}",
-                          "re-export the model with edgeopt optimize --format gguf") from exc
-    context = fields.get(f"{arch}.context_length")
-    return layers * kv_heads * (key_len + value_len) * KV_BYTES_PER_ELEMENT["gguf"], int(context) if context else None
-
-
-def _field_value(field: Any) -> Any:
-    if hasattr(field, "contents"):
-        try:
-            return field.contents()
-        except (ValueError, IndexError, TypeError):
-            return None
-    if not field.data:
-        return None
-    part = field.parts[field.data[0]]
-    return bytes(part).decode("utf-8", "replace") if part.dtype.kind == "u" and part.ndim == 1 and \
-        len(field.types) == 1 and field.types[0].name == "STRING" else part[0]
+        return spec_from_config(json.loads(path.read_text()), str(path))
+    except (json.JSONDecodeError, EdgeoptError) as exc:
+        raise BundleError(f"{path} cannot size the KV cache: {exc}", "re-run edgeopt optimize with this version") \
+            from exc

@@ -8,6 +8,7 @@ space as "▁" and unknown bytes as "<0xNN>". Both mappings are undone here, onc
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -57,18 +58,21 @@ class BundleTokenizer:
         self._bytes = self._build_byte_table(spec)
 
     def _build_byte_table(self, spec: dict) -> list[bytes]:
+        # Pieces come from the already-parsed vocabulary and byte-level ones are mapped with str.translate:
+        # one id_to_token call and one Python-level byte loop per token cost ~1 s of a cold start at 151k.
         byte_level = _uses_byte_level(spec)
-        inverse = byte_level_decoder_table() if byte_level else {}
         added = {t["id"]: t["content"] for t in spec.get("added_tokens", [])}
+        pieces = _pieces_by_id(spec, self.vocab_size)
         table: list[bytes] = []
-        for token_id in range(self.vocab_size):
-            piece = self._tok.id_to_token(token_id)
+        for token_id, piece in enumerate(pieces):
+            if piece is None:
+                piece = self._tok.id_to_token(token_id)
             if piece is None or token_id in self.special_ids:
                 table.append(b"")
             elif token_id in added:  # non-special added tokens are literal text
                 table.append(added[token_id].encode("utf-8"))
-            elif byte_level:
-                table.append(bytes(inverse.get(ch, 0x3F) for ch in piece))
+            elif byte_level:  # a character that is not a byte's stand-in reads as "?"
+                table.append(piece.translate(_byte_level_translation()).encode("latin-1", errors="replace"))
             else:
                 table.append(_sentencepiece_bytes(piece))
         return table
@@ -89,6 +93,29 @@ class BundleTokenizer:
 
     def token_id(self, text: str) -> int | None:
         return self._tok.token_to_id(text)
+
+
+def _pieces_by_id(spec: dict, size: int) -> list[str | None]:
+    """The model's vocabulary strings by id, read from tokenizer.json (None where it has none: added tokens)."""
+    vocab = (spec.get("model") or {}).get("vocab")
+    pieces: list[str | None] = [None] * size
+    if isinstance(vocab, dict):  # BPE, WordPiece, WordLevel: piece -> id
+        for piece, token_id in vocab.items():
+            if 0 <= token_id < size:
+                pieces[token_id] = piece
+    elif isinstance(vocab, list):  # Unigram: [piece, score] in id order
+        for token_id, entry in enumerate(vocab[:size]):
+            pieces[token_id] = entry[0]
+    return pieces
+
+
+@functools.cache
+def _byte_level_translation() -> dict[int, str]:
+    """str.translate table: each byte's stand-in character -> the latin-1 character of that byte; the
+    other latin-1 characters -> "?" (characters above U+00FF become "?" when encoded)."""
+    table = {code: "?" for code in range(256)}
+    table.update({ord(stand_in): chr(byte) for stand_in, byte in byte_level_decoder_table().items()})
+    return table
 
 
 def _sentencepiece_bytes(piece: str) -> bytes:

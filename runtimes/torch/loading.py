@@ -63,6 +63,11 @@ def eos_token_ids(model_dir: Path, config: dict[str, Any]) -> frozenset[int]:
     return frozenset(ids)
 
 
+def checkpoint_dtype(config: dict[str, Any]) -> str:
+    """The dtype the checkpoint was saved in (transformers >= 5 writes ``dtype``, older ``torch_dtype``)."""
+    return str(config.get("dtype") or config.get("torch_dtype") or "float32")
+
+
 def load_checkpoint(bundle_dir: Path, manifest: Any, device: str, dtype: str, threads: int | None,
                     attn_implementation: str = "sdpa") -> tuple[Any, Any, dict[str, Any]]:
     import torch
@@ -74,8 +79,7 @@ def load_checkpoint(bundle_dir: Path, manifest: Any, device: str, dtype: str, th
         torch.set_num_threads(int(threads))
     model_dir = bundle_dir / manifest.model_file
     config = read_config(model_dir)
-    checkpoint_dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32")
-    torch_dtype = getattr(torch, pick_dtype(dtype, checkpoint_dtype, device))
+    torch_dtype = getattr(torch, pick_dtype(dtype, checkpoint_dtype(config), device))
     try:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype,
                                                      attn_implementation=attn_implementation)

@@ -74,3 +74,21 @@ def test_cli_refuses_a_torch_quant_the_format_does_not_have(tiny_llama_dir: Path
 ])
 def test_planner_offers_the_profiles_torch_dtypes(target: str, expected: tuple[str, ...]) -> None:
     assert torch_candidates(load_profile(target)) == expected
+
+
+def test_optimize_format_torch_evaluates_the_bundle_against_the_original(tiny_llama_dir: Path, tmp_path: Path):
+    """The README's GPU path: evaluation is on by default, and `edgeopt eval` re-measures the bundle."""
+    out = tmp_path / "bundle"
+    result = CliRunner().invoke(app, ["optimize", str(tiny_llama_dir), "--format", "torch", "--quant", "bf16",
+                                      "--context", "256", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    metrics = load_bundle(out).metrics
+    assert metrics["eval_tokens"] > 100
+    # bf16 weights: close to the fp32 original, but not bit-identical (an fp32 copy would give KL 0)
+    assert 0 < metrics["kl_divergence"] < 0.05 and metrics["top1_agreement"] >= 0.9
+    assert metrics["perplexity"] == pytest.approx(metrics["perplexity_original"], rel=0.05)
+    again = CliRunner().invoke(app, ["eval", str(out), "--json"])
+    assert again.exit_code == 0, again.output
+    remeasured = json.loads(again.output)
+    assert remeasured["kl_divergence"] == pytest.approx(metrics["kl_divergence"], rel=1e-3)
+    assert remeasured["top1_agreement"] == metrics["top1_agreement"]

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from edgeopt.bundle import Manifest, staged_bundle, write_manifest
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+# As edgeopt optimize writes it: config.json beside the tokenizer is what the server sizes the KV cache from
+# when the manifest does not record kv_bytes_per_token and context_length (bundles written before it did).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json")
 
 
 def make_gguf_bundle(gguf: Path, hf_dir: Path, dest: Path, quant: str = "F16") -> Path:
