@@ -15,9 +15,14 @@ from edgeopt.model_spec import ModelSpec
 _FIXED_HEADS = {
     "qwen2": "llama.cpp's qwen2 graph requires num_attention_heads x head_dim == hidden_size "
              "(its attn_output is hidden x hidden)",
+    "phi3": "llama.cpp's phi3 graph requires num_attention_heads x head_dim == hidden_size "
+            "(its attn_output is hidden x hidden), and q/k/v are one fused qkv_proj",
 }
 # GGUF arch -> why whole layers cannot be removed.
-_FIXED_LAYERS: dict[str, str] = {}
+_FIXED_LAYERS = {
+    "smollm3": "llama.cpp's smollm3 graph places the layers without rope at every 4th layer; removing layers "
+               "would move SmolLM3's no_rope_layers off that pattern",
+}
 
 
 def fixed_heads_reason(spec: ModelSpec) -> str | None:

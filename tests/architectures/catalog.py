@@ -36,6 +36,7 @@ class Architecture:
     # Structured pruning: knob ("ratio", "heads", "mlp", "layers") -> words its refusal must contain.
     # Knobs not listed must work.
     prune_refusals: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    onnx_refusal: tuple[str, ...] = ()  # words the ONNX exporter's refusal must contain; () = it exports
 
     @property
     def hf_architecture(self) -> str:
@@ -51,6 +52,7 @@ _LLAMA3_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0
 # Phi-3.5-mini / Phi-4-mini: LongRoPE over a 4k original window (here 128 of 512): one factor per
 # rotated dimension pair, short ones near 1, long ones growing with the wavelength.
 _PHI_ORIGINAL = 128
+_LONGROPE_ONNX = ("Phi3ForCausalLM", "LongRoPE", "--format gguf")
 
 
 def _longrope(pairs: int) -> dict[str, Any]:
@@ -78,6 +80,40 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture(  # Qwen3: q/k norms, head_dim != hidden / heads
         "qwen3", "Qwen3Config", _gqa(head_dim=48, tie_word_embeddings=True, rope_theta=1000000.0),
         templates.QWEN, (), bos=None, eos="<|im_end|>"),
+    Architecture(  # Phi-3-mini-4k: MHA, fused qkv / gate_up, no rope scaling, sliding window 2047 of 4096
+        "phi3-mini", "Phi3Config",
+        dict(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False, rope_theta=10000.0,
+             max_position_embeddings=4096, original_max_position_embeddings=4096, sliding_window=2047),
+        templates.PHI3, ("<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"),
+        bos=None, eos="<|end|>",
+        prune_refusals={"heads": ("Phi3ForCausalLM", "attention heads", "hidden_size")}),
+    Architecture(  # Phi-3.5-mini: MHA, fused qkv / gate_up, LongRoPE, untied, SentencePiece-era specials
+        "phi3.5", "Phi3Config",
+        dict(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False, rope_theta=10000.0,
+             original_max_position_embeddings=_PHI_ORIGINAL, rope_scaling=_longrope(16), sliding_window=262144),
+        # The SentencePiece-era <unk>/<s>/</s> are in the real vocabulary, and llama.cpp's vocab loader
+        # looks them up for any model named phi3.
+        templates.PHI3, ("<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"),
+        bos=None, eos="<|end|>", onnx_refusal=_LONGROPE_ONNX,
+        prune_refusals={"heads": ("Phi3ForCausalLM", "attention heads", "hidden_size")}),
+    Architecture(  # Phi-4-mini: GQA, partial rotary 0.75 (LongRoPE over the rotated 3/4), tied, tools
+        "phi4-mini", "Phi3Config",
+        _gqa(tie_word_embeddings=True, rope_theta=10000.0, partial_rotary_factor=0.75,
+             original_max_position_embeddings=_PHI_ORIGINAL, rope_scaling=_longrope(12), sliding_window=262144),
+        templates.PHI4_MINI, ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|tool|>", "<|/tool|>"),
+        bos=None, eos="<|end|>", onnx_refusal=_LONGROPE_ONNX,
+        prune_refusals={"heads": ("Phi3ForCausalLM", "attention heads", "hidden_size")}),
+    Architecture(  # Granite 3.3 2B: the real multipliers, GQA, tied
+        "granite3", "GraniteConfig",
+        _gqa(tie_word_embeddings=True, rope_theta=10000000.0, embedding_multiplier=12.0, residual_multiplier=0.22,
+             attention_multiplier=0.015625, logits_scaling=8.0),
+        templates.GRANITE, ("<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>", "<|tool_call|>"),
+        bos="<|end_of_text|>", eos="<|end_of_text|>"),
+    Architecture(  # SmolLM3 3B: every 4th layer without rope (4 layers here, so layer 3 is NoPE), tied
+        "smollm3", "SmolLM3Config",
+        _gqa(num_hidden_layers=4, tie_word_embeddings=True, rope_theta=5000000.0),
+        templates.SMOLLM3, ("<think>", "</think>", "<tool_call>", "</tool_call>"), bos=None, eos="<|im_end|>",
+        prune_refusals={"layers": ("SmolLM3ForCausalLM", "layers", "every 4th")}),
 )
 
 
@@ -119,6 +155,10 @@ def build_architecture(arch: Architecture, out_dir: Path, base_tokenizer_dir: Pa
     model.eval()
     model.save_pretrained(out_dir, safe_serialization=True)
     return out_dir
+
+
+def onnx_exportable() -> list[str]:
+    return [a.name for a in ARCHITECTURES if not a.onnx_refusal]
 
 
 def by_name(name: str) -> Architecture:
