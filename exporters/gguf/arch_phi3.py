@@ -33,11 +33,9 @@ def original_context(spec: ModelSpec, config: Config) -> int:
     return int(config.get("original_max_position_embeddings") or spec.max_position_embeddings)
 
 
-def longrope_attn_factor(spec: ModelSpec, config: Config, scaling: Config) -> float:
-    """The cos/sin magnitude transformers applies: the explicit ``attention_factor``, else
-    sqrt(1 + ln(scale) / ln(original window)) for a scale above 1."""
-    if scaling.get("attention_factor") is not None:
-        return float(scaling["attention_factor"])
+def longrope_attn_factor(spec: ModelSpec, config: Config) -> float:
+    """The cos/sin magnitude transformers applies: sqrt(1 + ln(scale) / ln(original window)) for a
+    scale (context / original window) above 1. (Phi3Config admits no explicit attention_factor.)"""
     original = original_context(spec, config)
     scale = spec.max_position_embeddings / original
     return math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1.0 else 1.0
@@ -67,7 +65,7 @@ def add_metadata(writer, spec: ModelSpec, config: Config) -> None:
     writer.add_sliding_window(int(config.get("sliding_window") or 0))
     scaling = rope_scaling(config)
     if scaling is not None and scaling["rope_type"] in LONGROPE_KINDS:
-        writer.add_rope_scaling_attn_factors(longrope_attn_factor(spec, config, scaling))
+        writer.add_rope_scaling_attn_factors(longrope_attn_factor(spec, config))
 
 
 def extra_tensors(spec: ModelSpec, config: Config) -> list[tuple[str, np.ndarray]]:

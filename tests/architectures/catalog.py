@@ -49,9 +49,10 @@ def _gqa(**extra: Any) -> dict[str, Any]:
 
 _LLAMA3_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                    "original_max_position_embeddings": 8192}
-# Phi-3.5-mini / Phi-4-mini: LongRoPE over a 4k original window (here 128 of 512): one factor per
-# rotated dimension pair, short ones near 1, long ones growing with the wavelength.
-_PHI_ORIGINAL = 128
+# Phi-3.5-mini / Phi-4-mini: LongRoPE over a 4k original window of 128k (here 256 of 1024; llama.cpp's
+# context is at least 256 cells, so a smaller window could not be tested in its short regime): one
+# factor per rotated dimension pair, short ones near 1, long ones growing with the wavelength.
+_PHI_ORIGINAL, _PHI_CONTEXT = 256, 1024
 _LONGROPE_ONNX = ("Phi3ForCausalLM", "LongRoPE", "--format gguf")
 
 
@@ -90,7 +91,8 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture(  # Phi-3.5-mini: MHA, fused qkv / gate_up, LongRoPE, untied, SentencePiece-era specials
         "phi3.5", "Phi3Config",
         dict(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False, rope_theta=10000.0,
-             original_max_position_embeddings=_PHI_ORIGINAL, rope_scaling=_longrope(16), sliding_window=262144),
+             max_position_embeddings=_PHI_CONTEXT, original_max_position_embeddings=_PHI_ORIGINAL,
+             rope_scaling=_longrope(16), sliding_window=262144),
         # The SentencePiece-era <unk>/<s>/</s> are in the real vocabulary, and llama.cpp's vocab loader
         # looks them up for any model named phi3.
         templates.PHI3, ("<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"),
@@ -99,7 +101,8 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture(  # Phi-4-mini: GQA, partial rotary 0.75 (LongRoPE over the rotated 3/4), tied, tools
         "phi4-mini", "Phi3Config",
         _gqa(tie_word_embeddings=True, rope_theta=10000.0, partial_rotary_factor=0.75,
-             original_max_position_embeddings=_PHI_ORIGINAL, rope_scaling=_longrope(12), sliding_window=262144),
+             max_position_embeddings=_PHI_CONTEXT, original_max_position_embeddings=_PHI_ORIGINAL,
+             rope_scaling=_longrope(12), sliding_window=262144),
         templates.PHI4_MINI, ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|tool|>", "<|/tool|>"),
         bos=None, eos="<|end|>", onnx_refusal=_LONGROPE_ONNX,
         prune_refusals={"heads": ("Phi3ForCausalLM", "attention heads", "hidden_size")}),

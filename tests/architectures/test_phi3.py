@@ -1,0 +1,85 @@
+"""Phi-3's quirks survive GGUF export: fused projections, LongRoPE (both factor sets and the
+attention factor), partial rotary (Phi-4-mini), and what llama.cpp's phi3 graph cannot take is refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeopt.errors import ExportError
+from tests.architectures.catalog import _PHI_ORIGINAL, by_name
+from tests.fixtures.parity import gguf_parity
+
+
+def _fields(path: Path) -> tuple[dict, dict]:
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    return ({name: f.contents() for name, f in reader.fields.items()},
+            {t.name: t for t in reader.tensors})
+
+
+def test_fused_projections_and_longrope_travel_as_llama_cpp_reads_them(arch_dir, arch_gguf) -> None:
+    config = json.loads((arch_dir("phi4-mini") / "config.json").read_text())
+    fields, tensors = _fields(arch_gguf("phi4-mini", "F32"))
+    hidden, head_dim, kv = config["hidden_size"], config["hidden_size"] // 4, 2
+    assert fields["general.architecture"] == "phi3"
+    # q/k/v stay one attn_qkv (q rows, k rows, v rows) and gate/up one ffn_up of twice the MLP width.
+    assert list(tensors["blk.0.attn_qkv.weight"].shape) == [hidden, hidden + 2 * kv * head_dim]
+    assert list(tensors["blk.0.ffn_up.weight"].shape) == [hidden, 2 * config["intermediate_size"]]
+    assert not any(".attn_q." in n or ".ffn_gate." in n for n in tensors)
+    # Partial rotary 0.75: 24 of 32 dimensions rotate, and the factor lists have one entry per pair.
+    assert fields["phi3.rope.dimension_count"] == int(head_dim * 0.75) == 24
+    scaling = config["rope_scaling"]
+    np.testing.assert_array_equal(tensors["rope_factors_long.weight"].data, np.float32(scaling["long_factor"]))
+    np.testing.assert_array_equal(tensors["rope_factors_short.weight"].data, np.float32(scaling["short_factor"]))
+    scale = config["max_position_embeddings"] / _PHI_ORIGINAL
+    assert fields["phi3.rope.scaling.attn_factor"] == pytest.approx(
+        math.sqrt(1 + math.log(scale) / math.log(_PHI_ORIGINAL)))
+    assert fields["phi3.rope.scaling.original_context_length"] == _PHI_ORIGINAL
+    assert fields["phi3.attention.sliding_window"] == config["sliding_window"]
+
+
+@pytest.mark.parametrize("name", ["phi3.5", "phi4-mini"])
+def test_short_factors_inside_the_original_window(name: str, arch_dir, arch_gguf) -> None:
+    """Within the original window (256) both use short_factor: transformers because the sequence is
+    short, llama.cpp because its context is; the long regime is the matrix's 300 tokens in 512 cells."""
+    comparison = gguf_parity(arch_dir(name), arch_gguf(name, "F32"), tokens=200, context=_PHI_ORIGINAL)
+    assert comparison.mean_kl <= 1e-5 and comparison.top1_agreement == 1.0, comparison.mean_kl
+
+
+def test_factor_lists_of_the_wrong_length_are_refused(arch_dir, tmp_path: Path) -> None:
+    from exporters.gguf.exporter import GGUFExporter
+
+    model = shutil.copytree(arch_dir("phi4-mini"), tmp_path / "phi")
+    config = json.loads((model / "config.json").read_text())
+    config["rope_scaling"]["long_factor"] = config["rope_scaling"]["long_factor"] + [1.0]
+    (model / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ExportError, match=r"long_factor has 13 entries.*need 12"):
+        GGUFExporter().export(model, tmp_path / "out", "F32", {})
+    assert not (tmp_path / "out" / "model.gguf").exists()
+
+
+def test_head_pruned_phi3_is_refused_before_writing(arch_dir, tmp_path: Path) -> None:
+    """llama.cpp's phi3 graph needs heads x head_dim == hidden: a checkpoint that breaks it is refused
+    with the reason (the prune pass refuses to make one; this guards checkpoints pruned elsewhere)."""
+    from edgeopt.model_spec import load_model_spec
+    from exporters.gguf.arch_phi3 import check
+
+    spec = load_model_spec(str(arch_dir("phi3-mini")))
+    with pytest.raises(ExportError, match="llama.cpp's phi3 graph requires them equal"):
+        check(dataclasses.replace(spec, num_heads=2), {})
+
+
+def test_catalog_phi_entries_are_the_real_shapes() -> None:
+    """Guard the fixtures themselves: Phi-3.5 is MHA and untied, Phi-4-mini GQA, tied, partial rotary."""
+    phi35, phi4 = by_name("phi3.5").config, by_name("phi4-mini").config
+    assert phi35["num_attention_heads"] == phi35["num_key_value_heads"] and not phi35["tie_word_embeddings"]
+    assert phi4["num_key_value_heads"] < phi4["num_attention_heads"] and phi4["tie_word_embeddings"]
+    assert phi4["partial_rotary_factor"] == 0.75 and phi35["rope_scaling"]["type"] == "longrope"
