@@ -36,6 +36,7 @@ class Architecture:
     # Structured pruning: knob ("ratio", "heads", "mlp", "layers") -> words its refusal must contain.
     # Knobs not listed must work.
     prune_refusals: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    takes_tools: bool = True  # the real template renders a ``tools`` list (Phi-3 / 3.5's do not)
     onnx_refusal: tuple[str, ...] = ()  # words the ONNX exporter's refusal must contain; () = it exports
 
     @property
@@ -86,7 +87,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         dict(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False, rope_theta=10000.0,
              max_position_embeddings=4096, original_max_position_embeddings=4096, sliding_window=2047),
         templates.PHI3, ("<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"),
-        bos=None, eos="<|end|>",
+        bos=None, eos="<|end|>", takes_tools=False,
         prune_refusals={"heads": ("Phi3ForCausalLM", "attention heads", "hidden_size")}),
     Architecture(  # Phi-3.5-mini: MHA, fused qkv / gate_up, LongRoPE, untied, SentencePiece-era specials
         "phi3.5", "Phi3Config",
@@ -96,7 +97,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         # The SentencePiece-era <unk>/<s>/</s> are in the real vocabulary, and llama.cpp's vocab loader
         # looks them up for any model named phi3.
         templates.PHI3, ("<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"),
-        bos=None, eos="<|end|>", onnx_refusal=_LONGROPE_ONNX,
+        bos=None, eos="<|end|>", takes_tools=False, onnx_refusal=_LONGROPE_ONNX,
         prune_refusals={"heads": ("Phi3ForCausalLM", "attention heads", "hidden_size")}),
     Architecture(  # Phi-4-mini: GQA, partial rotary 0.75 (LongRoPE over the rotated 3/4), tied, tools
         "phi4-mini", "Phi3Config",

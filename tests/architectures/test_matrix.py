@@ -162,3 +162,24 @@ def test_edgeopt_eval_scores_the_bundle(name: str, arch_bundle, tmp_path: Path) 
     metrics = json.loads(result.output[result.output.index("{"):])
     assert metrics["eval_tokens"] > 100 and np.isfinite(metrics["perplexity"])
     assert metrics["kl_divergence"] <= Q8_KL_LIMIT and metrics["top1_agreement"] >= 0.8
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                           "parameters": {"type": "object",
+                                                          "properties": {"city": {"type": "string"}}}}}]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_server_renders_the_template_as_transformers_does(name: str, arch_dir) -> None:
+    """The reference is transformers' apply_chat_template on the same checkpoint; templates whose real
+    model takes ``tools`` render them into the prompt."""
+    from transformers import AutoTokenizer
+
+    from edgeopt.server.chat_template import ChatTemplate
+
+    tokenizer = AutoTokenizer.from_pretrained(str(arch_dir(name)))
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+    ours = ChatTemplate.from_bundle(arch_dir(name), None, ".").render(messages)
+    assert ours == tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    with_tools = tokenizer.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    assert ("get_weather" in with_tools) == by_name(name).takes_tools and "Hi there" in with_tools

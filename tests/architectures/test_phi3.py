@@ -83,3 +83,28 @@ def test_catalog_phi_entries_are_the_real_shapes() -> None:
     assert phi35["num_attention_heads"] == phi35["num_key_value_heads"] and not phi35["tie_word_embeddings"]
     assert phi4["num_key_value_heads"] < phi4["num_attention_heads"] and phi4["tie_word_embeddings"]
     assert phi4["partial_rotary_factor"] == 0.75 and phi35["rope_scaling"]["type"] == "longrope"
+
+
+@pytest.mark.parametrize("quant", ["Q4_K_M", "Q3_K_M"])
+def test_fused_qkv_gets_llama_cpp_quant_type_and_planned_size(quant: str, tiny_tokenizer_dir, tmp_path: Path) -> None:
+    """llama.cpp quantizes attn_qkv by its own rule (Q4_K_M -> Q5_K, Q3_K_M -> Q4_K); the planner must
+    assume the same types tensor by tensor, or Phi-3's size estimate drifts."""
+    from edgeopt.model_spec import load_model_spec
+    from edgeopt.plan import weight_bytes
+    from exporters.gguf.exporter import GGUFExporter
+    from exporters.gguf.quant_types import tensor_type
+    from exporters.gguf.tensor_names import gguf_name
+    from tests.architectures.catalog import build_architecture
+
+    import gguf
+
+    base = by_name("phi3-mini")  # rows of 256 and 512 so k-quants apply without shape fallbacks
+    wide = dataclasses.replace(base, config={**base.config, "hidden_size": 256, "intermediate_size": 512,
+                                             "num_hidden_layers": 4})
+    model = build_architecture(wide, tmp_path / "hf", tiny_tokenizer_dir)
+    result = GGUFExporter().export(model, tmp_path / "out", quant, {"threads": 2})
+    path = tmp_path / "out" / result.model_file
+    spec = load_model_spec(str(model))
+    expected = {gguf_name(t.name, "phi3"): tensor_type(t, quant, spec) for t in spec.tensors()}
+    assert {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors} == expected
+    assert abs(weight_bytes(spec, "gguf", quant) / path.stat().st_size - 1) <= 0.05
