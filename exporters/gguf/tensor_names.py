@@ -77,8 +77,12 @@ def rope_pairs_interleaved(weight: np.ndarray, n_heads: int) -> np.ndarray:
             .reshape(weight.shape))
 
 
-def plan_tensors(spec: ModelSpec, stored_names: list[str]) -> list[TensorPlan]:
-    """The tensors to write, in the checkpoint's canonical order, with their layout transforms."""
+def plan_tensors(spec: ModelSpec, stored_names: list[str], config: dict | None = None) -> list[TensorPlan]:
+    """The tensors to write, in the checkpoint's canonical order, with their layout transforms.
+
+    ``config`` (config.json) is what a family's check reads (LongRoPE factors, NoPE layers)."""
+    extras = extras_for(spec.arch)
+    extras.check(spec, config or {})  # refuse what llama.cpp's graph cannot express, before any file is written
     stored = {n for n in stored_names if not _IGNORED.match(n)}
     expected = [t.name for t in spec.tensors()]
     missing = [n for n in expected if n not in stored]
@@ -89,7 +93,7 @@ def plan_tensors(spec: ModelSpec, stored_names: list[str]) -> list[TensorPlan]:
     if extra:
         raise ExportError(f"checkpoint {spec.source} has tensors edgeopt does not know: {extra[:5]}",
                           f"supported layouts: {', '.join(SUPPORTED_ARCHITECTURES)} ({spec.hf_architecture} given)")
-    interleave = extras_for(spec.arch).rope_pairs_interleaved
+    interleave = extras.rope_pairs_interleaved
     plans = []
     for name in expected:
         transform: Transform | None = None

@@ -61,9 +61,8 @@ def convert_checkpoint(model_dir: Path, out_path: Path, out_type: str = "F16") -
     config = json.loads((model_dir / "config.json").read_text())
     spec = load_model_spec(str(model_dir))
     extras = extras_for(spec.arch)
-    extras.check(spec, config)  # before any file is written
     checkpoint = SafetensorsCheckpoint(model_dir)
-    plans = plan_tensors(spec, checkpoint.names())
+    plans = plan_tensors(spec, checkpoint.names(), config)
     for plan in plans:
         expected = next(t.shape for t in spec.tensors() if t.name == plan.hf_name)
         if checkpoint.shape(plan.hf_name) != expected:
