@@ -7,7 +7,6 @@ bundle is also usable outside edgeopt. Encoders also get ``model/pooling.json``.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ from typing import Any
 from edgeopt.errors import ConfigError
 from exporters import Exporter, ExportResult
 from exporters.onnx import quantize as q
-from exporters.onnx.arch_limits import check_onnx_exportable
 from exporters.onnx.export import (DECODER_TASK, ENCODER_TASK, compare_with_fp32, copy_model_files, model_kind,
                                    optimum_export, validate_decoder)
 from exporters.onnx.quant_types import QUANTS
@@ -34,8 +32,6 @@ class ONNXExporter(Exporter):
             raise ConfigError(f"unknown ONNX quant {quant!r}", f"valid: {', '.join(self.quants)}")
         model_dir, out_dir = Path(model_dir), Path(out_dir)
         kind = model_kind(model_dir)
-        if kind == "causal-lm":
-            check_onnx_exportable(model_dir, json.loads((model_dir / "config.json").read_text()))
         final_dir = out_dir / MODEL_SUBDIR
         with tempfile.TemporaryDirectory(prefix="edgeopt-onnx-") as tmp:
             fp32_dir = Path(tmp) / "fp32"

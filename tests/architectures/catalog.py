@@ -37,7 +37,6 @@ class Architecture:
     # Knobs not listed must work.
     prune_refusals: dict[str, tuple[str, ...]] = field(default_factory=dict)
     takes_tools: bool = True  # the real template renders a ``tools`` list (Phi-3 / 3.5's do not)
-    onnx_refusal: tuple[str, ...] = ()  # words the ONNX exporter's refusal must contain; () = it exports
 
     @property
     def hf_architecture(self) -> str:
@@ -54,7 +53,6 @@ _LLAMA3_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0
 # context is at least 256 cells, so a smaller window could not be tested in its short regime): one
 # factor per rotated dimension pair, short ones near 1, long ones growing with the wavelength.
 _PHI_ORIGINAL, _PHI_CONTEXT = 256, 1024
-_LONGROPE_ONNX = ("Phi3ForCausalLM", "LongRoPE", "--format gguf")
 
 
 def _longrope(pairs: int) -> dict[str, Any]:
@@ -97,7 +95,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         # The SentencePiece-era <unk>/<s>/</s> are in the real vocabulary, and llama.cpp's vocab loader
         # looks them up for any model named phi3.
         templates.PHI3, ("<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"),
-        bos=None, eos="<|end|>", takes_tools=False, onnx_refusal=_LONGROPE_ONNX,
+        bos=None, eos="<|end|>", takes_tools=False,
         prune_refusals={"heads": ("Phi3ForCausalLM", "attention heads", "hidden_size")}),
     Architecture(  # Phi-4-mini: GQA, partial rotary 0.75 (LongRoPE over the rotated 3/4), tied, tools
         "phi4-mini", "Phi3Config",
@@ -105,7 +103,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
              max_position_embeddings=_PHI_CONTEXT, original_max_position_embeddings=_PHI_ORIGINAL,
              rope_scaling=_longrope(12), sliding_window=262144),
         templates.PHI4_MINI, ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|tool|>", "<|/tool|>"),
-        bos=None, eos="<|end|>", onnx_refusal=_LONGROPE_ONNX,
+        bos=None, eos="<|end|>",
         prune_refusals={"heads": ("Phi3ForCausalLM", "attention heads", "hidden_size")}),
     Architecture(  # Granite 3.3 2B: the real multipliers, GQA, tied
         "granite3", "GraniteConfig",
@@ -159,10 +157,6 @@ def build_architecture(arch: Architecture, out_dir: Path, base_tokenizer_dir: Pa
     model.eval()
     model.save_pretrained(out_dir, safe_serialization=True)
     return out_dir
-
-
-def onnx_exportable() -> list[str]:
-    return [a.name for a in ARCHITECTURES if not a.onnx_refusal]
 
 
 def by_name(name: str) -> Architecture:

@@ -1,7 +1,7 @@
 """Print the architecture matrix's figures: ``python -m tests.architectures.report``.
 
 For each catalog entry: llama.cpp F32 and Q8_0 logits against transformers (mean KL, top-1 over 300
-tokens), the ONNX fp32 export's (or its refusal), and the planner's size estimates against the files.
+tokens), the ONNX fp32 export's, and the planner's size estimates against the files.
 """
 
 from __future__ import annotations

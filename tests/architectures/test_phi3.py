@@ -108,3 +108,32 @@ def test_fused_qkv_gets_llama_cpp_quant_type_and_planned_size(quant: str, tiny_t
     expected = {gguf_name(t.name, "phi3"): tensor_type(t, quant, spec) for t in spec.tensors()}
     assert {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors} == expected
     assert abs(weight_bytes(spec, "gguf", quant) / path.stat().st_size - 1) <= 0.05
+
+
+@pytest.mark.parametrize("name", ["phi3.5", "phi4-mini"])
+def test_onnx_longrope_switches_factors_in_graph(name: str, arch_dir, arch_bundle) -> None:
+    """The exported graph chooses short or long factors per step as transformers does: a 200-token
+    prefill (short, inside the 256 window) then 100 tokens through the KV cache (long, past it) equal
+    transformers' same two calls. A trace that froze one branch fails one of the two (KL ~2)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from edgeopt.bundle import load_bundle
+    from edgeopt.eval_metrics import Comparison
+    from runtimes.onnxruntime.decoder_session import DecoderSession
+    from runtimes.onnxruntime.session import create_session
+    from tests.fixtures.parity import parity_ids
+
+    bundle = arch_bundle(name, "onnx", "fp32")
+    ids = parity_ids(arch_dir(name))
+    model = AutoModelForCausalLM.from_pretrained(str(arch_dir(name))).eval()
+    with torch.no_grad():
+        first = model(torch.tensor([ids[:200]]), use_cache=True)
+        second = model(torch.tensor([ids[200:]]), past_key_values=first.past_key_values)
+    decoder = DecoderSession(create_session(bundle / load_bundle(bundle).model_file, 2, ["CPUExecutionProvider"]))
+    short, past = decoder.run_sequence(ids[:200])
+    long, _ = decoder.run_sequence(ids[200:], past, 200)
+    for reference, candidate in ((first.logits[0].numpy(), short), (second.logits[0].numpy(), long)):
+        comparison = Comparison()
+        comparison.add(reference, candidate)
+        assert comparison.mean_kl <= 1e-5 and comparison.top1_agreement == 1.0, comparison.mean_kl
