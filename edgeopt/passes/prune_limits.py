@@ -16,7 +16,7 @@ _FIXED_HEADS = {
     "qwen2": "llama.cpp's qwen2 graph requires num_attention_heads x head_dim == hidden_size "
              "(its attn_output is hidden x hidden)",
     "phi3": "llama.cpp's phi3 graph requires num_attention_heads x head_dim == hidden_size "
-            "(its attn_output is hidden x hidden), and q/k/v are one fused qkv_proj",
+            "(its attn_output is hidden x hidden)",
 }
 # GGUF arch -> why whole layers cannot be removed.
 _FIXED_LAYERS = {
