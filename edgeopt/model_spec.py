@@ -20,7 +20,15 @@ SUPPORTED_ARCHITECTURES = {
     "MistralForCausalLM": "llama",  # same graph as Llama; GGUF stores Mistral as llama
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Phi3ForCausalLM": "phi3",  # Phi-3, Phi-3.5, Phi-4-mini: fused qkv / gate_up, LongRoPE, partial rotary
+    "GraniteForCausalLM": "granite",  # Granite 3.x: Llama layout plus four scalar multipliers
+    "SmolLM3ForCausalLM": "smollm3",  # Llama layout; every 4th layer without RoPE (NoPE)
 }
+# Config classes that leave tie_word_embeddings at transformers' base default (True), so a config.json
+# saved without the key ties; the others (Llama, Qwen2, Phi-3, Granite, ...) default to untied.
+TIED_BY_DEFAULT = ("smollm3",)
+# Architectures whose checkpoints store q/k/v as one qkv_proj and gate/up as one gate_up_proj.
+FUSED_PROJECTIONS = ("phi3",)
 # Encoders (sentence embeddings), exported to ONNX only. Keyed by config model_type, since a
 # feature-extractor checkpoint may list BertModel, BertForMaskedLM, ... or no architectures at all;
 # the value is the base model class, which keeps a pooler layer (the *For* heads drop it). RoBERTa
@@ -79,6 +87,15 @@ class ModelSpec:
     type_vocab_size: int = 0  # encoders: token-type (segment) embeddings
     has_pooler: bool = False  # encoders: BertModel's pooler dense layer
     relative_attention_buckets: int = 0  # MPNet: rows of its relative-position bias table
+    rotary_dim: int = 0  # dimensions of a head that RoPE rotates (partial rotary); 0: all of head_dim
+
+    @property
+    def rope_dim(self) -> int:
+        return self.rotary_dim or self.head_dim
+
+    @property
+    def fused_projections(self) -> bool:
+        return self.arch in FUSED_PROJECTIONS
 
     @property
     def is_encoder(self) -> bool:
@@ -104,17 +121,14 @@ class ModelSpec:
         out = [TensorInfo("model.embed_tokens.weight", (self.vocab_size, h))]
         for i in range(self.num_layers):
             p = f"model.layers.{i}."
-            layer = [
-                (p + "input_layernorm.weight", (h,)),
-                (p + "self_attn.q_proj.weight", (q, h)),
-                (p + "self_attn.k_proj.weight", (kv, h)),
-                (p + "self_attn.v_proj.weight", (kv, h)),
-                (p + "self_attn.o_proj.weight", (h, q)),
-                (p + "post_attention_layernorm.weight", (h,)),
-                (p + "mlp.gate_proj.weight", (inter, h)),
-                (p + "mlp.up_proj.weight", (inter, h)),
-                (p + "mlp.down_proj.weight", (h, inter)),
-            ]
+            if self.fused_projections:  # Phi-3 order: q rows, then k, then v; gate rows, then up
+                attn = [(p + "self_attn.qkv_proj.weight", (q + 2 * kv, h))]
+                mlp = [(p + "mlp.gate_up_proj.weight", (2 * inter, h))]
+            else:
+                attn = [(p + f"self_attn.{n}_proj.weight", (w, h)) for n, w in (("q", q), ("k", kv), ("v", kv))]
+                mlp = [(p + "mlp.gate_proj.weight", (inter, h)), (p + "mlp.up_proj.weight", (inter, h))]
+            layer = [(p + "input_layernorm.weight", (h,)), *attn, (p + "self_attn.o_proj.weight", (h, q)),
+                     (p + "post_attention_layernorm.weight", (h,)), *mlp, (p + "mlp.down_proj.weight", (h, inter))]
             if self.attention_bias:
                 layer += [(p + "self_attn.q_proj.bias", (q,)), (p + "self_attn.k_proj.bias", (kv,)),
                           (p + "self_attn.v_proj.bias", (kv,))]
@@ -211,6 +225,7 @@ def _decoder_spec(config: dict[str, Any], source: str, hf_arch: str) -> ModelSpe
     heads = int(config["num_attention_heads"])
     hidden = int(config["hidden_size"])
     arch = SUPPORTED_ARCHITECTURES[hf_arch]
+    head_dim = int(config.get("head_dim") or hidden // heads)
     rope_theta = config.get("rope_theta")
     if rope_theta is None:  # transformers >= 5 nests it under rope_parameters
         rope_theta = (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
@@ -224,15 +239,17 @@ def _decoder_spec(config: dict[str, Any], source: str, hf_arch: str) -> ModelSpe
         num_layers=int(config["num_hidden_layers"]),
         num_heads=heads,
         num_kv_heads=int(config.get("num_key_value_heads") or heads),
-        head_dim=int(config.get("head_dim") or hidden // heads),
+        head_dim=head_dim,
         max_position_embeddings=int(config.get("max_position_embeddings", 2048)),
-        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", arch in TIED_BY_DEFAULT)),
         # Qwen2 always has q/k/v biases; Llama-family models declare it with attention_bias.
         attention_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),
         qk_norm=arch == "qwen3",
         rope_theta=float(rope_theta),
         rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
         torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "float32"),
+        # Phi-4-mini rotates 3/4 of each head (partial_rotary_factor 0.75); the rest passes through.
+        rotary_dim=int(head_dim * float(config.get("partial_rotary_factor") or 1.0)),
     )
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from edgeopt.passes.fused import projection_weights
+
 
 @dataclass
 class Importance:
@@ -93,11 +95,11 @@ def magnitude_importance(model: nn.Module) -> Importance:
     heads, mlp, block = [], [], []
     for layer in decoder_layers(model):
         attn, ffn = layer.self_attn, layer.mlp
-        q = attn.q_proj.weight.float().reshape(num_heads, head_dim, -1).norm(dim=(1, 2))
+        q_weight, gate, up = projection_weights(model.config.model_type, attn, ffn, num_heads * head_dim)
+        q = q_weight.float().reshape(num_heads, head_dim, -1).norm(dim=(1, 2))
         o = attn.o_proj.weight.float().reshape(-1, num_heads, head_dim).norm(dim=(0, 2))
         heads.append(q * o)
-        mlp.append(ffn.gate_proj.weight.float().norm(dim=1) * ffn.up_proj.weight.float().norm(dim=1)
-                   * ffn.down_proj.weight.float().norm(dim=0))
+        mlp.append(gate.float().norm(dim=1) * up.float().norm(dim=1) * ffn.down_proj.weight.float().norm(dim=0))
         block.append(attn.o_proj.weight.float().norm() + ffn.down_proj.weight.float().norm())
     return Importance(torch.stack(heads).double(), torch.stack(mlp).double(), torch.stack(block).double(),
                       "magnitude")

@@ -18,6 +18,7 @@ from edgeopt.errors import PassError
 from edgeopt.model_spec import load_model_spec
 from edgeopt.passes import Pass, PassContext
 from edgeopt.passes.fit import request_from_params
+from edgeopt.passes.fused import join_fused, split_fused
 from edgeopt.passes.prune_shape import PruneShape, shape_of, solve_shape
 
 KNOWN_PARAMS = {"ratio", "heads", "mlp", "layers", "calib_data", "calib_sha256", "calib_tokens", "sparsity",
@@ -98,7 +99,11 @@ def prune_model(model: Any, shape: PruneShape, importance: Any) -> Any:
         channels = sorted(torch.topk(importance.mlp[old_index], shape.intermediate_size).indices.tolist())
         layer_state = {k[len(f"model.layers.{old_index}."):]: v for k, v in state.items()
                        if k.startswith(f"model.layers.{old_index}.")}
+        layer_state, fused = split_fused(layer_state, cfg.num_attention_heads * head_dim,
+                                         cfg.num_key_value_heads * head_dim)
         sliced = _slice_layer(layer_state, heads, channels, head_dim, cfg.num_attention_heads == cfg.num_key_value_heads)
+        if fused:  # Phi-3: q/k/v and gate/up were sliced with the same heads and channels; stack them back
+            sliced = join_fused(sliced)
         new_state.update({f"model.layers.{new_index}.{k}": v for k, v in sliced.items()})
     new_cfg = _pruned_config(cfg, shape, head_dim, keep_layers)
     pruned = AutoModelForCausalLM.from_config(new_cfg, dtype=next(model.parameters()).dtype)
@@ -160,6 +165,8 @@ def _pruned_config(cfg: Any, shape: PruneShape, head_dim: int, keep_layers: list
     new.head_dim = head_dim  # no longer hidden_size // num_attention_heads once heads are pruned
     if getattr(new, "layer_types", None):  # per-layer attention kinds (sliding/full) follow their layers
         new.layer_types = [cfg.layer_types[i] for i in keep_layers]
+    if getattr(new, "no_rope_layers", None):  # SmolLM3: which layers use rope follows their layers too
+        new.no_rope_layers = [cfg.no_rope_layers[i] for i in keep_layers]
     if getattr(new, "max_window_layers", None) is not None:
         new.max_window_layers = min(new.max_window_layers, shape.num_layers)
     return new

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from edgeopt.errors import ConfigError, PassError
 from edgeopt.model_spec import ModelSpec
+from edgeopt.passes.prune_limits import check_request, fixed_heads_reason, fixed_layers_reason
 
 MAX_RATIO = 0.9
 DEPTH_SHARE = 0.25  # of the ratio, as a fraction of layers removed
@@ -106,6 +107,7 @@ def nearest_mlp(spec: ModelSpec, remove_fraction: float) -> int:
 def solve_shape(spec: ModelSpec, request: PruneRequest) -> PruneShape:
     """The pruned shape for ``request``; with a ratio, the free dimensions are solved to hit it."""
     request.validate()
+    check_request(spec, request.heads, request.layers)
     if request.ratio is None:
         heads = nearest_heads(spec, request.heads or 0.0)
         layers = spec.num_layers - (request.layers or 0)
@@ -114,17 +116,22 @@ def solve_shape(spec: ModelSpec, request: PruneRequest) -> PruneShape:
     target = (1.0 - request.ratio) * spec.num_non_embedding_parameters
     drop = request.layers if request.layers is not None else int(spec.num_layers * request.ratio * DEPTH_SHARE)
     heads_frac = request.heads if request.heads is not None else request.ratio * HEAD_SHARE
+    if fixed_heads_reason(spec):  # the architecture fixes them: the other dimensions take the ratio
+        heads_frac = 0.0
+    if fixed_layers_reason(spec):
+        drop = 0
     while True:
         layers = spec.num_layers - drop
         _check_layers(spec, layers)
         heads = nearest_heads(spec, heads_frac)
         if request.mlp is not None:
             base = PruneShape(layers, heads, kv_heads_for(spec, heads), nearest_mlp(spec, request.mlp))
-            return _solve_discrete(spec, base, target, free="layers" if request.heads is not None else "heads")
+            heads_fixed = request.heads is not None or fixed_heads_reason(spec) is not None
+            return _solve_discrete(spec, base, target, free="layers" if heads_fixed else "heads")
         shape = _solve_mlp(spec, PruneShape(layers, heads, kv_heads_for(spec, heads), 0), target)
         if shape is not None:
             return shape
-        if request.layers is not None:
+        if request.layers is not None or fixed_layers_reason(spec):
             raise PassError(f"--prune {request.ratio} cannot be reached with {layers} layers and {heads} heads "
                             "without shrinking the MLP below one block",
                             "lower --prune, or allow more head/layer pruning")
@@ -153,6 +160,8 @@ def _solve_discrete(spec: ModelSpec, base: PruneShape, target: float, free: str)
     if free == "heads":
         options = [dataclasses.replace(base, num_heads=h, num_kv_heads=kv_heads_for(spec, h))
                    for h in feasible_head_counts(spec)]
+    elif fixed_layers_reason(spec):
+        return base
     else:
         options = [dataclasses.replace(base, num_layers=n) for n in range(spec.num_layers, 0, -1)]
     return min(options, key=lambda s: abs(apply_shape(spec, s).num_non_embedding_parameters - target))

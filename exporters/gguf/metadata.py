@@ -14,6 +14,7 @@ import numpy as np
 
 from edgeopt.errors import ExportError
 from edgeopt.model_spec import ModelSpec
+from exporters.gguf.arch_extras import extras_for
 
 
 def rope_scaling(config: dict[str, Any]) -> dict[str, Any] | None:
@@ -65,14 +66,16 @@ def add_hyperparameters(writer: Any, spec: ModelSpec, config: dict[str, Any], na
     writer.add_head_count_kv(spec.num_kv_heads)
     writer.add_layer_norm_rms_eps(spec.rms_norm_eps)
     writer.add_rope_freq_base(spec.rope_theta)
-    writer.add_rope_dimension_count(spec.head_dim)
+    writer.add_rope_dimension_count(spec.rope_dim)  # < head_dim with partial rotary (Phi-4-mini)
     # An explicit head_dim (Qwen3, pruned heads) differs from hidden/heads; say so or llama.cpp guesses.
     writer.add_key_length(spec.head_dim)
     writer.add_value_length(spec.head_dim)
     writer.add_vocab_size(spec.vocab_size)
+    extras = extras_for(spec.arch)
+    extras.add_metadata(writer, spec, config)
     scaling = rope_scaling(config)
-    if scaling is None or scaling["rope_type"] == "llama3":
-        return  # llama3 scaling travels as the rope_freqs tensor
+    if scaling is None or scaling["rope_type"] == "llama3" or scaling["rope_type"] in extras.rope_scaling_kinds:
+        return  # llama3 scaling travels as the rope_freqs tensor; the family's own kinds are written above
     kind = scaling["rope_type"]
     factor = float(scaling.get("factor", 1.0))
     if kind == "linear":

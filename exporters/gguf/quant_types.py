@@ -109,6 +109,8 @@ def _mixed_type(tensor: TensorInfo, ftype: str, spec: ModelSpec) -> str:
         return _attn_v_type(base, ftype, tensor.layer, spec)
     if tensor.name.endswith("down_proj.weight"):
         return _ffn_down_type(base, ftype, tensor.layer, spec.num_layers)
+    if tensor.name.endswith("qkv_proj.weight"):  # fused attn_qkv (Phi-3): its own rule in llama-quant.cpp
+        return {"Q3_K_M": "Q4_K", "Q3_K_L": "Q4_K", "Q4_K_M": "Q5_K", "Q5_K_M": "Q6_K"}.get(ftype, base)
     if tensor.name.endswith("o_proj.weight"):
         return {"Q2_K": "Q3_K", "Q3_K_M": "Q4_K", "Q3_K_L": "Q5_K"}.get(ftype, base)
     return base

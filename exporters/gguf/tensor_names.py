@@ -3,8 +3,9 @@
 llama.cpp's ``llama`` architecture applies rotary embeddings to *adjacent* pairs of a head's
 dimensions, while Hugging Face Llama rotates the first half of a head against the second half.
 The rows of q_proj and k_proj are therefore reordered (per head: interleave the two halves) so both
-compute the same attention. Qwen2/Qwen3 run with llama.cpp's NeoX rope, which matches HF's layout,
-so their weights are copied as they are.
+compute the same attention, for every family llama.cpp runs that way (ArchExtras.rope_pairs_interleaved).
+Qwen2/Qwen3/Phi-3 run with llama.cpp's NeoX rope, which matches HF's layout, so their weights are
+copied as they are. Families with fused or extra tensors name them in their arch module.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeopt.errors import ExportError
-from edgeopt.model_spec import ModelSpec
+from edgeopt.model_spec import SUPPORTED_ARCHITECTURES, ModelSpec
+from exporters.gguf.arch_extras import extras_for
 
 # Suffix after "model.layers.{i}." -> suffix after "blk.{i}."
 _LAYER_NAMES = {
@@ -54,12 +56,13 @@ class TensorPlan:
     transform: Transform | None = None
 
 
-def gguf_name(hf_name: str) -> str:
+def gguf_name(hf_name: str, arch: str = "llama") -> str:
     if hf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[hf_name]
     match = _LAYER.match(hf_name)
-    if match and match.group(2) in _LAYER_NAMES:
-        return f"blk.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
+    names = {**_LAYER_NAMES, **extras_for(arch).layer_names}
+    if match and match.group(2) in names:
+        return f"blk.{match.group(1)}.{names[match.group(2)]}"
     raise ExportError(f"tensor {hf_name!r} has no GGUF equivalent",
                       "the checkpoint has parts edgeopt cannot convert; export it with --format onnx instead")
 
@@ -74,8 +77,12 @@ def rope_pairs_interleaved(weight: np.ndarray, n_heads: int) -> np.ndarray:
             .reshape(weight.shape))
 
 
-def plan_tensors(spec: ModelSpec, stored_names: list[str]) -> list[TensorPlan]:
-    """The tensors to write, in the checkpoint's canonical order, with their layout transforms."""
+def plan_tensors(spec: ModelSpec, stored_names: list[str], config: dict | None = None) -> list[TensorPlan]:
+    """The tensors to write, in the checkpoint's canonical order, with their layout transforms.
+
+    ``config`` (config.json) is what a family's check reads (LongRoPE factors, NoPE layers)."""
+    extras = extras_for(spec.arch)
+    extras.check(spec, config or {})  # refuse what llama.cpp's graph cannot express, before any file is written
     stored = {n for n in stored_names if not _IGNORED.match(n)}
     expected = [t.name for t in spec.tensors()]
     missing = [n for n in expected if n not in stored]
@@ -85,13 +92,14 @@ def plan_tensors(spec: ModelSpec, stored_names: list[str]) -> list[TensorPlan]:
     extra = sorted(stored - set(expected) - ({"lm_head.weight"} if spec.tie_word_embeddings else set()))
     if extra:
         raise ExportError(f"checkpoint {spec.source} has tensors edgeopt does not know: {extra[:5]}",
-                          f"supported layouts: Llama, Mistral, Qwen2, Qwen3 ({spec.hf_architecture} given)")
+                          f"supported layouts: {', '.join(SUPPORTED_ARCHITECTURES)} ({spec.hf_architecture} given)")
+    interleave = extras.rope_pairs_interleaved
     plans = []
     for name in expected:
         transform: Transform | None = None
-        if spec.arch == "llama" and name.endswith(("q_proj.weight", "q_proj.bias")):
+        if interleave and name.endswith(("q_proj.weight", "q_proj.bias")):
             transform = lambda w, h=spec.num_heads: rope_pairs_interleaved(w, h)  # noqa: E731
-        elif spec.arch == "llama" and name.endswith(("k_proj.weight", "k_proj.bias")):
+        elif interleave and name.endswith(("k_proj.weight", "k_proj.bias")):
             transform = lambda w, h=spec.num_kv_heads: rope_pairs_interleaved(w, h)  # noqa: E731
-        plans.append(TensorPlan(name, gguf_name(name), transform))
+        plans.append(TensorPlan(name, gguf_name(name, spec.arch), transform))
     return plans

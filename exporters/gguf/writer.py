@@ -17,6 +17,7 @@ import numpy as np
 from edgeopt.errors import ConfigError, ExportError
 from edgeopt.model_spec import load_model_spec
 from edgeopt.progress import progress
+from exporters.gguf.arch_extras import extras_for
 from exporters.gguf.metadata import add_hyperparameters, llama3_rope_factors, rope_scaling
 from exporters.gguf.safetensors_reader import SafetensorsCheckpoint, f32_to_bf16
 from exporters.gguf.tensor_names import plan_tensors
@@ -59,8 +60,9 @@ def convert_checkpoint(model_dir: Path, out_path: Path, out_type: str = "F16") -
     model_dir = Path(model_dir)
     config = json.loads((model_dir / "config.json").read_text())
     spec = load_model_spec(str(model_dir))
+    extras = extras_for(spec.arch)
     checkpoint = SafetensorsCheckpoint(model_dir)
-    plans = plan_tensors(spec, checkpoint.names())
+    plans = plan_tensors(spec, checkpoint.names(), config)
     for plan in plans:
         expected = next(t.shape for t in spec.tensors() if t.name == plan.hf_name)
         if checkpoint.shape(plan.hf_name) != expected:
@@ -81,6 +83,7 @@ def convert_checkpoint(model_dir: Path, out_path: Path, out_type: str = "F16") -
     scaling = rope_scaling(config)
     if scaling is not None and scaling["rope_type"] == "llama3":
         extra.append(("rope_freqs.weight", llama3_rope_factors(scaling, spec)))
+    extra += extras.extra_tensors(spec, config)
     for name, values in extra:
         writer.add_tensor_info(name, values.shape, values.dtype, values.nbytes)
     for plan in plans:

@@ -9,6 +9,7 @@ from typing import Any
 
 from edgeopt.errors import ExportError, MissingDependencyError, UnsupportedArchitectureError
 from edgeopt.eval_metrics import mean_kl, top1_agreement
+from exporters.onnx.longrope import traceable_longrope
 from exporters.onnx.validate import probe_text_ids, probe_token_ids
 
 DECODER_TASK = "text-generation-with-past"
@@ -43,8 +44,9 @@ def optimum_export(model_dir: Path, out_dir: Path, task: str, threads: int = 2) 
     torch.set_num_threads(threads)
     try:
         # Validation is ours (KL on logits, below); optimum's would run the model a second time.
-        main_export(str(model_dir), output=str(out_dir), task=task, do_validation=False,
-                    library_name="transformers", local_files_only=True)
+        with traceable_longrope(json.loads((model_dir / "config.json").read_text())):
+            main_export(str(model_dir), output=str(out_dir), task=task, do_validation=False,
+                        library_name="transformers", local_files_only=True)
     except Exception as exc:  # optimum raises ValueError/KeyError/RuntimeError for unsupported models
         raise ExportError(f"optimum could not export {model_dir} for {task}: {exc.__class__.__name__}: {exc}",
                           "check that optimum-onnx supports this architecture (optimum-cli export onnx --help)") from exc

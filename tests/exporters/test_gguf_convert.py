@@ -8,29 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.demo.corpus import stdlib_text
 from edgeopt.errors import ExportError, UnsupportedArchitectureError
 from edgeopt.eval_metrics import Comparison
-from edgeopt.eval_scorers import HFScorer
-from exporters.gguf.scorer import GGUFScorer
+from tests.fixtures.parity import PARITY_TOKENS, gguf_parity
 from tests.fixtures.tiny_models import build_tiny_model, widen_init
-
-PARITY_TOKENS = 300
 
 
 def _parity(model_dir: Path, gguf_path: Path) -> Comparison:
-    from transformers import AutoTokenizer
-
-    ids = AutoTokenizer.from_pretrained(str(model_dir)).encode(stdlib_text(5000)[1000:], add_special_tokens=False)
-    ids = ids[:PARITY_TOKENS]
-    assert len(ids) == PARITY_TOKENS
-    comparison = Comparison()
-    scorer = GGUFScorer(gguf_path, context=512)
-    try:
-        comparison.add(HFScorer(model_dir).score(ids), scorer.score(ids))
-    finally:
-        scorer.close()
-    return comparison
+    return gguf_parity(model_dir, gguf_path)
 
 
 @pytest.mark.parametrize("variant", ["llama-gqa", "llama-tied", "qwen2", "qwen3"])
