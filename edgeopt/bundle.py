@@ -148,12 +148,13 @@ def read_manifest(bundle: Path) -> Manifest:
     return Manifest.from_dict(data, path)
 
 
-def verify_files(bundle: Path, manifest: Manifest) -> None:
+def verify_files(bundle: Path, manifest: Manifest, rehash: bool = False) -> None:
     """Refuse a bundle whose files are missing, truncated or altered since they were written.
 
     Hashing is what a cold start of a multi-GB bundle spends its time on, so a file whose sha256 was
     checked is not hashed again while its stat stamp (size, mtime, ctime, inode) is unchanged: a copy
-    gets a new inode, and any write (even one that restores the mtime) a new ctime."""
+    gets a new inode, and any write (even one that restores the mtime) a new ctime. Stamps cannot see
+    bit rot on the storage itself, so ``rehash`` (``edgeopt inspect``) hashes every file regardless."""
     bundle = Path(bundle)
     checked = _read_stamps(bundle)
     stamps = {}
@@ -166,7 +167,7 @@ def verify_files(bundle: Path, manifest: Manifest) -> None:
             raise BundleError(f"bundle file {path} is {stat.st_size} bytes, the manifest says {info['bytes']} "
                               "(truncated copy?)", "copy the bundle again")
         stamps[rel] = [info["sha256"], stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
-        if checked.get(rel) != stamps[rel] and sha256_file(path) != info["sha256"]:
+        if (rehash or checked.get(rel) != stamps[rel]) and sha256_file(path) != info["sha256"]:
             raise BundleError(f"bundle file {path} does not match its sha256 in the manifest (corrupted)",
                               "copy the bundle again or re-run edgeopt optimize")
     if stamps != checked:
@@ -191,8 +192,8 @@ def _write_stamps(bundle: Path, stamps: dict[str, list]) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def load_bundle(bundle: Path | str, verify: bool = True) -> Manifest:
+def load_bundle(bundle: Path | str, verify: bool = True, rehash: bool = False) -> Manifest:
     manifest = read_manifest(Path(bundle))
     if verify:
-        verify_files(Path(bundle), manifest)
+        verify_files(Path(bundle), manifest, rehash)
     return manifest

@@ -126,3 +126,14 @@ def test_a_copied_bundle_is_verified_in_full(tmp_path: Path, monkeypatch: pytest
     hashed = _count_hashing(monkeypatch)
     load_bundle(tmp_path / "copy")
     assert len(hashed) == 2
+
+
+def test_inspect_rehashes_every_file_whatever_the_stamps_say(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Bit rot on the storage changes no stat field: only `edgeopt inspect`'s full re-hash finds it."""
+    make_bundle(tmp_path / "b")
+    load_bundle(tmp_path / "b")  # verified: stamps recorded
+    hashed = _count_hashing(monkeypatch)
+    load_bundle(tmp_path / "b")
+    assert hashed == []
+    load_bundle(tmp_path / "b", rehash=True)
+    assert len(hashed) == 2

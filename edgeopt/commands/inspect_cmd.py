@@ -14,7 +14,7 @@ def inspect(
     verify: bool = typer.Option(True, "--verify/--no-verify", help="Check every file's sha256."),
 ) -> None:
     """Print a bundle's manifest (and verify its files)."""
-    manifest = load_bundle(bundle, verify=verify)
+    manifest = load_bundle(bundle, verify=verify, rehash=True)
     if as_json:
         print(manifest.to_json())
         return
