@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from pathlib import Path
 
 from edgeopt.errors import BundleError
+from runtimes.onnxruntime.token_bounds import max_input_bytes_per_token
 
 
 def byte_level_decoder_table() -> dict[str, int]:
@@ -56,6 +58,10 @@ class BundleTokenizer:
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.special_ids = frozenset(t["id"] for t in spec.get("added_tokens", []) if t.get("special"))
         self._bytes = self._build_byte_table(spec)
+        self._control_texts = tuple(t["content"] for t in spec.get("added_tokens", []) if t.get("special"))
+        self._max_token_bytes = max_input_bytes_per_token(spec, self._bytes)
+        self._plain_tok = None  # a twin that reads special-token text as plain text; built on first use
+        self._plain_lock = threading.Lock()
 
     def _build_byte_table(self, spec: dict) -> list[bytes]:
         # Pieces come from the already-parsed vocabulary and byte-level ones are mapped with str.translate:
@@ -77,8 +83,31 @@ class BundleTokenizer:
                 table.append(_sentencepiece_bytes(piece))
         return table
 
-    def encode(self, text: str, add_special: bool = True) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=add_special).ids
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Tokenize. With ``parse_special``, special-token text (``<|im_start|>``) becomes the special token;
+        without, it is tokenized as the plain characters it is (``add_special`` still adds BOS/EOS)."""
+        tok = self._tok if parse_special else self._plain()
+        return tok.encode(text, add_special_tokens=add_special).ids
+
+    def _plain(self):  # noqa: ANN202 - tokenizers.Tokenizer, imported lazily
+        # encode_special_tokens is a switch on the Tokenizer object, not a per-call argument: flipping it on
+        # the shared instance would race with other threads' encodes, so a second instance carries it.
+        with self._plain_lock:
+            if self._plain_tok is None:
+                from tokenizers import Tokenizer
+
+                plain = Tokenizer.from_str(self._tok.to_str())
+                plain.encode_special_tokens = True
+                self._plain_tok = plain
+            return self._plain_tok
+
+    def control_token_texts(self) -> tuple[str, ...]:
+        """Texts that become a special token when special tokens are parsed."""
+        return self._control_texts
+
+    def max_token_bytes(self) -> int | None:
+        """Most bytes of input text one token can stand for; None when the tokenizer gives no bound."""
+        return self._max_token_bytes
 
     def encode_batch(self, texts: list[str], add_special: bool = True) -> list[list[int]]:
         return [enc.ids for enc in self._tok.encode_batch(texts, add_special_tokens=add_special)]
