@@ -21,9 +21,6 @@ from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest, Gen
 from edgeopt.server.state import ServedModel, ServerState
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI default for /v1/completions
-# Rendering is Python (jinja2) work per message: cap it. Far above real conversations (an agent session
-# of a few hundred turns), far below the 100k tiny messages a 4 MB body can carry.
-MAX_CHAT_MESSAGES = 2048
 EXACT_COUNT_SLACK = 2  # see check_text_fits
 
 
@@ -46,14 +43,10 @@ def refuse_media_parts(body: ChatCompletionRequest) -> None:
 
 
 def check_chat_request(served: ServedModel, body: ChatCompletionRequest) -> None:
-    """Cheap refusals, before a prompt worker is taken."""
+    """Cheap refusals, before a prompt worker is taken (the message count is capped by the schema)."""
     if served.chat_template is None:
         raise RequestError("this model's bundle has no chat template, so /v1/chat/completions cannot format "
                            "messages", "send a plain prompt to /v1/completions instead", param="messages")
-    if len(body.messages) > MAX_CHAT_MESSAGES:
-        raise RequestError(f"the request has {len(body.messages)} messages; at most {MAX_CHAT_MESSAGES} are "
-                           "allowed in one request (MAX_CHAT_MESSAGES)",
-                           "send fewer messages (summarize or drop older turns)", param="messages")
 
 
 def chat_prompt_ids(served: ServedModel, body: ChatCompletionRequest, parse_special_in_content: bool) -> list[int]:
