@@ -11,33 +11,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from edgeopt.bundle import load_bundle
-from edgeopt.server.app import create_app
-from edgeopt.server.launcher import ServeOptions, load_served_model, size_kv
 from edgeopt.server.schemas import MAX_CHAT_MESSAGES
-from edgeopt.server.state import ServerSettings
 from tests.fixtures.fake_runtime import ByteTokenizer
 from tests.server.conftest import MODEL
-from tests.server.gguf_bundle import make_gguf_bundle
-from tests.server.live import LiveServer, start_live_server
+from tests.server.gguf_bundle import make_gguf_bundle, serve_bundle_live
+from tests.server.live import LiveServer
 
 pytestmark = pytest.mark.timeout(300)
 CONTEXT = 256
 FLOOD_PROMPT = "<|endoftext|>a" * 25000  # 350 KB
 TINY_MESSAGES = [{"role": "user", "content": "hi"}] * 100_000  # ~3.4 MB of JSON, under the 4 MiB body limit
-
-
-def serve_real_bundle(bundle: Path) -> LiveServer:
-    manifest = load_bundle(bundle)
-    options = ServeOptions(memory_bytes=1 << 30, context=CONTEXT, max_concurrency=2, threads=1)
-    served = load_served_model(bundle, manifest, size_kv(bundle, manifest, options), options)
-    return start_live_server(create_app(ServerSettings(model_names=(MODEL,), memory_budget_bytes=1 << 30),
-                                        served=served))
 
 
 @pytest.fixture(scope="module", params=["gguf", "onnx"])
@@ -47,7 +34,7 @@ def real_server(request, tiny_gguf_factory, tiny_model_factory, tmp_path_factory
                                   tmp_path_factory.mktemp("gguf") / "tiny-llama")
     else:
         bundle = request.getfixturevalue("onnx_fp32_bundle")
-    live = serve_real_bundle(bundle)
+    live = serve_bundle_live(bundle, CONTEXT)
     yield live
     live.stop()
 
