@@ -78,10 +78,12 @@ class SlowTokenizer(ByteTokenizer):
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
+        self.finished_at: list[float] = []
 
     def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         if "slow" in text:
             time.sleep(self.seconds)
+            self.finished_at.append(time.perf_counter())
         return super().encode(text, add_special, parse_special)
 
 
@@ -91,15 +93,14 @@ class SlowTokenizer(ByteTokenizer):
 ])
 def test_health_answers_while_a_prompt_is_being_tokenized(serve_fake, path, body):
     live = serve_fake()
-    live.state.served.tokenizer = SlowTokenizer(seconds=3.0)
-    finished: list[float] = []
-    big = threading.Thread(target=lambda: (httpx.post(f"{live.url}{path}", json=body, timeout=60),
-                                           finished.append(time.perf_counter())))
+    tokenizer = live.state.served.tokenizer = SlowTokenizer(seconds=3.0)
+    big = threading.Thread(target=lambda: httpx.post(f"{live.url}{path}", json=body, timeout=60))
     big.start()
     time.sleep(0.3)  # the slow request is in the tokenizer now
     health = httpx.get(f"{live.url}/health", timeout=60)
     answered = time.perf_counter()
     big.join()
     assert health.status_code == 200
-    assert finished and answered < finished[0], "/health waited for the tokenizer: it ran on the event loop"
-    print(f"\n/health answered {finished[0] - answered:.2f} s before the slow prompt finished tokenizing")
+    [tokenized] = tokenizer.finished_at
+    assert answered < tokenized, "/health waited for the tokenizer: it ran on the event loop"
+    print(f"\n/health answered {tokenized - answered:.2f} s before the slow prompt was tokenized")
