@@ -104,3 +104,42 @@ def test_health_answers_while_a_prompt_is_being_tokenized(serve_fake, path, body
     [tokenized] = tokenizer.finished_at
     assert answered < tokenized, "/health waited for the tokenizer: it ran on the event loop"
     print(f"\n/health answered {tokenized - answered:.2f} s before the slow prompt was tokenized")
+
+
+class SlowBatchTokenizer:
+    """An encoder bundle's tokenizer whose batches take a while (GIL released, as in `tokenizers`)."""
+
+    def __init__(self, inner, seconds: float) -> None:  # noqa: ANN001 - runtimes' BundleTokenizer
+        self.inner, self.seconds = inner, seconds
+        self.finished_at: list[float] = []
+
+    def encode_batch(self, texts: list[str], add_special: bool = True) -> list[list[int]]:
+        time.sleep(self.seconds)
+        self.finished_at.append(time.perf_counter())
+        return self.inner.encode_batch(texts, add_special)
+
+
+def test_health_answers_while_embedding_inputs_are_tokenized(encoder_fp32_bundle):
+    from edgeopt.bundle import load_bundle
+    from edgeopt.server.app import create_app
+    from edgeopt.server.state import ServedModel, ServerSettings
+    from runtimes import load_runtime
+    from tests.server.live import start_live_server
+
+    runtime = load_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)
+    tokenizer = runtime.tokenizer = SlowBatchTokenizer(runtime.tokenizer, seconds=3.0)
+    served = ServedModel(context_length=runtime.info.context_length, tokenizer=tokenizer, runtime=runtime)
+    live = start_live_server(create_app(ServerSettings(model_names=("bert",), kind="embedding"), served=served))
+    try:
+        big = threading.Thread(target=lambda: httpx.post(f"{live.url}/v1/embeddings", timeout=60,
+                                                         json={"model": "bert", "input": "slow"}))
+        big.start()
+        time.sleep(0.3)
+        health = httpx.get(f"{live.url}/health", timeout=60)
+        answered = time.perf_counter()
+        big.join()
+    finally:
+        live.stop()
+    assert health.status_code == 200
+    [tokenized] = tokenizer.finished_at
+    assert answered < tokenized, "/health waited for the tokenizer: it ran on the event loop"
