@@ -60,22 +60,16 @@ def _map_strings(value: Any, change: Callable[[str], str]) -> Any:
 
 
 def _split_at_placeholders(rendered: str, nonce: str, swapped: list[str]) -> list[PromptPiece]:
-    """Alternating pieces; neighbours read the same way are joined (fewer tokenizer calls)."""
+    """Markup pieces, and each swapped control text as a plain piece of its own (tokenizers can then look
+    its plain ids up instead of tokenizing it: see runtimes.onnxruntime.tokenizer)."""
     pattern = re.compile(_PLACEHOLDER.format(nonce=nonce, index=r"(\d+)"), re.IGNORECASE)
-    runs: list[tuple[bool, list[str]]] = []
+    pieces: list[PromptPiece] = []
     pos = 0
     for match in pattern.finditer(rendered):
-        _add(runs, rendered[pos:match.start()], parse_special=True)
-        _add(runs, swapped[int(match.group(1))], parse_special=False)
+        if match.start() > pos:
+            pieces.append(PromptPiece(rendered[pos:match.start()], True))
+        pieces.append(PromptPiece(swapped[int(match.group(1))], False))
         pos = match.end()
-    _add(runs, rendered[pos:], parse_special=True)
-    return [PromptPiece("".join(parts), parse_special) for parse_special, parts in runs]
-
-
-def _add(runs: list[tuple[bool, list[str]]], text: str, parse_special: bool) -> None:
-    if not text:
-        return
-    if runs and runs[-1][0] == parse_special:
-        runs[-1][1].append(text)
-    else:
-        runs.append((parse_special, [text]))
+    if pos < len(rendered):
+        pieces.append(PromptPiece(rendered[pos:], True))
+    return pieces

@@ -79,6 +79,10 @@ def test_hf_plain_mode_reads_control_text_as_characters(hf_tokenizer: BundleToke
     assert hf_tokenizer.decode(plain) == text
     assert hf_tokenizer.encode(text, add_special=False)[0] == im_start  # the default still parses
     assert set(hf_tokenizer.control_token_texts()) == {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
+    for control in hf_tokenizer.control_token_texts():  # looked up (precomputed) == tokenized by the twin
+        looked_up = hf_tokenizer.encode(control, add_special=False, parse_special=False)
+        assert looked_up == hf_tokenizer._plain().encode(control, add_special_tokens=False).ids
+        assert len(looked_up) > 1 and hf_tokenizer.encode(control, add_special=False) == [hf_tokenizer.token_id(control)]
 
 
 def test_max_token_bytes_bounds_every_tokenization(llama_tokenizer: LlamaCppTokenizer, hf_tokenizer: BundleTokenizer):
