@@ -78,19 +78,21 @@ class LlamaCppTokenizer:
         without, it is tokenized as the plain characters it is."""
         if not parse_special or not self._finder.search(text):
             return self._tokenize(text, add_special, parse_special)
-        ids = [self._bos()] if add_special and self._bos() is not None else []
+        ids: list[int] = []
         for fragment, control in self._split_at_controls(text):
             if fragment:
                 ids += self._tokenize(fragment, False, False)
             if control is not None:
                 ids.append(control.token_id)
-        if add_special and llama_cpp.llama_vocab_get_add_eos(self._vocab):
-            ids.append(int(llama_cpp.llama_vocab_eos(self._vocab)))
-        return ids
+        return self._with_added_specials(ids) if add_special else ids
 
-    def _bos(self) -> int | None:
-        bos = int(llama_cpp.llama_vocab_bos(self._vocab))
-        return bos if bos >= 0 and llama_cpp.llama_vocab_get_add_bos(self._vocab) else None
+    def _with_added_specials(self, ids: list[int]) -> list[int]:
+        """What llama_tokenize's add_special adds around the text: BOS (BERT: CLS) before, EOS / SEP after."""
+        v = self._vocab
+        before = [llama_cpp.llama_vocab_bos(v)] if llama_cpp.llama_vocab_get_add_bos(v) else []
+        after = [llama_cpp.llama_vocab_eos(v)] if llama_cpp.llama_vocab_get_add_eos(v) else []
+        after += [llama_cpp.llama_vocab_sep(v)] if llama_cpp.llama_vocab_get_add_sep(v) else []
+        return [*(int(t) for t in before if t >= 0), *ids, *(int(t) for t in after if t >= 0)]
 
     def _split_at_controls(self, text: str) -> list[tuple[str, _Control | None]]:
         """[(plain text before a control token, that token)], the last with None; lstrip/rstrip applied."""
