@@ -45,17 +45,21 @@ class LlamaCppTokenizer:
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(vocab))
         self._pieces: dict[int, bytes] = {}
         self._piece_buffer = ctypes.create_string_buffer(_PIECE_BUFFER)
-        self._controls, longest = self._scan_vocab()
+        self._controls, longest, self._eog = self._scan_vocab()
         self._finder = ControlTextFinder(self._controls)
         bounded = llama_cpp.llama_vocab_type(vocab) in _BOUNDED_TYPES
         self._max_token_bytes = max(longest, _UTF8_CHAR_MAX) if bounded else None
 
-    def _scan_vocab(self) -> tuple[dict[str, _Control], int]:
-        """Control tokens by text, and the most bytes one token's text spans (control text included)."""
+    def _scan_vocab(self) -> tuple[dict[str, _Control], int, frozenset[int]]:
+        """One pass over the vocabulary (~0.5 s for 150k tokens): control tokens by text, the most bytes one
+        token's text spans (control text included), and the end-of-generation tokens."""
         controls: dict[str, _Control] = {}
         longest = 0
+        eog: set[int] = set()
         buffer = ctypes.create_string_buffer(_PIECE_BUFFER)
         for token_id in range(self.vocab_size):
+            if llama_cpp.llama_vocab_is_eog(self._vocab, token_id):
+                eog.add(token_id)
             n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buffer, _PIECE_BUFFER, 0, True)
             longest = max(longest, abs(n))  # negative: the piece needs -n bytes (longer than the buffer)
             attr = int(llama_cpp.llama_vocab_get_attr(self._vocab, token_id))
@@ -63,7 +67,7 @@ class LlamaCppTokenizer:
                 text = buffer.raw[:n].decode("utf-8", errors="replace")
                 controls.setdefault(text, _Control(token_id, bool(attr & llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP),
                                                    bool(attr & llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP)))
-        return controls, longest
+        return controls, longest, frozenset(eog)
 
     def control_token_texts(self) -> tuple[str, ...]:
         """Texts that become a control token when special tokens are parsed."""
@@ -138,4 +142,4 @@ class LlamaCppTokenizer:
 
     def eog_token_ids(self) -> frozenset[int]:
         """Every end-of-generation token (EOS, EOT, <|im_end|>, ...) the GGUF declares."""
-        return frozenset(t for t in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(self._vocab, t))
+        return self._eog
