@@ -63,11 +63,17 @@ class LlamaCppTokenizer:
             n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buffer, _PIECE_BUFFER, 0, True)
             longest = max(longest, abs(n))  # negative: the piece needs -n bytes (longer than the buffer)
             attr = int(llama_cpp.llama_vocab_get_attr(self._vocab, token_id))
-            if attr & _PARSED_ONLY_WHEN_SPECIAL and n > 0:
-                text = buffer.raw[:n].decode("utf-8", errors="replace")
+            if attr & _PARSED_ONLY_WHEN_SPECIAL and n != 0:
+                text = self._special_piece(token_id, buffer, n).decode("utf-8", errors="replace")
                 controls.setdefault(text, _Control(token_id, bool(attr & llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP),
                                                    bool(attr & llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP)))
         return controls, longest, frozenset(eog)
+
+    def _special_piece(self, token_id: int, buffer: ctypes.Array, n: int) -> bytes:
+        if n > 0:
+            return buffer.raw[:n]
+        big = ctypes.create_string_buffer(-n)  # a rare control text longer than the scan's buffer
+        return big.raw[:llama_cpp.llama_token_to_piece(self._vocab, token_id, big, -n, 0, True)]
 
     def control_token_texts(self) -> tuple[str, ...]:
         """Texts that become a control token when special tokens are parsed."""
