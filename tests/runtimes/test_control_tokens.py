@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from edgeopt.bundle import load_bundle
 from runtimes.llama_cpp import load_gguf
 from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 from runtimes.onnxruntime.token_bounds import max_input_bytes_per_token
 from runtimes.onnxruntime.tokenizer import BundleTokenizer
 from tests.exporters.conftest import build_spm_model
+from tests.fixtures.big_vocab import write_big_bpe_tokenizer
 
 PIECES = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "<unk>", "<|im_", "|>", "<", "user",
           "system", "\n", " ", "  ", "\t", "a", "é", "日本", "def f(x):", "    return x", "🙂"]
@@ -40,17 +42,25 @@ def spm_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / GGUFExporter().export(model_dir, out, "F16", {"threads": 2}).model_file
 
 
-@pytest.fixture(scope="module", params=["bpe", "spm"])
-def llama_tokenizer(request, tiny_gguf_factory, spm_gguf) -> Iterator[LlamaCppTokenizer]:
-    path = tiny_gguf_factory("llama-gqa", "F16") if request.param == "bpe" else spm_gguf
+@pytest.fixture(scope="module", params=["bpe", "spm", "qwen2-151k"])
+def llama_tokenizer(request, tiny_gguf_factory) -> Iterator[LlamaCppTokenizer]:
+    if request.param == "bpe":
+        path = tiny_gguf_factory("llama-gqa", "F16")
+    elif request.param == "spm":
+        path = request.getfixturevalue("spm_gguf")
+    else:  # a real-size vocabulary: Qwen2's 151k tokens, NFC, its pre-tokenizer regex
+        bundle = request.getfixturevalue("big_vocab_gguf_bundle")
+        path = bundle / load_bundle(bundle).model_file
     runtime = load_gguf(path, kv_capacity_tokens=256, max_slots=1, max_batch_tokens=64, threads=1, n_gpu_layers=0)
     yield runtime.tokenizer
     runtime.close()
 
 
-@pytest.fixture(scope="module")
-def hf_tokenizer(tiny_tokenizer_dir: Path) -> BundleTokenizer:
-    return BundleTokenizer(tiny_tokenizer_dir / "tokenizer.json")
+@pytest.fixture(scope="module", params=["demo", "qwen2-151k"])
+def hf_tokenizer(request, tiny_tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> BundleTokenizer:
+    if request.param == "demo":
+        return BundleTokenizer(tiny_tokenizer_dir / "tokenizer.json")
+    return BundleTokenizer(write_big_bpe_tokenizer(tmp_path_factory.mktemp("qwen2-151k")) / "tokenizer.json")
 
 
 def test_our_split_gives_llama_cpps_own_ids(llama_tokenizer: LlamaCppTokenizer):

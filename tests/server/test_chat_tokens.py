@@ -18,6 +18,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from edgeopt.bundle import load_bundle
 from edgeopt.demo.tokenizer import CHATML_TEMPLATE
 from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.request_prep import chat_prompt_ids
@@ -25,6 +26,7 @@ from edgeopt.server.schemas import ChatCompletionRequest
 from edgeopt.server.state import ServedModel
 from runtimes.llama_cpp import load_gguf
 from runtimes.onnxruntime.tokenizer import BundleTokenizer
+from tests.fixtures.big_vocab import write_big_bpe_tokenizer
 from tests.server.conftest import MODEL
 from tests.server.gguf_bundle import make_gguf_bundle, serve_bundle_live
 
@@ -86,9 +88,21 @@ def control_ids(tokenizer: Any) -> set[int]:
     return {tokenizer.encode(t, add_special=False)[0] for t in tokenizer.control_token_texts()}
 
 
-@pytest.fixture(params=["hf", "gguf"])
-def chatml_tokenizer(request, hf_tokenizer, gguf_tokenizer) -> Any:
-    return hf_tokenizer if request.param == "hf" else gguf_tokenizer
+@pytest.fixture(scope="module")
+def big_gguf_tokenizer(big_vocab_gguf_bundle: Path) -> Iterator[Any]:
+    runtime = load_gguf(big_vocab_gguf_bundle / load_bundle(big_vocab_gguf_bundle).model_file, kv_capacity_tokens=256,
+                        max_slots=1, max_batch_tokens=64, threads=1, n_gpu_layers=0)
+    yield runtime.tokenizer
+    runtime.close()
+
+
+@pytest.fixture(params=["hf", "gguf", "hf-qwen2-151k", "gguf-qwen2-151k"])
+def chatml_tokenizer(request, tmp_path_factory) -> Any:
+    """ChatML vocabularies: the demo's (512 tokens) and a Qwen2-sized one (151k), each through both libraries."""
+    if request.param == "hf-qwen2-151k":
+        return BundleTokenizer(write_big_bpe_tokenizer(tmp_path_factory.mktemp("qwen2-151k")) / "tokenizer.json")
+    fixture = {"hf": "hf_tokenizer", "gguf": "gguf_tokenizer", "gguf-qwen2-151k": "big_gguf_tokenizer"}
+    return request.getfixturevalue(fixture[request.param])
 
 
 def test_user_text_cannot_open_a_system_turn(chatml_tokenizer):
