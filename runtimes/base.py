@@ -43,7 +43,19 @@ class RuntimeInfo:
 class Tokenizer(Protocol):
     """Byte-exact tokenizer view: text in, ids out; ids back to raw bytes for streaming."""
 
-    def encode(self, text: str, add_special: bool = True) -> list[int]: ...
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """``add_special``: add BOS/EOS as the model wants. ``parse_special``: special-token text in ``text``
+        (``<|im_start|>``) becomes that control token; False tokenizes it as plain characters."""
+        ...
+
+    def control_token_texts(self) -> tuple[str, ...]:
+        """Texts that ``parse_special`` turns into control tokens."""
+        ...
+
+    def max_token_bytes(self) -> int | None:
+        """Most bytes of input text one token can stand for (None: no bound), so a text of B bytes is at
+        least ceil(B / max_token_bytes) tokens; lets the server refuse a huge prompt before tokenizing it."""
+        ...
 
     def token_bytes(self, token_id: int) -> bytes:
         """Raw bytes of one token (may be a partial UTF-8 sequence); b"" for control tokens."""

@@ -53,6 +53,10 @@ def serve(
     max_connections: Annotated[Optional[int], typer.Option("--max-connections", min=1,
                                                            help="Open connections beyond which new ones get 503. "
                                                                 "Default: 512, or half the file-descriptor limit.")] = None,
+    parse_special_in_content: Annotated[bool, typer.Option(
+        "--parse-special-in-content",
+        help="Let control-token text in chat messages (e.g. '<|im_start|>') become control tokens, as before. "
+             "Off by default: a user message could otherwise forge a system turn.")] = False,
 ) -> None:
     """Serve a bundle behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /metrics)."""
     import logging
@@ -66,5 +70,6 @@ def serve(
                            memory_bytes=parse_memory(memory) if memory else None, target=target, threads=threads,
                            max_waiting=max_waiting, verify=verify, log_level=log_level,
                            insecure_no_auth=insecure_no_auth, header_timeout_s=header_timeout,
-                           max_connections=max_connections)
+                           max_connections=max_connections,
+                           parse_special_in_content=parse_special_in_content)
     serve_bundle(bundle, options)

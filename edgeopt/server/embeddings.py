@@ -136,7 +136,7 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]
     if body.dimensions is not None and body.dimensions != runtime.dimensions:
         raise RequestError(f"dimensions={body.dimensions} is not supported; this model returns {runtime.dimensions}",
                            "omit dimensions", param="dimensions")
-    token_ids = _token_inputs(body, runtime)
+    token_ids = await state.prompt_worker.run(lambda: _token_inputs(body, runtime))  # off the event loop
     batcher = served.extras.get(BATCHER_KEY)
     if batcher is None:
         batcher = served.extras.setdefault(BATCHER_KEY, EmbeddingBatcher(runtime))

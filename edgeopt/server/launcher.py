@@ -48,6 +48,7 @@ class ServeOptions:
     insecure_no_auth: bool = False  # allow a non-loopback --host without an API key (auth.check_exposure)
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S  # connection_guard: request headers must arrive by then
     max_connections: int | None = None  # connection_guard: default min(512, half the descriptor limit)
+    parse_special_in_content: bool = False  # chat text may contain control tokens (see ServerSettings)
 
 
 def size_kv(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> KvSizing:
@@ -146,7 +147,7 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     else:
         raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served", "servable kinds: causal-lm, embedding")
     settings = ServerSettings(model_names=model_names(bundle_dir, manifest), kind=manifest.kind, api_key=api_key,
-                              memory_budget_bytes=budget)
+                              memory_budget_bytes=budget, parse_special_in_content=options.parse_special_in_content)
     failures: list[BaseException] = []
     server: uvicorn.Server | None = None
 

@@ -1,7 +1,14 @@
 """Turn a validated request body into what the engine takes: prompt token ids and SamplingParams.
 
 Context checks happen here, before the request is queued, so the client hears both numbers:
-"prompt is 5120 tokens, longer than the context of 4096 tokens".
+"prompt is 5120 tokens, longer than the context of 4096 tokens". A text whose bytes alone prove it
+cannot fit is refused before it is tokenized (see ``check_text_fits``). ``chat_prompt_ids`` and
+``completion_prompt_ids`` do the expensive work: the routes run them on the prompt worker, off the loop.
+
+Special tokens: in a chat, only the template's markup becomes control tokens; text from the messages is
+tokenized as plain text (chat_tokens.py). A raw /v1/completions prompt has no template: the client owns
+the whole prompt and writes its own markup (``<|im_start|>``, ``<|eot_id|>``) there, so special-token
+text is parsed, as in OpenAI's and llama.cpp's completion endpoints.
 """
 
 from __future__ import annotations
@@ -9,10 +16,12 @@ from __future__ import annotations
 from edgeopt.engine.api import SamplingParams
 from edgeopt.engine.validation import parse_logit_bias, validate_sampling
 from edgeopt.errors import ContextOverflowError, ModelNameError, RequestError
+from edgeopt.server.chat_tokens import PromptPiece, chat_prompt_pieces
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationFields
 from edgeopt.server.state import ServedModel, ServerState
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI default for /v1/completions
+EXACT_COUNT_SLACK = 2  # see check_text_fits
 
 
 def check_model_name(state: ServerState, name: str) -> None:
@@ -33,26 +42,52 @@ def refuse_media_parts(body: ChatCompletionRequest) -> None:
                                param=f"messages.{i}.content.{j}")
 
 
-def chat_prompt_ids(served: ServedModel, body: ChatCompletionRequest) -> list[int]:
+def check_chat_request(served: ServedModel, body: ChatCompletionRequest) -> None:
+    """Cheap refusals, before a prompt worker is taken (the message count is capped by the schema)."""
     if served.chat_template is None:
         raise RequestError("this model's bundle has no chat template, so /v1/chat/completions cannot format "
                            "messages", "send a plain prompt to /v1/completions instead", param="messages")
-    text = served.chat_template.render([m.as_template_dict() for m in body.messages], body.add_generation_prompt)
+
+
+def chat_prompt_ids(served: ServedModel, body: ChatCompletionRequest, parse_special_in_content: bool) -> list[int]:
+    check_chat_request(served, body)
+    pieces = chat_prompt_pieces(served.chat_template, [m.as_template_dict() for m in body.messages],
+                                body.add_generation_prompt, served.control_text, parse_special_in_content)
+    check_text_fits(pieces, served, param="messages")
     # The template already wrote BOS (if the model wants one); adding special tokens would double it.
-    return served.tokenizer.encode(text, add_special=False)
+    return [i for piece in pieces
+            for i in served.tokenizer.encode(piece.text, add_special=False, parse_special=piece.parse_special)]
 
 
 def completion_prompt_ids(served: ServedModel, body: CompletionRequest, vocab_size: int) -> list[int]:
     prompt = body.prompt
-    if isinstance(prompt, str):
-        return served.tokenizer.encode(prompt, add_special=True)
-    if isinstance(prompt[0], str):
-        return served.tokenizer.encode(str(prompt[0]), add_special=True)
-    bad = [t for t in prompt if not 0 <= int(t) < vocab_size]
-    if bad:
-        raise RequestError(f"prompt token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})",
-                           "send text, or token ids from this model's tokenizer", param="prompt")
-    return [int(t) for t in prompt]
+    if isinstance(prompt, list) and not isinstance(prompt[0], str):
+        bad = [t for t in prompt if not 0 <= int(t) < vocab_size]
+        if bad:
+            raise RequestError(f"prompt token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})",
+                               "send text, or token ids from this model's tokenizer", param="prompt")
+        return [int(t) for t in prompt]
+    text = prompt if isinstance(prompt, str) else str(prompt[0])
+    check_text_fits([PromptPiece(text, True)], served, param="prompt")
+    return served.tokenizer.encode(text, add_special=True)
+
+
+def check_text_fits(pieces: list[PromptPiece], served: ServedModel, param: str) -> None:
+    """Refuse, before tokenizing, a text that must exceed the context: B bytes are at least
+    ceil(B / N) tokens when no token stands for more than N bytes (the tokenizer's max_token_bytes).
+
+    Only past EXACT_COUNT_SLACK x the context: a prompt a little too long is tokenized, so the client
+    hears its exact length (how much to cut); tokenizing up to twice the context costs little."""
+    per_token = served.tokenizer.max_token_bytes()
+    if per_token is None:
+        return  # this vocabulary gives no bound: only the exact count after tokenizing decides
+    size = sum(len(piece.text.encode("utf-8", "surrogatepass")) for piece in pieces)
+    at_least = -(-size // per_token)
+    if at_least >= EXACT_COUNT_SLACK * served.context_length:
+        raise ContextOverflowError(f"prompt is {size} bytes, so at least {at_least} tokens (no token of this "
+                                   f"model covers more than {per_token} bytes), longer than the context of "
+                                   f"{served.context_length} tokens", "shorten the prompt or restart the server "
+                                   "with a larger --context", param=param)
 
 
 def output_budget(requested: int | None, prompt_len: int, context: int, default: int | None,

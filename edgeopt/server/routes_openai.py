@@ -12,9 +12,9 @@ from edgeopt.engine.api import RequestOutput, SamplingParams
 from edgeopt.errors import BackendError, EdgeoptError, RequestError
 from edgeopt.server.errors import error_body
 from edgeopt.server.openai_format import ResponseShape, usage
-from edgeopt.server.request_prep import (COMPLETIONS_DEFAULT_MAX_TOKENS, chat_prompt_ids, check_model_name,
-                                         completion_prompt_ids, output_budget, refuse_media_parts,
-                                         sampling_params)
+from edgeopt.server.request_prep import (COMPLETIONS_DEFAULT_MAX_TOKENS, chat_prompt_ids, check_chat_request,
+                                         check_model_name, completion_prompt_ids, output_budget,
+                                         refuse_media_parts, sampling_params)
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServerState
 from edgeopt.server.streaming import DONE, ClientGone, Generation, collect, sse, start_generation
@@ -28,7 +28,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     served = state.ready_model()
     check_model_name(state, body.model)
     vocab = served.runtime.info.vocab_size
-    prompt_ids = completion_prompt_ids(served, body, vocab)
+    prompt_ids = await state.prompt_worker.run(lambda: completion_prompt_ids(served, body, vocab))
     max_tokens = output_budget(body.max_tokens, len(prompt_ids), served.context_length,
                                COMPLETIONS_DEFAULT_MAX_TOKENS, prompt_param="prompt")
     params = sampling_params(body, max_tokens, vocab)
@@ -42,7 +42,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     served = state.ready_model()
     check_model_name(state, body.model)
     refuse_media_parts(body)
-    prompt_ids = chat_prompt_ids(served, body)
+    check_chat_request(served, body)
+    parse_special = state.settings.parse_special_in_content
+    prompt_ids = await state.prompt_worker.run(lambda: chat_prompt_ids(served, body, parse_special))
     # Chat has no small default: the reply may use whatever the context leaves after the prompt.
     max_tokens = output_budget(body.output_limit(), len(prompt_ids), served.context_length, None,
                                prompt_param="messages")

@@ -44,6 +44,11 @@ def valid_unicode(value: T) -> T:
 
 Text = Annotated[str, AfterValidator(valid_unicode)]
 
+# Every message costs Python work (validation, jinja2 rendering) before the prompt's length is known: cap
+# them. Far above real conversations (an agent session of a few hundred turns), far below the 100k tiny
+# messages a 4 MiB body can carry. Checked before the messages are validated one by one.
+MAX_CHAT_MESSAGES = 2048
+
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -174,6 +179,14 @@ class ChatCompletionRequest(GenerationFields):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     add_generation_prompt: bool = True
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _few_messages(cls, value: Any) -> Any:
+        if isinstance(value, list) and len(value) > MAX_CHAT_MESSAGES:
+            raise ValueError(f"{len(value)} messages in one request; at most {MAX_CHAT_MESSAGES} are allowed "
+                             "(MAX_CHAT_MESSAGES): send fewer (summarize or drop older turns)")
+        return value
 
     @field_validator("logprobs")
     @classmethod

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from edgeopt.engine.api import EngineStats
 from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.errors import NotReadyError
 from edgeopt.server.metrics import ServerMetrics
+from edgeopt.server.prompt_worker import PromptWorker
+from runtimes.control_text import ControlTextFinder
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
@@ -22,6 +25,9 @@ class ServerSettings:
     memory_budget_bytes: int = 0
     # A request body is parsed in memory before anything else can refuse it; cap it.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # False (default): control-token text inside chat messages is tokenized as plain text, so a user
+    # cannot forge a system turn; True restores the old behaviour (edgeopt serve --parse-special-in-content).
+    parse_special_in_content: bool = False
 
 
 @dataclass
@@ -34,6 +40,11 @@ class ServedModel:
     runtime: Any = None  # runtimes.base.Runtime
     chat_template: ChatTemplate | None = None
     extras: dict[str, Any] = field(default_factory=dict)  # per-kind objects (e.g. an embedding session)
+
+    @cached_property
+    def control_text(self) -> ControlTextFinder:
+        """Where the tokenizer's control-token texts occur in a string (built once per model)."""
+        return ControlTextFinder(self.tokenizer.control_token_texts())
 
     def close(self) -> None:
         if self.engine is not None:
@@ -49,6 +60,7 @@ class ServerState:
         self.load_error: str | None = None
         self.created = int(time.time())
         self.metrics = ServerMetrics(self.engine_stats, settings.memory_budget_bytes)
+        self.prompt_worker = PromptWorker()  # rendering and tokenizing, off the event loop
 
     @property
     def model_id(self) -> str:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from pathlib import Path
 
 from edgeopt.errors import BundleError
+from runtimes.onnxruntime.token_bounds import max_input_bytes_per_token
 
 
 def byte_level_decoder_table() -> dict[str, int]:
@@ -56,6 +58,22 @@ class BundleTokenizer:
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.special_ids = frozenset(t["id"] for t in spec.get("added_tokens", []) if t.get("special"))
         self._bytes = self._build_byte_table(spec)
+        self._control_texts = tuple(t["content"] for t in spec.get("added_tokens", []) if t.get("special"))
+        self._max_token_bytes = max_input_bytes_per_token(spec, self._bytes)
+        self._plain_controls = self._control_texts_as_plain_text()
+        self._plain_tok = None  # a twin that reads special-token text as plain text; built on first use
+        self._plain_lock = threading.Lock()
+
+    def _control_texts_as_plain_text(self) -> dict[str, list[int]]:
+        """Each special token's text tokenized as characters. The server only ever needs these (a chat
+        message's control text, cut out by edgeopt.server.chat_tokens), so they are computed once here,
+        where nothing else uses the tokenizer yet and flipping its switch is safe."""
+        before = self._tok.encode_special_tokens
+        self._tok.encode_special_tokens = True
+        try:
+            return {t: self._tok.encode(t, add_special_tokens=False).ids for t in self._control_texts}
+        finally:
+            self._tok.encode_special_tokens = before
 
     def _build_byte_table(self, spec: dict) -> list[bytes]:
         # Pieces come from the already-parsed vocabulary and byte-level ones are mapped with str.translate:
@@ -77,8 +95,35 @@ class BundleTokenizer:
                 table.append(_sentencepiece_bytes(piece))
         return table
 
-    def encode(self, text: str, add_special: bool = True) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=add_special).ids
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Tokenize. With ``parse_special``, special-token text (``<|im_start|>``) becomes the special token;
+        without, it is tokenized as the plain characters it is (``add_special`` still adds BOS/EOS)."""
+        if parse_special:
+            return self._tok.encode(text, add_special_tokens=add_special).ids
+        if not add_special and text in self._plain_controls:
+            return list(self._plain_controls[text])
+        return self._plain().encode(text, add_special_tokens=add_special).ids
+
+    def _plain(self):  # noqa: ANN202 - tokenizers.Tokenizer, imported lazily
+        # encode_special_tokens is a switch on the Tokenizer object, not a per-call argument: flipping it on
+        # the shared instance would race with other threads' encodes, so a second instance carries it
+        # (tens of MB for a 150k vocabulary: only built for arbitrary text, never by the server).
+        with self._plain_lock:
+            if self._plain_tok is None:
+                from tokenizers import Tokenizer
+
+                plain = Tokenizer.from_str(self._tok.to_str())
+                plain.encode_special_tokens = True
+                self._plain_tok = plain
+            return self._plain_tok
+
+    def control_token_texts(self) -> tuple[str, ...]:
+        """Texts that become a special token when special tokens are parsed."""
+        return self._control_texts
+
+    def max_token_bytes(self) -> int | None:
+        """Most bytes of input text one token can stand for; None when the tokenizer gives no bound."""
+        return self._max_token_bytes
 
     def encode_batch(self, texts: list[str], add_special: bool = True) -> list[list[int]]:
         return [enc.ids for enc in self._tok.encode_batch(texts, add_special_tokens=add_special)]
