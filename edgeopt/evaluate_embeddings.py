@@ -62,10 +62,9 @@ def evaluate_embedding_bundle(bundle_dir: Path, manifest: Any, original_model_di
     texts, source = _texts(eval_data, max_texts)
     runtime = load_runtime(manifest.runtime, Path(bundle_dir), manifest, threads=threads)
     try:
-        limit = runtime.info.context_length
-        # Cut long lines as sentence-transformers does: keep the closing special token ([SEP]).
-        token_ids = [ids if len(ids) <= limit else ids[:limit - 1] + ids[-1:]
-                     for ids in runtime.tokenizer.encode_batch(texts, add_special=True)]
+        # Long lines are cut as sentence-transformers cuts them (to max_seq_length, specials kept); the
+        # ids are unpadded, so neither model below pools over padding.
+        token_ids = runtime.tokenize(texts, truncate=True)
         candidate = np.concatenate([runtime.embed_ids(token_ids[i:i + BATCH]) for i in range(0, len(texts), BATCH)])
     finally:
         runtime.close()
