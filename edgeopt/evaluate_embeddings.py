@@ -54,12 +54,23 @@ def evaluate_embedding_bundle(bundle_dir: Path, manifest: Any, original_model_di
                               eval_data: Path | None, max_texts: int = DEFAULT_MAX_TEXTS,
                               threads: int = 2) -> dict[str, Any]:
     """Cosine of the bundle's embeddings to the original's, and nearest-neighbour agreement."""
-    from runtimes import load_runtime
-
     if original_model_dir is None:
         raise EvaluationError("an embedding bundle is measured against its original model, and none was given",
                               "drop --no-original, or pass --original MODEL")
     texts, source = _texts(eval_data, max_texts)
+    reference, candidate = embedding_pairs(bundle_dir, manifest, Path(original_model_dir), texts, threads)
+    cosines = row_cosines(reference, candidate)
+    return {"embedding_cosine_mean": round(float(cosines.mean()), 6),
+            "embedding_cosine_min": round(float(cosines.min()), 6),
+            "neighbour_agreement": round(neighbour_agreement(reference, candidate), 4),
+            "eval_texts": len(texts), "eval_source": source}
+
+
+def embedding_pairs(bundle_dir: Path, manifest: Any, original_model_dir: Path, texts: list[str],
+                    threads: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """(original's, bundle's) embeddings of ``texts``, row for row, both fed the same unpadded ids."""
+    from runtimes import load_runtime
+
     runtime = load_runtime(manifest.runtime, Path(bundle_dir), manifest, threads=threads)
     try:
         # Long lines are cut as sentence-transformers cuts them (to max_seq_length, specials kept); the
@@ -68,15 +79,11 @@ def evaluate_embedding_bundle(bundle_dir: Path, manifest: Any, original_model_di
         candidate = np.concatenate([runtime.embed_ids(token_ids[i:i + BATCH]) for i in range(0, len(texts), BATCH)])
     finally:
         runtime.close()
-    reference = _original_embeddings(Path(original_model_dir), token_ids, threads)
+    reference = _original_embeddings(original_model_dir, token_ids, threads)
     if reference.shape != candidate.shape:
         raise EvaluationError(f"embedding shapes differ: original {reference.shape}, bundle {candidate.shape}",
                               "evaluate against the checkpoint this bundle was made from (--original)")
-    cosines = row_cosines(reference, candidate)
-    return {"embedding_cosine_mean": round(float(cosines.mean()), 6),
-            "embedding_cosine_min": round(float(cosines.min()), 6),
-            "neighbour_agreement": round(neighbour_agreement(reference, candidate), 4),
-            "eval_texts": len(texts), "eval_source": source}
+    return reference, candidate
 
 
 def _texts(eval_data: Path | None, max_texts: int) -> tuple[list[str], str]:

@@ -12,7 +12,7 @@ from edgeopt.errors import ConfigError
 from runtimes import load_runtime
 from runtimes.onnxruntime.pooling import PoolingConfig, pool, read_sentence_transformers_pooling
 from tests.fixtures.onnx_bundles import encoder_bundle
-from tests.fixtures.tiny_encoder import write_sentence_transformers_config
+from tests.fixtures.tiny_encoder import ST_MAX_SEQ_LENGTH, write_sentence_transformers_config
 
 SENTENCES = ["The function returns a list.", "Open the file in binary mode.", "json", "A lock is released on exit."]
 
@@ -20,7 +20,8 @@ SENTENCES = ["The function returns a list.", "Open the file in binary mode.", "j
 def test_encoder_bundle_records_pooling_and_matches_torch(encoder_fp32_bundle):
     manifest = load_bundle(encoder_fp32_bundle)
     assert manifest.kind == "embedding"
-    assert manifest.export["pooling"] == {"mode": "mean", "normalize": True, "source": "1_Pooling/config.json"}
+    assert manifest.export["pooling"] == {"mode": "mean", "normalize": True, "source": "1_Pooling/config.json",
+                                          "max_seq_length": ST_MAX_SEQ_LENGTH}
     assert manifest.export["fp32_min_cosine_vs_torch"] >= 0.9999
     assert json.loads((encoder_fp32_bundle / "model" / "pooling.json").read_text())["mode"] == "mean"
 
@@ -55,7 +56,8 @@ def test_int8_embeddings_stay_close_to_fp32(tiny_encoder_dir, encoder_fp32_bundl
 @pytest.mark.parametrize("mode", ["cls", "max", "lasttoken"])
 def test_pooling_modes_are_read_from_the_checkpoint(mode, tmp_path):
     write_sentence_transformers_config(tmp_path, pooling=mode, normalize=False)
-    assert read_sentence_transformers_pooling(tmp_path) == PoolingConfig(mode, False, "1_Pooling/config.json")
+    assert read_sentence_transformers_pooling(tmp_path) == PoolingConfig(mode, False, "1_Pooling/config.json",
+                                                                         max_seq_length=ST_MAX_SEQ_LENGTH)
 
 
 def test_pooling_math():
