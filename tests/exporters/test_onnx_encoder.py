@@ -75,3 +75,25 @@ def test_ambiguous_pooling_config_is_refused(tmp_path):
     cfg.write_text(json.dumps({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True}))
     with pytest.raises(ConfigError, match="enables pooling modes"):
         read_sentence_transformers_pooling(tmp_path)
+
+
+def test_static_int8_calibrates_on_unpadded_served_shaped_inputs(tiny_encoder_dir, encoder_fp32_bundle, tmp_path):
+    """Calibration samples are lines tokenized as /v1/embeddings does: [CLS] ... [SEP], never the
+    tokenizer.json's fixed padding of 64, cut at sentence-transformers' max_seq_length (96)."""
+    from exporters.onnx.calibration import read_encoder_calibration
+    from exporters.onnx.encoder import encoder_input_limit
+
+    data = tmp_path / "calibration.txt"
+    data.write_text("\n".join(SENTENCES + [" ".join(["the keys of the mapping"] * 60)]) + "\n")
+    limit = encoder_input_limit(tiny_encoder_dir)
+    assert limit == ST_MAX_SEQ_LENGTH
+    samples = read_encoder_calibration(data, tiny_encoder_dir / "tokenizer.json", limit)
+    cls, sep, pad = 2, 3, 0  # [CLS], [SEP], [PAD] of the fixture's WordPiece vocabulary
+    assert len(samples) == len(SENTENCES) + 1
+    assert all(s[0] == cls and s[-1] == sep and pad not in s for s in samples)
+    assert len(samples[-1]) == limit and all(len(s) < 64 for s in samples[:-1])
+
+    bundle = encoder_bundle(tiny_encoder_dir, tmp_path / "bert-static", "int8-static", calibration_data=data)
+    fp32 = load_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)
+    static = load_runtime("onnxruntime", bundle, load_bundle(bundle), threads=1)
+    assert float(np.min(np.sum(fp32.embed(SENTENCES) * static.embed(SENTENCES), axis=1))) >= 0.98
