@@ -54,30 +54,36 @@ def evaluate_embedding_bundle(bundle_dir: Path, manifest: Any, original_model_di
                               eval_data: Path | None, max_texts: int = DEFAULT_MAX_TEXTS,
                               threads: int = 2) -> dict[str, Any]:
     """Cosine of the bundle's embeddings to the original's, and nearest-neighbour agreement."""
-    from runtimes import load_runtime
-
     if original_model_dir is None:
         raise EvaluationError("an embedding bundle is measured against its original model, and none was given",
                               "drop --no-original, or pass --original MODEL")
     texts, source = _texts(eval_data, max_texts)
-    runtime = load_runtime(manifest.runtime, Path(bundle_dir), manifest, threads=threads)
-    try:
-        limit = runtime.info.context_length
-        # Cut long lines as sentence-transformers does: keep the closing special token ([SEP]).
-        token_ids = [ids if len(ids) <= limit else ids[:limit - 1] + ids[-1:]
-                     for ids in runtime.tokenizer.encode_batch(texts, add_special=True)]
-        candidate = np.concatenate([runtime.embed_ids(token_ids[i:i + BATCH]) for i in range(0, len(texts), BATCH)])
-    finally:
-        runtime.close()
-    reference = _original_embeddings(Path(original_model_dir), token_ids, threads)
-    if reference.shape != candidate.shape:
-        raise EvaluationError(f"embedding shapes differ: original {reference.shape}, bundle {candidate.shape}",
-                              "evaluate against the checkpoint this bundle was made from (--original)")
+    reference, candidate = embedding_pairs(bundle_dir, manifest, Path(original_model_dir), texts, threads)
     cosines = row_cosines(reference, candidate)
     return {"embedding_cosine_mean": round(float(cosines.mean()), 6),
             "embedding_cosine_min": round(float(cosines.min()), 6),
             "neighbour_agreement": round(neighbour_agreement(reference, candidate), 4),
             "eval_texts": len(texts), "eval_source": source}
+
+
+def embedding_pairs(bundle_dir: Path, manifest: Any, original_model_dir: Path, texts: list[str],
+                    threads: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """(original's, bundle's) embeddings of ``texts``, row for row, both fed the same unpadded ids."""
+    from runtimes import load_runtime
+
+    runtime = load_runtime(manifest.runtime, Path(bundle_dir), manifest, threads=threads)
+    try:
+        # Long lines are cut as sentence-transformers cuts them (to max_seq_length, specials kept); the
+        # ids are unpadded, so neither model below pools over padding.
+        token_ids = runtime.tokenize(texts, truncate=True)
+        candidate = np.concatenate([runtime.embed_ids(token_ids[i:i + BATCH]) for i in range(0, len(texts), BATCH)])
+    finally:
+        runtime.close()
+    reference = _original_embeddings(original_model_dir, token_ids, threads)
+    if reference.shape != candidate.shape:
+        raise EvaluationError(f"embedding shapes differ: original {reference.shape}, bundle {candidate.shape}",
+                              "evaluate against the checkpoint this bundle was made from (--original)")
+    return reference, candidate
 
 
 def _texts(eval_data: Path | None, max_texts: int) -> tuple[list[str], str]:

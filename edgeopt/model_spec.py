@@ -48,6 +48,15 @@ POSITIONS_AFTER_PADDING = ("roberta", "xlm-roberta", "mpnet")
 EMBEDDING_KIND = "embedding"
 
 
+def encoder_input_limit(config: dict[str, Any], max_seq_length: int | None = None) -> int:
+    """Most tokens (special tokens included) one encoder input may have: the rows of the position table
+    a token can use, or sentence-transformers' ``max_seq_length`` when that is smaller."""
+    limit = int(config.get("max_position_embeddings", 512))
+    if config.get("model_type") in POSITIONS_AFTER_PADDING:
+        limit -= int(config.get("pad_token_id") or 0) + 1
+    return min(limit, max_seq_length or limit)
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """One weight tensor, named the HF way, with its shape in PyTorch order (out, in)."""

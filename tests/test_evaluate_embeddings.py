@@ -75,3 +75,67 @@ def test_eval_cli_on_an_embedding_bundle(encoder_fp32_bundle: Path, tiny_encoder
     assert run.returncode == 0, run.stderr
     metrics = json.loads(run.stdout)
     assert metrics["embedding_cosine_mean"] >= 0.9999 and metrics["neighbour_agreement"] == 1.0
+
+
+def _lines_around_the_padding(model) -> list[str]:  # noqa: ANN001 - a SentenceTransformer
+    """Texts shorter than the tokenizer.json's fixed padding (64) and one between it and max_seq_length."""
+    words = "the function returns a sorted list of the keys of the mapping".split()
+    long_text = " ".join(words * 6)
+    while len(model.tokenizer(long_text)["input_ids"]) > 90:
+        long_text = long_text.rsplit(" ", 1)[0]
+    return ["open a file in binary mode", "json", "sort a list of keys", long_text]
+
+
+def test_evaluation_feeds_the_original_as_sentence_transformers_does(encoder_fp32_bundle: Path,
+                                                                     tiny_encoder_dir: Path) -> None:
+    """Both sides of `edgeopt eval` (and of optimize's quality figure) equal sentence-transformers'
+    embeddings: with the tokenizer.json's padding obeyed, both were pooled over 64 tokens of [PAD] and
+    agreed with each other while neither matched the model."""
+    from sentence_transformers import SentenceTransformer
+
+    from edgeopt.evaluate_embeddings import embedding_pairs
+
+    model = SentenceTransformer(str(tiny_encoder_dir), device="cpu")
+    texts = _lines_around_the_padding(model)
+    reference, candidate = embedding_pairs(encoder_fp32_bundle, load_bundle(encoder_fp32_bundle),
+                                           tiny_encoder_dir, texts, threads=1)
+    expected = model.encode(texts)
+    assert row_cosines(expected, reference).min() >= 0.9999
+    assert row_cosines(expected, candidate).min() >= 0.9999
+
+
+def test_optimize_quality_figure_matches_sentence_transformers_on_the_served_vectors(tiny_encoder_dir: Path,
+                                                                                     tmp_path: Path) -> None:
+    """optimize's own embedding_cosine_mean for an INT8 bundle is the cosine a user would measure
+    between /v1/embeddings and sentence-transformers (up to dynamic INT8's batch-to-batch noise)."""
+    import asyncio
+
+    import httpx
+    from sentence_transformers import SentenceTransformer
+
+    from edgeopt.pipeline import OptimizeOptions, run_optimize
+    from edgeopt.server.app import create_app
+    from edgeopt.server.state import ServedModel, ServerSettings
+    from runtimes import load_runtime
+
+    model = SentenceTransformer(str(tiny_encoder_dir), device="cpu")
+    texts = _lines_around_the_padding(model)
+    data = tmp_path / "eval.txt"
+    data.write_text("\n".join(texts) + "\n")
+    out = tmp_path / "int8"
+    manifest = run_optimize(OptimizeOptions(model=str(tiny_encoder_dir), target="host", output=out, format="onnx",
+                                            quant="int8", eval_data=data, force=True), report=lambda _msg: None)
+    runtime = load_runtime("onnxruntime", out, manifest, threads=1)
+    served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, runtime=runtime)
+    app = create_app(ServerSettings(model_names=("enc",), kind="embedding"), served=served)
+
+    async def post() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            return await client.post("/v1/embeddings", json={"model": "enc", "input": texts})
+
+    resp = asyncio.run(post())
+    assert resp.status_code == 200, resp.text
+    got = np.array([d["embedding"] for d in resp.json()["data"]], dtype=np.float32)
+    measured = float(row_cosines(model.encode(texts), got).mean())
+    assert abs(manifest.metrics["embedding_cosine_mean"] - measured) <= 2e-3, (manifest.metrics, measured)
+    assert manifest.metrics["embedding_cosine_mean"] >= 0.99

@@ -32,12 +32,12 @@ def file_sha256(path: Path | str) -> str:
 
 def tokenize(model_dir: Path, text: str) -> torch.Tensor:
     """Token ids of ``text`` with the checkpoint's own tokenizer.json (no special tokens added)."""
-    from tokenizers import Tokenizer
+    from runtimes.onnxruntime.tokenizer import open_tokenizer
 
     tok_file = Path(model_dir) / "tokenizer.json"
     if not tok_file.is_file():
         raise PassError(f"{model_dir} has no tokenizer.json", "save the checkpoint with a fast tokenizer")
-    tokenizer = Tokenizer.from_file(str(tok_file))
+    tokenizer = open_tokenizer(tok_file)  # a file's own padding/truncation would pad or cut every chunk
     pieces, start = [], 0
     while start < len(text):  # cut at newlines so no token straddles a chunk boundary mid-word
         end = min(len(text), start + _ENCODE_CHUNK_CHARS)

@@ -3,7 +3,8 @@
 Activation ranges are only as good as the text they are measured on, so static quantization refuses
 to run without ``--calibration-data``. For decoders each sample is a window of text whose first half
 is run through the fp32 graph to build a real KV cache; the second half is then fed with that cache,
-so the calibrator sees the same input kinds (non-empty past keys/values) the device will.
+so the calibrator sees the same input kinds (non-empty past keys/values) the device will. For
+encoders each sample is one line, tokenized as /v1/embeddings tokenizes a text.
 """
 
 from __future__ import annotations
@@ -21,18 +22,20 @@ DEFAULT_WINDOW = 64
 MIN_TOKENS = 16
 
 
-def read_calibration_ids(data_file: Path | None, tokenizer_json: Path) -> list[int]:
-    from runtimes.onnxruntime.tokenizer import BundleTokenizer
-
+def _calibration_text(data_file: Path | None) -> str:
     if data_file is None:
         raise ConfigError("static INT8 quantization (--quant int8-static) needs calibration text",
                           "pass --calibration-data FILE (a few KB of text like what the model will see), "
                           "or use --quant int8 (dynamic) which needs none")
-    path = Path(data_file)
-    text = read_text_file(path, "calibration data", "--calibration-data", ConfigError)
-    ids = BundleTokenizer(tokenizer_json).encode(text, add_special=False)
+    return read_text_file(Path(data_file), "calibration data", "--calibration-data", ConfigError)
+
+
+def read_calibration_ids(data_file: Path | None, tokenizer_json: Path) -> list[int]:
+    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+
+    ids = BundleTokenizer(tokenizer_json).encode(_calibration_text(data_file), add_special=False)
     if len(ids) < MIN_TOKENS:
-        raise ConfigError(f"calibration data {path} gives {len(ids)} tokens; at least {MIN_TOKENS} are needed",
+        raise ConfigError(f"calibration data {data_file} gives {len(ids)} tokens; at least {MIN_TOKENS} are needed",
                           "pass a longer text (a few KB)")
     return ids
 
@@ -84,14 +87,31 @@ def decoder_reader(fp32_model: Path, ids: list[int], samples: int = DEFAULT_SAMP
     return type("DecoderCalibration", (FeedReader, CalibrationDataReader), {})(feeds)
 
 
-def encoder_reader(fp32_model: Path, ids: list[int], samples: int = DEFAULT_SAMPLES,
-                   window: int = DEFAULT_WINDOW) -> Any:
+def read_encoder_calibration(data_file: Path | None, tokenizer_json: Path, max_length: int,
+                             samples: int = DEFAULT_SAMPLES) -> list[list[int]]:
+    """Up to ``samples`` lines of the file, spread over it, each tokenized as /v1/embeddings tokenizes a
+    text (special tokens, no padding) and cut as sentence-transformers cuts it (``max_length``)."""
+    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+
+    text = _calibration_text(data_file)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    picks = np.linspace(0, len(lines) - 1, num=min(samples, len(lines)), dtype=int) if lines else []
+    chosen = [lines[i] for i in dict.fromkeys(np.asarray(picks).tolist())]
+    batch = BundleTokenizer(tokenizer_json).encode_batch(chosen, add_special=True, max_length=max_length)
+    if sum(map(len, batch)) < MIN_TOKENS:
+        raise ConfigError(f"calibration data {data_file} gives {sum(map(len, batch))} tokens; at least "
+                          f"{MIN_TOKENS} are needed", "pass a longer text (one sentence or passage per line)")
+    return batch
+
+
+def encoder_reader(fp32_model: Path, samples: list[list[int]]) -> Any:
+    """One feed per sample, unpadded: its attention mask is all real tokens, as served."""
     import onnx
     from onnxruntime.quantization import CalibrationDataReader
 
     names = {i.name for i in onnx.load(str(fp32_model), load_external_data=False).graph.input}
     feeds = []
-    for chunk in windows(ids, window, samples):
+    for chunk in samples:
         feed = {"input_ids": np.asarray([chunk], dtype=np.int64),
                 "attention_mask": np.ones((1, len(chunk)), dtype=np.int64)}
         if "token_type_ids" in names:

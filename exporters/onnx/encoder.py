@@ -85,3 +85,12 @@ def quantized_cosine(model_dir: Path, fp32_path: Path, quant_path: Path, pooling
 
 def _pad_token_id(model_dir: Path) -> int:
     return int(json.loads((model_dir / "config.json").read_text()).get("pad_token_id") or 0)
+
+
+def encoder_input_limit(model_dir: Path) -> int:
+    """The input limit the bundle's runtime will apply (edgeopt.model_spec.encoder_input_limit)."""
+    from edgeopt.model_spec import encoder_input_limit as limit_of
+    from runtimes.onnxruntime.pooling import read_sentence_transformers_pooling
+
+    config = json.loads((model_dir / "config.json").read_text())
+    return limit_of(config, read_sentence_transformers_pooling(model_dir).max_seq_length)

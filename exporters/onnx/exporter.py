@@ -98,14 +98,20 @@ def _quantize(fp32: Path, dst: Path, quant: str, kind: str, model_dir: Path, opt
 
 def _static(fp32: Path, dst: Path, kind: str, model_dir: Path, preset: q.IsaPreset, keep_fp: list[str],
             options: dict[str, Any]) -> dict[str, Any]:
-    from exporters.onnx.calibration import decoder_reader, encoder_reader, read_calibration_ids
+    from exporters.onnx import calibration as cal
 
     method = options.get("calibration_method") or "minmax"
     if method not in q.CALIBRATION_METHODS:  # fail before the (slow) calibration runs
         raise ConfigError(f"unknown --calibration-method {method!r}", f"valid: {', '.join(q.CALIBRATION_METHODS)}")
-    ids = read_calibration_ids(options.get("calibration_data"), model_dir / "tokenizer.json")
-    make_reader = decoder_reader if kind == "causal-lm" else encoder_reader
-    return q.quantize_static_int8(fp32, dst, preset, keep_fp, make_reader(fp32, ids), method)
+    data, tokenizer_json = options.get("calibration_data"), model_dir / "tokenizer.json"
+    if kind == "causal-lm":
+        reader = cal.decoder_reader(fp32, cal.read_calibration_ids(data, tokenizer_json))
+    else:
+        from exporters.onnx.encoder import encoder_input_limit
+
+        samples = cal.read_encoder_calibration(data, tokenizer_json, encoder_input_limit(model_dir))
+        reader = cal.encoder_reader(fp32, samples)
+    return q.quantize_static_int8(fp32, dst, preset, keep_fp, reader, method)
 
 
 def _onnx_bytes(model_dir: Path) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import BundleError, ConfigError, UnknownTargetError
-from edgeopt.model_spec import POSITIONS_AFTER_PADDING
+from edgeopt.model_spec import encoder_input_limit
 from runtimes.base import RuntimeInfo
 
 DEFAULT_SLOTS = 8
@@ -45,12 +45,12 @@ def _embedding_runtime(session: Any, tokenizer: Any, config: dict, model_dir: Pa
     from runtimes.onnxruntime.encoder import OnnxEmbeddingRuntime
     from runtimes.onnxruntime.pooling import load_pooling
 
-    context = int(config.get("max_position_embeddings", 512))
     pad = config.get("pad_token_id")
-    if config.get("model_type") in POSITIONS_AFTER_PADDING:
-        context -= int(pad or 0) + 1
+    pooling = load_pooling(model_dir)
+    # sentence-transformers never feeds more than max_seq_length tokens; neither do we (encoder.py).
+    context = encoder_input_limit(config, pooling.max_seq_length)
     info = RuntimeInfo(vocab_size=tokenizer.vocab_size, kv_capacity_tokens=0, max_slots=0, context_length=context)
-    return OnnxEmbeddingRuntime(session, tokenizer, load_pooling(model_dir), info, int(pad) if pad is not None else 0)
+    return OnnxEmbeddingRuntime(session, tokenizer, pooling, info, int(pad) if pad is not None else 0)
 
 
 def _decoder_runtime(session: Any, tokenizer: Any, config: dict, tokenizer_dir: Path, kv_capacity: int | None,

@@ -1,4 +1,12 @@
-"""Sentence embeddings from an exported encoder: tokenize, pad a batch, run, pool, normalize."""
+"""Sentence embeddings from an exported encoder: tokenize, pad a batch, run, pool, normalize.
+
+Texts are tokenized unpadded (runtimes.onnxruntime.tokenizer switches off a tokenizer.json's own
+padding and truncation), so the attention mask of a batch marks exactly the tokens the tokenizer
+produced and pooling never counts padding. Inputs longer than ``info.context_length`` (the position
+table, or sentence-transformers' ``max_seq_length`` when smaller) are refused with a 400 rather than
+truncated: an OpenAI-style client is told, not silently given the vector of a shorter text.
+``embed(texts, truncate=True)`` truncates exactly as sentence-transformers does instead.
+"""
 
 from __future__ import annotations
 
@@ -34,14 +42,22 @@ class OnnxEmbeddingRuntime:
         self._input_names = {i.name for i in session.get_inputs()}
         self.dimensions = int(session.get_outputs()[0].shape[-1])
 
-    def tokenize(self, texts: list[str]) -> list[list[int]]:
-        batch = self.tokenizer.encode_batch(texts, add_special=True)
+    def tokenize(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
+        """Unpadded token ids with special tokens; too long is an error unless ``truncate``, which cuts
+        to ``context_length`` as sentence-transformers does (text cut, special tokens kept)."""
+        limit = self.info.context_length
+        batch = self.tokenizer.encode_batch(texts, add_special=True, max_length=limit if truncate else None)
         for i, ids in enumerate(batch):
-            if len(ids) > self.info.context_length:
+            if len(ids) > limit:
                 raise ContextOverflowError(
-                    f"input {i} has {len(ids)} tokens, more than the model's {self.info.context_length}",
+                    f"input {i} has {len(ids)} tokens, more than the model's {limit}{self._limit_source()}",
                     "shorten or split the text", param="input")
         return batch
+
+    def _limit_source(self) -> str:
+        if self.pooling.max_seq_length is not None and self.pooling.max_seq_length == self.info.context_length:
+            return " (max_seq_length of its sentence-transformers configuration)"
+        return ""
 
     def embed_ids(self, batch: list[list[int]]) -> np.ndarray:
         """(n, dimensions) float32 embeddings of already tokenized inputs, run as one padded batch."""
@@ -58,8 +74,8 @@ class OnnxEmbeddingRuntime:
                                "re-export the bundle; report it if it persists") from exc
         return pool(hidden, mask, self.pooling)
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        return self.embed_ids(self.tokenize(texts))
+    def embed(self, texts: list[str], truncate: bool = False) -> np.ndarray:
+        return self.embed_ids(self.tokenize(texts, truncate))
 
     def step(self, batch):  # noqa: ANN001, ANN201 - protocol method that embedding bundles lack
         raise BackendError("an embedding bundle cannot generate text", "serve a causal-lm bundle for completions")

@@ -2,15 +2,16 @@
 
 A sentence-transformers model directory lists its modules in ``modules.json``; the Pooling module's
 ``config.json`` says how token vectors become one sentence vector (CLS token, mean or max over real
-tokens, last token), and a Normalize module, when present, scales each vector to unit length. The
-exporter copies these facts into the bundle (``pooling.json``) so the device needs no
-sentence-transformers package.
+tokens, last token), and a Normalize module, when present, scales each vector to unit length;
+``sentence_bert_config.json`` gives ``max_seq_length``, the token count (special tokens included)
+sentence-transformers truncates every text to. The exporter copies these facts into the bundle
+(``pooling.json``) so the device needs no sentence-transformers package.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,9 @@ class PoolingConfig:
     mode: str = "mean"  # the sentence-transformers default when a checkpoint carries no config
     normalize: bool = False
     source: str = "default"  # where the settings came from, for the manifest
+    # sentence-transformers' input limit; None: no sentence_bert_config.json (or a bundle made before
+    # edgeopt recorded it), and the position table is the only limit.
+    max_seq_length: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -38,6 +42,26 @@ def read_sentence_transformers_pooling(model_dir: Path) -> PoolingConfig:
     modules_file = model_dir / "modules.json"
     if not modules_file.is_file():
         return PoolingConfig()
+    config = _pooling_modules(model_dir, modules_file)
+    return replace(config, max_seq_length=_max_seq_length(model_dir))
+
+
+def _max_seq_length(model_dir: Path) -> int | None:
+    path = model_dir / "sentence_bert_config.json"
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text()).get("max_seq_length")
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}", "fix or remove sentence_bert_config.json") from exc
+    if value is None:
+        return None
+    if not isinstance(value, int) or value < 2:
+        raise ConfigError(f"{path} has max_seq_length {value!r}", "set it to the model's input limit in tokens")
+    return value
+
+
+def _pooling_modules(model_dir: Path, modules_file: Path) -> PoolingConfig:
     try:
         modules = json.loads(modules_file.read_text())
     except json.JSONDecodeError as exc:

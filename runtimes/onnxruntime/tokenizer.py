@@ -4,6 +4,14 @@
 safely. Vocabulary strings are not raw bytes: byte-level BPE (GPT-2, Qwen, Llama 3) maps every byte
 to a printable unicode character, and SentencePiece-style vocabularies (Llama 2, Mistral) write a
 space as "▁" and unknown bytes as "<0xNN>". Both mappings are undone here, once, into a table.
+
+A tokenizer.json may also switch on ``padding`` and ``truncation`` (all-MiniLM-L6-v2 pads every text to
+a fixed 128 tokens and truncates at 128). transformers ignores both unless a call asks for them, and
+sentence-transformers asks for truncation at its own ``max_seq_length``; the `tokenizers` library, in
+contrast, applies them to every encode. So the file is opened with both switched off
+(:func:`open_tokenizer`): prompts are never padded or cut, an encoder pads its batches itself with a
+mask of real tokens, and truncation happens only where a caller asks (``max_length``), the way
+transformers does it (content cut, special tokens kept).
 """
 
 from __future__ import annotations
@@ -12,8 +20,9 @@ import functools
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
-from edgeopt.errors import BundleError
+from edgeopt.errors import BundleError, ConfigError
 from runtimes.onnxruntime.token_bounds import max_input_bytes_per_token
 
 
@@ -44,17 +53,35 @@ def _uses_byte_level(spec: dict) -> bool:
     return any(part.get("type") == "ByteLevel" for part in pres)
 
 
+def open_tokenizer(tokenizer_json: Path) -> Any:
+    """A `tokenizers.Tokenizer` of the file with its padding and truncation switched off (see above)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_json))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def _real_ids(encoding: Any) -> list[int]:
+    """The ids the encoding's own attention mask marks as real (padding never reaches a caller)."""
+    return [i for i, real in zip(encoding.ids, encoding.attention_mask) if real]
+
+
 class BundleTokenizer:
-    """runtimes.base.Tokenizer over a tokenizer.json, plus the special ids a runtime reports."""
+    """runtimes.base.Tokenizer over a tokenizer.json, plus the special ids a runtime reports.
+
+    ``padding`` and ``truncation`` keep the file's own settings (None when it has none), for reports;
+    they are not applied (module docstring)."""
 
     def __init__(self, tokenizer_json: Path) -> None:
-        from tokenizers import Tokenizer
-
         if not tokenizer_json.is_file():
             raise BundleError(f"tokenizer file {tokenizer_json} is missing",
                               "re-run edgeopt optimize; the bundle needs tokenizer/tokenizer.json")
-        self._tok = Tokenizer.from_file(str(tokenizer_json))
+        self._tok = open_tokenizer(tokenizer_json)
         spec = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+        self.padding: dict | None = spec.get("padding")
+        self.truncation: dict | None = spec.get("truncation")
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.special_ids = frozenset(t["id"] for t in spec.get("added_tokens", []) if t.get("special"))
         self._bytes = self._build_byte_table(spec)
@@ -99,10 +126,10 @@ class BundleTokenizer:
         """Tokenize. With ``parse_special``, special-token text (``<|im_start|>``) becomes the special token;
         without, it is tokenized as the plain characters it is (``add_special`` still adds BOS/EOS)."""
         if parse_special:
-            return self._tok.encode(text, add_special_tokens=add_special).ids
+            return _real_ids(self._tok.encode(text, add_special_tokens=add_special))
         if not add_special and text in self._plain_controls:
             return list(self._plain_controls[text])
-        return self._plain().encode(text, add_special_tokens=add_special).ids
+        return _real_ids(self._plain().encode(text, add_special_tokens=add_special))
 
     def _plain(self):  # noqa: ANN202 - tokenizers.Tokenizer, imported lazily
         # encode_special_tokens is a switch on the Tokenizer object, not a per-call argument: flipping it on
@@ -125,8 +152,21 @@ class BundleTokenizer:
         """Most bytes of input text one token can stand for; None when the tokenizer gives no bound."""
         return self._max_token_bytes
 
-    def encode_batch(self, texts: list[str], add_special: bool = True) -> list[list[int]]:
-        return [enc.ids for enc in self._tok.encode_batch(texts, add_special_tokens=add_special)]
+    def encode_batch(self, texts: list[str], add_special: bool = True,
+                     max_length: int | None = None) -> list[list[int]]:
+        """Token ids of each text, unpadded; with ``max_length``, cut as transformers' truncation does:
+        the text's tokens are cut from the right so that they *and* the special tokens fit."""
+        if max_length is None:
+            return [_real_ids(enc) for enc in self._tok.encode_batch(texts, add_special_tokens=add_special)]
+        specials = self._tok.num_special_tokens_to_add(False) if add_special else 0
+        if max_length <= specials:
+            raise ConfigError(f"max_length {max_length} leaves no room beside {specials} special tokens",
+                              "use a larger max_seq_length")
+        out = []
+        for enc in self._tok.encode_batch(texts, add_special_tokens=False):
+            enc.truncate(max_length - specials)  # the overflow is kept aside by tokenizers; dropped here
+            out.append(_real_ids(self._tok.post_process(enc, add_special_tokens=add_special)))
+        return out
 
     def decode(self, token_ids: list[int]) -> str:
         return b"".join(self.token_bytes(t) for t in token_ids).decode("utf-8", errors="replace")

@@ -12,7 +12,7 @@ from edgeopt.errors import ConfigError
 from runtimes import load_runtime
 from runtimes.onnxruntime.pooling import PoolingConfig, pool, read_sentence_transformers_pooling
 from tests.fixtures.onnx_bundles import encoder_bundle
-from tests.fixtures.tiny_encoder import write_sentence_transformers_config
+from tests.fixtures.tiny_encoder import ST_MAX_SEQ_LENGTH, write_sentence_transformers_config
 
 SENTENCES = ["The function returns a list.", "Open the file in binary mode.", "json", "A lock is released on exit."]
 
@@ -20,7 +20,8 @@ SENTENCES = ["The function returns a list.", "Open the file in binary mode.", "j
 def test_encoder_bundle_records_pooling_and_matches_torch(encoder_fp32_bundle):
     manifest = load_bundle(encoder_fp32_bundle)
     assert manifest.kind == "embedding"
-    assert manifest.export["pooling"] == {"mode": "mean", "normalize": True, "source": "1_Pooling/config.json"}
+    assert manifest.export["pooling"] == {"mode": "mean", "normalize": True, "source": "1_Pooling/config.json",
+                                          "max_seq_length": ST_MAX_SEQ_LENGTH}
     assert manifest.export["fp32_min_cosine_vs_torch"] >= 0.9999
     assert json.loads((encoder_fp32_bundle / "model" / "pooling.json").read_text())["mode"] == "mean"
 
@@ -55,7 +56,8 @@ def test_int8_embeddings_stay_close_to_fp32(tiny_encoder_dir, encoder_fp32_bundl
 @pytest.mark.parametrize("mode", ["cls", "max", "lasttoken"])
 def test_pooling_modes_are_read_from_the_checkpoint(mode, tmp_path):
     write_sentence_transformers_config(tmp_path, pooling=mode, normalize=False)
-    assert read_sentence_transformers_pooling(tmp_path) == PoolingConfig(mode, False, "1_Pooling/config.json")
+    assert read_sentence_transformers_pooling(tmp_path) == PoolingConfig(mode, False, "1_Pooling/config.json",
+                                                                         max_seq_length=ST_MAX_SEQ_LENGTH)
 
 
 def test_pooling_math():
@@ -73,3 +75,25 @@ def test_ambiguous_pooling_config_is_refused(tmp_path):
     cfg.write_text(json.dumps({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True}))
     with pytest.raises(ConfigError, match="enables pooling modes"):
         read_sentence_transformers_pooling(tmp_path)
+
+
+def test_static_int8_calibrates_on_unpadded_served_shaped_inputs(tiny_encoder_dir, encoder_fp32_bundle, tmp_path):
+    """Calibration samples are lines tokenized as /v1/embeddings does: [CLS] ... [SEP], never the
+    tokenizer.json's fixed padding of 64, cut at sentence-transformers' max_seq_length (96)."""
+    from exporters.onnx.calibration import read_encoder_calibration
+    from exporters.onnx.encoder import encoder_input_limit
+
+    data = tmp_path / "calibration.txt"
+    data.write_text("\n".join(SENTENCES + [" ".join(["the keys of the mapping"] * 60)]) + "\n")
+    limit = encoder_input_limit(tiny_encoder_dir)
+    assert limit == ST_MAX_SEQ_LENGTH
+    samples = read_encoder_calibration(data, tiny_encoder_dir / "tokenizer.json", limit)
+    cls, sep, pad = 2, 3, 0  # [CLS], [SEP], [PAD] of the fixture's WordPiece vocabulary
+    assert len(samples) == len(SENTENCES) + 1
+    assert all(s[0] == cls and s[-1] == sep and pad not in s for s in samples)
+    assert len(samples[-1]) == limit and all(len(s) < 64 for s in samples[:-1])
+
+    bundle = encoder_bundle(tiny_encoder_dir, tmp_path / "bert-static", "int8-static", calibration_data=data)
+    fp32 = load_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)
+    static = load_runtime("onnxruntime", bundle, load_bundle(bundle), threads=1)
+    assert float(np.min(np.sum(fp32.embed(SENTENCES) * static.embed(SENTENCES), axis=1))) >= 0.98

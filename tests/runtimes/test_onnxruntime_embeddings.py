@@ -57,7 +57,8 @@ async def test_base64_and_token_inputs(app_and_runtime):
     ({"model": "bert", "input": [[1, 99999]]}, 400, "99999"),
     ({"model": "bert", "input": "x", "dimensions": 8}, 400, "dimensions=8"),
     ({"model": "gpt-4", "input": "x"}, 404, "gpt-4"),
-    ({"model": "bert", "input": "word " * 400}, 400, "more than the model's 128"),
+    # sentence-transformers' max_seq_length (96), not the 128 positions nor the tokenizer.json's 64
+    ({"model": "bert", "input": "word " * 400}, 400, "more than the model's 96 (max_seq_length"),
 ])
 async def test_bad_requests_get_clear_errors(app_and_runtime, body, status, needle):
     app, _, _ = app_and_runtime
