@@ -34,6 +34,16 @@ class Vocab:
     chat_template: str | None = None
 
 
+def looks_special(text: str) -> bool:
+    """Added tokens some checkpoints forget to mark special but that are control tokens all the same
+    (``<|im_start|>``-style, DeepSeek's full-width bars, Gemma's ``<unused0>``, ``<pad>``, ``<mask>``).
+    llama.cpp's converter types them CONTROL; so do we, or llama.cpp would print them as text."""
+    return (text in ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
+            or (text.startswith("<|") and text.endswith("|>"))
+            or (text.startswith("<\uff5c") and text.endswith("\uff5c>"))
+            or (text.startswith("<unused") and text.endswith(">")))
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
@@ -115,7 +125,7 @@ def load_bpe_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> 
     for i in range(size):
         if i in added:
             tokens.append(added[i]["content"])
-            types.append(CONTROL if added[i].get("special") else USER_DEFINED)
+            types.append(CONTROL if added[i].get("special") or looks_special(added[i]["content"]) else USER_DEFINED)
         elif i in by_id:
             tokens.append(by_id[i])
             types.append(NORMAL)
@@ -131,12 +141,13 @@ def load_bpe_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> 
 
 
 def load_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> Vocab:
-    """The checkpoint's tokenizer: SentencePiece when tokenizer.model exists and tokenizer.json is not BPE."""
-    tokenizer_json = _read_json(model_dir / "tokenizer.json")
-    is_bpe_json = tokenizer_json.get("model", {}).get("type") == "BPE" and not tokenizer_json.get("model", {}).get("byte_fallback")
-    if (model_dir / "tokenizer.model").is_file() and not is_bpe_json:
-        from exporters.gguf.vocab_spm import load_spm_vocab
+    """The checkpoint's tokenizer: byte-level BPE from tokenizer.json, else SentencePiece from
+    tokenizer.model, or from a tokenizer.json that is SentencePiece in HF form (byte-fallback BPE)."""
+    from exporters.gguf.vocab_spm import is_sentencepiece_json, load_spm_vocab
 
+    tokenizer_json = _read_json(model_dir / "tokenizer.json")
+    is_byte_level = tokenizer_json.get("model", {}).get("type") == "BPE" and not is_sentencepiece_json(tokenizer_json)
+    if not is_byte_level and ((model_dir / "tokenizer.model").is_file() or is_sentencepiece_json(tokenizer_json)):
         return load_spm_vocab(model_dir, vocab_size, config)
     if tokenizer_json:
         return load_bpe_vocab(model_dir, vocab_size, config)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from edgeopt.demo.corpus import stdlib_text
 
 SPM_VOCAB = 700
+# Llama 2 chat's [INST] shape, taking `tools` as instruct templates do.
+LLAMA2_TEMPLATE = (
+    "{% if tools %}{{ bos_token }}[INST] Tools: {{ tools | tojson }} [/INST]{% endif %}"
+    "{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token }}[INST] {{ m['content'] | trim }} [/INST]"
+    "{% else %} {{ m['content'] | trim }} {{ eos_token }}{% endif %}{% endfor %}"
+)
 
 
 def build_spm_tokenizer(out_dir: Path, vocab_size: int = SPM_VOCAB) -> Path:
@@ -29,4 +36,11 @@ def build_spm_tokenizer(out_dir: Path, vocab_size: int = SPM_VOCAB) -> Path:
                                                 add_prefix_space=True, from_slow=True,  # Llama 2's Prepend("▁")
                                                 add_bos_token=True, add_eos_token=False)
     tokenizer.save_pretrained(str(out_dir))
+    # As published Llama 2 files: the Prepend("\u2581") lives in tokenizer.json; a saved add_prefix_space
+    # would make LlamaTokenizerFast rebuild itself from tokenizer.model, which a JSON-only copy lacks.
+    config_path = out_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("add_prefix_space", None)
+    config["chat_template"] = LLAMA2_TEMPLATE
+    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False))
     return out_dir
