@@ -16,6 +16,7 @@ from pathlib import Path
 from exporters.gguf.pretokenizer import LLAMA3, QWEN2
 from tests.exporters.gguf_file import read_gguf
 from tests.exporters.reference_converter import reference_vocab
+from tests.exporters.spm_tokenizers import LLAMA2_TEMPLATE, finish_llama2_config
 
 CONTROL, UNUSED = 3, 5
 
@@ -104,3 +105,42 @@ def token_ids(out_dir: Path, *texts: str) -> list[int]:
     """Ids of special tokens by their text, read from the written tokenizer.json."""
     added = {t["content"]: t["id"] for t in json.loads((out_dir / "tokenizer.json").read_text())["added_tokens"]}
     return [added[t] for t in texts]
+
+
+def build_llama2_tokenizer(out_dir: Path) -> Path:
+    """The real Llama 2 SentencePiece tokenizer (32,000 pieces with their scores and types), rebuilt as
+    a ``tokenizer.model`` from llama.cpp's ``ggml-vocab-llama-spm.gguf``, plus the ``tokenizer.json``
+    transformers derives from it; returns out_dir."""
+    import transformers
+    from sentencepiece import sentencepiece_model_pb2 as sp_model
+
+    fields = read_gguf(reference_vocab("llama-spm")).fields
+    proto = sp_model.ModelProto()
+    for text, score, kind in zip(fields["tokenizer.ggml.tokens"], fields["tokenizer.ggml.scores"],
+                                 fields["tokenizer.ggml.token_type"]):
+        proto.pieces.add(piece=text, score=score, type=kind)  # gguf token types are SentencePiece's
+    trainer = proto.trainer_spec
+    trainer.model_type = sp_model.TrainerSpec.BPE
+    trainer.vocab_size = len(proto.pieces)
+    trainer.byte_fallback = True
+    trainer.unk_id, trainer.bos_id, trainer.eos_id, trainer.pad_id = 0, 1, 2, -1
+    normalizer = proto.normalizer_spec
+    normalizer.name = "identity"
+    normalizer.add_dummy_prefix, normalizer.remove_extra_whitespaces, normalizer.escape_whitespaces = True, False, True
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "tokenizer.model").write_bytes(proto.SerializeToString())
+    tokenizer = transformers.LlamaTokenizerFast(vocab_file=str(out_dir / "tokenizer.model"), legacy=True,
+                                                from_slow=True, add_prefix_space=True,  # Llama 2's Prepend("\u2581")
+                                                add_bos_token=True, add_eos_token=False)
+    tokenizer.save_pretrained(str(out_dir))
+    finish_llama2_config(out_dir, LLAMA2_TEMPLATE)
+    return out_dir
+
+
+def reference_tokenizations(vocab: str) -> list[tuple[str, list[int]]]:
+    """llama.cpp's tokenizer test strings for a vocabulary with the ids transformers gave each
+    (``models/ggml-vocab-NAME.gguf.inp`` / ``.out``)."""
+    path = reference_vocab(vocab)
+    texts = path.with_name(path.name + ".inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+    outputs = path.with_name(path.name + ".out").read_text(encoding="utf-8").split("\n")
+    return [(text, [int(t) for t in out.split()]) for text, out in zip(texts, outputs)]

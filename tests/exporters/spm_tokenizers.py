@@ -36,11 +36,17 @@ def build_spm_tokenizer(out_dir: Path, vocab_size: int = SPM_VOCAB) -> Path:
                                                 add_prefix_space=True, from_slow=True,  # Llama 2's Prepend("▁")
                                                 add_bos_token=True, add_eos_token=False)
     tokenizer.save_pretrained(str(out_dir))
-    # As published Llama 2 files: the Prepend("\u2581") lives in tokenizer.json; a saved add_prefix_space
-    # would make LlamaTokenizerFast rebuild itself from tokenizer.model, which a JSON-only copy lacks.
+    finish_llama2_config(out_dir, LLAMA2_TEMPLATE)
+    return out_dir
+
+
+def finish_llama2_config(out_dir: Path, chat_template: str | None = None) -> None:
+    """Make tokenizer_config.json as published Llama 2 files have it: the Prepend("\u2581") lives in
+    tokenizer.json only (a saved add_prefix_space makes LlamaTokenizerFast rebuild itself from
+    tokenizer.model, which a JSON-only copy lacks), and the chat template is in it."""
     config_path = out_dir / "tokenizer_config.json"
     config = json.loads(config_path.read_text())
     config.pop("add_prefix_space", None)
-    config["chat_template"] = LLAMA2_TEMPLATE
+    if chat_template is not None:
+        config["chat_template"] = chat_template
     config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False))
-    return out_dir
