@@ -95,15 +95,17 @@ def _tokenizer_json_pieces(tokenizer_json: dict[str, Any], where: Path) -> list[
 
 def _apply_added_tokens(tokens: list[str], scores: list[float], types: list[int], model_dir: Path,
                         tokenizer_json: dict[str, Any]) -> None:
-    """Added tokens override pieces: added_tokens.json (user-defined), then tokenizer_config.json's
-    added_tokens_decoder (control when special), or tokenizer.json's added_tokens without that."""
+    """Added tokens override pieces: added_tokens.json (user-defined), then tokenizer.json's added_tokens
+    and tokenizer_config.json's added_tokens_decoder (control when special). transformers writes the
+    last two alike; llama.cpp's converter reads only the config's, so a token added to tokenizer.json
+    alone would become an unused row there, and is kept here."""
     size = len(tokens)
     for text, tid in _read_json(model_dir / "added_tokens.json").items():
         if tid < size:
             tokens[tid], scores[tid], types[tid] = text, ADDED_TOKEN_SCORE, USER_DEFINED
-    decoder = _read_json(model_dir / "tokenizer_config.json").get("added_tokens_decoder")
-    entries = ({int(i): t for i, t in decoder.items()} if isinstance(decoder, dict)
-               else {t["id"]: t for t in tokenizer_json.get("added_tokens", [])})
+    decoder = _read_json(model_dir / "tokenizer_config.json").get("added_tokens_decoder") or {}
+    entries = {t["id"]: t for t in tokenizer_json.get("added_tokens", [])}
+    entries.update({int(i): t for i, t in decoder.items()})
     for tid, entry in sorted(entries.items()):
         if tid >= size:
             raise ExportError(f"added token {entry['content']!r} has id {tid}, beyond the {size} embedding rows",
