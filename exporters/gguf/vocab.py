@@ -98,15 +98,26 @@ def _chat_template(model_dir: Path) -> str | None:
     return template if isinstance(template, str) else None
 
 
+# transformers classes that rebuild their post-processor from tokenizer_config.json's add_bos_token /
+# add_eos_token (their update_post_processor); every other fast tokenizer runs tokenizer.json's as saved.
+_CONFIG_DECIDES_SPECIALS = ("LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer", "GPTNeoXTokenizer",
+                            "CohereTokenizer")
+
+
 def _add_flags(vocab: Vocab, model_dir: Path, tokenizer_json: dict[str, Any], default_bos: bool) -> None:
+    """Whether BOS / EOS are added, as transformers decides: tokenizer_config.json's flags for the classes
+    that honour them, else tokenizer.json's post-processor (a config flag it ignores is not obeyed)."""
     tok_config = _read_json(model_dir / "tokenizer_config.json")
     inv = {i: t for i, t in enumerate(vocab.tokens)}
     bos_text = inv.get(vocab.special_ids.get("bos", -1))
     eos_text = inv.get(vocab.special_ids.get("eos", -1))
+    tokenizer_class = str(tok_config.get("tokenizer_class") or "").removesuffix("Fast")
+    if tokenizer_json.get("post_processor") and tokenizer_class not in _CONFIG_DECIDES_SPECIALS:
+        vocab.add_bos = _post_processor_adds(tokenizer_json, bos_text)
+        vocab.add_eos = bool(eos_text) and _post_processor_adds(tokenizer_json, eos_text)
+        return
     vocab.add_bos = bool(tok_config.get("add_bos_token", _post_processor_adds(tokenizer_json, bos_text) or default_bos))
-    vocab.add_eos = bool(tok_config.get("add_eos_token", False))
-    if "add_eos_token" not in tok_config and eos_text and _post_processor_adds(tokenizer_json, eos_text):
-        vocab.add_eos = bool(_post_processor_adds(tokenizer_json, eos_text))
+    vocab.add_eos = bool(tok_config.get("add_eos_token", bool(eos_text) and _post_processor_adds(tokenizer_json, eos_text)))
 
 
 def load_bpe_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> Vocab:

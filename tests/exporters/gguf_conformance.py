@@ -42,6 +42,10 @@ LLAMA_CPP_DEFAULTS: dict[str, Callable[[dict[str, Any], str], Any]] = {
     "attention.value_length": lambda f, arch: f[f"{arch}.embedding_length"] // f[f"{arch}.attention.head_count"],
     "rope.dimension_count": lambda f, arch: f.get(f"{arch}.attention.key_length",
                                                   f[f"{arch}.embedding_length"] // f[f"{arch}.attention.head_count"]),
+    # SentencePiece vocabularies default to Llama 2's ids: <unk> 0, <s> 1, </s> 2
+    "tokenizer.ggml.bos_token_id": lambda f, arch: 1 if f["tokenizer.ggml.model"] == "llama" else None,
+    "tokenizer.ggml.eos_token_id": lambda f, arch: 2 if f["tokenizer.ggml.model"] == "llama" else None,
+    "tokenizer.ggml.unknown_token_id": lambda f, arch: 0 if f["tokenizer.ggml.model"] == "llama" else None,
     # SentencePiece vocabularies prepend a space unless told otherwise; BPE ones never do
     "tokenizer.ggml.add_space_prefix": lambda f, arch: f["tokenizer.ggml.model"] == "llama",
     # informational: llama.cpp takes the vocabulary size from the token list
