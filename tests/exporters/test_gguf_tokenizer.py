@@ -166,3 +166,22 @@ def test_tokenizer_model_that_is_not_sentencepiece_is_an_export_error(spm_model_
     assert str(model_dir / "tokenizer.model") in str(info.value) and "not a SentencePiece model" in str(info.value)
     assert "delete it" in info.value.hint
     assert not (tmp_path / "model.gguf").exists()
+
+
+@pytest.mark.parametrize("case, vocab", [("llama-3.2", "llama-bpe"), ("qwen2", "qwen2")])
+def test_real_byte_level_vocabularies_match_llama_cpp_reference_tokenizations(case: str, vocab: str,
+                                                                             tmp_path: Path) -> None:
+    """The Llama 3 (128,256 tokens) and Qwen2 (151,646) tokenizers, rebuilt from llama.cpp's test
+    vocabularies: our GGUF tokenizes llama.cpp's test strings into the ids transformers gave the
+    published tokenizers (models/ggml-vocab-NAME.gguf.inp/.out)."""
+    from exporters.gguf.writer import convert_checkpoint
+    from tests.exporters.conformance_models import CASES, build_conformance_checkpoint, build_tokenizer_files
+    from tests.exporters.real_tokenizers import reference_tokenizations
+
+    tokenizer_dir = build_tokenizer_files(vocab, tmp_path / "tokenizer")
+    model_dir = build_conformance_checkpoint(tmp_path / "model", CASES[case], tokenizer_dir)
+    convert_checkpoint(model_dir, tmp_path / "model.gguf", "F16")
+    cases = [(text, ids) for text, ids in reference_tokenizations(vocab) if text]
+    got = _llama_tokens(tmp_path / "model.gguf", [text for text, _ in cases])
+    wrong = [(text, ids, g) for (text, ids), g in zip(cases, got) if g != ids]
+    assert len(cases) > 40 and not wrong, f"{len(wrong)} of {len(cases)} differ, e.g. {wrong[:3]}"
