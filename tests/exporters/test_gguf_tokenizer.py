@@ -185,3 +185,28 @@ def test_real_byte_level_vocabularies_match_llama_cpp_reference_tokenizations(ca
     got = _llama_tokens(tmp_path / "model.gguf", [text for text, _ in cases])
     wrong = [(text, ids, g) for (text, ids), g in zip(cases, got) if g != ids]
     assert len(cases) > 40 and not wrong, f"{len(wrong)} of {len(cases)} differ, e.g. {wrong[:3]}"
+
+
+def test_bos_follows_the_post_processor_when_the_tokenizer_class_ignores_add_bos_token(
+        tiny_model_factory, tmp_path: Path) -> None:
+    """tokenizer_config.json says add_bos_token, but a PreTrainedTokenizerFast runs tokenizer.json's
+    post-processor as saved (no BOS): llama.cpp must add exactly what transformers adds."""
+    import json
+    import shutil
+
+    from llama_cpp import Llama
+    from transformers import AutoTokenizer
+
+    from exporters.gguf.writer import convert_checkpoint
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_model_factory("llama-gqa"), model_dir)
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    (model_dir / "tokenizer_config.json").write_text(json.dumps({**config, "add_bos_token": True}))
+    convert_checkpoint(model_dir, tmp_path / "model.gguf", "F16")
+    expected = AutoTokenizer.from_pretrained(str(model_dir)).encode("Hello world")
+    llm = Llama(model_path=str(tmp_path / "model.gguf"), vocab_only=True, verbose=False)
+    try:
+        assert llm.tokenize(b"Hello world", add_bos=True) == expected
+    finally:
+        llm.close()
