@@ -45,3 +45,14 @@ def test_f16_tensor_types_match_llama_cpp_converter(tmp_path: Path, conformance_
     spec = CASES["llama-3.2"]
     model_dir = build_conformance_checkpoint(tmp_path / "llama-3.2", spec, conformance_tokenizer(spec.tokenizer))
     check_conformance(model_dir, tmp_path / "gguf", out_type="F16")
+
+
+def test_missing_oracle_fails_naming_the_setup_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Without the fetched converter the conformance tests fail (never skip) and say how to fetch it."""
+    import sys
+
+    from tests.exporters.reference_converter import reference_root
+
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    with pytest.raises(pytest.fail.Exception, match="make setup"):
+        reference_root()
