@@ -19,9 +19,14 @@ DEMO_DIR ?= demo
 DEMO_TARGET ?= raspberry-pi
 PYTEST_ARGS ?=
 
-.PHONY: setup demo demo-model test clean-demo
+.PHONY: setup reference-converter demo demo-model test clean-demo
 
-setup: $(STAMP)
+setup: $(STAMP) reference-converter
+
+# llama.cpp's own HF->GGUF converter, a test oracle only (tests/exporters/reference_converter.py):
+# unpacked from the sdist of the installed llama-cpp-python into $(VENV)/share/edgeopt; ~30 s once.
+reference-converter: $(STAMP)
+	$(PY) scripts/fetch_reference_converter.py
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,7 +44,7 @@ demo: demo-model
 	$(PY) -m edgeopt.demo.serve_demo $(DEMO_DIR)/bundle
 
 # pytest exits 5 when it collected nothing: that is a failure here, and says so.
-test: $(STAMP)
+test: $(STAMP) reference-converter
 	$(PY) -m edgeopt.demo
 	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \

@@ -34,6 +34,16 @@ class Vocab:
     chat_template: str | None = None
 
 
+def looks_special(text: str) -> bool:
+    """Added tokens some checkpoints forget to mark special but that are control tokens all the same
+    (``<|im_start|>``-style, DeepSeek's full-width bars, Gemma's ``<unused0>``, ``<pad>``, ``<mask>``).
+    llama.cpp's converter types them CONTROL; so do we, or llama.cpp would print them as text."""
+    return (text in ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
+            or (text.startswith("<|") and text.endswith("|>"))
+            or (text.startswith("<\uff5c") and text.endswith("\uff5c>"))
+            or (text.startswith("<unused") and text.endswith(">")))
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
@@ -88,15 +98,26 @@ def _chat_template(model_dir: Path) -> str | None:
     return template if isinstance(template, str) else None
 
 
+# transformers classes that rebuild their post-processor from tokenizer_config.json's add_bos_token /
+# add_eos_token (their update_post_processor); every other fast tokenizer runs tokenizer.json's as saved.
+_CONFIG_DECIDES_SPECIALS = ("LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer", "GPTNeoXTokenizer",
+                            "CohereTokenizer")
+
+
 def _add_flags(vocab: Vocab, model_dir: Path, tokenizer_json: dict[str, Any], default_bos: bool) -> None:
+    """Whether BOS / EOS are added, as transformers decides: tokenizer_config.json's flags for the classes
+    that honour them, else tokenizer.json's post-processor (a config flag it ignores is not obeyed)."""
     tok_config = _read_json(model_dir / "tokenizer_config.json")
     inv = {i: t for i, t in enumerate(vocab.tokens)}
     bos_text = inv.get(vocab.special_ids.get("bos", -1))
     eos_text = inv.get(vocab.special_ids.get("eos", -1))
+    tokenizer_class = str(tok_config.get("tokenizer_class") or "").removesuffix("Fast")
+    if tokenizer_json.get("post_processor") and tokenizer_class not in _CONFIG_DECIDES_SPECIALS:
+        vocab.add_bos = _post_processor_adds(tokenizer_json, bos_text)
+        vocab.add_eos = bool(eos_text) and _post_processor_adds(tokenizer_json, eos_text)
+        return
     vocab.add_bos = bool(tok_config.get("add_bos_token", _post_processor_adds(tokenizer_json, bos_text) or default_bos))
-    vocab.add_eos = bool(tok_config.get("add_eos_token", False))
-    if "add_eos_token" not in tok_config and eos_text and _post_processor_adds(tokenizer_json, eos_text):
-        vocab.add_eos = bool(_post_processor_adds(tokenizer_json, eos_text))
+    vocab.add_eos = bool(tok_config.get("add_eos_token", bool(eos_text) and _post_processor_adds(tokenizer_json, eos_text)))
 
 
 def load_bpe_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> Vocab:
@@ -115,7 +136,7 @@ def load_bpe_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> 
     for i in range(size):
         if i in added:
             tokens.append(added[i]["content"])
-            types.append(CONTROL if added[i].get("special") else USER_DEFINED)
+            types.append(CONTROL if added[i].get("special") or looks_special(added[i]["content"]) else USER_DEFINED)
         elif i in by_id:
             tokens.append(by_id[i])
             types.append(NORMAL)
@@ -131,12 +152,13 @@ def load_bpe_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> 
 
 
 def load_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> Vocab:
-    """The checkpoint's tokenizer: SentencePiece when tokenizer.model exists and tokenizer.json is not BPE."""
-    tokenizer_json = _read_json(model_dir / "tokenizer.json")
-    is_bpe_json = tokenizer_json.get("model", {}).get("type") == "BPE" and not tokenizer_json.get("model", {}).get("byte_fallback")
-    if (model_dir / "tokenizer.model").is_file() and not is_bpe_json:
-        from exporters.gguf.vocab_spm import load_spm_vocab
+    """The checkpoint's tokenizer: byte-level BPE from tokenizer.json, else SentencePiece from
+    tokenizer.model, or from a tokenizer.json that is SentencePiece in HF form (byte-fallback BPE)."""
+    from exporters.gguf.vocab_spm import is_sentencepiece_json, load_spm_vocab
 
+    tokenizer_json = _read_json(model_dir / "tokenizer.json")
+    is_byte_level = tokenizer_json.get("model", {}).get("type") == "BPE" and not is_sentencepiece_json(tokenizer_json)
+    if not is_byte_level and ((model_dir / "tokenizer.model").is_file() or is_sentencepiece_json(tokenizer_json)):
         return load_spm_vocab(model_dir, vocab_size, config)
     if tokenizer_json:
         return load_bpe_vocab(model_dir, vocab_size, config)

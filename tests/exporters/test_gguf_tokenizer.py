@@ -96,3 +96,117 @@ def test_known_pre_tokenizers_are_recognised() -> None:
     assert pre_tokenizer_name({"pre_tokenizer": split(LLAMA3)}, where) == "llama-bpe"
     assert pre_tokenizer_name({"pre_tokenizer": split(QWEN2)}, where) == "qwen2"
     assert pre_tokenizer_name({"pre_tokenizer": smollm}, where) == "smollm"
+
+
+def _without_tokenizer_model(model_dir: Path, out_dir: Path) -> Path:
+    """A copy of a checkpoint as hub repos that ship only tokenizer.json have it."""
+    import shutil
+
+    shutil.copytree(model_dir, out_dir)
+    (out_dir / "tokenizer.model").unlink()
+    return out_dir
+
+
+def test_sentencepiece_tokenizer_json_only_matches_hf(spm_model_dir: Path, tmp_path: Path) -> None:
+    """A Llama 2 style model shipping tokenizer.json without tokenizer.model: the SentencePiece vocabulary
+    is derived from the JSON (scores ranked by its merges) and llama.cpp tokenizes like transformers."""
+    from transformers import AutoTokenizer
+
+    from exporters.gguf.exporter import GGUFExporter
+
+    model_dir = _without_tokenizer_model(spm_model_dir, tmp_path / "model")
+    result = GGUFExporter().export(model_dir, tmp_path / "out", "F16", {})
+    hf = AutoTokenizer.from_pretrained(str(model_dir))
+    _assert_same(hf, tmp_path / "out" / result.model_file, [t for t in TEXTS if t] + ["before</s>after", "<s>start"])
+
+
+@pytest.fixture(scope="session")
+def llama2_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama with the real Llama 2 tokenizer (32,000 pieces, rebuilt from llama.cpp's
+    test vocabulary) as tokenizer.model + tokenizer.json."""
+    from tests.exporters.conformance_models import CASES, build_conformance_checkpoint
+    from tests.exporters.real_tokenizers import build_llama2_tokenizer
+
+    tokenizer_dir = build_llama2_tokenizer(tmp_path_factory.mktemp("llama2-tokenizer"))
+    return build_conformance_checkpoint(tmp_path_factory.mktemp("llama2"), CASES["llama-2"], tokenizer_dir)
+
+
+@pytest.mark.parametrize("files", ["tokenizer.model", "tokenizer.json only"])
+def test_llama2_vocabulary_matches_llama_cpp_reference_tokenizations(llama2_checkpoint: Path, tmp_path: Path,
+                                                                     files: str) -> None:
+    """llama.cpp's own tokenizer test strings for Llama 2 (models/ggml-vocab-llama-spm.gguf.inp/.out, the ids
+    transformers gives the published tokenizer) come out of our GGUF, from either tokenizer file."""
+    from exporters.gguf.writer import convert_checkpoint
+    from tests.exporters.real_tokenizers import reference_tokenizations
+
+    model_dir = llama2_checkpoint if files == "tokenizer.model" else _without_tokenizer_model(
+        llama2_checkpoint, tmp_path / "model")
+    convert_checkpoint(model_dir, tmp_path / "model.gguf", "F16")
+    cases = [(text, ids) for text, ids in reference_tokenizations("llama-spm") if text]
+    got = _llama_tokens(tmp_path / "model.gguf", [text for text, _ in cases])
+    wrong = [(text, ids, g) for (text, ids), g in zip(cases, got) if g != ids]
+    assert len(cases) > 40 and not wrong, f"{len(wrong)} of {len(cases)} differ, e.g. {wrong[:3]}"
+
+
+@pytest.mark.parametrize("content", [b"", b"IQ== 0\nIg== 1\nIw== 2\n", b"\x00\x01not a protobuf\xff" * 8])
+def test_tokenizer_model_that_is_not_sentencepiece_is_an_export_error(spm_model_dir: Path, tmp_path: Path,
+                                                                      content: bytes) -> None:
+    """An empty file, a tiktoken rank file (what Llama 3 ships as original/tokenizer.model) or garbage
+    named tokenizer.model: an edgeopt error naming the file and the fix, not a sentencepiece traceback."""
+    import shutil
+
+    from edgeopt.errors import ExportError
+    from exporters.gguf.writer import convert_checkpoint
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(spm_model_dir, model_dir)
+    (model_dir / "tokenizer.model").write_bytes(content)
+    with pytest.raises(ExportError) as info:
+        convert_checkpoint(model_dir, tmp_path / "model.gguf", "F16")
+    assert str(model_dir / "tokenizer.model") in str(info.value) and "not a SentencePiece model" in str(info.value)
+    assert "delete it" in info.value.hint
+    assert not (tmp_path / "model.gguf").exists()
+
+
+@pytest.mark.parametrize("case, vocab", [("llama-3.2", "llama-bpe"), ("qwen2", "qwen2")])
+def test_real_byte_level_vocabularies_match_llama_cpp_reference_tokenizations(case: str, vocab: str,
+                                                                             tmp_path: Path) -> None:
+    """The Llama 3 (128,256 tokens) and Qwen2 (151,646) tokenizers, rebuilt from llama.cpp's test
+    vocabularies: our GGUF tokenizes llama.cpp's test strings into the ids transformers gave the
+    published tokenizers (models/ggml-vocab-NAME.gguf.inp/.out)."""
+    from exporters.gguf.writer import convert_checkpoint
+    from tests.exporters.conformance_models import CASES, build_conformance_checkpoint, build_tokenizer_files
+    from tests.exporters.real_tokenizers import reference_tokenizations
+
+    tokenizer_dir = build_tokenizer_files(vocab, tmp_path / "tokenizer")
+    model_dir = build_conformance_checkpoint(tmp_path / "model", CASES[case], tokenizer_dir)
+    convert_checkpoint(model_dir, tmp_path / "model.gguf", "F16")
+    cases = [(text, ids) for text, ids in reference_tokenizations(vocab) if text]
+    got = _llama_tokens(tmp_path / "model.gguf", [text for text, _ in cases])
+    wrong = [(text, ids, g) for (text, ids), g in zip(cases, got) if g != ids]
+    assert len(cases) > 40 and not wrong, f"{len(wrong)} of {len(cases)} differ, e.g. {wrong[:3]}"
+
+
+def test_bos_follows_the_post_processor_when_the_tokenizer_class_ignores_add_bos_token(
+        tiny_model_factory, tmp_path: Path) -> None:
+    """tokenizer_config.json says add_bos_token, but a PreTrainedTokenizerFast runs tokenizer.json's
+    post-processor as saved (no BOS): llama.cpp must add exactly what transformers adds."""
+    import json
+    import shutil
+
+    from llama_cpp import Llama
+    from transformers import AutoTokenizer
+
+    from exporters.gguf.writer import convert_checkpoint
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_model_factory("llama-gqa"), model_dir)
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    (model_dir / "tokenizer_config.json").write_text(json.dumps({**config, "add_bos_token": True}))
+    convert_checkpoint(model_dir, tmp_path / "model.gguf", "F16")
+    expected = AutoTokenizer.from_pretrained(str(model_dir)).encode("Hello world")
+    llm = Llama(model_path=str(tmp_path / "model.gguf"), vocab_only=True, verbose=False)
+    try:
+        assert llm.tokenize(b"Hello world", add_bos=True) == expected
+    finally:
+        llm.close()
