@@ -113,10 +113,11 @@ class SlowBatchTokenizer:
         self.inner, self.seconds = inner, seconds
         self.finished_at: list[float] = []
 
-    def encode_batch(self, texts: list[str], add_special: bool = True) -> list[list[int]]:
+    def encode_batch(self, texts: list[str], add_special: bool = True,
+                     max_length: int | None = None) -> list[list[int]]:
         time.sleep(self.seconds)
         self.finished_at.append(time.perf_counter())
-        return self.inner.encode_batch(texts, add_special)
+        return self.inner.encode_batch(texts, add_special, max_length)
 
 
 def test_health_answers_while_embedding_inputs_are_tokenized(encoder_fp32_bundle):
