@@ -70,7 +70,9 @@ def torch_logits(model_dir: Path, token_ids: list[int]) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    from edgeopt.model_spec import reference_attention
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, **reference_attention(model_dir))
     model.eval()
     with torch.no_grad():
         return model(torch.tensor([token_ids])).logits[0].float().numpy()
