@@ -92,13 +92,13 @@ ABLATIONS = [
     ("gemma2", "sliding window", {"sliding_window": 4096}),
     ("gemma2", "attention soft-cap", {"attn_logit_softcapping": 1e6}),
     ("gemma2", "final soft-cap", {"final_logit_softcapping": 1e6}),
-    ("gemma2", "query_pre_attn_scalar", {"query_pre_attn_scalar": 32}),
+    ("gemma2", "query_pre_attn_scalar", {"query_pre_attn_scalar": 48}),
     ("gemma3", "sliding window", {"sliding_window": 4096}),
     ("gemma3", "local:global layer pattern",
      {"layer_types": ["sliding_attention"] * 3 + ["full_attention"] + ["sliding_attention"] * 2}),
     ("gemma3", "local rope base", {"rope_local_base_freq": 10000.0}),
     ("gemma3", "global rope scaling", {"rope_scaling": None}),
-    ("gemma3", "query_pre_attn_scalar", {"query_pre_attn_scalar": 32}),
+    ("gemma3", "query_pre_attn_scalar", {"query_pre_attn_scalar": 48}),
 ]
 
 
@@ -142,9 +142,9 @@ def test_stored_norms_are_one_plus_w_and_names_are_llama_cpps(tiny_gemma_factory
                                ("model.layers.0.self_attn.k_norm.weight", "blk.0.attn_k_norm.weight"),
                                ("model.norm.weight", "output_norm.weight")):
         np.testing.assert_allclose(tensors[gguf_name], hf[hf_name] + 1.0, rtol=0, atol=1e-6)
-    # query_pre_attn_scalar 24 vs head_dim 32: the q norm carries the ratio of the two scales.
+    # query_pre_attn_scalar 24 vs head_dim 48: the q norm carries the ratio of the two scales.
     np.testing.assert_allclose(tensors["blk.0.attn_q_norm.weight"],
-                               (hf["model.layers.0.self_attn.q_norm.weight"] + 1.0) * np.sqrt(32 / 24), rtol=1e-6)
+                               (hf["model.layers.0.self_attn.q_norm.weight"] + 1.0) * np.sqrt(48 / 24), rtol=1e-6)
     assert "output.weight" not in tensors  # tied: llama.cpp reuses token_embd
 
 
@@ -154,7 +154,7 @@ def test_metadata_is_what_llama_cpp_reads(tiny_gemma_factory, tmp_path: Path) ->
     assert g2["gemma2.attn_logit_softcapping"] == pytest.approx(5.0)
     assert g2["gemma2.final_logit_softcapping"] == pytest.approx(3.0)
     assert g2["gemma2.attention.sliding_window"] == 16
-    assert (g2["gemma2.attention.key_length"], g2["gemma2.embedding_length"], g2["gemma2.attention.head_count"]) == (32, 64, 4)
+    assert (g2["gemma2.attention.key_length"], g2["gemma2.embedding_length"], g2["gemma2.attention.head_count"]) == (48, 128, 4)
     assert "gemma2.attention.sliding_window_pattern" not in g2  # llama.cpp's default (every 2nd global) is right
     assert g2["tokenizer.ggml.model"] == "llama" and g2["tokenizer.ggml.add_space_prefix"] is False
     assert "<start_of_turn>" in g2["tokenizer.chat_template"]
