@@ -10,6 +10,7 @@ from typing import Any
 from edgeopt.errors import ExportError, MissingDependencyError, UnsupportedArchitectureError
 from edgeopt.eval_metrics import mean_kl, top1_agreement
 from exporters.onnx.longrope import traceable_longrope
+from exporters.onnx.tied_embedding import share_tied_embedding
 from exporters.onnx.validate import probe_text_ids, probe_token_ids
 
 DECODER_TASK = "text-generation-with-past"
@@ -60,6 +61,8 @@ def optimum_export(model_dir: Path, out_dir: Path, task: str, threads: int = 2) 
     if not model.is_file():
         raise ExportError(f"optimum wrote no model.onnx into {out_dir} (found {sorted(p.name for p in out_dir.iterdir())})",
                           "report this model to edgeopt")
+    if task == DECODER_TASK:
+        share_tied_embedding(model)
     return model
 
 
