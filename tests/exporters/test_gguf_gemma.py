@@ -216,3 +216,31 @@ def test_soft_capped_reference_uses_eager_attention(tiny_gemma_factory) -> None:
         skipped = sdpa(torch.tensor([ids])).logits[0].numpy()
     np.testing.assert_allclose(ours, expected, atol=1e-5)
     assert np.abs(skipped - expected).max() > 1e-2  # the cap bites in this fixture
+
+
+@pytest.mark.parametrize("quant", ["Q8_0", "Q4_K_M"])
+@pytest.mark.parametrize("variant", ["gemma2", "gemma3"])
+def test_quantized_gemma_loads_runs_and_is_sized_as_planned(variant: str, quant: str, tiny_gemma_factory,
+                                                            tmp_path: Path) -> None:
+    import gguf as gguf_py
+    from llama_cpp import Llama
+
+    from edgeopt.plan import weight_bytes
+    from exporters.gguf.quant_types import tensor_type
+    from exporters.gguf.tensor_names import gguf_name
+
+    model_dir = tiny_gemma_factory(variant)
+    spec = load_model_spec(str(model_dir))
+    path = _export(model_dir, tmp_path, quant)
+    # Every tensor has the type the planner assumed (rows of 128 force llama.cpp's k-quant fallbacks).
+    expected = {gguf_name(t.name, spec.arch): tensor_type(t, quant, spec) for t in spec.tensors()}
+    assert {t.name: t.tensor_type.name for t in gguf_py.GGUFReader(path).tensors} == expected
+    assert abs(weight_bytes(spec, "gguf", quant) / path.stat().st_size - 1) <= 0.05
+    comparison = _compare(model_dir, path)
+    assert comparison.mean_kl <= (0.02 if quant == "Q8_0" else 0.5), f"{variant} {quant}: KL {comparison.mean_kl:.3g}"
+    llm = Llama(model_path=str(path), n_ctx=128, n_threads=2, verbose=False)
+    try:
+        out = llm.create_chat_completion([{"role": "user", "content": "hello"}], max_tokens=8, temperature=0.0)
+        assert out["choices"][0]["finish_reason"] in ("stop", "length")
+    finally:
+        llm.close()
