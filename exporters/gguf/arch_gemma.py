@@ -38,6 +38,8 @@ GEMMA_LAYER_NAMES = {
 # llama.cpp's built-in layer pattern when the GGUF gives none: every 2nd (Gemma 2) / 6th (Gemma 3)
 # layer is global, the others slide (llama_hparams::set_swa_pattern).
 _DEFAULT_PATTERN = {"gemma2": 2, "gemma3": 6}
+# cap * tanh(x / cap) == x to float32 precision for any logit a model produces (|x| << 1e9).
+UNREACHABLE_CAP = 1e9
 # Layer counts for which llama.cpp scales attention by 1/sqrt(hidden/heads) (the 27B models).
 _SCALE_BY_HIDDEN_LAYERS = {"gemma2": 46, "gemma3": 62}
 
@@ -106,9 +108,9 @@ def check_gemma(spec: ModelSpec, config: dict[str, Any]) -> None:
 def add_gemma_hyperparameters(writer: Any, spec: ModelSpec, config: dict[str, Any]) -> None:
     """Soft-caps, sliding window and layer pattern, local rope base: the ``gemma2.*``/``gemma3.*`` extras."""
     check_gemma(spec, config)
-    if spec.arch == "gemma2":  # llama.cpp's gemma2 always caps both; its defaults are Gemma 2's
-        writer.add_attn_logit_softcapping(float(config.get("attn_logit_softcapping") or 50.0))
-        writer.add_final_logit_softcapping(float(config.get("final_logit_softcapping") or 30.0))
+    if spec.arch == "gemma2":  # llama.cpp's gemma2 always caps both: "no cap" becomes a cap nothing reaches
+        writer.add_attn_logit_softcapping(float(config.get("attn_logit_softcapping") or UNREACHABLE_CAP))
+        writer.add_final_logit_softcapping(float(config.get("final_logit_softcapping") or UNREACHABLE_CAP))
     elif config.get("final_logit_softcapping"):
         writer.add_final_logit_softcapping(float(config["final_logit_softcapping"]))
     sliding = sliding_layers(spec, config)

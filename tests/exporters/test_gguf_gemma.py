@@ -178,6 +178,14 @@ def test_non_default_layer_pattern_is_written_and_matches(tiny_gemma_factory, tm
     assert comparison.mean_kl <= F32_KL_LIMIT and comparison.top1_agreement == 1.0
 
 
+def test_gemma2_without_soft_caps_is_not_capped(tiny_gemma_factory, tmp_path: Path) -> None:
+    """llama.cpp's gemma2 graph always caps; a config with no caps must not get Gemma 2's defaults (50, 30)."""
+    model_dir = _variant_copy(tiny_gemma_factory("gemma2"), tmp_path / "hf", attn_logit_softcapping=None,
+                              final_logit_softcapping=None)
+    comparison = _compare(model_dir, _export(model_dir, tmp_path / "out"))
+    assert comparison.mean_kl <= F32_KL_LIMIT and comparison.top1_agreement == 1.0
+
+
 @pytest.mark.parametrize("variant,change,words", [
     ("gemma3", {"attn_logit_softcapping": 50.0}, ("attn_logit_softcapping=50.0", "no attention soft-capping")),
     ("gemma2", {"tie_word_embeddings": False}, ("untied lm_head",)),
