@@ -48,3 +48,16 @@ def test_gemma_parameter_count_includes_sandwich_norms_and_tied_output() -> None
             "model.layers.0.self_attn.q_norm.weight"} <= names
     assert "lm_head.weight" not in names  # config.json omits tie_word_embeddings; Gemma ties by default
     assert spec.num_parameters == 999_885_952  # gemma-3-1b: "1,000M params" on its model card
+
+
+def test_transformers5_per_layer_type_rope_block_is_read() -> None:
+    """transformers 5 nests Gemma 3's rope as {"full_attention": ..., "sliding_attention": ...}."""
+    from exporters.gguf.arch_gemma import rope_blocks
+    from exporters.gguf.metadata import rope_scaling
+
+    config = dict(GEMMA3_1B, rope_parameters={
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}})
+    assert spec_from_config(config, "gemma-3-4b-text").rope_theta == 1_000_000.0
+    assert rope_scaling(config) == {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0}
+    assert rope_blocks(config)[1]["rope_theta"] == 10_000.0
