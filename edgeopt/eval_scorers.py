@@ -55,10 +55,13 @@ class HFScorer:
         import torch
         from transformers import AutoModelForCausalLM
 
+        from edgeopt.model_spec import reference_attention
+
         torch.set_num_threads(threads)
         self._torch = torch
         self._device = device
-        self._model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype))
+        self._model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype),
+                                                           **reference_attention(model_dir))
         self._model.to(device).eval()
         self.vocab_size = int(self._model.config.vocab_size)
 

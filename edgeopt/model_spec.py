@@ -23,12 +23,16 @@ SUPPORTED_ARCHITECTURES = {
     "Phi3ForCausalLM": "phi3",  # Phi-3, Phi-3.5, Phi-4-mini: fused qkv / gate_up, LongRoPE, partial rotary
     "GraniteForCausalLM": "granite",  # Granite 3.x: Llama layout plus four scalar multipliers
     "SmolLM3ForCausalLM": "smollm3",  # Llama layout; every 4th layer without RoPE (NoPE)
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3",  # text-only Gemma 3 (model_type gemma3_text)
 }
 # Config classes that leave tie_word_embeddings at transformers' base default (True), so a config.json
 # saved without the key ties; the others (Llama, Qwen2, Phi-3, Granite, ...) default to untied.
-TIED_BY_DEFAULT = ("smollm3",)
+TIED_BY_DEFAULT = ("smollm3", "gemma2", "gemma3")
 # Architectures whose checkpoints store q/k/v as one qkv_proj and gate/up as one gate_up_proj.
 FUSED_PROJECTIONS = ("phi3",)
+# Gemma 2/3 wrap attention and MLP in "sandwich" norms: post-attention, pre- and post-feed-forward.
+SANDWICH_NORM_ARCHS = ("gemma2", "gemma3")
 # Encoders (sentence embeddings), exported to ONNX only. Keyed by config model_type, since a
 # feature-extractor checkpoint may list BertModel, BertForMaskedLM, ... or no architectures at all;
 # the value is the base model class, which keeps a pooler layer (the *For* heads drop it). RoBERTa
@@ -97,6 +101,7 @@ class ModelSpec:
     has_pooler: bool = False  # encoders: BertModel's pooler dense layer
     relative_attention_buckets: int = 0  # MPNet: rows of its relative-position bias table
     rotary_dim: int = 0  # dimensions of a head that RoPE rotates (partial rotary); 0: all of head_dim
+    sandwich_norms: bool = False  # Gemma 2/3: post-attention, pre- and post-feed-forward norms
 
     @property
     def rope_dim(self) -> int:
@@ -136,8 +141,11 @@ class ModelSpec:
             else:
                 attn = [(p + f"self_attn.{n}_proj.weight", (w, h)) for n, w in (("q", q), ("k", kv), ("v", kv))]
                 mlp = [(p + "mlp.gate_proj.weight", (inter, h)), (p + "mlp.up_proj.weight", (inter, h))]
+            norms = [(p + "post_attention_layernorm.weight", (h,))]
+            if self.sandwich_norms:
+                norms += [(p + "pre_feedforward_layernorm.weight", (h,)), (p + "post_feedforward_layernorm.weight", (h,))]
             layer = [(p + "input_layernorm.weight", (h,)), *attn, (p + "self_attn.o_proj.weight", (h, q)),
-                     (p + "post_attention_layernorm.weight", (h,)), *mlp, (p + "mlp.down_proj.weight", (h, inter))]
+                     *norms, *mlp, (p + "mlp.down_proj.weight", (h, inter))]
             if self.attention_bias:
                 layer += [(p + "self_attn.q_proj.bias", (q,)), (p + "self_attn.k_proj.bias", (kv,)),
                           (p + "self_attn.v_proj.bias", (kv,))]
@@ -236,8 +244,9 @@ def _decoder_spec(config: dict[str, Any], source: str, hf_arch: str) -> ModelSpe
     arch = SUPPORTED_ARCHITECTURES[hf_arch]
     head_dim = int(config.get("head_dim") or hidden // heads)
     rope_theta = config.get("rope_theta")
-    if rope_theta is None:  # transformers >= 5 nests it under rope_parameters
-        rope_theta = (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    if rope_theta is None:  # transformers >= 5 nests it under rope_parameters (per layer type for Gemma 3)
+        params = config.get("rope_parameters") or {}
+        rope_theta = params.get("full_attention", params).get("rope_theta", 10000.0)
     return ModelSpec(
         source=source,
         hf_architecture=hf_arch,
@@ -253,13 +262,27 @@ def _decoder_spec(config: dict[str, Any], source: str, hf_arch: str) -> ModelSpe
         tie_word_embeddings=bool(config.get("tie_word_embeddings", arch in TIED_BY_DEFAULT)),
         # Qwen2 always has q/k/v biases; Llama-family models declare it with attention_bias.
         attention_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),
-        qk_norm=arch == "qwen3",
+        qk_norm=arch in ("qwen3", "gemma3"),
         rope_theta=float(rope_theta),
         rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
         torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "float32"),
         # Phi-4-mini rotates 3/4 of each head (partial_rotary_factor 0.75); the rest passes through.
         rotary_dim=int(head_dim * float(config.get("partial_rotary_factor") or 1.0)),
+        sandwich_norms=arch in SANDWICH_NORM_ARCHS,
     )
+
+
+def reference_attention(model_dir: str | Path) -> dict[str, str]:
+    """Extra ``from_pretrained`` arguments a checkpoint needs for transformers to compute it faithfully.
+
+    Attention logit soft-capping (Gemma 2) exists only in transformers' eager attention: the default
+    SDPA kernel silently skips it, giving logits the real model never produces. Every reference
+    (evaluation, pruning, ONNX validation, the torch runtime) loads such models eagerly."""
+    path = Path(model_dir) / "config.json"
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    if config.get("attn_logit_softcapping"):
+        return {"attn_implementation": "eager"}
+    return {}
 
 
 def resolve_config_path(model: str) -> Path:

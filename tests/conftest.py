@@ -36,6 +36,21 @@ def tiny_model_factory(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_
 
 
 @pytest.fixture(scope="session")
+def tiny_gemma_factory(tmp_path_factory: pytest.TempPathFactory):
+    """Build (once per session) a tiny random Gemma checkpoint, "gemma2" or "gemma3"; see tiny_gemma."""
+    from tests.fixtures.tiny_gemma import build_tiny_gemma
+
+    built: dict[str, Path] = {}
+
+    def make(variant: str) -> Path:
+        if variant not in built:
+            built[variant] = build_tiny_gemma(tmp_path_factory.mktemp(variant), variant)
+        return built[variant]
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def tiny_llama_dir(tiny_model_factory) -> Path:
     """GQA, untied embeddings: the default tiny model."""
     return tiny_model_factory("llama-gqa")

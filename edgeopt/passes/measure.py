@@ -19,7 +19,9 @@ from edgeopt.eval_metrics import Comparison, mean_nll
 def load_causal_lm(model_dir: Path | str, dtype: torch.dtype = torch.float32) -> Any:
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).eval()
+    from edgeopt.model_spec import reference_attention
+
+    return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, **reference_attention(model_dir)).eval()
 
 
 @torch.no_grad()

@@ -37,6 +37,8 @@ class ArchExtras:
     check: Callable[[ModelSpec, Config], None] = _nothing  # refuse what llama.cpp's graph cannot express
     add_metadata: Callable[[Any, ModelSpec, Config], None] = _nothing  # family keys (``{arch}.*``)
     extra_tensors: Callable[[ModelSpec, Config], list[tuple[str, np.ndarray]]] = _no_tensors
+    # (HF tensor name, spec, config) -> the array transform that tensor needs, or None (Gemma's norm +1).
+    tensor_transform: Callable[[str, ModelSpec, Config], Callable[[np.ndarray], np.ndarray] | None] = _nothing
 
 
 _PLAIN = ArchExtras()
@@ -44,6 +46,8 @@ _MODULES = {
     "phi3": "exporters.gguf.arch_phi3",
     "granite": "exporters.gguf.arch_granite",
     "smollm3": "exporters.gguf.arch_smollm3",
+    "gemma2": "exporters.gguf.arch_gemma",
+    "gemma3": "exporters.gguf.arch_gemma",
 }
 _INLINE = {"llama": ArchExtras(rope_pairs_interleaved=True)}
 

@@ -20,6 +20,7 @@ from exporters.gguf.arch_extras import extras_for
 def rope_scaling(config: dict[str, Any]) -> dict[str, Any] | None:
     """The rope scaling parameters, or None when rope is unscaled."""
     params = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    params = params.get("full_attention", params)  # per-layer-type blocks (Gemma 3): global layers
     kind = params.get("rope_type") or params.get("type")
     if kind in (None, "default"):
         return None

@@ -101,5 +101,7 @@ def plan_tensors(spec: ModelSpec, stored_names: list[str], config: dict | None =
             transform = lambda w, h=spec.num_heads: rope_pairs_interleaved(w, h)  # noqa: E731
         elif interleave and name.endswith(("k_proj.weight", "k_proj.bias")):
             transform = lambda w, h=spec.num_kv_heads: rope_pairs_interleaved(w, h)  # noqa: E731
+        else:
+            transform = extras.tensor_transform(name, spec, config or {})
         plans.append(TensorPlan(name, gguf_name(name, spec.arch), transform))
     return plans

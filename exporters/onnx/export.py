@@ -10,6 +10,7 @@ from typing import Any
 from edgeopt.errors import ExportError, MissingDependencyError, UnsupportedArchitectureError
 from edgeopt.eval_metrics import mean_kl, top1_agreement
 from exporters.onnx.longrope import traceable_longrope
+from exporters.onnx.tied_embedding import share_tied_embedding
 from exporters.onnx.validate import probe_text_ids, probe_token_ids
 
 DECODER_TASK = "text-generation-with-past"
@@ -41,12 +42,18 @@ def optimum_export(model_dir: Path, out_dir: Path, task: str, threads: int = 2) 
         from optimum.exporters.onnx import main_export
     except ImportError as exc:
         raise MissingDependencyError(f"ONNX export needs {exc.name}", "pip install 'edgeopt[optimize]'") from exc
+    from edgeopt.model_spec import reference_attention
+
     torch.set_num_threads(threads)
+    eager = reference_attention(model_dir) if task == DECODER_TASK else {}
     try:
         # Validation is ours (KL on logits, below); optimum's would run the model a second time.
         with traceable_longrope(json.loads((model_dir / "config.json").read_text())):
-            main_export(str(model_dir), output=str(out_dir), task=task, do_validation=False,
-                        library_name="transformers", local_files_only=True)
+            if eager:  # optimum loads with SDPA, which drops attention soft-capping: trace an eager model
+                _export_eager(model_dir, out_dir, task, eager)
+            else:
+                main_export(str(model_dir), output=str(out_dir), task=task, do_validation=False,
+                            library_name="transformers", local_files_only=True)
     except Exception as exc:  # optimum raises ValueError/KeyError/RuntimeError for unsupported models
         raise ExportError(f"optimum could not export {model_dir} for {task}: {exc.__class__.__name__}: {exc}",
                           "check that optimum-onnx supports this architecture (optimum-cli export onnx --help)") from exc
@@ -54,7 +61,18 @@ def optimum_export(model_dir: Path, out_dir: Path, task: str, threads: int = 2) 
     if not model.is_file():
         raise ExportError(f"optimum wrote no model.onnx into {out_dir} (found {sorted(p.name for p in out_dir.iterdir())})",
                           "report this model to edgeopt")
+    if task == DECODER_TASK:
+        share_tied_embedding(model)
     return model
+
+
+def _export_eager(model_dir: Path, out_dir: Path, task: str, loading: dict[str, str]) -> None:
+    import torch
+    from optimum.exporters.onnx import onnx_export_from_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, **loading)
+    onnx_export_from_model(model.eval(), str(out_dir), task=task, do_validation=False)
 
 
 def copy_model_files(src_dir: Path, dst_dir: Path, with_onnx: bool) -> None:
@@ -70,7 +88,9 @@ def torch_logits(model_dir: Path, token_ids: list[int]) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    from edgeopt.model_spec import reference_attention
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, **reference_attention(model_dir))
     model.eval()
     with torch.no_grad():
         return model(torch.tensor([token_ids])).logits[0].float().numpy()

@@ -73,6 +73,7 @@ def load_checkpoint(bundle_dir: Path, manifest: Any, device: str, dtype: str, th
     import torch
     from transformers import AutoModelForCausalLM
 
+    from edgeopt.model_spec import reference_attention
     from runtimes.onnxruntime.tokenizer import BundleTokenizer
 
     if threads:
@@ -80,6 +81,8 @@ def load_checkpoint(bundle_dir: Path, manifest: Any, device: str, dtype: str, th
     model_dir = bundle_dir / manifest.model_file
     config = read_config(model_dir)
     torch_dtype = getattr(torch, pick_dtype(dtype, checkpoint_dtype(config), device))
+    # A soft-capped model (Gemma 2) computes correctly only in eager attention; SDPA drops the cap.
+    attn_implementation = reference_attention(model_dir).get("attn_implementation", attn_implementation)
     try:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype,
                                                      attn_implementation=attn_implementation)

@@ -56,8 +56,14 @@ class PagedRuntime(TorchRuntime):
 def load_paged_runtime(bundle_dir: Path, manifest: Any, *, dtype: str, kv_capacity_tokens: int | None,
                        max_slots: int | None, context_length: int | None, device: str = "cuda",
                        threads: int | None = None) -> PagedRuntime:
-    from runtimes.torch.loading import load_checkpoint, runtime_info
+    from runtimes.torch.loading import load_checkpoint, read_config, runtime_info
 
+    cap = read_config(bundle_dir / manifest.model_file).get("attn_logit_softcapping")
+    if cap:  # transformers' paged kernels (sdpa_paged, flash paged) never apply the cap
+        raise BackendError(f"the paged CUDA engine cannot serve this model: its attention logits are soft-capped "
+                           f"(attn_logit_softcapping={cap}, Gemma 2) and transformers' paged attention ignores that",
+                           "serve a --format gguf bundle of it (llama.cpp applies the cap), or run the torch "
+                           "bundle on CPU (eager attention)")
     model, tokenizer, config = load_checkpoint(bundle_dir, manifest, device, dtype, threads=threads)
     info = runtime_info(bundle_dir / manifest.model_file, config, tokenizer, kv_capacity_tokens, max_slots,
                         context_length)

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tests.architectures import templates
+from tests.fixtures import tiny_gemma
 from tests.fixtures.tiny_models import widen_init
 
 HIDDEN, INTERMEDIATE, LAYERS, CONTEXT = 128, 256, 2, 512
@@ -37,6 +39,10 @@ class Architecture:
     # Knobs not listed must work.
     prune_refusals: dict[str, tuple[str, ...]] = field(default_factory=dict)
     takes_tools: bool = True  # the real template renders a ``tools`` list (Phi-3 / 3.5's do not)
+    # Words of the 400 the real template gives a system message (Gemma 2 has no system role); None: accepted.
+    system_refusal: str | None = None
+    # Builds the checkpoint itself (own tokenizer, own init) instead of from the shared tiny tokenizer.
+    build: Callable[[Path], Path] | None = None
 
     @property
     def hf_architecture(self) -> str:
@@ -116,6 +122,15 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         _gqa(num_hidden_layers=4, tie_word_embeddings=True, rope_theta=5000000.0),
         templates.SMOLLM3, ("<think>", "</think>", "<tool_call>", "</tool_call>"), bos=None, eos="<|im_end|>",
         prune_refusals={"layers": ("SmolLM3ForCausalLM", "layers", "every 4th")}),
+    Architecture(  # Gemma 2 2B/9B: soft-caps, alternating sliding window, (1 + w) norms, SentencePiece
+        "gemma2", "Gemma2Config", tiny_gemma.GEMMA_VARIANTS["gemma2"][1], tiny_gemma.GEMMA2_TEMPLATE,
+        tiny_gemma.TURN_TOKENS, bos="<bos>", eos="<eos>", takes_tools=False,  # neither real template has tools
+        system_refusal="System role not supported",
+        build=lambda out: tiny_gemma.build_tiny_gemma(out, "gemma2")),
+    Architecture(  # Gemma 3 1B (text): 5 local : 1 global layers, local rope base, q/k norms
+        "gemma3", "Gemma3TextConfig", tiny_gemma.GEMMA_VARIANTS["gemma3"][1], tiny_gemma.GEMMA3_TEMPLATE,
+        tiny_gemma.TURN_TOKENS, bos="<bos>", eos="<eos>", takes_tools=False,
+        build=lambda out: tiny_gemma.build_tiny_gemma(out, "gemma3")),
 )
 
 
@@ -140,6 +155,8 @@ def build_architecture(arch: Architecture, out_dir: Path, base_tokenizer_dir: Pa
     import torch
     import transformers
 
+    if arch.build is not None:
+        return arch.build(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab_size = _extend_tokenizer(base_tokenizer_dir, out_dir, arch)
     ids = json.loads((out_dir / "tokenizer.json").read_text())["model"]["vocab"]
