@@ -136,6 +136,9 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
 
     api_key = options.api_key or os.environ.get("EDGEOPT_API_KEY") or None
     check_exposure(options.host, options.port, api_key, options.insecure_no_auth)
+    if options.parse_special_in_content:  # an operator must be able to see from the log that this is off
+        log.warning("--parse-special-in-content: control-token text in chat messages becomes control tokens, "
+                    "so a user message can forge a system turn")
     bundle_dir = Path(bundle_dir)
     manifest = load_bundle(bundle_dir, verify=options.verify)
     if manifest.kind == "causal-lm":

@@ -183,3 +183,13 @@ def test_cli_flag_reaches_the_server_options(monkeypatch, tmp_path):
         result = CliRunner().invoke(app, ["serve", str(tmp_path), *args])
         assert result.exit_code == 0, result.output
         assert seen[-1].parse_special_in_content is expected
+
+
+def test_serving_with_parsed_content_says_so_in_the_log(tmp_path, caplog):
+    """The option turns a protection off: an operator must be able to see that from the log alone."""
+    from edgeopt.errors import BundleError
+    from edgeopt.server.launcher import ServeOptions, serve_bundle
+
+    with caplog.at_level("WARNING"), pytest.raises(BundleError):  # no bundle there: stops after the warning
+        serve_bundle(tmp_path / "missing", ServeOptions(parse_special_in_content=True))
+    assert "can forge a system turn" in caplog.text
