@@ -41,8 +41,9 @@ class Architecture:
     takes_tools: bool = True  # the real template renders a ``tools`` list (Phi-3 / 3.5's do not)
     # Words of the 400 the real template gives a system message (Gemma 2 has no system role); None: accepted.
     system_refusal: str | None = None
-    # Builds the checkpoint itself (own tokenizer, own init) instead of from the shared tiny tokenizer.
-    build: Callable[[Path], Path] | None = None
+    # Builds the checkpoint itself (own tokenizer, own init) instead of from the shared tiny tokenizer;
+    # called as build(out_dir, **config_overrides).
+    build: Callable[..., Path] | None = None
 
     @property
     def hf_architecture(self) -> str:
@@ -126,11 +127,11 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         "gemma2", "Gemma2Config", tiny_gemma.GEMMA_VARIANTS["gemma2"][1], tiny_gemma.GEMMA2_TEMPLATE,
         tiny_gemma.TURN_TOKENS, bos="<bos>", eos="<eos>", takes_tools=False,  # neither real template has tools
         system_refusal="System role not supported",
-        build=lambda out: tiny_gemma.build_tiny_gemma(out, "gemma2")),
+        build=lambda out, **changes: tiny_gemma.build_tiny_gemma(out, "gemma2", **changes)),
     Architecture(  # Gemma 3 1B (text): 5 local : 1 global layers, local rope base, q/k norms
         "gemma3", "Gemma3TextConfig", tiny_gemma.GEMMA_VARIANTS["gemma3"][1], tiny_gemma.GEMMA3_TEMPLATE,
         tiny_gemma.TURN_TOKENS, bos="<bos>", eos="<eos>", takes_tools=False,
-        build=lambda out: tiny_gemma.build_tiny_gemma(out, "gemma3")),
+        build=lambda out, **changes: tiny_gemma.build_tiny_gemma(out, "gemma3", **changes)),
 )
 
 
@@ -150,13 +151,18 @@ def _extend_tokenizer(base_dir: Path, out_dir: Path, arch: Architecture) -> int:
     return tokenizer.get_vocab_size(with_added_tokens=True)
 
 
-def build_architecture(arch: Architecture, out_dir: Path, base_tokenizer_dir: Path, seed: int = 0) -> Path:
-    """A random-init checkpoint of ``arch`` (config.json, safetensors, tokenizer files) in ``out_dir``."""
+def build_architecture(arch: Architecture, out_dir: Path, base_tokenizer_dir: Path | None, seed: int = 0,
+                       **config_overrides: Any) -> Path:
+    """A random-init checkpoint of ``arch`` (config.json, safetensors, tokenizer files) in ``out_dir``;
+    ``config_overrides`` change the entry's config values. ``base_tokenizer_dir`` may be None only for
+    an entry that builds its own tokenizer."""
     import torch
     import transformers
 
     if arch.build is not None:
-        return arch.build(out_dir)
+        return arch.build(out_dir, **config_overrides)
+    if base_tokenizer_dir is None:
+        raise ValueError(f"{arch.name} is built on a base tokenizer; none was given")
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab_size = _extend_tokenizer(base_tokenizer_dir, out_dir, arch)
     ids = json.loads((out_dir / "tokenizer.json").read_text())["model"]["vocab"]
@@ -164,6 +170,7 @@ def build_architecture(arch: Architecture, out_dir: Path, base_tokenizer_dir: Pa
     values = dict(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_hidden_layers=LAYERS,
                   max_position_embeddings=CONTEXT, rms_norm_eps=1e-5)
     values.update(arch.config)
+    values.update(config_overrides)
     config = getattr(transformers, arch.config_class)(
         vocab_size=vocab_size, bos_token_id=ids[arch.bos] if arch.bos else None, eos_token_id=ids[arch.eos],
         pad_token_id=ids[arch.eos], **values)

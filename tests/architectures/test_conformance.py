@@ -4,7 +4,8 @@
 The reference identifies a byte-level BPE by hashing its output on a probe text, so the matrix's
 shared tiny tokenizer is unknown to it; each architecture is built here from its catalog entry on a
 tokenizer the reference knows (tests/exporters/conformance_models.py). Adding an architecture to this
-check is one ``REFERENCE_TOKENIZER`` entry.
+check is one ``REFERENCE_TOKENIZER`` entry. Gemma keeps the catalog's own tokenizer: a SentencePiece
+model shipped as tokenizer.model and tokenizer.json, as the real Gemma is, which the reference reads.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ import pytest
 from tests.architectures.catalog import ARCHITECTURES, build_architecture, by_name
 from tests.exporters.conformance_models import build_tokenizer_files
 from tests.exporters.gguf_conformance import check_conformance
+from tests.fixtures import tiny_gemma
+
+# The catalog entry builds its own tokenizer, the one its real model family ships.
+OWN_TOKENIZER = "own"
 
 # Architecture -> the real tokenizer family it ships with, or the nearest one llama.cpp's tests have.
 REFERENCE_TOKENIZER = {
@@ -31,7 +36,25 @@ REFERENCE_TOKENIZER = {
     "phi4-mini": "qwen2",  # stands in for its o200k BPE (also with <|endoftext|>), which llama.cpp's tests lack
     "granite3": "qwen2",  # stands in for Granite's GPT-2 style BPE (no BOS added, like Granite's)
     "smollm3": "qwen2",  # stands in for SmolLM3's Llama 3 vocabulary with ChatML tokens
+    "gemma2": OWN_TOKENIZER,  # Gemma's SentencePiece (tokenizer.model + tokenizer.json, <start_of_turn>)
+    # The same, with 36 embedding rows beyond the tokenizer (as 262208 vs 262144): both converters keep
+    # them as [PAD] tokens. The reference trims such rows only for a Gemma 3 without tokenizer.model, which
+    # it reads as a byte-level BPE (it refuses a SentencePiece tokenizer.json there; we convert it).
+    "gemma3": OWN_TOKENIZER,
 }
+# Config values where the catalog's tiny model departs on purpose from every real checkpoint, set back
+# to the real relation here. Gemma: the catalog's query_pre_attn_scalar (24) differs from the head size
+# llama.cpp scales by, to test our fold of the ratio into the queries; in every published Gemma 2 / 3
+# they are equal (head_dim 256 = 256; the 27B models: hidden/heads 144 / 168 = the scalar), so nothing is
+# folded. The reference never folds (test_gguf_gemma.py::test_reference_converter_ignores_query_pre_attn_scalar
+# shows its file then disagrees with transformers), so on the catalog's value the two files must differ.
+CONFIG_OVERRIDES = {name: {"query_pre_attn_scalar": tiny_gemma.HEAD_DIM} for name in ("gemma2", "gemma3")}
+# Added tokens (text, special) of the real vocabulary, saved by transformers into tokenizer.json and
+# tokenizer_config.json. Gemma 3: <image_soft_token> beyond the SentencePiece pieces but inside the
+# embedding rows (id 262144 of 262208), control tokens its config leaves unmarked (<unused0>, <mask>,
+# [@BOS@]: both converters type them CONTROL by their look) and a plain user-defined one (its HTML tags).
+ADDED_TOKENS = {"gemma3": (("<image_soft_token>", True), ("<unused0>", False), ("<mask>", False),
+                           ("[@BOS@]", False), ("<table>", False))}
 # Tokens the real vocabulary has beyond the catalog's: llama.cpp's loader looks <|endoftext|> up by text
 # in any model whose name says phi3 (src/llama-vocab.cpp) and fails without it.
 EXTRA_SPECIALS = {"phi3-mini": ("<|endoftext|>",), "phi3.5": ("<|endoftext|>",)}
@@ -89,9 +112,27 @@ def _as_saved_by_transformers(base: Path, model_dir: Path, name: str) -> None:
     config_path.write_text(json.dumps(config, indent=1, ensure_ascii=False))
 
 
+def _with_added_tokens(model_dir: Path, name: str) -> None:
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer
+
+    if name not in ADDED_TOKENS:
+        return
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    for text, special in ADDED_TOKENS[name]:
+        tokenizer.add_tokens([AddedToken(text, special=special, normalized=False)], special_tokens=special)
+    tokenizer.save_pretrained(str(model_dir))
+
+
 @pytest.mark.parametrize("name", sorted(REFERENCE_TOKENIZER))
 def test_gguf_matches_llama_cpp_converter(name: str, tmp_path: Path, reference_tokenizer) -> None:
-    base = _with_extra_specials(reference_tokenizer(REFERENCE_TOKENIZER[name]), tmp_path / "tokenizer", name)
-    model_dir = build_architecture(by_name(name), tmp_path / name, base)
-    _as_saved_by_transformers(base, model_dir, name)
+    arch = by_name(name)
+    if REFERENCE_TOKENIZER[name] == OWN_TOKENIZER:
+        assert arch.build is not None, f"{name} has no builder of its own tokenizer"
+        model_dir = build_architecture(arch, tmp_path / name, None, **CONFIG_OVERRIDES.get(name, {}))
+        _with_added_tokens(model_dir, name)
+    else:
+        base = _with_extra_specials(reference_tokenizer(REFERENCE_TOKENIZER[name]), tmp_path / "tokenizer", name)
+        model_dir = build_architecture(arch, tmp_path / name, base, **CONFIG_OVERRIDES.get(name, {}))
+        _as_saved_by_transformers(base, model_dir, name)
     check_conformance(model_dir, tmp_path / "gguf", allowed=REFERENCE_ERRORS.get(name))

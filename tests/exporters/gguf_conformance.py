@@ -42,6 +42,8 @@ LLAMA_CPP_DEFAULTS: dict[str, Callable[[dict[str, Any], str], Any]] = {
     "attention.value_length": lambda f, arch: f[f"{arch}.embedding_length"] // f[f"{arch}.attention.head_count"],
     "rope.dimension_count": lambda f, arch: f.get(f"{arch}.attention.key_length",
                                                   f[f"{arch}.embedding_length"] // f[f"{arch}.attention.head_count"]),
+    # hparams.rope_freq_base_train = 10000 unless given (the reference's gemma2 never writes it)
+    "rope.freq_base": lambda f, arch: 10000.0,
     # SentencePiece vocabularies default to Llama 2's ids: <unk> 0, <s> 1, </s> 2
     "tokenizer.ggml.bos_token_id": lambda f, arch: 1 if f["tokenizer.ggml.model"] == "llama" else None,
     "tokenizer.ggml.eos_token_id": lambda f, arch: 2 if f["tokenizer.ggml.model"] == "llama" else None,

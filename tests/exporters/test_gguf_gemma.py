@@ -113,6 +113,19 @@ def test_each_quirk_changes_the_logits(variant: str, quirk: str, change: dict, t
 
 
 @pytest.mark.parametrize("variant", ["gemma2", "gemma3"])
+def test_reference_converter_ignores_query_pre_attn_scalar(variant: str, tiny_gemma_factory, tmp_path: Path) -> None:
+    """Why the conformance check (tests/architectures/test_conformance.py) sets query_pre_attn_scalar to
+    the head size, as every published Gemma has it: where they differ (24 vs 48 here), llama.cpp's own
+    converter writes the queries unscaled and its file disagrees with transformers; ours folds the ratio
+    into the queries and agrees (test_f32_logits_match_transformers)."""
+    from tests.exporters.reference_converter import convert_with_reference
+
+    model_dir = tiny_gemma_factory(variant)
+    comparison = _compare(model_dir, convert_with_reference(model_dir, tmp_path / "reference.gguf"))
+    assert comparison.mean_kl > BROKEN_KL, f"{variant}: the reference's KL is only {comparison.mean_kl:.3g}"
+
+
+@pytest.mark.parametrize("variant", ["gemma2", "gemma3"])
 def test_norms_without_the_plus_one_fold_are_wrong(variant: str, tiny_gemma_factory, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
