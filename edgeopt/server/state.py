@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from edgeopt.engine.api import EngineStats
+from edgeopt.engine.api import EngineStats, ServingEngine
 from edgeopt.engine.outputs import engine_stopped_message
 from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.errors import NotReadyError
@@ -37,7 +37,7 @@ class ServedModel:
 
     context_length: int
     tokenizer: Any  # runtimes.base.Tokenizer
-    engine: Any = None  # edgeopt.engine.Engine, already started
+    engine: ServingEngine | None = None  # already started
     runtime: Any = None  # runtimes.base.Runtime
     chat_template: ChatTemplate | None = None
     extras: dict[str, Any] = field(default_factory=dict)  # per-kind objects (e.g. an embedding session)
