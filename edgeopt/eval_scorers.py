@@ -53,16 +53,13 @@ class HFScorer:
 
     def __init__(self, model_dir: Path, threads: int = 2, dtype: str = "float32", device: str = "cpu") -> None:
         import torch
-        from transformers import AutoModelForCausalLM
 
-        from edgeopt.model_spec import reference_attention
+        from edgeopt.passes.measure import load_causal_lm
 
         torch.set_num_threads(threads)
         self._torch = torch
         self._device = device
-        self._model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype),
-                                                           **reference_attention(model_dir))
-        self._model.to(device).eval()
+        self._model = load_causal_lm(model_dir, getattr(torch, dtype)).to(device)
         self.vocab_size = int(self._model.config.vocab_size)
 
     def score(self, token_ids: list[int]) -> np.ndarray:

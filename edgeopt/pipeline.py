@@ -16,8 +16,9 @@ from typing import Any
 from edgeopt.bundle import Manifest, PassRecord, content_hash, staged_bundle, write_manifest
 from edgeopt.cache import cache_root, cached_step, step_key
 from edgeopt.errors import ConfigError, OutputExistsError, UnsupportedArchitectureError
+from edgeopt.memory_budget import kv_facts
 from edgeopt.model_spec import ModelSpec, load_model_spec
-from edgeopt.plan import FORMAT_RUNTIME, Plan, canonical_quant, check_encoder_formats, kv_facts, require_fit
+from edgeopt.plan import FORMAT_RUNTIME, Plan, canonical_quant, check_encoder_formats, require_fit
 from edgeopt.source import resolve_model_dir
 from profiles import DeviceProfile, load_profile
 

@@ -19,29 +19,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from edgeopt.errors import ConfigError, DoesNotFitError, UnsupportedArchitectureError
+from edgeopt.memory_budget import KV_BYTES_PER_ELEMENT, MIB, RUNTIME_OVERHEAD_BYTES, after_margin
 from edgeopt.model_spec import ModelSpec
 from exporters.gguf.quant_types import FILE_TYPES, estimate_gguf_bytes
 from exporters.onnx.quant_types import QUANTS as ONNX_QUANTS
 from exporters.onnx.quant_types import estimate_onnx_bytes
 from profiles import DeviceProfile
 
-MIB = 1024**2
 GGUF_CANDIDATES = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0")
 ONNX_CANDIDATES = ("fp32", "int8", "int4")
 ENCODER_CANDIDATES = ("fp32", "int8")  # onnx; encoders are small, INT4 MatMulNBits buys them little
-# Fixed cost of a runtime beside weights and KV: its code, compute buffers, allocator slack.
-RUNTIME_OVERHEAD_BYTES = {"llama_cpp": 100 * MIB, "onnxruntime": 200 * MIB, "torch": 600 * MIB}
-KV_BYTES_PER_ELEMENT = {"gguf": 2, "onnx": 4, "torch": 2}  # llama.cpp f16 KV; ORT fp32; torch fp16
-SAFETY_MARGIN = 0.05  # of usable memory, for fragmentation and the Python process itself
 FORMAT_RUNTIME = {"gguf": "llama_cpp", "onnx": "onnxruntime", "torch": "torch"}
 TORCH_DTYPES = ("fp32", "fp16", "bf16")  # a torch bundle's "quant" is the dtype of its checkpoint
 FORMAT_QUANTS: dict[str, tuple[str, ...]] = {"gguf": tuple(FILE_TYPES), "onnx": ONNX_QUANTS, "torch": TORCH_DTYPES}
-
-
-def after_margin(usable_bytes: int) -> int:
-    """Usable memory less the safety margin: what weights, runtime and KV may share. The planner and
-    the server's KV sizing (edgeopt.engine.memory) both use this, so a plan that fits also serves."""
-    return usable_bytes - int(usable_bytes * SAFETY_MARGIN)
 
 
 @dataclass(frozen=True)
@@ -75,13 +65,6 @@ class Plan:
         data = asdict(self)
         data["recommended"] = self.recommended.label if self.recommended else None
         return data
-
-
-def kv_facts(spec: ModelSpec, fmt: str) -> dict[str, int]:
-    """What serving a causal LM of ``spec`` in ``fmt`` needs to size its KV cache: recorded in the bundle's
-    manifest at export so that ``edgeopt serve`` never reads the model file for them."""
-    return {"kv_bytes_per_token": spec.kv_bytes_per_token(KV_BYTES_PER_ELEMENT[fmt]),
-            "context_length": spec.max_position_embeddings}
 
 
 def canonical_quant(fmt: str, quant: str) -> str:

@@ -4,7 +4,6 @@ measure what the server will compute, not a float32 copy of it."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +11,9 @@ from edgeopt.eval_scorers import HFScorer
 
 
 def load_scorer(bundle_dir: Path, manifest: Any, context: int, threads: int = 2) -> HFScorer:
-    from runtimes.torch.loading import checkpoint_dtype, pick_device, pick_dtype, read_config
+    from runtimes.torch.loading import checkpoint_dtype, pick_dtype, read_config, serving_device
 
     model_dir = Path(bundle_dir) / manifest.model_file
-    device = pick_device(os.environ.get("EDGEOPT_TORCH_DEVICE", "auto"))  # as runtimes.torch serves it
+    device = serving_device()
     dtype = pick_dtype("auto", checkpoint_dtype(read_config(model_dir)), device)
     return HFScorer(model_dir, threads, dtype=dtype, device=device)

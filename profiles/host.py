@@ -46,6 +46,11 @@ def usable_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
 
+def usable_cpu_count() -> int:
+    """How many CPUs this process may run on (os.cpu_count() where the affinity mask is unknown)."""
+    return len(usable_cpus()) or (os.cpu_count() or 1)
+
+
 def cpu_flags() -> set[str]:
     """The CPU's feature flags from /proc/cpuinfo ("flags" on x86, "Features" on ARM); empty elsewhere."""
     try:
@@ -98,7 +103,7 @@ def detect_host_profile() -> DeviceProfile:
         unified_memory=False,
         accelerator=cuda_accelerator(),
         memory_bandwidth_gbps=0.0,  # unknown; not needed for sizing
-        cores=len(usable_cpus()) or (os.cpu_count() or 1),
+        cores=usable_cpu_count(),
         cpu_isa=_cpu_isa(),
         preferred_format="gguf",
         default_quant="Q8_0",

@@ -1,11 +1,16 @@
 """The engine's public surface: what the server (or any caller) hands in and gets back.
 
-Plain dataclasses only; the implementation lives in the other modules of this package.
+Plain dataclasses, and the :class:`ServingEngine` protocol the server drives; the implementation lives in
+the other modules of this package.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from edgeopt.engine.stream import RequestStream
 
 
 @dataclass
@@ -74,3 +79,26 @@ class ActiveRequest:
     prompt_tokens: int
     generated_tokens: int
     elapsed_s: float
+
+
+class ServingEngine(Protocol):
+    """What the server drives: :class:`edgeopt.engine.Engine`, or the engine a runtime brings
+    (``runtimes.torch.paged.PagedEngine``)."""
+
+    context_tokens: int  # longest prompt + completion one request may have
+    failure: str | None  # why the engine's thread died, if it did (/health shows it)
+
+    @property
+    def is_running(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def shutdown(self, close_runtime: bool = True) -> None: ...
+
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestStream: ...
+
+    def abort(self, request_id: str) -> None: ...
+
+    def stats(self) -> EngineStats: ...
+
+    def active_requests(self) -> list[ActiveRequest]: ...

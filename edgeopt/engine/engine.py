@@ -23,7 +23,7 @@ from collections import deque
 import numpy as np
 
 from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, SamplingParams
-from edgeopt.engine.outputs import RequestTracker
+from edgeopt.engine.outputs import RequestTracker, describe_failure, engine_stopped_message
 from edgeopt.engine.sampler import sample_next_tokens
 from edgeopt.engine.scheduler import Scheduler, SchedulerOutput
 from edgeopt.engine.sequence import Sequence, SequenceState
@@ -87,8 +87,7 @@ class Engine:
         if self._stopping:
             raise BackendError("the engine is shutting down", "retry against a running server")
         if self._thread is not None and not self._thread.is_alive():
-            raise BackendError(f"the engine thread is not running ({self.failure or 'it stopped'})",
-                               "restart the server; see its log")
+            raise BackendError(engine_stopped_message(self.failure), "restart the server; see its log")
         if self._num_waiting() >= self.config.max_waiting:
             raise OverloadedError(f"{self._num_waiting()} requests are already waiting (limit "
                                   f"{self.config.max_waiting})", "retry later")
@@ -139,9 +138,9 @@ class Engine:
                     self.step()
                 except Exception as exc:  # a bug in the engine's own bookkeeping: contain it, keep serving
                     log.exception("engine step failed; failing the requests the scheduler holds")
-                    self._restart_scheduler(_describe(exc))
+                    self._restart_scheduler(describe_failure(exc))
         except BaseException as exc:  # noqa: BLE001 - fatal (the process is exiting): end every stream
-            self.failure = _describe(exc)
+            self.failure = describe_failure(exc)
             reason = "error"
             log.exception("engine thread stopped by %s", self.failure)
         finally:
@@ -227,7 +226,7 @@ class Engine:
         self._dispatcher.push(tracker.stream, tracker.final_output(reason, error))
 
     def _fail(self, seq: Sequence, exc: Exception) -> None:
-        self._finish(seq, SequenceState.ABORTED, "error", error=_describe(exc))
+        self._finish(seq, SequenceState.ABORTED, "error", error=describe_failure(exc))
 
     def _forget(self, request_id: str) -> None:
         self._scheduled_ids.discard(request_id)
@@ -268,10 +267,6 @@ class Engine:
 
     def _num_waiting(self) -> int:
         return len(self._scheduler.waiting) + sum(1 for kind, _ in list(self._inbox) if kind == "add")
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 def check_config(config: EngineConfig, runtime: Runtime) -> None:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from edgeopt.errors import ConfigError, DoesNotFitError
-from edgeopt.plan import MIB, RUNTIME_OVERHEAD_BYTES, after_margin
+from edgeopt.memory_budget import MIB, RUNTIME_OVERHEAD_BYTES, after_margin
 from profiles import GIB, DeviceProfile, load_profile
 
 DEFAULT_MAX_SEQUENCES = 16  # concurrent streams the issue targets; preemption covers bursts beyond KV

@@ -10,6 +10,16 @@ from edgeopt.engine.stream import RequestStream
 from runtimes.base import Tokenizer
 
 
+def describe_failure(exc: BaseException) -> str:
+    """The ``error`` text of a request that an exception ended (both engines, and /health, show it)."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def engine_stopped_message(failure: str | None) -> str:
+    """Why an engine whose thread is gone takes no request (its ``failure``, when it recorded one)."""
+    return f"the engine thread is not running ({failure or 'it stopped'})"
+
+
 class RequestTracker:
     def __init__(self, seq: Sequence, stream: RequestStream, tokenizer: Tokenizer,
                  eos_token_ids: frozenset[int]) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from edgeopt.bundle import Manifest, load_bundle
 from edgeopt.engine import Engine, EngineConfig, KvSizing, kv_capacity_for
+from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ConfigError
 from edgeopt.server.auth import check_exposure
 from edgeopt.server.chat_template import ChatTemplate
@@ -85,7 +86,7 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
         config = engine_config(manifest.runtime, runtime, sizing, options)
         # A runtime that brings its own scheduler (torch on CUDA: transformers' paged continuous batching)
         # offers an engine with our Engine API; every other runtime runs under our engine.
-        engine = runtime.create_engine(config) if hasattr(runtime, "create_engine") else Engine(runtime, config)
+        engine: ServingEngine = runtime.create_engine(config) if hasattr(runtime, "create_engine") else Engine(runtime, config)
         template = ChatTemplate.from_bundle(bundle_dir, manifest.chat_template, manifest.tokenizer_dir)
     except BaseException:
         runtime.close()

@@ -16,7 +16,7 @@ from pathlib import Path
 from edgeopt.bundle import Manifest
 from edgeopt.errors import BundleError, EdgeoptError
 from edgeopt.model_spec import ModelSpec, spec_from_config
-from edgeopt.plan import kv_facts
+from edgeopt.memory_budget import kv_facts
 
 
 def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:

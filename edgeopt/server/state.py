@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from edgeopt.engine.api import EngineStats
+from edgeopt.engine.api import EngineStats, ServingEngine
+from edgeopt.engine.outputs import engine_stopped_message
 from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.errors import NotReadyError
 from edgeopt.server.metrics import ServerMetrics
@@ -36,7 +37,7 @@ class ServedModel:
 
     context_length: int
     tokenizer: Any  # runtimes.base.Tokenizer
-    engine: Any = None  # edgeopt.engine.Engine, already started
+    engine: ServingEngine | None = None  # already started
     runtime: Any = None  # runtimes.base.Runtime
     chat_template: ChatTemplate | None = None
     extras: dict[str, Any] = field(default_factory=dict)  # per-kind objects (e.g. an embedding session)
@@ -81,7 +82,7 @@ class ServerState:
         engine = self.served.engine if self.served else None
         if engine is None or engine.is_running:
             return None
-        return f"the engine thread is not running ({engine.failure or 'it stopped'})"
+        return engine_stopped_message(engine.failure)
 
     def engine_stats(self) -> EngineStats | None:
         engine = self.served.engine if self.served else None

@@ -16,7 +16,7 @@ from typing import Any
 
 from fastapi import Request
 
-from edgeopt.engine.api import RequestOutput, SamplingParams
+from edgeopt.engine.api import RequestOutput, SamplingParams, ServingEngine
 from edgeopt.errors import BackendError
 from edgeopt.server.metrics import RequestTracker
 
@@ -37,7 +37,7 @@ class ClientGone(Exception):
 class Generation:
     """Async iterator over one request's outputs that aborts the request unless it ran to the end."""
 
-    def __init__(self, engine: Any, request_id: str, stream: Any, tracker: RequestTracker,
+    def __init__(self, engine: ServingEngine, request_id: str, stream: Any, tracker: RequestTracker,
                  request: Request) -> None:
         self.request_id = request_id
         self._engine = engine
@@ -74,7 +74,7 @@ class Generation:
             self._tracker.finish("abort")
 
 
-def start_generation(engine: Any, request_id: str, prompt_ids: list[int], params: SamplingParams,
+def start_generation(engine: ServingEngine, request_id: str, prompt_ids: list[int], params: SamplingParams,
                      tracker: RequestTracker, request: Request) -> Generation:
     stream = engine.add_request(request_id, prompt_ids, params)  # raises RequestError subclasses now
     return Generation(engine, request_id, stream, tracker, request)

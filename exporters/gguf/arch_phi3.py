@@ -28,6 +28,12 @@ from exporters.gguf.metadata import rope_scaling
 LONGROPE_KINDS = ("longrope", "su")
 
 
+def longrope_scaling(config: Config) -> dict | None:
+    """The rope scaling parameters when they are LongRoPE, else None."""
+    scaling = rope_scaling(config)
+    return scaling if scaling is not None and scaling["rope_type"] in LONGROPE_KINDS else None
+
+
 def original_context(spec: ModelSpec, config: Config) -> int:
     """The pre-training window LongRoPE extends (transformers reads the top-level config key)."""
     return int(config.get("original_max_position_embeddings") or spec.max_position_embeddings)
@@ -47,8 +53,8 @@ def check(spec: ModelSpec, config: Config) -> None:
             f"{spec.source}: {spec.num_heads} heads x head_dim {spec.head_dim} != hidden_size {spec.hidden_size}; "
             "llama.cpp's phi3 graph requires them equal (its attn_output is hidden x hidden)",
             "export this checkpoint with --format onnx, or do not prune Phi-3 attention heads")
-    scaling = rope_scaling(config)
-    if scaling is None or scaling["rope_type"] not in LONGROPE_KINDS:
+    scaling = longrope_scaling(config)
+    if scaling is None:
         return
     pairs = spec.rope_dim // 2
     for key in ("short_factor", "long_factor"):
@@ -63,14 +69,13 @@ def add_metadata(writer, spec: ModelSpec, config: Config) -> None:
     writer.add_rope_scaling_orig_ctx_len(original_context(spec, config))
     # 0 means "no window" to llama.cpp, which tells Phi-4 apart from Phi-3 the same way.
     writer.add_sliding_window(int(config.get("sliding_window") or 0))
-    scaling = rope_scaling(config)
-    if scaling is not None and scaling["rope_type"] in LONGROPE_KINDS:
+    if longrope_scaling(config) is not None:
         writer.add_rope_scaling_attn_factors(longrope_attn_factor(spec, config))
 
 
 def extra_tensors(spec: ModelSpec, config: Config) -> list[tuple[str, np.ndarray]]:
-    scaling = rope_scaling(config)
-    if scaling is None or scaling["rope_type"] not in LONGROPE_KINDS:
+    scaling = longrope_scaling(config)
+    if scaling is None:
         return []
     return [("rope_factors_long.weight", np.asarray(scaling["long_factor"], dtype=np.float32)),
             ("rope_factors_short.weight", np.asarray(scaling["short_factor"], dtype=np.float32))]

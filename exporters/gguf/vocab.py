@@ -54,15 +54,6 @@ def _token_text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _pad_to(vocab: Vocab, size: int) -> None:
-    """Embedding rows beyond the tokenizer get placeholder tokens llama.cpp never produces."""
-    for i in range(len(vocab.tokens), size):
-        vocab.tokens.append(f"[PAD{i}]")
-        vocab.types.append(UNUSED)
-        if vocab.scores is not None:
-            vocab.scores.append(-1000.0)
-
-
 def _special_ids(model_dir: Path, token_to_id: dict[str, int], config: dict[str, Any]) -> dict[str, int]:
     tok_config = _read_json(model_dir / "tokenizer_config.json")
     special_map = _read_json(model_dir / "special_tokens_map.json")

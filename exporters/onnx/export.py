@@ -50,7 +50,7 @@ def optimum_export(model_dir: Path, out_dir: Path, task: str, threads: int = 2) 
         # Validation is ours (KL on logits, below); optimum's would run the model a second time.
         with traceable_longrope(json.loads((model_dir / "config.json").read_text())):
             if eager:  # optimum loads with SDPA, which drops attention soft-capping: trace an eager model
-                _export_eager(model_dir, out_dir, task, eager)
+                _export_eager(model_dir, out_dir, task)
             else:
                 main_export(str(model_dir), output=str(out_dir), task=task, do_validation=False,
                             library_name="transformers", local_files_only=True)
@@ -66,13 +66,12 @@ def optimum_export(model_dir: Path, out_dir: Path, task: str, threads: int = 2) 
     return model
 
 
-def _export_eager(model_dir: Path, out_dir: Path, task: str, loading: dict[str, str]) -> None:
-    import torch
+def _export_eager(model_dir: Path, out_dir: Path, task: str) -> None:
     from optimum.exporters.onnx import onnx_export_from_model
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, **loading)
-    onnx_export_from_model(model.eval(), str(out_dir), task=task, do_validation=False)
+    from edgeopt.passes.measure import load_causal_lm  # loads a soft-capped model with eager attention
+
+    onnx_export_from_model(load_causal_lm(model_dir), str(out_dir), task=task, do_validation=False)
 
 
 def copy_model_files(src_dir: Path, dst_dir: Path, with_onnx: bool) -> None:
@@ -86,12 +85,10 @@ def copy_model_files(src_dir: Path, dst_dir: Path, with_onnx: bool) -> None:
 
 def torch_logits(model_dir: Path, token_ids: list[int]) -> Any:
     import torch
-    from transformers import AutoModelForCausalLM
 
-    from edgeopt.model_spec import reference_attention
+    from edgeopt.passes.measure import load_causal_lm
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, **reference_attention(model_dir))
-    model.eval()
+    model = load_causal_lm(model_dir)
     with torch.no_grad():
         return model(torch.tensor([token_ids])).logits[0].float().numpy()
 

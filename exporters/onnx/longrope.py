@@ -15,12 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-LONGROPE_KINDS = ("longrope", "su")
-
-
-def uses_longrope(config: dict[str, Any]) -> bool:
-    scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}
-    return (scaling.get("rope_type") or scaling.get("type")) in LONGROPE_KINDS
+from exporters.gguf.arch_phi3 import longrope_scaling
 
 
 def _switching_forward(self: Any, x: Any, position_ids: Any) -> tuple[Any, Any]:
@@ -40,7 +35,7 @@ def _switching_forward(self: Any, x: Any, position_ids: Any) -> tuple[Any, Any]:
 @contextmanager
 def traceable_longrope(config: dict[str, Any]) -> Iterator[None]:
     """While exporting a LongRoPE Phi-3 checkpoint, its rotary modules switch factors in-graph."""
-    if not uses_longrope(config):
+    if longrope_scaling(config) is None:
         yield
         return
     from transformers.models.phi3 import modeling_phi3

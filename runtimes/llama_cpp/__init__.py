@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from edgeopt.engine.api import EngineConfig
 from edgeopt.engine.memory import kv_capacity_for
 from edgeopt.errors import ConfigError
 from profiles import DeviceProfile, load_profile
-from profiles.host import usable_cpus
+from profiles.host import usable_cpu_count
 from runtimes.llama_cpp.context import LlamaCppRuntime
 from runtimes.llama_cpp.model import load_model, model_facts
 from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
@@ -77,7 +76,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
 
 def max_default_threads(profile: DeviceProfile) -> int:
     """The profile's cores, never more than this machine lets us run on (more threads than cores only spin)."""
-    host = len(usable_cpus()) or (os.cpu_count() or 1)
+    host = usable_cpu_count()
     return max(1, min(profile.cores or host, host))
 
 

@@ -9,12 +9,12 @@ ignored. Nothing here imports torch, transformers or optimum.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import BundleError, ConfigError, UnknownTargetError
 from edgeopt.model_spec import encoder_input_limit
+from profiles.host import usable_cpu_count
 from runtimes.base import RuntimeInfo
 
 DEFAULT_SLOTS = 8
@@ -31,7 +31,7 @@ def load(bundle_dir: Path, manifest: Any, kv_capacity_tokens: int | None = None,
     model_path = bundle_dir / manifest.model_file
     profile = _profile(profile, manifest)
     # A profile describes the target board; never ask for more threads than this machine has.
-    n_threads = resolve_threads(threads, None) if threads is not None else min(resolve_threads(None, profile), _host_cpus())
+    n_threads = resolve_threads(threads, None) if threads is not None else min(resolve_threads(None, profile), usable_cpu_count())
     session = create_session(model_path, n_threads, resolve_providers(providers, profile))
     tokenizer = BundleTokenizer(bundle_dir / manifest.tokenizer_dir / "tokenizer.json")
     config = _model_config(model_path.parent)
@@ -110,7 +110,3 @@ def _profile(profile: Any, manifest: Any) -> Any:
         return load_profile(profile or manifest.target or "host")
     except (UnknownTargetError, ConfigError):
         return load_profile("host")
-
-
-def _host_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

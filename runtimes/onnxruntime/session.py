@@ -8,11 +8,11 @@ decoding on its CPU without anyone noticing.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import BackendError, ConfigError
+from profiles.host import usable_cpu_count
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -45,7 +45,7 @@ def resolve_threads(threads: int | None, profile: Any | None) -> int:
         return threads
     if profile is not None and getattr(profile, "cores", 0):
         return int(profile.cores)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return usable_cpu_count()
 
 
 def create_session(model_path: Path, threads: int, providers: list[str]) -> Any:

@@ -28,6 +28,12 @@ def pick_device(requested: str) -> str:
     return requested
 
 
+def serving_device(requested: str = "auto") -> str:
+    """The device a torch bundle runs on: EDGEOPT_TORCH_DEVICE when set, else ``requested``. The runtime and
+    the bundle's scorer both ask here, so evaluation measures the device the server will use."""
+    return pick_device(os.environ.get("EDGEOPT_TORCH_DEVICE", requested))
+
+
 def pick_dtype(requested: str, checkpoint_dtype: str, device: str) -> str:
     """The checkpoint's dtype on CUDA; on CPU fp16 is upcast to fp32 (CPU fp16 kernels are slow or missing)."""
     if requested != "auto":
@@ -114,7 +120,7 @@ def runtime_info(model_dir: Path, config: dict[str, Any], tokenizer: Any, kv_cap
 def load_runtime_for_bundle(bundle_dir: Path, manifest: Any, *, device: str = "auto", dtype: str = "auto",
                             threads: int | None = None, kv_capacity_tokens: int | None = None,
                             max_slots: int | None = None, context_length: int | None = None) -> Any:
-    device = pick_device(os.environ.get("EDGEOPT_TORCH_DEVICE", device))
+    device = serving_device(device)
     if device == "cuda":
         from runtimes.torch.paged import load_paged_runtime
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, SamplingParams
-from edgeopt.engine.outputs import RequestTracker
+from edgeopt.engine.outputs import RequestTracker, describe_failure
 from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.stream import OutputDispatcher, RequestStream
 from edgeopt.engine.validation import validate_request
@@ -171,7 +171,7 @@ class PagedEngine:
             try:
                 result = self._manager.get_result(timeout=0.1)
             except Exception as exc:  # noqa: BLE001 - the manager itself is broken: nothing more will come
-                self.failure = f"{type(exc).__name__}: {exc}"
+                self.failure = describe_failure(exc)
                 self._fail_everything(self.failure)
                 return
             if result is None:
@@ -185,7 +185,7 @@ class PagedEngine:
                     self._deliver(tracker, result)
                 except Exception as exc:  # noqa: BLE001 - detokenizing one request must not stop the pump
                     self._manager.cancel_request(result.request_id)
-                    self._forget(tracker, tracker.final_output("error", error=f"{type(exc).__name__}: {exc}"))
+                    self._forget(tracker, tracker.final_output("error", error=describe_failure(exc)))
             self._dispatcher.flush()
 
     def _fail_everything(self, error: str) -> None:

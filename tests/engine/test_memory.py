@@ -6,7 +6,7 @@ import pytest
 
 from edgeopt.engine.memory import kv_capacity_for
 from edgeopt.errors import DoesNotFitError
-from edgeopt.plan import MIB, RUNTIME_OVERHEAD_BYTES, SAFETY_MARGIN
+from edgeopt.memory_budget import MIB, RUNTIME_OVERHEAD_BYTES, SAFETY_MARGIN
 from profiles import GIB, load_profile
 
 

@@ -23,3 +23,19 @@ def test_engine_and_llama_cpp_runtime_import_without_torch_or_transformers() -> 
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "", f"heavy modules imported: {result.stdout.strip()}"
+
+
+def test_server_and_its_runtimes_import_no_exporters_or_passes() -> None:
+    """The standard names exporters and edgeopt.passes too: a device serves a bundle without the tooling
+    that made it. The KV sizing reads the planner's memory arithmetic, which must come without them."""
+    code = (
+        "import sys\n"
+        "import edgeopt.server.launcher, edgeopt.server.app, edgeopt.server.routes_openai, edgeopt.server.embeddings\n"
+        "import edgeopt.engine.memory, runtimes.llama_cpp, runtimes.onnxruntime, runtimes.onnxruntime.encoder\n"
+        f"banned = sorted(m for m in sys.modules if m.split('.')[0] in {(*HEAVY, 'exporters')!r} "
+        "or m.startswith('edgeopt.passes'))\n"
+        "print(','.join(banned))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"serving path imported: {result.stdout.strip()}"

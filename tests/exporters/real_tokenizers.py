@@ -16,7 +16,7 @@ from pathlib import Path
 from exporters.gguf.pretokenizer import LLAMA3, QWEN2
 from tests.exporters.gguf_file import read_gguf
 from tests.exporters.reference_converter import reference_vocab
-from tests.exporters.spm_tokenizers import LLAMA2_TEMPLATE, finish_llama2_config
+from tests.exporters.spm_tokenizers import save_llama2_hf_files
 
 CONTROL, UNUSED = 3, 5
 
@@ -111,7 +111,6 @@ def build_llama2_tokenizer(out_dir: Path) -> Path:
     """The real Llama 2 SentencePiece tokenizer (32,000 pieces with their scores and types), rebuilt as
     a ``tokenizer.model`` from llama.cpp's ``ggml-vocab-llama-spm.gguf``, plus the ``tokenizer.json``
     transformers derives from it; returns out_dir."""
-    import transformers
     from sentencepiece import sentencepiece_model_pb2 as sp_model
 
     fields = read_gguf(reference_vocab("llama-spm")).fields
@@ -129,11 +128,7 @@ def build_llama2_tokenizer(out_dir: Path) -> Path:
     normalizer.add_dummy_prefix, normalizer.remove_extra_whitespaces, normalizer.escape_whitespaces = True, False, True
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "tokenizer.model").write_bytes(proto.SerializeToString())
-    tokenizer = transformers.LlamaTokenizerFast(vocab_file=str(out_dir / "tokenizer.model"), legacy=True,
-                                                from_slow=True, add_prefix_space=True,  # Llama 2's Prepend("\u2581")
-                                                add_bos_token=True, add_eos_token=False)
-    tokenizer.save_pretrained(str(out_dir))
-    finish_llama2_config(out_dir, LLAMA2_TEMPLATE)
+    save_llama2_hf_files(out_dir)
     return out_dir
 
 

@@ -20,7 +20,6 @@ def build_spm_tokenizer(out_dir: Path, vocab_size: int = SPM_VOCAB) -> Path:
     """Train a byte-fallback SentencePiece BPE and save tokenizer.model + tokenizer.json (transformers'
     converter, via LlamaTokenizerFast) + tokenizer_config.json into out_dir."""
     import sentencepiece as spm
-    import transformers
 
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = [line for line in stdlib_text(150_000).splitlines() if line.strip()]
@@ -32,12 +31,20 @@ def build_spm_tokenizer(out_dir: Path, vocab_size: int = SPM_VOCAB) -> Path:
         minloglevel=2,
     )
     (out_dir / "tokenizer.vocab").unlink()
+    save_llama2_hf_files(out_dir)
+    return out_dir
+
+
+def save_llama2_hf_files(out_dir: Path) -> None:
+    """tokenizer.json and tokenizer_config.json from out_dir/tokenizer.model, as Llama 2 publishes them
+    (transformers' converter, via LlamaTokenizerFast)."""
+    import transformers
+
     tokenizer = transformers.LlamaTokenizerFast(vocab_file=str(out_dir / "tokenizer.model"), legacy=True,
                                                 add_prefix_space=True, from_slow=True,  # Llama 2's Prepend("▁")
                                                 add_bos_token=True, add_eos_token=False)
     tokenizer.save_pretrained(str(out_dir))
     finish_llama2_config(out_dir, LLAMA2_TEMPLATE)
-    return out_dir
 
 
 def finish_llama2_config(out_dir: Path, chat_template: str | None = None) -> None:
