@@ -25,6 +25,13 @@ async def serves_normally(e: Engine) -> None:
     assert e.is_running and e.stats().kv_used_tokens == 0 and e.stats().running == 0
 
 
+async def good_and_bad_in_the_same_steps(e: Engine):  # noqa: ANN201 - (good, bad) RequestOutputs
+    """Queue "good" and "bad" before the engine starts, so that they share every step; collect both."""
+    good, bad = e.add_request("good", PROMPT, GREEDY), e.add_request("bad", PROMPT, GREEDY)
+    e.start()
+    return await asyncio.gather(good.collect(), bad.collect())
+
+
 def test_the_issue_request_finishes_and_the_engine_keeps_serving() -> None:
     """The exact parameters of issue 12 item 1, straight into the engine (no server in front)."""
     engine, runtime = make_engine()
@@ -55,9 +62,7 @@ def test_a_raising_sampler_fails_only_its_request(monkeypatch: pytest.MonkeyPatc
     engine, _ = make_engine()
 
     async def body(e: Engine) -> None:
-        good, bad = e.add_request("good", PROMPT, GREEDY), e.add_request("bad", PROMPT, GREEDY)
-        e.start()  # after both are queued: they share every step
-        good_out, bad_out = await asyncio.gather(good.collect(), bad.collect())
+        good_out, bad_out = await good_and_bad_in_the_same_steps(e)
         assert bad_out.finish_reason == "error" and "FloatingPointError: sampler blew up" in (bad_out.error or "")
         assert good_out.finish_reason == "length" and len(good_out.token_ids) == 4
         await serves_normally(e)
@@ -77,9 +82,7 @@ def test_a_raising_detokenizer_fails_only_its_request(monkeypatch: pytest.Monkey
     engine, _ = make_engine()
 
     async def body(e: Engine) -> None:
-        good, bad = e.add_request("good", PROMPT, GREEDY), e.add_request("bad", PROMPT, GREEDY)
-        e.start()  # after both are queued: they share every step
-        good_out, bad_out = await asyncio.gather(good.collect(), bad.collect())
+        good_out, bad_out = await good_and_bad_in_the_same_steps(e)
         assert bad_out.finish_reason == "error" and "detokenizer blew up" in (bad_out.error or "")
         assert good_out.finish_reason == "length"
         await serves_normally(e)
