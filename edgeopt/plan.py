@@ -101,7 +101,8 @@ def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str
 
 def make_plan(spec: ModelSpec, profile: DeviceProfile, context: int | None = None, concurrency: int = 1,
               formats: tuple[str, ...] | None = None, memory_bytes: int | None = None) -> Plan:
-    """Size every candidate of ``formats`` (default: gguf and onnx; onnx alone for encoders)."""
+    """Size every candidate of ``formats`` (default: the registry's planned_by_default formats; for encoders,
+    the formats that embed)."""
     formats = formats or default_formats(spec)
     check_encoder_formats(spec, formats)
     context = context or min(spec.max_position_embeddings, 4096)
