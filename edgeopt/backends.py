@@ -75,9 +75,10 @@ _BUILTIN = (
         format="torch", runtime="torch", exporter_module="exporters.torch_export",
         runtime_module="runtimes.torch", scorer="exporters.torch_scorer:load_scorer",
         quants="exporters.torch_sizes:TORCH_DTYPES", size_estimate="exporters.torch_sizes:estimate_torch_bytes",
-        quant_candidates=("fp32", "bf16"), profile_candidates="exporters.torch_sizes:torch_candidates",
+        quant_candidates=(), profile_candidates="exporters.torch_sizes:torch_candidates",  # by device
         kv_element_bytes=2, kv_element_bytes_by_quant=MappingProxyType({"fp32": 4}),  # KV in the checkpoint's dtype
-        runtime_overhead_bytes=600 * MIB, own_scheduler=True, planned_by_default=False,  # on CUDA: transformers' paged continuous batching
+        # own_scheduler: on CUDA, transformers' paged continuous batching; planned only when asked for.
+        runtime_overhead_bytes=600 * MIB, own_scheduler=True, planned_by_default=False,
     ),
 )
 _REGISTRY: dict[str, Backend] = {entry.format: entry for entry in _BUILTIN}

@@ -40,7 +40,8 @@ class LlamaCppRuntime:
         bos = int(llama_cpp.llama_vocab_bos(vocab))
         self.info = RuntimeInfo(
             # The capacity we were given, not llama.cpp's rounded-up n_ctx, so the memory budget holds.
-            vocab_size=self.tokenizer.vocab_size, kv_capacity_tokens=min(kv_capacity_tokens, n_ctx), max_slots=max_slots,
+            vocab_size=self.tokenizer.vocab_size, kv_capacity_tokens=min(kv_capacity_tokens, n_ctx),
+            max_slots=max_slots,
             context_length=min(context_length or facts.context_train, n_ctx),
             eos_token_ids=self.tokenizer.eog_token_ids(), bos_token_id=bos if bos >= 0 else None,
             add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)),

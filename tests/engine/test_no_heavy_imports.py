@@ -39,7 +39,8 @@ def test_server_and_its_runtimes_import_no_exporters_or_passes() -> None:
     that made it. The KV sizing reads the planner's memory arithmetic, which must come without them."""
     imports = ("import edgeopt.server.launcher, edgeopt.server.app, edgeopt.server.routes_openai, "
                "edgeopt.server.embeddings\n"
-               "import edgeopt.memory_budget, edgeopt.backends, runtimes.llama_cpp, runtimes.onnxruntime, runtimes.onnxruntime.encoder")
+               "import edgeopt.memory_budget, edgeopt.backends\n"
+               "import runtimes.llama_cpp, runtimes.onnxruntime, runtimes.onnxruntime.encoder")
     loaded = _banned_modules_after(imports, (*HEAVY, "exporters"), also_banned_prefix="edgeopt.passes",
                                    must_load=("edgeopt.server.launcher", "runtimes.onnxruntime.encoder"))
     assert loaded == "", f"serving path imported: {loaded}"
