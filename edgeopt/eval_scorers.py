@@ -1,27 +1,20 @@
 """Scorers: anything that turns a token sequence into next-token logits, one per bundle format.
 
 Evaluation is format-agnostic: it asks a scorer for logits and compares them with the original
-Hugging Face model's. Each format registers a ``"module:function"`` loader here, resolved lazily
-so that a missing backend only matters when its format is evaluated. A loader has the signature
+Hugging Face model's. Each format's backend entry (:mod:`edgeopt.backends`) names a ``"module:function"``
+loader, resolved lazily so that a missing backend only matters when its format is evaluated. A loader has the signature
 ``load_scorer(bundle_dir, manifest, context=..., threads=...) -> Scorer``.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from edgeopt.errors import EvaluationError
-
-SCORER_LOADERS: dict[str, str] = {
-    "gguf": "exporters.gguf.scorer:load_scorer",
-    "onnx": "exporters.onnx.scorer:load_scorer",  # provided by the ONNX exporter
-    "torch": "exporters.torch_scorer:load_scorer",
-}
-
+from edgeopt import backends
+from edgeopt.errors import ConfigError, EvaluationError
 
 class Scorer(Protocol):
     vocab_size: int
@@ -34,17 +27,17 @@ class Scorer(Protocol):
 
 
 def load_bundle_scorer(bundle_dir: Path, manifest: Any, context: int, threads: int = 2) -> Scorer:
-    target = SCORER_LOADERS.get(manifest.format)
-    if target is None:
-        raise EvaluationError(f"no scorer for bundle format {manifest.format!r}",
-                              f"formats with evaluation: {', '.join(SCORER_LOADERS)}")
-    module_name, func_name = target.split(":")
     try:
-        module = importlib.import_module(module_name)
+        target = backends.backend(manifest.format).scorer
+    except ConfigError as exc:
+        raise EvaluationError(f"no scorer for bundle format {manifest.format!r}",
+                              f"formats with evaluation: {', '.join(backends.formats())}") from exc
+    try:
+        loader = backends.load_attr(target)
     except ModuleNotFoundError as exc:
-        raise EvaluationError(f"the {manifest.format} scorer module {module_name} is not available ({exc.name})",
+        raise EvaluationError(f"the {manifest.format} scorer module {target} is not available ({exc.name})",
                               "install the optimize extra: pip install 'edgeopt[optimize]'") from exc
-    return getattr(module, func_name)(Path(bundle_dir), manifest, context=context, threads=threads)
+    return loader(Path(bundle_dir), manifest, context=context, threads=threads)
 
 
 class HFScorer:

@@ -1,19 +1,42 @@
-"""The memory arithmetic the planner (edgeopt.plan) and the server's KV sizing (edgeopt.engine.memory,
-edgeopt.server.sizing) share, so that a plan that fits also serves.
+"""KV sizing: the one function (:func:`size_kv`) that the planner, ``edgeopt serve`` and every runtime's
+sizes come from, on the one memory pool (:func:`memory_pool`), so that a plan that fits also serves.
 
-It lives apart from the planner because the planner reads the exporters' quant tables, and the serving
-path must not import exporters: a device serves a bundle without the tooling that made it.
+    KV bytes/token = 2 (K and V) x layers x kv_heads x head_dim x bytes(KV element)
+    budget         = pool x (1 - safety margin) - weights - runtime overhead
+    fits           = budget // KV bytes/token          (tokens, shared by all sequences)
+    capacity       = fits, capped at max_sequences x context (no use holding more)
+
+The pool: an explicit ``--memory``; else a device profile's memory, which on a discrete CUDA GPU is
+the GPU's (weights and KV are offloaded there: llama.cpp puts every layer on a CUDA device, torch
+runs on it) and on a unified-memory board (Jetson) is the one shared pool, counted once.
+
+Runtimes receive these sizes; they never compute them. Dependency-free beyond the model's shape and
+the profiles: the serving path calls it, and must not import exporters or passes.
 """
 
 from __future__ import annotations
 
-from edgeopt.model_spec import ModelSpec
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from edgeopt.errors import ConfigError, DoesNotFitError
+from profiles import GIB, DeviceProfile, load_profile
 
 MIB = 1024**2
-# Fixed cost of a runtime beside weights and KV: its code, compute buffers, allocator slack.
-RUNTIME_OVERHEAD_BYTES = {"llama_cpp": 100 * MIB, "onnxruntime": 200 * MIB, "torch": 600 * MIB}
-KV_BYTES_PER_ELEMENT = {"gguf": 2, "onnx": 4, "torch": 2}  # llama.cpp f16 KV; ORT fp32; torch fp16
 SAFETY_MARGIN = 0.05  # of usable memory, for fragmentation and the Python process itself
+DEFAULT_MAX_SEQUENCES = 16  # concurrent streams the server targets; preemption covers bursts beyond KV
+MIN_TOKENS_PER_SEQUENCE = 256  # do not admit more sequences than can each hold this much KV
+
+
+def kv_elements_per_token(layers: int, kv_heads: int, head_dim_k: int, head_dim_v: int | None = None) -> int:
+    """Cached elements one token costs: K and V rows of every KV head of every layer."""
+    return layers * kv_heads * (head_dim_k + (head_dim_k if head_dim_v is None else head_dim_v))
+
+
+def kv_bytes_per_token(elements_per_token: int, element_bytes: float) -> int:
+    """Bytes of KV one token costs; ``element_bytes`` may be fractional (a q8_0 block: 34 bytes / 32)."""
+    return math.ceil(elements_per_token * element_bytes)
 
 
 def after_margin(usable_bytes: int) -> int:
@@ -21,8 +44,87 @@ def after_margin(usable_bytes: int) -> int:
     return usable_bytes - int(usable_bytes * SAFETY_MARGIN)
 
 
-def kv_facts(spec: ModelSpec, fmt: str) -> dict[str, int]:
-    """What serving a causal LM of ``spec`` in ``fmt`` needs to size its KV cache: recorded in the bundle's
-    manifest at export so that ``edgeopt serve`` never reads the model file for them."""
-    return {"kv_bytes_per_token": spec.kv_bytes_per_token(KV_BYTES_PER_ELEMENT[fmt]),
-            "context_length": spec.max_position_embeddings}
+@dataclass(frozen=True)
+class MemoryPool:
+    bytes: int
+    source: str  # "--memory", "profile <name>", "profile <name> (GPU memory)" or "host"
+
+
+def memory_pool(profile: DeviceProfile | None = None, memory_bytes: int | None = None) -> MemoryPool:
+    """The memory weights, runtime and KV share, by the one rule plan and serve both follow."""
+    if memory_bytes is not None:
+        if memory_bytes <= 0:
+            raise ConfigError(f"--memory={memory_bytes} bytes is invalid", "pass a positive size such as 4GiB")
+        return MemoryPool(memory_bytes, "--memory")
+    if profile is None:
+        return MemoryPool(load_profile("host").usable_memory_bytes, "host")
+    if profile.has_cuda and not profile.unified_memory and profile.gpu_memory_gb > 0:
+        return MemoryPool(int(profile.gpu_memory_gb * GIB), f"profile {profile.name} (GPU memory)")
+    return MemoryPool(profile.usable_memory_bytes, f"profile {profile.name}")
+
+
+@dataclass(frozen=True)
+class KvFacts:
+    """What sizing needs to know about a model in a format: a few numbers, no model file."""
+
+    weights_bytes: int
+    kv_elements_per_token: int  # 0 for an encoder: it keeps no KV cache
+    context_length: int  # the model's own window
+    runtime_overhead_bytes: int
+
+
+@dataclass(frozen=True)
+class KvSizing:
+    memory_source: str
+    usable_memory_bytes: int
+    weights_bytes: int
+    overhead_bytes: int
+    margin_bytes: int
+    kv_bytes_per_token: int
+    kv_budget_bytes: int  # negative when the weights and runtime alone do not fit
+    kv_fit_tokens: int  # every token the budget holds
+    kv_capacity_tokens: int  # what to allocate: kv_fit_tokens capped at max_sequences x context_length
+    max_sequences: int
+    context_length: int  # the request limit: the requested context, lowered to what fits
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def size_kv(facts: KvFacts, memory: MemoryPool, *, kv_element_bytes: float, context: int,
+            max_sequences: int | None = None) -> KvSizing:
+    """Size the KV cache of ``facts`` in ``memory`` at ``kv_element_bytes`` per cached element.
+
+    ``max_sequences`` None: as many sequences (up to DEFAULT_MAX_SEQUENCES) as can each hold a fair share
+    (MIN_TOKENS_PER_SEQUENCE or the context) of the cache. Never raises for lack of room: the planner
+    reports it, and a server calls :func:`require_kv_room`.
+    """
+    if facts.weights_bytes < 0 or facts.kv_elements_per_token < 0 or context < 1 or kv_element_bytes <= 0:
+        raise ConfigError(f"weights_bytes={facts.weights_bytes}, kv_elements_per_token={facts.kv_elements_per_token}, "
+                          f"context={context}, kv_element_bytes={kv_element_bytes} are invalid",
+                          "these come from the model's config and the format's backend entry")
+    if max_sequences is not None and max_sequences < 1:
+        raise ConfigError(f"max_sequences={max_sequences} is invalid", "pass --max-sequences >= 1")
+    per_token = kv_bytes_per_token(facts.kv_elements_per_token, kv_element_bytes)
+    room = after_margin(memory.bytes)
+    budget = room - facts.weights_bytes - facts.runtime_overhead_bytes
+    fits_tokens = max(budget, 0) // per_token if per_token else 0
+    context = min(context, fits_tokens) if per_token else context
+    wanted = max_sequences or DEFAULT_MAX_SEQUENCES
+    affordable = max(1, fits_tokens // max(1, min(context, MIN_TOKENS_PER_SEQUENCE)))
+    sequences = wanted if max_sequences is not None else min(wanted, affordable)
+    return KvSizing(memory.source, memory.bytes, facts.weights_bytes, facts.runtime_overhead_bytes,
+                    memory.bytes - room, per_token, budget, fits_tokens, min(fits_tokens, sequences * context),
+                    sequences, context)
+
+
+def require_kv_room(sizing: KvSizing) -> KvSizing:
+    """``sizing`` when its cache holds at least two tokens; otherwise a DoesNotFitError with the numbers."""
+    if sizing.kv_fit_tokens >= 2:
+        return sizing
+    raise DoesNotFitError(
+        f"no memory left for the KV cache: {sizing.usable_memory_bytes / MIB:.0f} MiB usable "
+        f"({sizing.memory_source}) - {sizing.weights_bytes / MIB:.0f} MiB weights - "
+        f"{sizing.overhead_bytes / MIB:.0f} MiB runtime - {sizing.margin_bytes / MIB:.0f} MiB margin = "
+        f"{sizing.kv_budget_bytes / MIB:.0f} MiB",
+        "use a smaller quantization (edgeopt optimize --quant Q4_0), or a larger --memory if this is wrong")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ModelNotFoundError, UnsupportedArchitectureError
+from edgeopt.memory_budget import kv_bytes_per_token, kv_elements_per_token
 
 # HF architecture class -> the short name used in GGUF metadata and our registries.
 SUPPORTED_ARCHITECTURES = {
@@ -119,13 +120,15 @@ class ModelSpec:
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
 
-    def kv_bytes_per_token(self, bytes_per_element: int) -> int:
-        """Keys and values for one token across every layer: 2 x layers x kv_heads x head_dim x dtype.
-
-        Encoders keep no KV cache between calls: 0."""
+    @property
+    def kv_elements_per_token(self) -> int:
+        """Cached K and V elements one token costs across every layer; encoders keep no KV cache: 0."""
         if self.is_encoder:
             return 0
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_element
+        return kv_elements_per_token(self.num_layers, self.num_kv_heads, self.head_dim)
+
+    def kv_bytes_per_token(self, bytes_per_element: float) -> int:
+        return kv_bytes_per_token(self.kv_elements_per_token, bytes_per_element)
 
     def tensors(self) -> list[TensorInfo]:
         """Every weight tensor of the checkpoint, in HF naming, in file order."""

@@ -15,10 +15,10 @@ from typing import Any
 
 from edgeopt.bundle import Manifest, PassRecord, content_hash, staged_bundle, write_manifest
 from edgeopt.cache import cache_root, cached_step, step_key
-from edgeopt.errors import ConfigError, OutputExistsError, UnsupportedArchitectureError
-from edgeopt.memory_budget import kv_facts
+from edgeopt.errors import OutputExistsError, UnsupportedArchitectureError
+from edgeopt import backends
 from edgeopt.model_spec import ModelSpec, load_model_spec
-from edgeopt.plan import FORMAT_RUNTIME, Plan, canonical_quant, check_encoder_formats, require_fit
+from edgeopt.plan import Plan, canonical_quant, check_encoder_formats, encoder_formats, require_fit
 from edgeopt.source import resolve_model_dir
 from profiles import DeviceProfile, load_profile
 
@@ -63,7 +63,7 @@ class Resolved:
 def resolve(opts: OptimizeOptions) -> Resolved:
     profile = load_profile(opts.target)
     spec = load_model_spec(opts.model)
-    fmt = opts.format or ("onnx" if spec.is_encoder else profile.preferred_format)
+    fmt = opts.format or (encoder_formats()[0] if spec.is_encoder else profile.preferred_format)
     if spec.is_encoder:
         _check_encoder_options(spec, fmt, opts)
     from edgeopt.passes.fit import plan_after_passes  # the plan describes the model as pruning leaves it
@@ -84,7 +84,7 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     output = opts.output or Path(f"{name}-{profile.name}-{quant.lower()}")
     if output.exists() and not opts.force and not opts.dry_run:
         raise OutputExistsError(f"output directory {output} already exists", "pass --force to replace it, or choose -o")
-    return Resolved(profile, plan, fmt, quant, FORMAT_RUNTIME[fmt], output, fitted.passes, fitted.fit_ratio)
+    return Resolved(profile, plan, fmt, quant, backends.backend(fmt).runtime, output, fitted.passes, fitted.fit_ratio)
 
 
 def _check_encoder_options(spec: ModelSpec, fmt: str, opts: OptimizeOptions) -> None:
@@ -135,7 +135,7 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Reso
         exported_spec = load_model_spec(str(current))
         export = {k: v for k, v in export_meta.items() if k not in ("model_file", "runtime")}
         if not exported_spec.is_encoder:  # what `edgeopt serve` sizes the KV cache with (the exporter's own first)
-            export = kv_facts(exported_spec, res.format) | export
+            export = manifest_kv_facts(exported_spec, res.format, res.quant) | export
         manifest = Manifest(
             source_model=opts.model, source_revision=revision, target=res.profile.name, format=res.format,
             quant=res.quant, runtime=export_meta.get("runtime", res.runtime), model_file=export_meta["model_file"],
@@ -206,6 +206,15 @@ def _chat_template(tok_dir: Path) -> str | None:
     return None
 
 
+def manifest_kv_facts(spec: ModelSpec, fmt: str, quant: str) -> dict[str, int]:
+    """What serving a causal LM needs to size its KV cache, recorded in the manifest at export so that
+    ``edgeopt serve`` never reads the model file for them (edgeopt.server.sizing reads them back)."""
+    element_bytes = backends.backend(fmt).kv_element_bytes_for(quant)
+    return {"kv_elements_per_token": spec.kv_elements_per_token,
+            "kv_bytes_per_token": spec.kv_bytes_per_token(element_bytes),
+            "context_length": spec.max_position_embeddings}
+
+
 def check_format(fmt: str | None) -> None:
-    if fmt is not None and fmt not in FORMAT_RUNTIME:
-        raise ConfigError(f"unknown format {fmt!r}", f"valid formats: {', '.join(FORMAT_RUNTIME)}")
+    if fmt is not None:
+        backends.backend(fmt)  # refuses an unknown name with the valid ones

@@ -7,7 +7,11 @@ Everything here is arithmetic on a :class:`ModelSpec` (config only) and a :class
     KV capacity    = KV budget // KV bytes/token        (tokens, shared by all sequences)
     concurrency    = KV capacity // context             (sequences that can each hold a full context)
 
-On unified-memory devices (Jetson) CPU and GPU draw from the same pool, so weights are counted once.
+The sizing itself is :func:`edgeopt.memory_budget.size_kv` on :func:`edgeopt.memory_budget.memory_pool`,
+the function and the pool ``edgeopt serve`` uses: on unified-memory devices (Jetson) CPU and GPU draw
+from the same pool, so weights are counted once; on a discrete GPU the pool is the GPU's memory.
+Everything about a format (quants, size estimate, KV element size, runtime overhead) is its entry in
+:mod:`edgeopt.backends`.
 
 Encoders (``spec.kind == "embedding"``) keep no KV cache: they are sized for ONNX only (fp32, int8),
 their KV figures are 0 (meaningless, not "no room"), and they fit when weights + runtime overhead
@@ -18,20 +22,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from edgeopt import backends
 from edgeopt.errors import ConfigError, DoesNotFitError, UnsupportedArchitectureError
-from edgeopt.memory_budget import KV_BYTES_PER_ELEMENT, MIB, RUNTIME_OVERHEAD_BYTES, after_margin
+from edgeopt.memory_budget import MIB, KvFacts, after_margin, memory_pool, size_kv
 from edgeopt.model_spec import ModelSpec
-from exporters.gguf.quant_types import FILE_TYPES, estimate_gguf_bytes
-from exporters.onnx.quant_types import QUANTS as ONNX_QUANTS
-from exporters.onnx.quant_types import estimate_onnx_bytes
 from profiles import DeviceProfile
-
-GGUF_CANDIDATES = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0")
-ONNX_CANDIDATES = ("fp32", "int8", "int4")
-ENCODER_CANDIDATES = ("fp32", "int8")  # onnx; encoders are small, INT4 MatMulNBits buys them little
-FORMAT_RUNTIME = {"gguf": "llama_cpp", "onnx": "onnxruntime", "torch": "torch"}
-TORCH_DTYPES = ("fp32", "fp16", "bf16")  # a torch bundle's "quant" is the dtype of its checkpoint
-FORMAT_QUANTS: dict[str, tuple[str, ...]] = {"gguf": tuple(FILE_TYPES), "onnx": ONNX_QUANTS, "torch": TORCH_DTYPES}
 
 
 @dataclass(frozen=True)
@@ -67,50 +62,48 @@ class Plan:
         return data
 
 
+def format_quants(fmt: str) -> tuple[str, ...]:
+    """Every quant name ``fmt`` knows, in its canonical spelling (the backend's own table)."""
+    return tuple(backends.load_attr(backends.backend(fmt).quants))
+
+
 def canonical_quant(fmt: str, quant: str) -> str:
     """The format's own spelling of a quant name given in any case (``q4_k_m`` -> ``Q4_K_M``, ``INT8`` ->
     ``int8``), as llama-quantize and Ollama accept it; an unknown name is refused with the valid ones."""
-    if fmt not in FORMAT_QUANTS:
-        raise ConfigError(f"unknown format {fmt!r}", f"valid formats: {', '.join(FORMAT_QUANTS)}")
-    by_folded_name = {name.casefold(): name for name in FORMAT_QUANTS[fmt]}
+    known = format_quants(fmt)
+    by_folded_name = {name.casefold(): name for name in known}
     canonical = by_folded_name.get(quant.strip().casefold())
     if canonical is None:
-        raise ConfigError(f"unknown {fmt} quant {quant!r}", f"valid (any case): {', '.join(FORMAT_QUANTS[fmt])}")
+        raise ConfigError(f"unknown {fmt} quant {quant!r}", f"valid (any case): {', '.join(known)}")
     return canonical
 
 
 def weight_bytes(spec: ModelSpec, fmt: str, quant: str) -> int:
     quant = canonical_quant(fmt, quant)
-    if fmt == "gguf":
-        return estimate_gguf_bytes(spec, quant)
-    if fmt == "onnx":
-        return estimate_onnx_bytes(spec, quant)
-    return spec.num_parameters * (4 if quant == "fp32" else 2)  # torch: the checkpoint in that dtype
+    return int(backends.load_attr(backends.backend(fmt).size_estimate)(spec, quant))
 
 
 def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str, context: int,
                    concurrency: int, memory_bytes: int | None = None) -> Candidate:
-    usable = memory_bytes if memory_bytes is not None else profile.usable_memory_bytes
-    weights = weight_bytes(spec, fmt, quant)
-    overhead = RUNTIME_OVERHEAD_BYTES[FORMAT_RUNTIME[fmt]]
-    kv_per_token = spec.kv_bytes_per_token(KV_BYTES_PER_ELEMENT[fmt])
-    budget = after_margin(usable) - weights - overhead
-    if spec.is_encoder:  # no KV cache: capacity is meaningless, fitting is weights + overhead alone
-        return Candidate(format=fmt, quant=quant, weight_bytes=weights, kv_bytes_per_token=0,
-                         overhead_bytes=overhead, kv_budget_bytes=budget, kv_token_capacity=0,
-                         max_concurrency=0, fits=budget >= 0)
-    capacity = max(budget, 0) // kv_per_token
+    entry = backends.backend(fmt)
+    facts = KvFacts(weights_bytes=weight_bytes(spec, fmt, quant), kv_elements_per_token=spec.kv_elements_per_token,
+                    context_length=spec.max_position_embeddings, runtime_overhead_bytes=entry.runtime_overhead_bytes)
+    sizing = size_kv(facts, memory_pool(profile, memory_bytes), kv_element_bytes=entry.kv_element_bytes_for(quant),
+                     context=context, max_sequences=concurrency)
+    fits = sizing.kv_budget_bytes >= 0 if spec.is_encoder else sizing.kv_fit_tokens >= context * concurrency
+    # Encoders keep no KV cache: their capacity is meaningless, fitting is weights + overhead alone.
     return Candidate(
-        format=fmt, quant=quant, weight_bytes=weights, kv_bytes_per_token=kv_per_token,
-        overhead_bytes=overhead, kv_budget_bytes=budget, kv_token_capacity=capacity,
-        max_concurrency=capacity // context, fits=capacity >= context * concurrency,
+        format=fmt, quant=quant, weight_bytes=facts.weights_bytes, kv_bytes_per_token=sizing.kv_bytes_per_token,
+        overhead_bytes=facts.runtime_overhead_bytes, kv_budget_bytes=sizing.kv_budget_bytes,
+        kv_token_capacity=sizing.kv_fit_tokens, max_concurrency=sizing.kv_fit_tokens // context, fits=fits,
     )
 
 
 def make_plan(spec: ModelSpec, profile: DeviceProfile, context: int | None = None, concurrency: int = 1,
               formats: tuple[str, ...] | None = None, memory_bytes: int | None = None) -> Plan:
-    """Size every candidate of ``formats`` (default: gguf and onnx; onnx alone for encoders)."""
-    formats = formats or (("onnx",) if spec.is_encoder else ("gguf", "onnx"))
+    """Size every candidate of ``formats`` (default: the registry's planned_by_default formats; for encoders,
+    the formats that embed)."""
+    formats = formats or default_formats(spec)
     check_encoder_formats(spec, formats)
     context = context or min(spec.max_position_embeddings, 4096)
     if context < 1 or concurrency < 1:
@@ -119,33 +112,39 @@ def make_plan(spec: ModelSpec, profile: DeviceProfile, context: int | None = Non
     for fmt in formats:
         quants = format_candidates(spec, profile, fmt)
         candidates += [size_candidate(spec, profile, fmt, q, context, concurrency, memory_bytes) for q in quants]
-    usable = memory_bytes if memory_bytes is not None else profile.usable_memory_bytes
+    usable = memory_pool(profile, memory_bytes).bytes
     return Plan(spec.source, profile.name, usable, context, concurrency, candidates,
                 recommend(candidates, profile))
 
 
+def default_formats(spec: ModelSpec) -> tuple[str, ...]:
+    """What ``edgeopt plan`` compares when no format is asked for (for encoders: the formats that embed)."""
+    if spec.is_encoder:
+        return encoder_formats()
+    return tuple(fmt for fmt in backends.formats() if backends.backend(fmt).planned_by_default)
+
+
+def encoder_formats() -> tuple[str, ...]:
+    return tuple(fmt for fmt in backends.formats() if backends.backend(fmt).serves_encoders)
+
+
 def check_encoder_formats(spec: ModelSpec, formats: tuple[str, ...]) -> None:
-    """Encoders export to ONNX only: refuse any other format before anything is sized or exported."""
-    other = [fmt for fmt in formats if fmt != "onnx"]
+    """Encoders export to the formats that embed only: refuse any other before anything is sized or exported."""
+    other = [fmt for fmt in formats if not backends.backend(fmt).serves_encoders]
     if spec.is_encoder and other:
+        valid = " or ".join(f"--format {fmt}" for fmt in encoder_formats())
         raise UnsupportedArchitectureError(
             f"{spec.source} is an encoder ({spec.hf_architecture}); format {other[0]!r} serves causal LMs only",
-            "export encoders with --format onnx (they are served on /v1/embeddings)")
+            f"export encoders with {valid} (they are served on /v1/embeddings)")
 
 
 def format_candidates(spec: ModelSpec, profile: DeviceProfile, fmt: str) -> tuple[str, ...]:
+    entry = backends.backend(fmt)
     if spec.is_encoder:
-        return ENCODER_CANDIDATES
-    return GGUF_CANDIDATES if fmt == "gguf" else ONNX_CANDIDATES if fmt == "onnx" else torch_candidates(profile)
-
-
-def torch_candidates(profile: DeviceProfile) -> tuple[str, ...]:
-    """Torch dtypes to offer: half precision on CUDA (bf16 from Ampere, sm_80, on), else fp32 first
-    (CPU half-precision matmuls are slow or missing) with bf16 as the fallback when fp32 does not fit."""
-    if profile.has_cuda:
-        arch = profile.accelerator.partition("sm_")[2]
-        return ("bf16",) if arch.isdigit() and int(arch) >= 80 else ("fp16",)
-    return ("fp32", "bf16")
+        return entry.encoder_quant_candidates
+    if entry.profile_candidates:
+        return tuple(backends.load_attr(entry.profile_candidates)(profile))
+    return entry.quant_candidates
 
 
 def recommend(candidates: list[Candidate], profile: DeviceProfile) -> Candidate | None:

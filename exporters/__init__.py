@@ -1,4 +1,4 @@
-"""Exporters: one package per file format, registered by name.
+"""Exporters: one package per file format, named by the format's entry in :mod:`edgeopt.backends`.
 
 An exporter turns a Hugging Face checkpoint directory into the model files of a bundle. Each one
 declares its formats' quantizations and a *size estimate* that the planner uses before any work is
@@ -29,7 +29,6 @@ class Exporter:
 
     format: ClassVar[str]
     quants: ClassVar[tuple[str, ...]]
-    default_runtime: ClassVar[str]
     # Set or bump when the exporter's output changes, so cached exports made by older code are not reused
     # (None keeps the cache keys of exporters that never changed).
     cache_version: ClassVar[int | None] = None
@@ -40,21 +39,29 @@ class Exporter:
         if getattr(cls, "format", None):
             Exporter.registry[cls.format] = cls
 
+    @property
+    def runtime(self) -> str:
+        """The runtime that serves this format: its backend entry's (edgeopt.backends)."""
+        from edgeopt import backends
+
+        return backends.backend(self.format).runtime
+
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         raise NotImplementedError
 
 
 def get_exporter(fmt: str) -> Exporter:
-    """Import the exporter module for ``fmt`` lazily and return an instance."""
-    import importlib
+    """Import the exporter module of ``fmt``'s backend entry lazily and return an instance."""
+    from edgeopt import backends
 
-    modules = {"gguf": "exporters.gguf.exporter", "onnx": "exporters.onnx.exporter", "torch": "exporters.torch_export"}
-    if fmt not in modules:
-        raise ConfigError(f"unknown format {fmt!r}", f"valid formats: {', '.join(modules)}")
+    module = backends.backend(fmt).exporter_module
     try:
-        importlib.import_module(modules[fmt])
+        backends.load_attr(module)
     except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith(("exporters.",)):
+        if exc.name and module.startswith(exc.name):
             raise ConfigError(f"format {fmt!r} is not available in this build", "use --format gguf") from exc
         raise
+    if fmt not in Exporter.registry:
+        raise ConfigError(f"{module} defines no Exporter with format {fmt!r}",
+                          "its Exporter subclass must set `format` to the backend entry's format")
     return Exporter.registry[fmt]()

@@ -8,31 +8,20 @@ targets, where half-precision matmuls are slow or missing.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ExportError, MissingDependencyError
-from edgeopt.plan import TORCH_DTYPES
 from exporters import Exporter, ExportResult
+from exporters.torch_sizes import TORCH_DTYPES
 
 DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 MODEL_DIR = "model"
-
-
-def kv_bytes_per_token(config: dict[str, Any], quant: str) -> int:
-    """2 (K and V) x layers x KV heads x head dim x bytes of the dtype the KV cache is kept in."""
-    heads = int(config["num_attention_heads"])
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    head_dim = int(config.get("head_dim") or config["hidden_size"] // heads)
-    return 2 * int(config["num_hidden_layers"]) * kv_heads * head_dim * DTYPE_BYTES[quant]
 
 
 class TorchExporter(Exporter):
     format = "torch"
     quants = TORCH_DTYPES
-    default_runtime = "torch"
 
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         if quant not in self.quants:
@@ -50,11 +39,9 @@ class TorchExporter(Exporter):
                               "pass a Hugging Face causal-LM checkpoint directory") from exc
         target = out_dir / MODEL_DIR
         model.save_pretrained(target, safe_serialization=True)
-        config = json.loads((target / "config.json").read_text())
         weight_bytes = sum(p.stat().st_size for p in target.glob("*.safetensors"))
-        return ExportResult(model_file=MODEL_DIR, quant=quant, runtime=self.default_runtime, details={
+        return ExportResult(model_file=MODEL_DIR, quant=quant, runtime=self.runtime, details={
             "dtype": DTYPE_NAMES[quant],
-            "kv_bytes_per_token": kv_bytes_per_token(config, quant),
             "weights_bytes": weight_bytes,
             "num_parameters": sum(p.numel() for p in model.parameters()),
         })

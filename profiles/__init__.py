@@ -16,6 +16,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+from edgeopt import backends
 from edgeopt.errors import ConfigError, UnknownTargetError
 
 PROFILE_DIR = Path(__file__).resolve().parent
@@ -29,8 +30,6 @@ FAMILY_DEFAULTS = {
     "x86-64": "x86-64-cpu",
     "cpu": "x86-64-cpu",
 }
-FORMATS = ("gguf", "onnx", "torch")
-RUNTIMES = ("llama_cpp", "onnxruntime", "torch")
 CPU_ISAS = ("arm64", "avx2", "avx512_vnni", "x86_64")
 
 
@@ -80,10 +79,10 @@ def profile_from_dict(data: dict[str, Any], source: str) -> DeviceProfile:
     _check(profile.total_memory_gb > profile.os_reserved_gb >= 0, source, "os_reserved_gb",
            profile.os_reserved_gb, "must be >= 0 and below total_memory_gb")
     _check(profile.cores >= 1, source, "cores", profile.cores, "must be >= 1")
-    _check(profile.preferred_format in FORMATS, source, "preferred_format", profile.preferred_format,
-           f"one of {FORMATS}")
-    _check(profile.default_runtime in RUNTIMES, source, "default_runtime", profile.default_runtime,
-           f"one of {RUNTIMES}")
+    _check(profile.preferred_format in backends.formats(), source, "preferred_format", profile.preferred_format,
+           f"one of {backends.formats()}")
+    _check(profile.default_runtime in backends.runtimes(), source, "default_runtime", profile.default_runtime,
+           f"one of {backends.runtimes()}")
     _check(profile.cpu_isa in CPU_ISAS, source, "cpu_isa", profile.cpu_isa, f"one of {CPU_ISAS}")
     _check(profile.accelerator == "none" or profile.accelerator.startswith("cuda"), source, "accelerator",
            profile.accelerator, "'none' or 'cuda:sm_XX'")

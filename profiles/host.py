@@ -10,7 +10,10 @@ from pathlib import Path
 
 import psutil
 
+from edgeopt import backends
 from profiles import GIB, DeviceProfile
+
+HOST_FORMAT = "gguf"  # llama.cpp runs on any CPU and offloads to any GPU it was built for
 
 # cgroup v2 then v1: inside a container the limit, not the host's RAM, is what the OOM killer enforces.
 _CGROUP_LIMIT_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
@@ -105,9 +108,9 @@ def detect_host_profile() -> DeviceProfile:
         memory_bandwidth_gbps=0.0,  # unknown; not needed for sizing
         cores=usable_cpu_count(),
         cpu_isa=_cpu_isa(),
-        preferred_format="gguf",
+        preferred_format=HOST_FORMAT,
         default_quant="Q8_0",
-        default_runtime="llama_cpp",
+        default_runtime=backends.backend(HOST_FORMAT).runtime,
     )
 
 

@@ -5,6 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from edgeopt import backends
 from edgeopt.cli_options import Concurrency, Context, ModelArg, Target
 from edgeopt.commands.plan_cmd import print_plan
 from edgeopt.model_spec import load_model_spec
@@ -17,7 +18,7 @@ def optimize(
     model: ModelArg,
     target: Target = "host",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Bundle directory to write.")] = None,
-    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="gguf, onnx or torch. Default: the profile's.")] = None,
+    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help=f"{', '.join(backends.formats())}. Default: the profile's.")] = None,
     quant: Annotated[Optional[str], typer.Option("--quant", "-q", help="e.g. Q4_K_M, Q8_0 (gguf); int8, int4 (onnx). Default: planner's pick.")] = None,
     context: Context = None,
     concurrency: Concurrency = 1,

@@ -11,7 +11,6 @@ Nothing here imports torch or transformers: a GGUF bundle is served by llama.cpp
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 import os
 from dataclasses import dataclass
@@ -19,13 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.bundle import Manifest, load_bundle
-from edgeopt.engine import Engine, EngineConfig, KvSizing, kv_capacity_for
+from edgeopt import backends, memory_budget
+from edgeopt.engine import Engine, EngineConfig
 from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ConfigError
 from edgeopt.server.auth import check_exposure
 from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_protocol
-from edgeopt.server.sizing import kv_shape, weights_bytes
+from edgeopt.memory_budget import KvSizing
+from edgeopt.server.sizing import bundle_kv_facts
 from edgeopt.server.state import ServedModel, ServerSettings
 
 log = logging.getLogger("edgeopt.server")
@@ -53,18 +54,24 @@ class ServeOptions:
 
 
 def size_kv(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> KvSizing:
+    """The bundle's KV sizing for these options: :func:`edgeopt.memory_budget.size_kv`, the planner's function,
+    on the planner's memory pool; refused with the numbers when not even two tokens fit."""
     from profiles import load_profile
 
     profile = None if options.memory_bytes is not None else load_profile(options.target)
-    per_token, model_context = kv_shape(bundle_dir, manifest)
+    facts = bundle_kv_facts(bundle_dir, manifest)
     # No --context: the model's own window, capped at DEFAULT_CONTEXT. Only an explicit value may be refused.
-    context = options.context or min(model_context, DEFAULT_CONTEXT)
-    if context > model_context:
-        raise ConfigError(f"--context {context} is longer than the model's training context ({model_context} tokens)",
-                          f"pass --context {model_context} or less, or leave --context out to use {model_context}")
-    return kv_capacity_for(weights_bytes(bundle_dir, manifest), per_token, runtime=manifest.runtime, profile=profile,
-                           memory_bytes=options.memory_bytes, context_length=context,
-                           max_sequences=options.max_concurrency)
+    context = options.context or min(facts.context_length, DEFAULT_CONTEXT)
+    if context > facts.context_length:
+        raise ConfigError(f"--context {context} is longer than the model's training context "
+                          f"({facts.context_length} tokens)",
+                          f"pass --context {facts.context_length} or less, or leave --context out to use "
+                          f"{facts.context_length}")
+    element_bytes = backends.backend(manifest.format).kv_element_bytes_for(manifest.quant)
+    sizing = memory_budget.size_kv(facts, memory_budget.memory_pool(profile, options.memory_bytes),
+                                   kv_element_bytes=element_bytes, context=context,
+                                   max_sequences=options.max_concurrency)
+    return memory_budget.require_kv_room(sizing)
 
 
 def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | None,
@@ -99,16 +106,16 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
 
 
 def engine_config(runtime_name: str, runtime: Any, sizing: KvSizing, options: ServeOptions) -> EngineConfig:
-    """The runtime module's own ``engine_config_for`` (it knows its batch size), bounded by our sizing."""
-    from runtimes import RUNTIME_MODULES
+    """The engine's limits: our sizing, bounded by what the runtime reports. A runtime with a fixed batch
+    buffer (its backend entry says so) also fixes the step budget: its module's ``engine_config_for``."""
+    from runtimes import runtime_module
 
     info = runtime.info
     limits = dict(kv_capacity_tokens=min(sizing.kv_capacity_tokens, info.kv_capacity_tokens),
                   max_running=min(sizing.max_sequences, info.max_slots), max_waiting=options.max_waiting,
                   context_length=min(sizing.context_length, info.context_length))
-    module = importlib.import_module(RUNTIME_MODULES[runtime_name])
-    if hasattr(module, "engine_config_for"):
-        base = module.engine_config_for(runtime)
+    if backends.backend_for_runtime(runtime_name).fixed_batch_buffer:
+        base = runtime_module(runtime_name).engine_config_for(runtime)
         limits["kv_capacity_tokens"] = min(limits["kv_capacity_tokens"], base.kv_capacity_tokens)
         return dataclasses.replace(base, **limits)
     return EngineConfig(**limits)

@@ -1,5 +1,5 @@
-"""What the launcher must know about a bundle's model before loading it: weight bytes, KV bytes/token
-and the model's own context window.
+"""What the launcher must know about a bundle's model before loading it (:class:`KvFacts`): weight bytes,
+KV elements per token, the model's own context window and its runtime's overhead.
 
 These are a few numbers, and they are read from the manifest (``manifest.export``: ``edgeopt
 optimize`` records them for every causal LM) or, for bundles written before it did, computed from the
@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from edgeopt import backends
 from edgeopt.bundle import Manifest
 from edgeopt.errors import BundleError, EdgeoptError
 from edgeopt.model_spec import ModelSpec, spec_from_config
-from edgeopt.memory_budget import kv_facts
+from edgeopt.memory_budget import KvFacts, kv_bytes_per_token
 
 
 def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:
@@ -31,13 +32,31 @@ def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:
     return path.stat().st_size
 
 
+def bundle_kv_facts(bundle_dir: Path, manifest: Manifest) -> KvFacts:
+    """The sizing facts of a causal-LM bundle: the manifest's, else from the bundle's config.json."""
+    entry = backends.backend(manifest.format)
+    elements, context = kv_elements_and_context(Path(bundle_dir), manifest)
+    return KvFacts(weights_bytes=weights_bytes(bundle_dir, manifest), kv_elements_per_token=elements,
+                   context_length=context, runtime_overhead_bytes=entry.runtime_overhead_bytes)
+
+
+def kv_elements_and_context(bundle_dir: Path, manifest: Manifest) -> tuple[int, int]:
+    export = manifest.export
+    elements, context = export.get("kv_elements_per_token"), export.get("context_length")
+    recorded_bytes = export.get("kv_bytes_per_token")
+    if not elements and recorded_bytes:  # a manifest written before it recorded elements: at the format's KV type
+        elements = round(recorded_bytes / backends.backend(manifest.format).kv_element_bytes_for(manifest.quant))
+    if not (elements and context):  # a bundle written before the manifest recorded both
+        spec = bundle_model_spec(bundle_dir, manifest)
+        elements, context = elements or spec.kv_elements_per_token, context or spec.max_position_embeddings
+    return int(elements), int(context)
+
+
 def kv_shape(bundle_dir: Path, manifest: Manifest) -> tuple[int, int]:
-    """(KV bytes per token, the model's context window): the manifest's, else from the bundle's config.json."""
-    facts = {key: manifest.export.get(key) for key in ("kv_bytes_per_token", "context_length")}
-    if not all(facts.values()):  # a bundle written before the manifest recorded both
-        derived = kv_facts(bundle_model_spec(Path(bundle_dir), manifest), manifest.format)
-        facts = {key: facts[key] or derived[key] for key in facts}
-    return int(facts["kv_bytes_per_token"]), int(facts["context_length"])
+    """(KV bytes per token at the format's default KV type, the model's context window)."""
+    elements, context = kv_elements_and_context(Path(bundle_dir), manifest)
+    element_bytes = backends.backend(manifest.format).kv_element_bytes_for(manifest.quant)
+    return kv_bytes_per_token(elements, element_bytes), context
 
 
 def bundle_model_spec(bundle_dir: Path, manifest: Manifest) -> ModelSpec:

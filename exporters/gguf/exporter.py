@@ -23,7 +23,6 @@ def _intermediate_type(model_dir: Path) -> str:
 class GGUFExporter(Exporter):
     format = "gguf"
     quants = tuple(FILE_TYPES)
-    default_runtime = "llama_cpp"
 
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         """Write ``out_dir/model.gguf``; ``options`` may carry ``threads`` and (later) ``imatrix``."""
@@ -42,4 +41,4 @@ class GGUFExporter(Exporter):
             finally:
                 intermediate.unlink(missing_ok=True)
         details["gguf_bytes"] = target.stat().st_size
-        return ExportResult(model_file=MODEL_FILE, quant=quant, runtime="llama_cpp", details=details)
+        return ExportResult(model_file=MODEL_FILE, quant=quant, runtime=self.runtime, details=details)

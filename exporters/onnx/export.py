@@ -107,6 +107,7 @@ def validate_decoder(model_dir: Path, onnx_path: Path, threads: int = 2) -> dict
         raise ExportError(f"the fp32 ONNX export of {model_dir} disagrees with torch: KL {kl:.3g} > {FP32_KL_LIMIT}",
                           "the export is broken for this architecture; report it (use --format gguf meanwhile)")
     return {"fp32_kl_vs_torch": kl, "fp32_top1_vs_torch": top1_agreement(reference, candidate),
+            "kv_elements_per_token": decoder.layout.kv_elements_per_token,
             "kv_bytes_per_token": decoder.layout.kv_bytes_per_token, "num_layers": decoder.layout.num_layers,
             "kv_heads": decoder.layout.kv_heads, "head_dim": decoder.layout.head_dim}
 

@@ -24,7 +24,6 @@ MODEL_SUBDIR = "model"
 class ONNXExporter(Exporter):
     format = "onnx"
     quants = QUANTS
-    default_runtime = "onnxruntime"
     cache_version = 2  # 2: INT4 decoders are fused (RotaryEmbedding, SkipSimplifiedLayerNorm) first
 
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
@@ -49,7 +48,7 @@ class ONNXExporter(Exporter):
                 details["quantization"] = _quantize(source, final_dir / "model.onnx", quant, kind, model_dir, options)
                 details.update(_quant_fidelity(kind, model_dir, fp32, final_dir / "model.onnx", final_dir))
         details.update(kind=kind, task=task, onnx_bytes=_onnx_bytes(final_dir))
-        return ExportResult(model_file=f"{MODEL_SUBDIR}/model.onnx", quant=quant, runtime=self.default_runtime,
+        return ExportResult(model_file=f"{MODEL_SUBDIR}/model.onnx", quant=quant, runtime=self.runtime,
                             details=details)
 
 

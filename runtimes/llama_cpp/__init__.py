@@ -2,9 +2,9 @@
 
 ``load(bundle_dir, manifest, **options)`` is what :func:`runtimes.load_runtime` calls. Options:
 
-* ``kv_capacity_tokens``: KV cells (llama.cpp ``n_ctx``); by default sized from memory with
-  :func:`edgeopt.engine.memory.kv_capacity_for` (``profile`` / ``memory_bytes`` / this host);
-* ``max_slots``: concurrent sequences (``n_seq_max``); default from the same sizing;
+* ``kv_capacity_tokens``: KV cells (llama.cpp ``n_ctx``) and ``max_slots``: concurrent sequences
+  (``n_seq_max``), both required: the caller sizes them (``edgeopt serve`` with
+  :func:`edgeopt.memory_budget.size_kv`); a runtime never computes its own;
 * ``max_batch_tokens``: tokens per ``llama_decode`` (``n_batch``), default 128;
 * ``threads``: CPU threads; default: the cores other processes leave free, re-measured while decoding
   (runtimes/llama_cpp/threads.py), at most the profile's core count and this host's;
@@ -20,7 +20,6 @@ from typing import Any
 import llama_cpp
 
 from edgeopt.engine.api import EngineConfig
-from edgeopt.engine.memory import kv_capacity_for
 from edgeopt.errors import ConfigError
 from profiles import DeviceProfile, load_profile
 from profiles.host import usable_cpu_count
@@ -44,7 +43,13 @@ def load(bundle_dir: Path, manifest: Any, **options: Any) -> LlamaCppRuntime:
 def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: int | None = None,
               max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, threads: int | None = None,
               n_gpu_layers: int | None = None, context_length: int | None = None,
-              profile: DeviceProfile | None = None, memory_bytes: int | None = None) -> LlamaCppRuntime:
+              profile: DeviceProfile | None = None) -> LlamaCppRuntime:
+    if kv_capacity_tokens is None or max_slots is None:
+        raise ConfigError(f"the llama.cpp runtime needs kv_capacity_tokens and max_slots (got {kv_capacity_tokens}, "
+                          f"{max_slots})", "size them with edgeopt.memory_budget.size_kv, as edgeopt serve does")
+    if kv_capacity_tokens < 1 or not 1 <= max_slots <= LLAMA_MAX_SEQ:
+        raise ConfigError(f"kv_capacity_tokens={kv_capacity_tokens}, max_slots={max_slots} are invalid",
+                          f"need kv_capacity_tokens >= 1 and 1 <= max_slots <= {LLAMA_MAX_SEQ}")
     if max_batch_tokens < 1 or (threads is not None and threads < 1):
         raise ConfigError(f"max_batch_tokens={max_batch_tokens}, threads={threads} are invalid",
                           "both must be >= 1")
@@ -54,24 +59,12 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
     model = load_model(Path(path), n_gpu_layers)
     facts = model_facts(model, Path(path))
     context = min(context_length or facts.context_train, facts.context_train)
-    sizing = None
-    if kv_capacity_tokens is None or max_slots is None:
-        sizing = kv_capacity_for(facts.file_bytes, facts.kv_bytes_per_token(), runtime="llama_cpp",
-                                 profile=profile, memory_bytes=memory_bytes, context_length=context,
-                                 max_sequences=max_slots)
-        kv_capacity_tokens = kv_capacity_tokens or sizing.kv_capacity_tokens
-        max_slots = max_slots or sizing.max_sequences
-    if kv_capacity_tokens < 1 or not 1 <= max_slots <= LLAMA_MAX_SEQ:
-        raise ConfigError(f"kv_capacity_tokens={kv_capacity_tokens}, max_slots={max_slots} are invalid",
-                          f"need kv_capacity_tokens >= 1 and 1 <= max_slots <= {LLAMA_MAX_SEQ}")
     try:
-        runtime = LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens,
-                                  threads or max_default_threads(profile), context, adaptive_threads=threads is None)
+        return LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens,
+                               threads or max_default_threads(profile), context, adaptive_threads=threads is None)
     except Exception:
         llama_cpp.llama_model_free(model)
         raise
-    runtime.sizing = sizing
-    return runtime
 
 
 def max_default_threads(profile: DeviceProfile) -> int:
@@ -81,10 +74,10 @@ def max_default_threads(profile: DeviceProfile) -> int:
 
 
 def engine_config_for(runtime: LlamaCppRuntime, **overrides: Any) -> EngineConfig:
-    """The EngineConfig that matches this runtime: the requested KV capacity (not llama.cpp's rounded-up
-    n_ctx, so the memory budget holds), every slot, one decode's worth of tokens per step."""
+    """The EngineConfig that matches this runtime: its KV capacity, every slot, one decode's worth of tokens
+    per step."""
     values: dict[str, Any] = dict(
-        kv_capacity_tokens=min(runtime.requested_kv_tokens, runtime.info.kv_capacity_tokens),
+        kv_capacity_tokens=runtime.info.kv_capacity_tokens,
         max_running=runtime.info.max_slots, step_token_budget=runtime.max_batch_tokens,
         prefill_chunk=min(256, runtime.max_batch_tokens), context_length=runtime.info.context_length,
     )

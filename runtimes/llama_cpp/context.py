@@ -14,7 +14,6 @@ import threading
 import llama_cpp
 import numpy as np
 
-from edgeopt.engine.memory import KvSizing
 from edgeopt.errors import BackendError
 from runtimes.base import RuntimeInfo, StepInput
 from runtimes.llama_cpp.batch import NumpyBatch
@@ -33,8 +32,6 @@ class LlamaCppRuntime:
                  adaptive_threads: bool = False) -> None:
         self._model = model
         self.facts = facts
-        self.requested_kv_tokens = kv_capacity_tokens
-        self.sizing: KvSizing | None = None  # set by load_gguf when it sized the cache from memory
         self._ctx = self._create_context(kv_capacity_tokens, max_slots, max_batch_tokens, n_threads)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         vocab = llama_cpp.llama_model_get_vocab(model)
@@ -42,7 +39,9 @@ class LlamaCppRuntime:
         n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))  # llama.cpp rounds n_ctx up to a multiple of 256
         bos = int(llama_cpp.llama_vocab_bos(vocab))
         self.info = RuntimeInfo(
-            vocab_size=self.tokenizer.vocab_size, kv_capacity_tokens=n_ctx, max_slots=max_slots,
+            # The capacity we were given, not llama.cpp's rounded-up n_ctx, so the memory budget holds.
+            vocab_size=self.tokenizer.vocab_size, kv_capacity_tokens=min(kv_capacity_tokens, n_ctx),
+            max_slots=max_slots,
             context_length=min(context_length or facts.context_train, n_ctx),
             eos_token_ids=self.tokenizer.eog_token_ids(), bos_token_id=bos if bos >= 0 else None,
             add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)),

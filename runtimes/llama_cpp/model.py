@@ -11,6 +11,7 @@ from pathlib import Path
 import llama_cpp
 
 from edgeopt.errors import BackendError, BundleError
+from edgeopt.memory_budget import kv_elements_per_token
 
 log = logging.getLogger("llama_cpp")
 _init_lock = threading.Lock()
@@ -54,9 +55,10 @@ class ModelFacts:
     context_train: int
     file_bytes: int
 
-    def kv_bytes_per_token(self, bytes_per_element: int = 2) -> int:
-        """f16 K and V for every layer (llama.cpp's default cache type)."""
-        return self.layers * self.kv_heads * (self.head_dim_k + self.head_dim_v) * bytes_per_element
+    @property
+    def kv_elements_per_token(self) -> int:
+        """As llama.cpp reads the file (K and V head sizes may differ): what sizing is checked against."""
+        return kv_elements_per_token(self.layers, self.kv_heads, self.head_dim_k, self.head_dim_v)
 
 
 def load_model(path: Path, n_gpu_layers: int) -> llama_cpp.llama_model_p:

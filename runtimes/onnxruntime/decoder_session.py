@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import BackendError
+from edgeopt.memory_budget import kv_bytes_per_token, kv_elements_per_token
 
 KV = list[np.ndarray]  # [key_0, value_0, key_1, value_1, ...], each (batch, kv_heads, length, head_dim)
 
@@ -30,8 +31,13 @@ class DecoderLayout:
     kv_output_names: tuple[str, ...]
 
     @property
+    def kv_elements_per_token(self) -> int:
+        return kv_elements_per_token(self.num_layers, self.kv_heads, self.head_dim)
+
+    @property
     def kv_bytes_per_token(self) -> int:
-        return 2 * self.num_layers * self.kv_heads * self.head_dim * np.dtype(self.kv_dtype).itemsize
+        """As the exported graph keeps its past_key_values (the exporter records it in the manifest)."""
+        return kv_bytes_per_token(self.kv_elements_per_token, np.dtype(self.kv_dtype).itemsize)
 
 
 def read_layout(session: Any) -> DecoderLayout:

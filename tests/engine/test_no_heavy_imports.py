@@ -27,7 +27,7 @@ def _banned_modules_after(imports: str, banned_roots: tuple[str, ...], also_bann
 
 
 def test_engine_and_llama_cpp_runtime_import_without_torch_or_transformers() -> None:
-    imports = ("import edgeopt.engine, edgeopt.engine.engine, edgeopt.engine.memory\n"
+    imports = ("import edgeopt.engine, edgeopt.engine.engine, edgeopt.memory_budget\n"
                "import runtimes.llama_cpp, runtimes.llama_cpp.context\n"
                "from runtimes import load_runtime")
     loaded = _banned_modules_after(imports, HEAVY, must_load=("edgeopt.engine.engine", "llama_cpp"))
@@ -39,7 +39,8 @@ def test_server_and_its_runtimes_import_no_exporters_or_passes() -> None:
     that made it. The KV sizing reads the planner's memory arithmetic, which must come without them."""
     imports = ("import edgeopt.server.launcher, edgeopt.server.app, edgeopt.server.routes_openai, "
                "edgeopt.server.embeddings\n"
-               "import edgeopt.engine.memory, runtimes.llama_cpp, runtimes.onnxruntime, runtimes.onnxruntime.encoder")
+               "import edgeopt.memory_budget, edgeopt.backends\n"
+               "import runtimes.llama_cpp, runtimes.onnxruntime, runtimes.onnxruntime.encoder")
     loaded = _banned_modules_after(imports, (*HEAVY, "exporters"), also_banned_prefix="edgeopt.passes",
                                    must_load=("edgeopt.server.launcher", "runtimes.onnxruntime.encoder"))
     assert loaded == "", f"serving path imported: {loaded}"

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from edgeopt.engine import Engine, SamplingParams
-from edgeopt.errors import BackendError
+from edgeopt.errors import BackendError, ConfigError
 from runtimes.base import StepInput
 from runtimes.llama_cpp import LlamaCppRuntime, engine_config_for, load, load_gguf
 from tests.engine.helpers import generate_all, run_engine
@@ -126,16 +126,16 @@ def test_abort_frees_the_sequence_in_llama_cpp(gguf_path: Path) -> None:
     runtime.close()
 
 
-def test_load_from_bundle_sizes_the_cache_from_memory(gguf_path: Path) -> None:
+def test_the_runtime_receives_its_sizes_and_never_computes_them(gguf_path: Path) -> None:
     manifest = SimpleNamespace(model_file=gguf_path.name)
-    runtime = load(gguf_path.parent, manifest, memory_bytes=1024**3, threads=THREADS, context_length=256)
-    try:
-        sizing = runtime.sizing
-        assert sizing is not None and sizing.memory_source == "--memory"
-        assert sizing.kv_bytes_per_token == runtime.facts.kv_bytes_per_token() > 0
-        assert runtime.info.max_slots == sizing.max_sequences == 16
-        assert runtime.info.kv_capacity_tokens >= sizing.kv_capacity_tokens == 16 * 256
-        assert runtime.info.context_length == 256 and runtime.info.eos_token_ids
+    with pytest.raises(ConfigError, match="needs kv_capacity_tokens and max_slots") as info:
+        load(gguf_path.parent, manifest, threads=THREADS, context_length=256)
+    assert "size_kv" in info.value.hint
+    runtime = load(gguf_path.parent, manifest, kv_capacity_tokens=300, max_slots=2, threads=THREADS,
+                   context_length=256)
+    try:  # llama.cpp rounds n_ctx up to 512; the engine is told the 300 cells it was sized for
+        assert runtime.info.kv_capacity_tokens == engine_config_for(runtime).kv_capacity_tokens == 300
+        assert runtime.info.max_slots == 2 and runtime.info.context_length == 256 and runtime.info.eos_token_ids
     finally:
         runtime.close()
 

@@ -12,6 +12,7 @@ import pytest
 
 from edgeopt.bundle import load_bundle, write_manifest
 from edgeopt.errors import ConfigError
+from edgeopt.memory_budget import kv_bytes_per_token
 from edgeopt.serve_process import launched_server
 from edgeopt.server.launcher import ServeOptions, load_served_model, size_kv
 from edgeopt.server.sizing import kv_shape
@@ -40,7 +41,7 @@ def test_a_151k_vocabulary_gguf_is_sized_from_the_manifest_and_loaded_once(big_v
         assert len(loads) == 1, f"llama.cpp loaded the model {len(loads)} times"
         facts = served.runtime.facts  # what llama.cpp itself read from the file: the reference
         assert served.runtime.info.vocab_size == 151_646
-        assert sizing.kv_bytes_per_token == facts.kv_bytes_per_token()
+        assert sizing.kv_bytes_per_token == kv_bytes_per_token(facts.kv_elements_per_token, 2)  # f16 KV
         assert sizing.context_length == facts.context_train == 2048  # the model's window, not 4096
     finally:
         served.engine.shutdown()
@@ -60,7 +61,7 @@ def test_a_bundle_without_recorded_kv_facts_is_sized_from_its_config_json(tiny_g
         facts = model_facts(model, gguf_path)
     finally:
         llama_cpp.llama_model_free(model)
-    assert kv_shape(bundle, manifest) == (facts.kv_bytes_per_token(), facts.context_train)
+    assert kv_shape(bundle, manifest) == (kv_bytes_per_token(facts.kv_elements_per_token, 2), facts.context_train)
 
 
 def test_an_onnx_bundle_serves_with_the_models_window_when_no_context_is_given(onnx_fp32_bundle: Path):

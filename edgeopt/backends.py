@@ -1,0 +1,127 @@
+"""The backend registry: one entry per bundle format says everything the rest of edgeopt needs about it.
+
+Planner, pipeline, evaluation, profiles and the server look a format up here instead of keeping their
+own table, so a new format is one :class:`Backend` entry plus its own modules (exporter, runtime,
+scorer, size estimate). Dependency-free on purpose: entries name modules as strings, and
+:func:`load_attr` imports one only when a caller needs it, so reading the registry never pulls in
+llama.cpp, onnxruntime, torch or the exporters (the serving path reads it too).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from edgeopt.errors import ConfigError
+
+MIB = 1024**2
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One bundle format and the runtime that serves it. ``"module:attr"`` strings are loaded lazily."""
+
+    format: str  # the bundle's `format` (`--format`)
+    runtime: str  # the bundle's `runtime`: the name `runtimes.load_runtime` takes
+    exporter_module: str  # imported before export; its Exporter subclass registers `format`
+    runtime_module: str  # exposes load(bundle_dir, manifest, **options)
+    scorer: str  # "module:function": load_scorer(bundle_dir, manifest, context=..., threads=...)
+    quants: str  # "module:attr": every quant name the format knows, in its canonical spelling
+    size_estimate: str  # "module:function": (ModelSpec, quant) -> weight bytes, pure Python
+    quant_candidates: tuple[str, ...]  # what the planner sizes when no quant is asked for
+    kv_element_bytes: float  # bytes of one cached K or V element at the runtime's default KV type
+    runtime_overhead_bytes: int  # the runtime's fixed cost beside weights and KV: code, buffers, slack
+    # Quants whose KV is kept in another dtype than the default (torch keeps KV in the checkpoint's dtype).
+    kv_element_bytes_by_quant: Mapping[str, float] = field(default_factory=dict)
+    # "module:function": (DeviceProfile) -> candidates, when they depend on the device; "" when fixed.
+    profile_candidates: str = ""
+    encoder_quant_candidates: tuple[str, ...] = ()  # () when the format serves causal LMs only
+    planned_by_default: bool = True  # `edgeopt plan` compares it when no --format is given
+    fixed_batch_buffer: bool = False  # the runtime's step holds at most a fixed number of tokens
+    own_scheduler: bool = False  # the runtime may bring its own scheduler instead of our Engine
+    embeddings: bool = False  # the format can hold an encoder served on /v1/embeddings
+
+    def kv_element_bytes_for(self, quant: str) -> float:
+        return self.kv_element_bytes_by_quant.get(quant, self.kv_element_bytes)
+
+    @property
+    def serves_encoders(self) -> bool:
+        return self.embeddings and bool(self.encoder_quant_candidates)
+
+
+_BUILTIN = (
+    Backend(
+        format="gguf", runtime="llama_cpp", exporter_module="exporters.gguf.exporter",
+        runtime_module="runtimes.llama_cpp", scorer="exporters.gguf.scorer:load_scorer",
+        quants="exporters.gguf.quant_types:FILE_TYPES", size_estimate="exporters.gguf.quant_types:estimate_gguf_bytes",
+        quant_candidates=("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0"),
+        kv_element_bytes=2,  # llama.cpp's default f16 KV cache
+        runtime_overhead_bytes=100 * MIB, fixed_batch_buffer=True,
+    ),
+    Backend(
+        format="onnx", runtime="onnxruntime", exporter_module="exporters.onnx.exporter",
+        runtime_module="runtimes.onnxruntime", scorer="exporters.onnx.scorer:load_scorer",
+        quants="exporters.onnx.quant_types:QUANTS", size_estimate="exporters.onnx.quant_types:estimate_onnx_bytes",
+        quant_candidates=("fp32", "int8", "int4"),
+        # Encoders are small: INT4 MatMulNBits buys them little.
+        encoder_quant_candidates=("fp32", "int8"),
+        kv_element_bytes=4,  # the exported graph keeps its past_key_values in fp32
+        runtime_overhead_bytes=200 * MIB, embeddings=True,
+    ),
+    Backend(
+        format="torch", runtime="torch", exporter_module="exporters.torch_export",
+        runtime_module="runtimes.torch", scorer="exporters.torch_scorer:load_scorer",
+        quants="exporters.torch_sizes:TORCH_DTYPES", size_estimate="exporters.torch_sizes:estimate_torch_bytes",
+        quant_candidates=(), profile_candidates="exporters.torch_sizes:torch_candidates",  # by device
+        kv_element_bytes=2, kv_element_bytes_by_quant=MappingProxyType({"fp32": 4}),  # KV in the checkpoint's dtype
+        # own_scheduler: on CUDA, transformers' paged continuous batching; planned only when asked for.
+        runtime_overhead_bytes=600 * MIB, own_scheduler=True, planned_by_default=False,
+    ),
+)
+_REGISTRY: dict[str, Backend] = {entry.format: entry for entry in _BUILTIN}
+
+
+def formats() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def runtimes() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(entry.runtime for entry in _REGISTRY.values()))
+
+
+def backend(fmt: str) -> Backend:
+    """The entry of format ``fmt``; an unknown name is refused with the valid ones."""
+    entry = _REGISTRY.get(fmt)
+    if entry is None:
+        raise ConfigError(f"unknown format {fmt!r}", f"valid formats: {', '.join(_REGISTRY)}")
+    return entry
+
+
+def backend_for_runtime(runtime: str) -> Backend:
+    """The entry whose bundles ``runtime`` serves; an unknown runtime is refused with the valid ones."""
+    entry = next((e for e in _REGISTRY.values() if e.runtime == runtime), None)
+    if entry is None:
+        raise ConfigError(f"unknown runtime {runtime!r}", f"valid runtimes: {', '.join(runtimes())}")
+    return entry
+
+
+def register(entry: Backend) -> None:
+    """Add (or replace) a format: how a plugin, or a test, adds a fourth backend."""
+    _REGISTRY[entry.format] = entry
+
+
+def unregister(fmt: str) -> None:
+    """Remove a format added with :func:`register` (built-in formats stay)."""
+    if fmt in {entry.format for entry in _BUILTIN}:
+        raise ConfigError(f"format {fmt!r} is built in and cannot be removed", "unregister only what you registered")
+    _REGISTRY.pop(fmt, None)
+
+
+def load_attr(target: str) -> Any:
+    """Import ``"module:attr"`` (or a bare ``"module"``) named by an entry, only now that it is needed."""
+    module_name, _, attr = target.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, attr) if attr else module
