@@ -14,8 +14,11 @@ from edgeopt.eval_metrics import mean_kl
 from edgeopt.kv_types import kv_element_bytes
 from edgeopt.memory_budget import kv_bytes_per_token
 from runtimes.base import StepInput
-from runtimes.llama_cpp import LlamaCppRuntime, load_gguf
+from edgeopt.engine import Engine, SamplingParams
+from runtimes.llama_cpp import LlamaCppRuntime, engine_config_for, load_gguf
+from tests.engine.helpers import generate_all, run_engine
 from tests.fixtures.demo_gguf import optimize_demo_gguf
+from tests.runtimes.test_llama_cpp import TEXTS, assert_same_greedy, greedy_alone
 
 KV_TYPES = ("f16", "q8_0", "q4_0")
 
@@ -26,9 +29,9 @@ def demo_gguf(demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return bundle / "model.gguf"
 
 
-def open_runtime(path: Path, kv_type: str) -> LlamaCppRuntime:
-    return load_gguf(path, kv_capacity_tokens=512, max_slots=2, max_batch_tokens=128, threads=1, n_gpu_layers=0,
-                     kv_type=kv_type)
+def open_runtime(path: Path, kv_type: str, kv: int = 512, slots: int = 2, batch: int = 128) -> LlamaCppRuntime:
+    return load_gguf(path, kv_capacity_tokens=kv, max_slots=slots, max_batch_tokens=batch, threads=1,
+                     n_gpu_layers=0, kv_type=kv_type)
 
 
 def sequence_state_bytes(runtime: LlamaCppRuntime, tokens: list[int]) -> int:
@@ -72,6 +75,23 @@ def test_a_quantized_cache_decodes_close_to_f16(demo_gguf: Path) -> None:
             runtime.close()
     assert mean_kl(rows["f16"], rows["q8_0"]) < 2e-3
     assert 0 < mean_kl(rows["f16"], rows["q4_0"]) < 5e-2  # > 0: the cache really is stored in 4 bits
+
+
+@pytest.mark.parametrize("kv_type", ["q8_0", "q4_0"])
+def test_a_quantized_cache_decodes_8_sequences_batched_as_each_alone(demo_gguf: Path, kv_type: str) -> None:
+    """Flash attention over quantized cells of 8 sequences in one unified cache: no cross-talk."""
+    runtime = open_runtime(demo_gguf, kv_type, kv=2048, slots=8, batch=512)
+    try:
+        prompts = {f"r{i}": runtime.tokenizer.encode(text) for i, text in enumerate(TEXTS[:8])}
+        expected = {rid: greedy_alone(runtime, ids, 16) for rid, ids in prompts.items()}
+        engine = Engine(runtime, engine_config_for(runtime))
+        params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+        results = run_engine(engine, lambda e: generate_all(e, prompts, params), autostart=False)
+        for rid, (tokens, rows) in expected.items():
+            assert_same_greedy(tokens, results[rid].token_ids, rows)
+        assert runtime.kv_cells_used() == 0
+    finally:
+        runtime.close()
 
 
 def test_head_dims_that_are_not_whole_blocks_are_refused_before_llama_cpp(tiny_gguf_factory) -> None:
