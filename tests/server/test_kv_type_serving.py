@@ -3,6 +3,7 @@ the runtime built with it, the manifest's type as the default, and a precise ref
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,15 @@ def test_optimize_refuses_kv_type_for_torch_before_any_work(tiny_llama_dir: Path
     with pytest.raises(ConfigError) as err:
         resolve(OptimizeOptions(model=str(tiny_llama_dir), format="torch", kv_type="q4_0", output=tmp_path / "x"))
     assert "torch bundle" in err.value.message and "--format gguf" in err.value.hint
+
+
+def test_eval_measures_the_kv_type_serve_would_override_with(q8_bundle: Path, demo_model_dir: Path):
+    from typer.testing import CliRunner
+
+    from edgeopt.cli import app
+
+    result = CliRunner().invoke(app, ["eval", str(q8_bundle), "--data", str(demo_model_dir / "eval.txt"),
+                                      "--no-original", "--max-tokens", "256", "--kv-type", "q4_0", "--json"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.output[result.output.index("{"):])
+    assert metrics["kv_cache_type"] == "q4_0" and 0 < metrics["kv_cache_kl_divergence"] < 5e-3, metrics
