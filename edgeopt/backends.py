@@ -36,6 +36,9 @@ class Backend:
     runtime_overhead_bytes: int  # the runtime's fixed cost beside weights and KV: code, buffers, slack
     # Quants whose KV is kept in another dtype than the default (torch keeps KV in the checkpoint's dtype).
     kv_element_bytes_by_quant: Mapping[str, float] = field(default_factory=dict)
+    # KV cache types the runtime can be asked for (--kv-type; edgeopt.kv_types), the first its default
+    # (kv_element_bytes); () when it keeps one fixed dtype.
+    kv_cache_types: tuple[str, ...] = ()
     # "module:function": (DeviceProfile) -> candidates, when they depend on the device; "" when fixed.
     profile_candidates: str = ""
     encoder_quant_candidates: tuple[str, ...] = ()  # () when the format serves causal LMs only
@@ -59,6 +62,7 @@ _BUILTIN = (
         quants="exporters.gguf.quant_types:FILE_TYPES", size_estimate="exporters.gguf.quant_types:estimate_gguf_bytes",
         quant_candidates=("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0"),
         kv_element_bytes=2,  # llama.cpp's default f16 KV cache
+        kv_cache_types=("f16", "q8_0", "q4_0"),  # llama.cpp's type_k/type_v (quantized: with flash attention)
         runtime_overhead_bytes=100 * MIB, fixed_batch_buffer=True,
     ),
     Backend(

@@ -16,6 +16,7 @@ from typing import Any
 from edgeopt.errors import EvaluationError
 from edgeopt.eval_metrics import Comparison
 from edgeopt.eval_scorers import HFScorer, load_bundle_scorer
+from edgeopt.evaluate_kv import kv_cache_cost, needs_kv_cache_evaluation
 from edgeopt.progress import progress
 from edgeopt.textfile import read_text_file
 
@@ -91,11 +92,14 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
         raise EvaluationError(f"evaluation text gave {len(ids)} tokens; at least 2 are needed", "pass a longer text")
     scorer = load_bundle_scorer(bundle_dir, manifest, context=window, threads=threads)
     try:
-        return _compare(chunks, scorer, reference, source)
+        metrics = _compare(chunks, scorer, reference, source)
     finally:
         scorer.close()
         if reference is not None:
             reference.close()
+    if needs_kv_cache_evaluation(manifest):  # a quantized KV cache is a step with its own quality cost
+        metrics |= kv_cache_cost(chunks, bundle_dir, manifest, window, threads)
+    return metrics
 
 
 def _compare(chunks: list[list[int]], scorer: Any, reference: HFScorer | None, source: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from edgeopt.bundle import Manifest, PassRecord, content_hash, staged_bundle, wr
 from edgeopt.cache import cache_root, cached_step, step_key
 from edgeopt.errors import OutputExistsError, UnsupportedArchitectureError
 from edgeopt import backends
+from edgeopt.kv_types import kv_element_bytes_for, parse_kv_type
 from edgeopt.model_spec import ModelSpec, load_model_spec
 from edgeopt.plan import Plan, canonical_quant, check_encoder_formats, encoder_formats, require_fit
 from edgeopt.source import resolve_model_dir
@@ -35,6 +36,7 @@ class OptimizeOptions:
     output: Path | None = None
     format: str | None = None
     quant: str | None = None
+    kv_type: str | None = None  # llama.cpp KV cache type (gguf only); None: the planner's rule
     context: int | None = None
     concurrency: int = 1
     passes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # [(name, params)] in order
@@ -58,6 +60,7 @@ class Resolved:
     output: Path
     passes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # opts.passes, plus --fit's prune
     fit_ratio: float | None = None  # the prune ratio --fit chose, None when it was not needed
+    kv_type: str | None = None  # the gguf bundle's KV cache type, recorded in its manifest; None: other formats
 
 
 def resolve(opts: OptimizeOptions) -> Resolved:
@@ -69,22 +72,28 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     from edgeopt.passes.fit import plan_after_passes  # the plan describes the model as pruning leaves it
 
     asked_quant = canonical_quant(fmt, opts.quant) if opts.quant else None  # any case; canonical from here on
-    fitted = plan_after_passes(spec, profile, fmt, asked_quant, opts.context, opts.concurrency, opts.passes, opts.fit)
+    asked_kv_type = parse_kv_type(opts.kv_type, fmt) if opts.kv_type else None
+    fitted = plan_after_passes(spec, profile, fmt, asked_quant, opts.context, opts.concurrency, opts.passes, opts.fit,
+                               kv_type=asked_kv_type)
     plan, spec = fitted.plan, fitted.spec
     if asked_quant:
-        quant = asked_quant
-        if not any(c.quant == quant for c in plan.candidates):
+        chosen = next((c for c in plan.candidates if c.quant == asked_quant), None)
+        if chosen is None:
             # The user may ask for any quant the format knows (not only the planner's shortlist).
             from edgeopt.plan import size_candidate
 
-            plan.candidates.append(size_candidate(spec, profile, fmt, quant, plan.context, plan.concurrency))
+            chosen = size_candidate(spec, profile, fmt, asked_quant, plan.context, plan.concurrency,
+                                    kv_type=asked_kv_type)
+            plan.candidates.append(chosen)
     else:
-        quant = require_fit(plan).quant
+        chosen = require_fit(plan)
+    quant = chosen.quant
     name = Path(opts.model.rstrip("/")).name
     output = opts.output or Path(f"{name}-{profile.name}-{quant.lower()}")
     if output.exists() and not opts.force and not opts.dry_run:
         raise OutputExistsError(f"output directory {output} already exists", "pass --force to replace it, or choose -o")
-    return Resolved(profile, plan, fmt, quant, backends.backend(fmt).runtime, output, fitted.passes, fitted.fit_ratio)
+    return Resolved(profile, plan, fmt, quant, backends.backend(fmt).runtime, output, fitted.passes, fitted.fit_ratio,
+                    kv_type=chosen.kv_type if backends.backend(fmt).kv_cache_types else None)
 
 
 def _check_encoder_options(spec: ModelSpec, fmt: str, opts: OptimizeOptions) -> None:
@@ -135,7 +144,7 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Reso
         exported_spec = load_model_spec(str(current))
         export = {k: v for k, v in export_meta.items() if k not in ("model_file", "runtime")}
         if not exported_spec.is_encoder:  # what `edgeopt serve` sizes the KV cache with (the exporter's own first)
-            export = manifest_kv_facts(exported_spec, res.format, res.quant) | export
+            export = manifest_kv_facts(exported_spec, res.format, res.quant, res.kv_type) | export
         manifest = Manifest(
             source_model=opts.model, source_revision=revision, target=res.profile.name, format=res.format,
             quant=res.quant, runtime=export_meta.get("runtime", res.runtime), model_file=export_meta["model_file"],
@@ -206,13 +215,15 @@ def _chat_template(tok_dir: Path) -> str | None:
     return None
 
 
-def manifest_kv_facts(spec: ModelSpec, fmt: str, quant: str) -> dict[str, int]:
+def manifest_kv_facts(spec: ModelSpec, fmt: str, quant: str, kv_type: str | None = None) -> dict[str, int | str]:
     """What serving a causal LM needs to size its KV cache, recorded in the manifest at export so that
-    ``edgeopt serve`` never reads the model file for them (edgeopt.server.sizing reads them back)."""
-    element_bytes = backends.backend(fmt).kv_element_bytes_for(quant)
-    return {"kv_elements_per_token": spec.kv_elements_per_token,
-            "kv_bytes_per_token": spec.kv_bytes_per_token(element_bytes),
-            "context_length": spec.max_position_embeddings}
+    ``edgeopt serve`` never reads the model file for them (edgeopt.server.sizing reads them back).
+    ``kv_type``: the KV cache type chosen for formats that have several (gguf), served by default."""
+    element_bytes = kv_element_bytes_for(fmt, quant, kv_type)
+    facts: dict[str, int | str] = {"kv_elements_per_token": spec.kv_elements_per_token,
+                                   "kv_bytes_per_token": spec.kv_bytes_per_token(element_bytes),
+                                   "context_length": spec.max_position_embeddings}
+    return facts | ({"kv_type": kv_type} if kv_type else {})
 
 
 def check_format(fmt: str | None) -> None:

@@ -2,7 +2,7 @@
 
 Everything here is arithmetic on a :class:`ModelSpec` (config only) and a :class:`DeviceProfile`:
 
-    KV bytes/token = 2 x layers x kv_heads x head_dim x bytes(kv dtype)
+    KV bytes/token = 2 x layers x kv_heads x head_dim x bytes(kv type)   (edgeopt.kv_types)
     KV budget      = usable memory - weights - runtime overhead - safety margin
     KV capacity    = KV budget // KV bytes/token        (tokens, shared by all sequences)
     concurrency    = KV capacity // context             (sequences that can each hold a full context)
@@ -12,6 +12,11 @@ the function and the pool ``edgeopt serve`` uses: on unified-memory devices (Jet
 from the same pool, so weights are counted once; on a discrete GPU the pool is the GPU's memory.
 Everything about a format (quants, size estimate, KV element size, runtime overhead) is its entry in
 :mod:`edgeopt.backends`.
+
+The KV type of a gguf candidate is ``--kv-type`` when given, else the rule of :func:`choose_kv_type`:
+f16 when an f16 cache holds ``concurrency`` sequences of ``context`` tokens beside those weights; when it
+does not (memory is tight), the profile's ``tight_memory_kv_type`` (q8_0 in every shipped profile: 1.9x
+the tokens for a KL of ~3e-5 on the demo model). ONNX and torch candidates keep their runtime's one type.
 
 Encoders (``spec.kind == "embedding"``) keep no KV cache: they are sized for ONNX only (fp32, int8),
 their KV figures are 0 (meaningless, not "no room"), and they fit when weights + runtime overhead
@@ -24,7 +29,8 @@ from dataclasses import asdict, dataclass
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError, DoesNotFitError, UnsupportedArchitectureError
-from edgeopt.memory_budget import MIB, KvFacts, after_margin, memory_pool, size_kv
+from edgeopt.kv_types import check_head_dims, head_dims_fit, kv_element_bytes, kv_element_bytes_for
+from edgeopt.memory_budget import MIB, KvFacts, MemoryPool, after_margin, memory_pool, size_kv
 from edgeopt.model_spec import ModelSpec
 from profiles import DeviceProfile
 
@@ -34,6 +40,7 @@ class Candidate:
     format: str
     quant: str
     weight_bytes: int
+    kv_type: str | None  # gguf: f16, q8_0 or q4_0 (edgeopt.kv_types); None: the format's one fixed KV dtype
     kv_bytes_per_token: int
     overhead_bytes: int
     kv_budget_bytes: int
@@ -84,34 +91,60 @@ def weight_bytes(spec: ModelSpec, fmt: str, quant: str) -> int:
 
 
 def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str, context: int,
-                   concurrency: int, memory_bytes: int | None = None) -> Candidate:
+                   concurrency: int, memory_bytes: int | None = None, kv_type: str | None = None) -> Candidate:
+    """Size one format:quant. ``kv_type`` applies to formats with several KV cache types (gguf); None there:
+    the rule of :func:`choose_kv_type`. Other formats keep their one KV dtype (``Candidate.kv_type`` None)."""
     entry = backends.backend(fmt)
     facts = KvFacts(weights_bytes=weight_bytes(spec, fmt, quant), kv_elements_per_token=spec.kv_elements_per_token,
                     context_length=spec.max_position_embeddings, runtime_overhead_bytes=entry.runtime_overhead_bytes)
-    sizing = size_kv(facts, memory_pool(profile, memory_bytes), kv_element_bytes=entry.kv_element_bytes_for(quant),
-                     context=context, max_sequences=concurrency)
+    pool = memory_pool(profile, memory_bytes)
+    if entry.kv_cache_types and not spec.is_encoder:
+        kv_type = kv_type or choose_kv_type(spec, profile, facts, pool, entry.kv_cache_types, context, concurrency)
+    else:
+        kv_type = None
+    sizing = size_kv(facts, pool, kv_element_bytes=kv_element_bytes_for(fmt, quant, kv_type), context=context,
+                     max_sequences=concurrency)
     fits = sizing.kv_budget_bytes >= 0 if spec.is_encoder else sizing.kv_fit_tokens >= context * concurrency
     # Encoders keep no KV cache: their capacity is meaningless, fitting is weights + overhead alone.
     return Candidate(
-        format=fmt, quant=quant, weight_bytes=facts.weights_bytes, kv_bytes_per_token=sizing.kv_bytes_per_token,
+        format=fmt, quant=quant, weight_bytes=facts.weights_bytes, kv_type=kv_type,
+        kv_bytes_per_token=sizing.kv_bytes_per_token,
         overhead_bytes=facts.runtime_overhead_bytes, kv_budget_bytes=sizing.kv_budget_bytes,
         kv_token_capacity=sizing.kv_fit_tokens, max_concurrency=sizing.kv_fit_tokens // context, fits=fits,
     )
 
 
+def choose_kv_type(spec: ModelSpec, profile: DeviceProfile, facts: KvFacts, pool: MemoryPool,
+                   kv_cache_types: tuple[str, ...], context: int, concurrency: int) -> str:
+    """The default KV type (the first of ``kv_cache_types``: f16 for gguf) unless its cache cannot hold
+    ``concurrency`` x ``context`` tokens; then the profile's ``tight_memory_kv_type`` if the head dims allow."""
+    default, tight = kv_cache_types[0], profile.tight_memory_kv_type
+    at_default = size_kv(facts, pool, kv_element_bytes=kv_element_bytes(default), context=context,
+                         max_sequences=concurrency)
+    if at_default.kv_fit_tokens >= context * concurrency or tight not in kv_cache_types:
+        return default
+    return tight if head_dims_fit(tight, spec.head_dim, spec.head_dim) else default
+
+
 def make_plan(spec: ModelSpec, profile: DeviceProfile, context: int | None = None, concurrency: int = 1,
-              formats: tuple[str, ...] | None = None, memory_bytes: int | None = None) -> Plan:
+              formats: tuple[str, ...] | None = None, memory_bytes: int | None = None,
+              kv_type: str | None = None) -> Plan:
     """Size every candidate of ``formats`` (default: the registry's planned_by_default formats; for encoders,
-    the formats that embed)."""
+    the formats that embed). ``kv_type`` (checked with edgeopt.kv_types.parse_kv_type) applies to the formats
+    with several KV cache types (gguf); None: the rule of :func:`choose_kv_type`."""
     formats = formats or default_formats(spec)
     check_encoder_formats(spec, formats)
+    if kv_type is not None:
+        check_head_dims(kv_type, spec.head_dim, spec.head_dim, spec.source)
     context = context or min(spec.max_position_embeddings, 4096)
     if context < 1 or concurrency < 1:
         raise ConfigError(f"context={context} and concurrency={concurrency} must both be >= 1", "pass positive values")
     candidates = []
     for fmt in formats:
         quants = format_candidates(spec, profile, fmt)
-        candidates += [size_candidate(spec, profile, fmt, q, context, concurrency, memory_bytes) for q in quants]
+        fmt_kv_type = kv_type if backends.backend(fmt).kv_cache_types else None
+        candidates += [size_candidate(spec, profile, fmt, q, context, concurrency, memory_bytes, fmt_kv_type)
+                       for q in quants]
     usable = memory_pool(profile, memory_bytes).bytes
     return Plan(spec.source, profile.name, usable, context, concurrency, candidates,
                 recommend(candidates, profile))
@@ -180,5 +213,12 @@ def require_fit(plan: Plan) -> Candidate:
         f"{plan.model} does not fit {plan.target} even at {smallest.label}: needs {needed / MIB:.0f} MiB "
         f"for {plan.concurrency} x {plan.context} tokens, {(needed - usable) / MIB:.0f} MiB more than the "
         f"{usable / MIB:.0f} MiB usable",
-        "lower --context or --concurrency, pick a larger --target, or prune with --fit",
+        "lower --context or --concurrency, " + _kv_hint(smallest) + "pick a larger --target, or prune with --fit",
     )
+
+
+def _kv_hint(candidate: Candidate) -> str:
+    """Suggest the smallest KV type when the candidate's runtime has it and does not use it yet."""
+    smallest = "q4_0"
+    usable = smallest in backends.backend(candidate.format).kv_cache_types and candidate.kv_type != smallest
+    return f"store the KV cache in 4 bits (--kv-type {smallest}), " if usable else ""

@@ -18,6 +18,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError, UnknownTargetError
+from edgeopt.kv_types import selectable_kv_types
 
 PROFILE_DIR = Path(__file__).resolve().parent
 GIB = 1024**3
@@ -49,6 +50,8 @@ class DeviceProfile:
     default_quant: str
     default_runtime: str
     gpu_memory_gb: float = 0.0  # discrete GPU memory; 0 when none or when memory is unified
+    # llama.cpp KV cache type when an f16 cache cannot hold the requested sequences (edgeopt.plan.choose_kv_type)
+    tight_memory_kv_type: str = "q8_0"
 
     @property
     def has_cuda(self) -> bool:
@@ -83,6 +86,8 @@ def profile_from_dict(data: dict[str, Any], source: str) -> DeviceProfile:
            f"one of {backends.formats()}")
     _check(profile.default_runtime in backends.runtimes(), source, "default_runtime", profile.default_runtime,
            f"one of {backends.runtimes()}")
+    _check(profile.tight_memory_kv_type in selectable_kv_types(), source, "tight_memory_kv_type",
+           profile.tight_memory_kv_type, f"one of {selectable_kv_types()}")
     _check(profile.cpu_isa in CPU_ISAS, source, "cpu_isa", profile.cpu_isa, f"one of {CPU_ISAS}")
     _check(profile.accelerator == "none" or profile.accelerator.startswith("cuda"), source, "accelerator",
            profile.accelerator, "'none' or 'cuda:sm_XX'")

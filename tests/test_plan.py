@@ -80,9 +80,9 @@ def test_recommendation_prefers_profile_default_then_smaller():
     spec = spec_from_config(QWEN_05B, "qwen")
     roomy = make_plan(spec, profile(8, 1.5), context=4096, concurrency=4, formats=("gguf",))
     assert roomy.recommended is not None and roomy.recommended.quant == "Q8_0"
-    # 1.1 GiB usable: Q8_0 (~500 MiB) + 100 MiB overhead + 12 x 4096 x 12 KiB KV (576 MiB) does not fit,
-    # so the planner steps down to the largest candidate that does.
-    tight = make_plan(spec, profile(1.6, 0.5), context=4096, concurrency=12, formats=("gguf",))
+    # 1.1 GiB usable: Q8_0 (~500 MiB) + 100 MiB overhead + 12 x 4096 x 12 KiB f16 KV (576 MiB) does not fit,
+    # so with the KV cache held at f16 the planner steps down to the largest candidate that does.
+    tight = make_plan(spec, profile(1.6, 0.5), context=4096, concurrency=12, formats=("gguf",), kv_type="f16")
     q8 = next(c for c in tight.candidates if c.quant == "Q8_0")
     assert not q8.fits
     fitting = [c for c in tight.candidates if c.fits]

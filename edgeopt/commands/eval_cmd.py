@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from edgeopt.bundle import load_bundle
-from edgeopt.cli_options import BundleArg, JsonOut
+from edgeopt.cli_options import BundleArg, JsonOut, KvType
 
 DataOpt = Annotated[Optional[Path], typer.Option("--data", "-d", help="UTF-8 text file to score (embedding bundles: one text per line). Default: text the original model generates; built-in sentence pairs for embedding bundles.")]
 OriginalOpt = Annotated[Optional[str], typer.Option("--original", help="Original checkpoint (dir or hub id) for KL and top-1. Default: the manifest's source model.")]
@@ -18,13 +18,18 @@ MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Score at most t
 
 
 def eval_bundle(bundle: BundleArg, data: DataOpt = None, original: OriginalOpt = None,
-                no_original: NoOriginalOpt = False, max_tokens: MaxTokensOpt = 1024, as_json: JsonOut = False) -> None:
+                no_original: NoOriginalOpt = False, max_tokens: MaxTokensOpt = 1024, kv_type: KvType = None,
+                as_json: JsonOut = False) -> None:
     """Perplexity, KL divergence and top-1 agreement of a bundle against its original model
-    (embedding bundles: cosine to the original's embeddings and nearest-neighbour agreement)."""
+    (embedding bundles: cosine to the original's embeddings and nearest-neighbour agreement); with a
+    quantized KV cache (the bundle's, or --kv-type's), its KL and top-1 against an f16 cache too."""
     from edgeopt.evaluate import evaluate_bundle
+    from edgeopt.kv_types import parse_kv_type
     from edgeopt.source import resolve_model_dir
 
     manifest = load_bundle(bundle, verify=False)
+    if kv_type:  # measure the cache `edgeopt serve --kv-type` would use, not the one the bundle records
+        manifest.export = {**manifest.export, "kv_type": parse_kv_type(kv_type, manifest.format)}
     original_dir = None
     if not no_original:
         original_dir, _ = resolve_model_dir(original or manifest.source_model)

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from edgeopt import backends
-from edgeopt.cli_options import Concurrency, Context, ModelArg, Target
+from edgeopt.cli_options import Concurrency, Context, KvType, ModelArg, Target
 from edgeopt.commands.plan_cmd import print_plan
 from edgeopt.model_spec import load_model_spec
 from edgeopt.passes.options import compression_passes
@@ -20,6 +20,7 @@ def optimize(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Bundle directory to write.")] = None,
     fmt: Annotated[Optional[str], typer.Option("--format", "-f", help=f"{', '.join(backends.formats())}. Default: the profile's.")] = None,
     quant: Annotated[Optional[str], typer.Option("--quant", "-q", help="e.g. Q4_K_M, Q8_0 (gguf); int8, int4 (onnx). Default: planner's pick.")] = None,
+    kv_type: KvType = None,
     context: Context = None,
     concurrency: Concurrency = 1,
     eval_data: Annotated[Optional[Path], typer.Option("--eval-data", help="Text file for perplexity/KL against the original (encoders: one text per line, for embedding cosines).")] = None,
@@ -41,7 +42,7 @@ def optimize(
 ) -> None:
     """Shrink, export and quantize MODEL for a device, measure the quality cost, and write a bundle."""
     check_format(fmt)
-    opts = OptimizeOptions(model=model, target=target, output=output, format=fmt, quant=quant, context=context,
+    opts = OptimizeOptions(model=model, target=target, output=output, format=fmt, quant=quant, kv_type=kv_type, context=context,
                            concurrency=concurrency, eval_data=eval_data, evaluate=not no_eval, force=force,
                            dry_run=dry_run, fit=fit,
                            passes=compression_passes(prune, prune_heads, prune_mlp, prune_layers, distil, distil_data,
@@ -53,7 +54,8 @@ def optimize(
     if resolved.fit_ratio is not None:
         typer.echo(f"fit: the model does not fit {resolved.profile.name}; pruning {resolved.fit_ratio:.0%} of its "
                    "non-embedding parameters makes it fit")
-    typer.echo(f"will write {resolved.format}:{resolved.quant} for runtime {resolved.runtime} to {resolved.output}")
+    kv = f" with a {resolved.kv_type} KV cache" if resolved.kv_type else ""
+    typer.echo(f"will write {resolved.format}:{resolved.quant}{kv} for runtime {resolved.runtime} to {resolved.output}")
     if dry_run:
         return
     manifest = run_optimize(opts, report=typer.echo, resolved=resolved)

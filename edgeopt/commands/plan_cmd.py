@@ -7,7 +7,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from edgeopt.cli_options import Concurrency, Context, JsonOut, ModelArg, Target
+from edgeopt.cli_options import Concurrency, Context, JsonOut, KvType, ModelArg, Target
+from edgeopt.kv_types import parse_kv_type
 from edgeopt.model_spec import load_model_spec
 from edgeopt.plan import MIB, Plan, make_plan
 from profiles import load_profile
@@ -19,13 +20,14 @@ def plan(
     context: Context = None,
     concurrency: Concurrency = 1,
     memory_mb: Annotated[Optional[int], typer.Option("--memory", help="Override usable memory (MiB).")] = None,
+    kv_type: KvType = None,
     as_json: JsonOut = False,
 ) -> None:
     """Predict weight and KV sizes per format/quant from the model's config alone, and recommend one."""
     profile = load_profile(target)
     spec = load_model_spec(model)
-    result = make_plan(spec, profile, context, concurrency,
-                       memory_bytes=memory_mb * MIB if memory_mb else None)
+    result = make_plan(spec, profile, context, concurrency, memory_bytes=memory_mb * MIB if memory_mb else None,
+                       kv_type=parse_kv_type(kv_type, "gguf") if kv_type else None)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return
@@ -38,11 +40,11 @@ def print_plan(result: Plan, params: int) -> None:
                   f"{result.usable_memory_bytes / MIB:.0f} MiB usable, context {result.context}, "
                   f"concurrency {result.concurrency}")
     table = Table()
-    for col in ("candidate", "weights MiB", "KV/token KiB", "KV capacity tok", "max seqs @ctx", "fits"):
+    for col in ("candidate", "weights MiB", "KV type", "KV/token KiB", "KV capacity tok", "max seqs @ctx", "fits"):
         table.add_column(col, justify="right")
     for c in result.candidates:
         mark = "*" if result.recommended == c else ""
-        table.add_row(mark + c.label, f"{c.weight_bytes / MIB:.1f}", f"{c.kv_bytes_per_token / 1024:.1f}",
+        table.add_row(mark + c.label, f"{c.weight_bytes / MIB:.1f}", c.kv_type or "fixed", f"{c.kv_bytes_per_token / 1024:.2f}",
                       str(c.kv_token_capacity), str(c.max_concurrency), "yes" if c.fits else "[red]no[/]")
     console.print(table)
     if result.candidates and all(c.kv_bytes_per_token == 0 for c in result.candidates):

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgeopt.cli_options import BundleArg, Context, Target, Threads
+from edgeopt.cli_options import BundleArg, Context, KvType, Target, Threads
 from edgeopt.errors import ConfigError
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S
 
@@ -45,6 +45,7 @@ def serve(
     memory: Annotated[Optional[str], typer.Option("--memory", help="Memory the server may use (e.g. 4GiB); overrides --target.")] = None,
     target: Target = "host",
     threads: Threads = None,
+    kv_type: KvType = None,
     max_waiting: Annotated[int, typer.Option("--max-waiting", min=0, help="Queued requests beyond which new ones get 429.")] = 256,
     verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Check the bundle's sha256 sums first.")] = True,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
@@ -71,5 +72,5 @@ def serve(
                            max_waiting=max_waiting, verify=verify, log_level=log_level,
                            insecure_no_auth=insecure_no_auth, header_timeout_s=header_timeout,
                            max_connections=max_connections,
-                           parse_special_in_content=parse_special_in_content)
+                           parse_special_in_content=parse_special_in_content, kv_type=kv_type)
     serve_bundle(bundle, options)

@@ -43,7 +43,8 @@ def plan_fits(plan: Plan, quant: str | None) -> bool:
 
 
 def fit_prune_ratio(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str | None, context: int | None,
-                    concurrency: int, base: PruneRequest | None = None) -> tuple[float, ModelSpec]:
+                    concurrency: int, base: PruneRequest | None = None,
+                    kv_type: str | None = None) -> tuple[float, ModelSpec]:
     """Smallest ratio (in RATIO_STEP steps) at which the pruned spec fits; DoesNotFitError if none does."""
     base = base or PruneRequest()
     steps = int(round(MAX_RATIO / RATIO_STEP))
@@ -54,10 +55,10 @@ def fit_prune_ratio(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: st
             candidate = pruned_spec(spec, request)
         except EdgeoptError:  # this ratio cannot be shaped (too few layers left): try a larger one
             continue
-        if plan_fits(make_plan(candidate, profile, context, concurrency, formats=(fmt,)), quant):
+        if plan_fits(make_plan(candidate, profile, context, concurrency, formats=(fmt,), kv_type=kv_type), quant):
             return ratio, candidate
     smallest = pruned_spec(spec, PruneRequest(ratio=MAX_RATIO))
-    plan = make_plan(smallest, profile, context, concurrency, formats=(fmt,))
+    plan = make_plan(smallest, profile, context, concurrency, formats=(fmt,), kv_type=kv_type)
     least = min(c.weight_bytes for c in plan.candidates)
     raise DoesNotFitError(
         f"{spec.source} does not fit {profile.name} even pruned by {MAX_RATIO:.0%} "
@@ -66,19 +67,21 @@ def fit_prune_ratio(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: st
 
 
 def plan_after_passes(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str | None, context: int | None,
-                      concurrency: int, passes: list[tuple[str, dict[str, Any]]], fit: bool) -> FitResult:
-    """Plan the model as the passes will leave it; with ``fit``, add or raise pruning until it fits."""
+                      concurrency: int, passes: list[tuple[str, dict[str, Any]]], fit: bool,
+                      kv_type: str | None = None) -> FitResult:
+    """Plan the model as the passes will leave it; with ``fit``, add or raise pruning until it fits.
+    ``kv_type``: the gguf KV cache type asked for (None: the planner's rule)."""
     passes = [(name, dict(params)) for name, params in passes]
     prune_at = next((i for i, (name, _) in enumerate(passes) if name == "prune"), None)
     prune_params = passes[prune_at][1] if prune_at is not None else {}
     request = request_from_params(prune_params)
     after = pruned_spec(spec, request) if prune_at is not None else spec
-    plan = make_plan(after, profile, context, concurrency, formats=(fmt,))
+    plan = make_plan(after, profile, context, concurrency, formats=(fmt,), kv_type=kv_type)
     if not fit or plan_fits(plan, quant):
         if prune_at is None:  # distillation recovers what pruning lost; nothing pruned, nothing to recover
             passes = [(name, params) for name, params in passes if name != "distil"]
         return FitResult(plan, passes, None, after)
-    ratio, after = fit_prune_ratio(spec, profile, fmt, quant, context, concurrency, base=request)
+    ratio, after = fit_prune_ratio(spec, profile, fmt, quant, context, concurrency, base=request, kv_type=kv_type)
     new_params = {**prune_params, "ratio": ratio}
     if prune_at is None:
         distil = next((params for name, params in passes if name == "distil"), {})
@@ -87,4 +90,5 @@ def plan_after_passes(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: 
         passes.insert(0, ("prune", new_params))
     else:
         passes[prune_at] = ("prune", new_params)
-    return FitResult(make_plan(after, profile, context, concurrency, formats=(fmt,)), passes, ratio, after)
+    return FitResult(make_plan(after, profile, context, concurrency, formats=(fmt,), kv_type=kv_type), passes,
+                     ratio, after)

@@ -26,7 +26,7 @@ from edgeopt.server.auth import check_exposure
 from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_protocol
 from edgeopt.memory_budget import KvSizing
-from edgeopt.server.sizing import bundle_kv_facts
+from edgeopt.server.sizing import bundle_kv_facts, served_kv_element_bytes, served_kv_type
 from edgeopt.server.state import ServedModel, ServerSettings
 
 log = logging.getLogger("edgeopt.server")
@@ -51,6 +51,7 @@ class ServeOptions:
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S  # connection_guard: request headers must arrive by then
     max_connections: int | None = None  # connection_guard: default min(512, half the descriptor limit)
     parse_special_in_content: bool = False  # chat text may contain control tokens (see ServerSettings)
+    kv_type: str | None = None  # llama.cpp KV cache type (gguf only); None: the bundle's (server.sizing)
 
 
 def size_kv(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> KvSizing:
@@ -67,7 +68,7 @@ def size_kv(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> KvSi
                           f"({facts.context_length} tokens)",
                           f"pass --context {facts.context_length} or less, or leave --context out to use "
                           f"{facts.context_length}")
-    element_bytes = backends.backend(manifest.format).kv_element_bytes_for(manifest.quant)
+    element_bytes = served_kv_element_bytes(manifest, served_kv_type(manifest, options.kv_type))
     sizing = memory_budget.size_kv(facts, memory_budget.memory_pool(profile, options.memory_bytes),
                                    kv_element_bytes=element_bytes, context=context,
                                    max_sequences=options.max_concurrency)
@@ -88,7 +89,7 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
                            runtime=runtime)
     runtime = load_runtime(manifest.runtime, bundle_dir, manifest, kv_capacity_tokens=sizing.kv_capacity_tokens,
                            max_slots=sizing.max_sequences, context_length=sizing.context_length,
-                           threads=options.threads)
+                           threads=options.threads, **kv_type_option(manifest, options))
     try:
         config = engine_config(manifest.runtime, runtime, sizing, options)
         # A runtime that brings its own scheduler (torch on CUDA: transformers' paged continuous batching)
@@ -103,6 +104,12 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
              config.max_running, engine.context_tokens)
     return ServedModel(context_length=engine.context_tokens, tokenizer=runtime.tokenizer, engine=engine,
                        runtime=runtime, chat_template=template)
+
+
+def kv_type_option(manifest: Manifest, options: ServeOptions) -> dict[str, str]:
+    """The runtime option that carries the KV cache type, for runtimes that store more than one (llama.cpp)."""
+    kv_type = served_kv_type(manifest, options.kv_type)
+    return {"kv_type": kv_type} if kv_type else {}
 
 
 def engine_config(runtime_name: str, runtime: Any, sizing: KvSizing, options: ServeOptions) -> EngineConfig:
@@ -149,9 +156,10 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
                     "so a user message can forge a system turn")
     bundle_dir = Path(bundle_dir)
     manifest = load_bundle(bundle_dir, verify=options.verify)
+    kv_type = served_kv_type(manifest, options.kv_type)  # refuses --kv-type on onnx/torch before anything loads
     if manifest.kind == "causal-lm":
         sizing: KvSizing | None = size_kv(bundle_dir, manifest, options)
-        log.info("KV sizing: %s", sizing.to_dict())
+        log.info("KV sizing (%s KV cache): %s", kv_type, sizing.to_dict())
         budget = sizing.usable_memory_bytes
     elif manifest.kind == "embedding":
         sizing, budget = None, options.memory_bytes or 0

@@ -16,8 +16,9 @@ from pathlib import Path
 from edgeopt import backends
 from edgeopt.bundle import Manifest
 from edgeopt.errors import BundleError, EdgeoptError
-from edgeopt.model_spec import ModelSpec, spec_from_config
+from edgeopt.kv_types import kv_element_bytes_for, parse_kv_type
 from edgeopt.memory_budget import KvFacts, kv_bytes_per_token
+from edgeopt.model_spec import ModelSpec, spec_from_config
 
 
 def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:
@@ -52,10 +53,24 @@ def kv_elements_and_context(bundle_dir: Path, manifest: Manifest) -> tuple[int, 
     return int(elements), int(context)
 
 
-def kv_shape(bundle_dir: Path, manifest: Manifest) -> tuple[int, int]:
-    """(KV bytes per token at the format's default KV type, the model's context window)."""
+def served_kv_type(manifest: Manifest, asked: str | None = None) -> str | None:
+    """The KV cache type to serve with: ``asked`` (``serve --kv-type``, refused for formats with one fixed
+    KV dtype), else the one ``edgeopt optimize`` recorded, else the format's default; None for a format
+    whose runtime has no choice (ONNX, torch)."""
+    if asked is not None:
+        return parse_kv_type(asked, manifest.format)
+    types = backends.backend(manifest.format).kv_cache_types
+    return str(manifest.export.get("kv_type") or types[0]) if types else None
+
+
+def served_kv_element_bytes(manifest: Manifest, kv_type: str | None) -> float:
+    return kv_element_bytes_for(manifest.format, manifest.quant, kv_type)
+
+
+def kv_shape(bundle_dir: Path, manifest: Manifest, kv_type: str | None = None) -> tuple[int, int]:
+    """(KV bytes per token in ``kv_type``, default :func:`served_kv_type`; the model's context window)."""
     elements, context = kv_elements_and_context(Path(bundle_dir), manifest)
-    element_bytes = backends.backend(manifest.format).kv_element_bytes_for(manifest.quant)
+    element_bytes = served_kv_element_bytes(manifest, kv_type or served_kv_type(manifest))
     return kv_bytes_per_token(elements, element_bytes), context
 
 

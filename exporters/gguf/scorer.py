@@ -13,17 +13,21 @@ from edgeopt.errors import EvaluationError
 class GGUFScorer:
     """Implements edgeopt.eval_scorers.Scorer for a GGUF file."""
 
-    def __init__(self, model_path: Path, context: int = 512, threads: int = 2) -> None:
+    def __init__(self, model_path: Path, context: int = 512, threads: int = 2, kv_type: str = "f32") -> None:
         try:
             from llama_cpp import Llama
+
+            from runtimes.llama_cpp.kv_type import GGML_KV_TYPES
         except ImportError as exc:
             raise EvaluationError("scoring a GGUF bundle needs llama-cpp-python", "pip install llama-cpp-python") from exc
         self.context = context
         # logits_all keeps a logits row per evaluated token, which perplexity and KL need. The KV cache is
-        # F32 (type 0) so the numbers measure the model file, not llama.cpp's default F16 cache rounding.
+        # f32 by default so the numbers measure the model file, not llama.cpp's default f16 cache rounding;
+        # another kv_type measures that cache (edgeopt.evaluate_kv), with the flash attention a quantized
+        # cache needs and that its f16 reference then uses too, so that only the cache's type differs.
         self._llm = Llama(model_path=str(model_path), n_ctx=context, n_batch=context, n_ubatch=context,
                           logits_all=True, n_threads=threads, n_threads_batch=threads, verbose=False,
-                          type_k=0, type_v=0)
+                          type_k=GGML_KV_TYPES[kv_type], type_v=GGML_KV_TYPES[kv_type], flash_attn=kv_type != "f32")
         self.vocab_size = self._llm.n_vocab()
 
     def score(self, token_ids: list[int]) -> np.ndarray:

@@ -9,7 +9,9 @@
 * ``threads``: CPU threads; default: the cores other processes leave free, re-measured while decoding
   (runtimes/llama_cpp/threads.py), at most the profile's core count and this host's;
 * ``n_gpu_layers``: default -1 (all) when the profile has CUDA and this build supports offload, else 0;
-* ``context_length``: longest sequence, default the model's training context.
+* ``context_length``: longest sequence, default the model's training context;
+* ``kv_type``: the KV cache's element type, f16 (default), q8_0 or q4_0 (runtimes/llama_cpp/kv_type.py);
+  the caller sized ``kv_capacity_tokens`` in it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import llama_cpp
 
 from edgeopt.engine.api import EngineConfig
 from edgeopt.errors import ConfigError
+from edgeopt.kv_types import check_head_dims
 from profiles import DeviceProfile, load_profile
 from profiles.host import usable_cpu_count
 from runtimes.llama_cpp.context import LlamaCppRuntime
+from runtimes.llama_cpp.kv_type import check_llama_kv_type
 from runtimes.llama_cpp.model import load_model, model_facts
 from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
@@ -43,7 +47,7 @@ def load(bundle_dir: Path, manifest: Any, **options: Any) -> LlamaCppRuntime:
 def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: int | None = None,
               max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, threads: int | None = None,
               n_gpu_layers: int | None = None, context_length: int | None = None,
-              profile: DeviceProfile | None = None) -> LlamaCppRuntime:
+              profile: DeviceProfile | None = None, kv_type: str = "f16") -> LlamaCppRuntime:
     if kv_capacity_tokens is None or max_slots is None:
         raise ConfigError(f"the llama.cpp runtime needs kv_capacity_tokens and max_slots (got {kv_capacity_tokens}, "
                           f"{max_slots})", "size them with edgeopt.memory_budget.size_kv, as edgeopt serve does")
@@ -53,6 +57,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
     if max_batch_tokens < 1 or (threads is not None and threads < 1):
         raise ConfigError(f"max_batch_tokens={max_batch_tokens}, threads={threads} are invalid",
                           "both must be >= 1")
+    check_llama_kv_type(kv_type)
     profile = profile or load_profile("host")
     if n_gpu_layers is None:
         n_gpu_layers = -1 if profile.has_cuda and llama_cpp.llama_supports_gpu_offload() else 0
@@ -60,8 +65,10 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
     facts = model_facts(model, Path(path))
     context = min(context_length or facts.context_train, facts.context_train)
     try:
+        check_head_dims(kv_type, facts.head_dim_k, facts.head_dim_v, Path(path).name)
         return LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens,
-                               threads or max_default_threads(profile), context, adaptive_threads=threads is None)
+                               threads or max_default_threads(profile), context, adaptive_threads=threads is None,
+                               kv_type=kv_type)
     except Exception:
         llama_cpp.llama_model_free(model)
         raise

@@ -17,6 +17,7 @@ import numpy as np
 from edgeopt.errors import BackendError
 from runtimes.base import RuntimeInfo, StepInput
 from runtimes.llama_cpp.batch import NumpyBatch
+from runtimes.llama_cpp.kv_type import configure_kv_cache
 from runtimes.llama_cpp.model import ModelFacts
 from runtimes.llama_cpp.threads import ThreadGovernor
 from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
@@ -29,9 +30,10 @@ _DECODE_ERRORS = {1: "no free KV cells for the batch", 2: "decode aborted", -1: 
 class LlamaCppRuntime:
     def __init__(self, model: llama_cpp.llama_model_p, facts: ModelFacts, kv_capacity_tokens: int,
                  max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None,
-                 adaptive_threads: bool = False) -> None:
+                 adaptive_threads: bool = False, kv_type: str = "f16") -> None:
         self._model = model
         self.facts = facts
+        self.kv_type = kv_type  # the KV cache's element type (edgeopt.kv_types); part of any saved state's identity
         self._ctx = self._create_context(kv_capacity_tokens, max_slots, max_batch_tokens, n_threads)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         vocab = llama_cpp.llama_model_get_vocab(model)
@@ -66,9 +68,11 @@ class LlamaCppRuntime:
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.no_perf = True
+        configure_kv_cache(params, self.kv_type)
         ctx = llama_cpp.llama_init_from_model(self._model, params)
         if not ctx:
-            raise BackendError(f"llama.cpp could not create a context with n_ctx={n_ctx}, n_seq_max={max_slots}",
+            raise BackendError(f"llama.cpp could not create a context with n_ctx={n_ctx}, n_seq_max={max_slots}, "
+                               f"KV cache type {self.kv_type}",
                                "lower --kv-tokens / --max-sequences, or free memory")
         return ctx
 
