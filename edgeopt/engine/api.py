@@ -44,13 +44,16 @@ class RequestOutput:
     error: str | None = None  # with finish_reason="error": what the runtime raised
 
 
+DEFAULT_PREFILL_CHUNK = 256
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     kv_capacity_tokens: int  # KV cells the runtime holds (all sequences together)
     max_running: int  # concurrent sequences (<= runtime slots)
     max_waiting: int = 256  # queued requests beyond which add_request raises OverloadedError
     step_token_budget: int = 512  # tokens per forward pass (decode tokens first, then prefill chunks)
-    prefill_chunk: int = 256  # longest prefill slice of one sequence in one step
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK  # longest prefill slice of one sequence in one step
     context_length: int = 4096  # longest sequence (prompt + output)
 
 

@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from edgeopt.engine import Engine, SamplingParams
+from edgeopt.engine import Engine, SamplingParams, engine_config_for
 from edgeopt.errors import BackendError, ConfigError
 from runtimes.base import StepInput
-from runtimes.llama_cpp import LlamaCppRuntime, engine_config_for, load, load_gguf
+from runtimes.llama_cpp import LlamaCppRuntime, load, load_gguf
 from tests.engine.helpers import generate_all, run_engine
 
 LOGIT_TOLERANCE = 2e-2
