@@ -85,8 +85,10 @@ class ActiveRequest:
 
 
 class ServingEngine(Protocol):
-    """What the server drives: :class:`edgeopt.engine.Engine`, or the engine a runtime brings
-    (``runtimes.torch.paged.PagedEngine``)."""
+    """What the server drives: :class:`edgeopt.engine.Engine`, or the engine a runtime brings with its own
+    scheduler (``Runtime.create_engine``: ``runtimes.torch.paged_engine.PagedEngine``). Both keep their
+    requests in :class:`edgeopt.engine.registry.RequestRegistry`, so a request ends the same way in either:
+    "stop" | "length", "abort" (client gone, shutdown) or "error" (the model failed; the routes answer 500)."""
 
     context_tokens: int  # longest prompt + completion one request may have
     failure: str | None  # why the engine's thread died, if it did (/health shows it)

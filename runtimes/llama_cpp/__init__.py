@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
@@ -30,6 +30,9 @@ from runtimes.llama_cpp.kv_type import check_llama_kv_type
 from runtimes.llama_cpp.model import load_model, model_facts
 from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
+if TYPE_CHECKING:
+    from edgeopt.bundle import Manifest
+
 __all__ = ["LlamaCppRuntime", "LlamaCppTokenizer", "load", "load_gguf"]
 # llama.cpp's compute buffer grows with the batch: on a ~200M model 512 tokens cost 27 MiB, 256 cost
 # 14 MiB, 128 about 7 MiB, which is what keeps `edgeopt serve` within bundle + KV + 120 MB there.
@@ -38,7 +41,7 @@ DEFAULT_MAX_BATCH_TOKENS = 128
 LLAMA_MAX_SEQ = 256  # llama-cparams.h: the most sequence ids one context accepts
 
 
-def load(bundle_dir: Path, manifest: Any, **options: Any) -> LlamaCppRuntime:
+def load(bundle_dir: Path, manifest: Manifest, **options: Any) -> LlamaCppRuntime:
     """Open the bundle's GGUF (``manifest.model_file``) with a context sized to memory."""
     return load_gguf(Path(bundle_dir) / manifest.model_file, **options)
 
