@@ -40,7 +40,7 @@ def texts_for(model: SentenceTransformer) -> list[str]:
 
 def served_app(bundle: Path) -> tuple[object, object]:
     runtime = load_embedding_runtime("onnxruntime", bundle, load_bundle(bundle), threads=1)
-    served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, runtime=runtime)
+    served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, embedder=runtime)
     return create_app(ServerSettings(model_names=("enc",), kind="embedding"), served=served), runtime
 
 
