@@ -60,7 +60,8 @@ def _open(bundle_dir: Path, manifest: Manifest, threads: int | None, providers: 
     model_path = bundle_dir / manifest.model_file
     chosen = _profile(profile, manifest)
     # A profile describes the target board; never ask for more threads than this machine has.
-    n_threads = resolve_threads(threads, None) if threads is not None else min(resolve_threads(None, chosen), usable_cpu_count())
+    n_threads = (resolve_threads(threads, None) if threads is not None
+                 else min(resolve_threads(None, chosen), usable_cpu_count()))
     session = create_session(model_path, n_threads, resolve_providers(providers, chosen))
     tokenizer = BundleTokenizer(bundle_dir / manifest.tokenizer_dir / "tokenizer.json")
     return session, tokenizer, _model_config(model_path.parent)

@@ -35,8 +35,8 @@ def load(bundle_dir: Path, manifest: Manifest, **options: Any) -> Runtime:
     return _load(Path(bundle_dir), manifest, **{k: v for k, v in options.items() if v is not None})
 
 
-def _load(bundle_dir: Path, manifest: Manifest, *, device: str = "auto", dtype: str = "auto", threads: int | None = None,
-          kv_capacity_tokens: int | None = None, max_slots: int | None = None,
+def _load(bundle_dir: Path, manifest: Manifest, *, device: str = "auto", dtype: str = "auto",
+          threads: int | None = None, kv_capacity_tokens: int | None = None, max_slots: int | None = None,
           context_length: int | None = None) -> Runtime:
     from runtimes.torch.loading import load_checkpoint, runtime_info, serving_device
 
