@@ -69,9 +69,9 @@ def evaluate_embedding_bundle(bundle_dir: Path, manifest: Any, original_model_di
 def embedding_pairs(bundle_dir: Path, manifest: Any, original_model_dir: Path, texts: list[str],
                     threads: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """(original's, bundle's) embeddings of ``texts``, row for row, both fed the same unpadded ids."""
-    from runtimes import load_runtime
+    from runtimes import load_embedding_runtime
 
-    runtime = load_runtime(manifest.runtime, Path(bundle_dir), manifest, threads=threads)
+    runtime = load_embedding_runtime(manifest.runtime, Path(bundle_dir), manifest, threads=threads)
     try:
         # Long lines are cut as sentence-transformers cuts them (to max_seq_length, specials kept); the
         # ids are unpadded, so neither model below pools over padding.

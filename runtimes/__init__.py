@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeopt import backends
-from runtimes.base import Runtime
+from edgeopt.errors import ConfigError
+from runtimes.base import EmbeddingRuntime, Runtime
+
+if TYPE_CHECKING:
+    from edgeopt.bundle import Manifest
 
 
 def runtime_module(name: str) -> Any:
@@ -14,6 +18,16 @@ def runtime_module(name: str) -> Any:
     return backends.load_attr(backends.backend_for_runtime(name).runtime_module)
 
 
-def load_runtime(name: str, bundle_dir: Path, manifest: Any, **options: Any) -> Runtime:
-    """Import the backend module and call its ``load(bundle_dir, manifest, **options)``."""
+def load_runtime(name: str, bundle_dir: Path, manifest: Manifest, **options: Any) -> Runtime:
+    """Import the backend module and call its ``load(bundle_dir, manifest, **options)`` (causal LMs)."""
     return runtime_module(name).load(bundle_dir, manifest, **options)
+
+
+def load_embedding_runtime(name: str, bundle_dir: Path, manifest: Manifest, **options: Any) -> EmbeddingRuntime:
+    """The embedding model of an embedding bundle: the backend module's ``load_embedding``, for runtimes whose
+    backend entry says ``embeddings``."""
+    if not backends.backend_for_runtime(name).embeddings:
+        serving = [b.runtime for b in map(backends.backend, backends.formats()) if b.embeddings]
+        raise ConfigError(f"runtime {name!r} does not serve embedding models",
+                          f"export the encoder for one of: {', '.join(serving)}")
+    return runtime_module(name).load_embedding(bundle_dir, manifest, **options)

@@ -4,17 +4,26 @@ The engine owns scheduling, sampling and KV *accounting*; a runtime owns the mod
 *storage*. Each running sequence is bound to a ``slot`` (llama.cpp's sequence id) for its lifetime.
 Everything crossing this boundary is plain ints, lists and numpy arrays, so the engine never imports
 torch.
+
+What a runtime can do is declared here, never discovered: a capability is a typed attribute or method of
+:class:`Runtime` with the default that suits most backends, and a runtime class subclasses
+:class:`Runtime` explicitly to inherit those defaults and override what differs. A new capability (a
+prefix cache, a grammar mask) is one more member here, with its default. Embedding models are served by
+an :class:`EmbeddingRuntime`, which has no KV cache and no step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 
 from edgeopt.errors import BackendError
+
+if TYPE_CHECKING:  # the engine imports this module; these names are only annotations here
+    from edgeopt.engine.api import EngineConfig, ServingEngine
 
 Row = TypeVar("Row")  # one position's logits: a numpy or torch vector
 
@@ -63,8 +72,13 @@ class Tokenizer(Protocol):
 
 
 class Runtime(Protocol):
+    """A text-generation backend that edgeopt's engine drives one step at a time."""
+
     info: RuntimeInfo
     tokenizer: Tokenizer
+    # Fixed batch buffer: one step may carry at most this many tokens (llama.cpp's n_batch), so the engine's
+    # step_token_budget must not exceed it. None: the runtime takes a step of any size.
+    max_batch_tokens: int | None = None
 
     def step(self, batch: list[StepInput]) -> np.ndarray:
         """Run one forward pass over every input; return float32 logits of shape
@@ -73,6 +87,30 @@ class Runtime(Protocol):
 
     def release(self, slot: int) -> None:
         """Forget the slot's KV (finished, aborted or preempted sequence)."""
+        ...
+
+    def close(self) -> None: ...
+
+    def create_engine(self, config: EngineConfig) -> ServingEngine | None:
+        """The engine this runtime brings with its own scheduler (transformers' paged continuous batching on
+        CUDA), which then owns the model; None (the default): edgeopt's Engine drives this runtime."""
+        return None
+
+
+class EmbeddingRuntime(Protocol):
+    """An embedding model (no KV cache, no step): token ids in, one pooled vector per input out."""
+
+    info: RuntimeInfo  # vocab_size, and context_length: the longest input it accepts
+    tokenizer: Tokenizer
+    dimensions: int  # length of every embedding vector
+
+    def tokenize(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
+        """Token ids of each text with the model's special tokens; longer than ``info.context_length`` is a
+        ContextOverflowError unless ``truncate``."""
+        ...
+
+    def embed_ids(self, batch: list[list[int]]) -> np.ndarray:
+        """(len(batch), dimensions) float32 embeddings of already tokenized inputs."""
         ...
 
     def close(self) -> None: ...

@@ -21,7 +21,7 @@ from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
 from exporters.onnx.quant_types import estimate_onnx_bytes
 from profiles import load_profile
-from runtimes import load_runtime
+from runtimes import load_embedding_runtime
 
 runner = CliRunner()
 
@@ -92,8 +92,8 @@ def test_optimize_cli_writes_an_embedding_bundle_that_serves(tiny_encoder_dir: P
     predicted = estimate_onnx_bytes(load_model_spec(str(tiny_encoder_dir)), "int8")
     assert abs(predicted - manifest.export["onnx_bytes"]) <= 0.05 * manifest.export["onnx_bytes"]
 
-    runtime = load_runtime("onnxruntime", out, manifest, threads=1)
-    served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, runtime=runtime)
+    runtime = load_embedding_runtime("onnxruntime", out, manifest, threads=1)
+    served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, embedder=runtime)
     server = create_app(ServerSettings(model_names=("bert",), kind="embedding"), served=served)
     texts = ["open a file", "sort a list of keys"]
     body = _post_embeddings(server, {"model": "bert", "input": texts})
@@ -141,7 +141,7 @@ def test_other_encoder_families_plan_optimize_and_match_the_original(model_type:
     assert metrics["embedding_cosine_min"] >= 0.99 and metrics["neighbour_agreement"] >= 0.9
     # Positions start after the padding id 1: 130 position rows hold 128 tokens; sentence-transformers'
     # max_seq_length (96) is the smaller limit and the one served.
-    runtime = load_runtime("onnxruntime", out, manifest, threads=1)
+    runtime = load_embedding_runtime("onnxruntime", out, manifest, threads=1)
     assert runtime.info.context_length == 96
     assert runtime.embed_ids([[5] * 128, [6] * 3]).shape == (2, 64)
     with pytest.raises(BackendError):  # why the limit is 128: a 129th position has no embedding row

@@ -116,7 +116,7 @@ def test_optimize_quality_figure_matches_sentence_transformers_on_the_served_vec
     from edgeopt.pipeline import OptimizeOptions, run_optimize
     from edgeopt.server.app import create_app
     from edgeopt.server.state import ServedModel, ServerSettings
-    from runtimes import load_runtime
+    from runtimes import load_embedding_runtime
 
     model = SentenceTransformer(str(tiny_encoder_dir), device="cpu")
     texts = _lines_around_the_padding(model)
@@ -125,8 +125,8 @@ def test_optimize_quality_figure_matches_sentence_transformers_on_the_served_vec
     out = tmp_path / "int8"
     manifest = run_optimize(OptimizeOptions(model=str(tiny_encoder_dir), target="host", output=out, format="onnx",
                                             quant="int8", eval_data=data, force=True), report=lambda _msg: None)
-    runtime = load_runtime("onnxruntime", out, manifest, threads=1)
-    served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, runtime=runtime)
+    runtime = load_embedding_runtime("onnxruntime", out, manifest, threads=1)
+    served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, embedder=runtime)
     app = create_app(ServerSettings(model_names=("enc",), kind="embedding"), served=served)
 
     async def post() -> httpx.Response:

@@ -20,7 +20,7 @@ from edgeopt.eval_metrics import row_cosines
 from edgeopt.pipeline import OptimizeOptions, run_optimize
 from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
-from runtimes import load_runtime
+from runtimes import load_embedding_runtime
 
 TEXTS = ["The function returns a list of the dictionary's keys.", "Trains depart for the airport three times an hour.",
          "json", "Heavy rain is expected in the north tomorrow afternoon, with strong winds along the coast. " * 8]
@@ -45,9 +45,9 @@ def test_int8_bundle_of_all_minilm_serves_sentence_transformers_embeddings(minil
     # optimize's own figure, measured on unpadded inputs (it read 0.945 through the padded path)
     assert manifest.metrics["embedding_cosine_mean"] >= 0.99
 
-    runtime = load_runtime("onnxruntime", out, manifest, threads=2)
+    runtime = load_embedding_runtime("onnxruntime", out, manifest, threads=2)
     assert runtime.info.context_length == 256  # sentence-transformers' max_seq_length
-    served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, runtime=runtime)
+    served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, embedder=runtime)
     app = create_app(ServerSettings(model_names=("minilm",), kind="embedding"), served=served)
 
     async def post_both() -> list[httpx.Response]:

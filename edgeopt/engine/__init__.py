@@ -5,9 +5,10 @@ measures memory: it receives a KV capacity sized by :func:`edgeopt.memory_budget
 """
 
 from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, RequestOutput, SamplingParams
-from edgeopt.engine.engine import Engine
+from edgeopt.engine.engine import Engine, engine_config_for
 from edgeopt.engine.stream import RequestStream
 
 __all__ = [
     "ActiveRequest", "Engine", "EngineConfig", "EngineStats", "RequestOutput", "RequestStream", "SamplingParams",
+    "engine_config_for",
 ]

@@ -44,13 +44,16 @@ class RequestOutput:
     error: str | None = None  # with finish_reason="error": what the runtime raised
 
 
+DEFAULT_PREFILL_CHUNK = 256
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     kv_capacity_tokens: int  # KV cells the runtime holds (all sequences together)
     max_running: int  # concurrent sequences (<= runtime slots)
     max_waiting: int = 256  # queued requests beyond which add_request raises OverloadedError
     step_token_budget: int = 512  # tokens per forward pass (decode tokens first, then prefill chunks)
-    prefill_chunk: int = 256  # longest prefill slice of one sequence in one step
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK  # longest prefill slice of one sequence in one step
     context_length: int = 4096  # longest sequence (prompt + output)
 
 
@@ -82,8 +85,10 @@ class ActiveRequest:
 
 
 class ServingEngine(Protocol):
-    """What the server drives: :class:`edgeopt.engine.Engine`, or the engine a runtime brings
-    (``runtimes.torch.paged.PagedEngine``)."""
+    """What the server drives: :class:`edgeopt.engine.Engine`, or the engine a runtime brings with its own
+    scheduler (``Runtime.create_engine``: ``runtimes.torch.paged_engine.PagedEngine``). Both keep their
+    requests in :class:`edgeopt.engine.registry.RequestRegistry`, so a request ends the same way in either:
+    "stop" | "length", "abort" (client gone, shutdown) or "error" (the model failed; the routes answer 500)."""
 
     context_tokens: int  # longest prompt + completion one request may have
     failure: str | None  # why the engine's thread died, if it did (/health shows it)

@@ -17,19 +17,20 @@ import asyncio
 import dataclasses
 import logging
 import threading
-import time
 from collections import deque
+from typing import Any
 
 import numpy as np
 
-from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, SamplingParams
+from edgeopt.engine.api import DEFAULT_PREFILL_CHUNK, ActiveRequest, EngineConfig, EngineStats, SamplingParams
 from edgeopt.engine.outputs import RequestTracker, describe_failure, engine_stopped_message
+from edgeopt.engine.registry import RequestRegistry
 from edgeopt.engine.sampler import sample_next_tokens
 from edgeopt.engine.scheduler import Scheduler, SchedulerOutput
 from edgeopt.engine.sequence import Sequence, SequenceState
-from edgeopt.engine.stream import OutputDispatcher, RequestStream
+from edgeopt.engine.stream import RequestStream
 from edgeopt.engine.validation import validate_request
-from edgeopt.errors import BackendError, ConfigError, OverloadedError, RequestError
+from edgeopt.errors import BackendError, ConfigError, OverloadedError
 from runtimes.base import Runtime, StepInput
 
 log = logging.getLogger(__name__)
@@ -43,18 +44,15 @@ class Engine:
         self.config = config
         self.context_tokens = min(config.context_length, config.kv_capacity_tokens, runtime.info.context_length)
         self._scheduler = Scheduler(config, release_slot=runtime.release)
-        self._dispatcher = OutputDispatcher()
+        self._requests = RequestRegistry(runtime.tokenizer, runtime.info.eos_token_ids)
         self._inbox: deque[tuple[str, object]] = deque()  # ("add", tracker) | ("abort", request_id)
         self._wakeup = threading.Event()
-        self._registry_lock = threading.Lock()  # guards _trackers; never held during a step
-        self._trackers: dict[str, RequestTracker] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._scheduled_ids: set[str] = set()  # handed to the scheduler (not only in the inbox)
         self.failure: str | None = None  # why the engine thread died, if it did (for /health)
         self._steps_total = 0
         self.prefill_tokens_total = 0
-        self.generated_tokens_total = 0
 
     # --- called from the server's threads ---------------------------------------------------------
 
@@ -81,7 +79,7 @@ class Engine:
             self.runtime.close()
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestStream:
-        loop = asyncio.get_running_loop()  # raises RuntimeError off an event loop: a caller bug
+        asyncio.get_running_loop()  # raises RuntimeError off an event loop: a caller bug
         params = dataclasses.replace(params, logit_bias={int(k): float(v) for k, v in params.logit_bias.items()})
         validate_request(prompt_ids, params, self.runtime.info.vocab_size, self.context_tokens)
         if self._stopping:
@@ -91,17 +89,10 @@ class Engine:
         if self._num_waiting() >= self.config.max_waiting:
             raise OverloadedError(f"{self._num_waiting()} requests are already waiting (limit "
                                   f"{self.config.max_waiting})", "retry later")
-        stream = RequestStream(request_id, loop, on_close=self.abort)
-        tracker = RequestTracker(Sequence(request_id, prompt_ids, params), stream, self.runtime.tokenizer,
-                                 self.runtime.info.eos_token_ids)
-        with self._registry_lock:
-            if request_id in self._trackers:
-                raise RequestError(f"request id {request_id!r} is already in flight", "use a unique id",
-                                   param="request_id")
-            self._trackers[request_id] = tracker
+        tracker = self._requests.open(request_id, prompt_ids, params, on_close=self.abort)
         self._inbox.append(("add", tracker))
         self._wakeup.set()
-        return stream
+        return tracker.stream
 
     def abort(self, request_id: str) -> None:
         self._inbox.append(("abort", request_id))
@@ -113,15 +104,11 @@ class Engine:
             running=len(sched.running), waiting=self._num_waiting(), kv_used_tokens=sched.kv.used,
             kv_capacity_tokens=sched.kv.capacity, preemptions_total=sched.preemptions_total,
             steps_total=self._steps_total, prefill_tokens_total=self.prefill_tokens_total,
-            generated_tokens_total=self.generated_tokens_total,
+            generated_tokens_total=self._requests.generated_tokens_total,
         )
 
     def active_requests(self) -> list[ActiveRequest]:
-        now = time.monotonic()
-        with self._registry_lock:
-            seqs = [t.seq for t in self._trackers.values()]
-        return [ActiveRequest(s.request_id, s.display_state(), len(s.prompt_ids), len(s.output_ids),
-                              now - s.arrival_s) for s in seqs]
+        return self._requests.active_requests()
 
     # --- the engine thread -----------------------------------------------------------------------
 
@@ -162,7 +149,7 @@ class Engine:
             log.exception("runtime step failed; failing the %d requests in the batch", len(batch))
             for chunk in out.chunks:
                 self._fail(chunk.seq, exc)
-            self._dispatcher.flush()
+            self._requests.flush()
             return out
         self._steps_total += 1
         self._scheduler.mark_computed(out.chunks)
@@ -179,7 +166,7 @@ class Engine:
             except Exception as exc:  # detokenizer / stop-string matcher: only this request fails
                 log.exception("finishing token %d of request %s failed", token, seq.request_id)
                 self._fail(seq, exc)
-        self._dispatcher.flush()
+        self._requests.flush()
         return out
 
     def _sample(self, logits: np.ndarray, seqs: list[Sequence]) -> list[int | Exception]:
@@ -197,15 +184,13 @@ class Engine:
         return tokens
 
     def _append_token(self, seq: Sequence, token: int) -> None:
-        tracker = self._trackers[seq.request_id]
-        seq.output_ids.append(token)
+        tracker = self._tracker(seq)
         seq.state = SequenceState.DECODING
-        self.generated_tokens_total += 1
-        output = tracker.on_token(token, self.context_tokens)
+        output = self._requests.add_token(tracker, token, self.context_tokens)
         if output.finished:
             self._scheduler.finish(seq, SequenceState.FINISHED, output.finish_reason or "stop")
-            self._forget(seq.request_id)
-        self._dispatcher.push(tracker.stream, output)
+            self._scheduled_ids.discard(seq.request_id)
+        self._requests.emit(tracker, output)
 
     def _drain_inbox(self) -> None:
         while self._inbox:
@@ -214,30 +199,29 @@ class Engine:
                 self._scheduler.add(item.seq)  # type: ignore[attr-defined]
                 self._scheduled_ids.add(item.seq.request_id)  # type: ignore[attr-defined]
             else:
-                tracker = self._trackers.get(item)  # type: ignore[arg-type]
+                tracker = self._requests.get(item)  # type: ignore[arg-type]
                 if tracker is not None and not tracker.seq.state.is_done:
                     self._finish(tracker.seq, SequenceState.ABORTED, "abort")
-        self._dispatcher.flush()
+        self._requests.flush()
+
+    def _tracker(self, seq: Sequence) -> RequestTracker:
+        tracker = self._requests.get(seq.request_id)
+        assert tracker is not None, f"request {seq.request_id} is scheduled but not registered"
+        return tracker
 
     def _finish(self, seq: Sequence, state: SequenceState, reason: str, error: str | None = None) -> None:
-        tracker = self._trackers[seq.request_id]
+        tracker = self._tracker(seq)
         self._scheduler.finish(seq, state, reason)
-        self._forget(seq.request_id)
-        self._dispatcher.push(tracker.stream, tracker.final_output(reason, error))
+        self._scheduled_ids.discard(seq.request_id)
+        self._requests.end(tracker, reason, error)
 
     def _fail(self, seq: Sequence, exc: Exception) -> None:
         self._finish(seq, SequenceState.ABORTED, "error", error=describe_failure(exc))
 
-    def _forget(self, request_id: str) -> None:
-        self._scheduled_ids.discard(request_id)
-        with self._registry_lock:
-            self._trackers.pop(request_id, None)
-
     def _restart_scheduler(self, error: str) -> None:
         """End every request the scheduler was given with "error", then continue on a fresh scheduler
         and empty runtime slots (the old accounting may disagree with the runtime's KV)."""
-        with self._registry_lock:
-            trackers = [t for rid, t in self._trackers.items() if rid in self._scheduled_ids]
+        trackers = [t for t in self._requests.trackers() if t.seq.request_id in self._scheduled_ids]
         self._scheduler = Scheduler(self.config, release_slot=self.runtime.release)
         for slot in range(self.config.max_running):
             try:
@@ -246,27 +230,33 @@ class Engine:
                 log.exception("releasing runtime slot %d after a scheduling failure failed", slot)
         for tracker in trackers:
             tracker.seq.state, tracker.seq.finish_reason, tracker.seq.slot = SequenceState.ABORTED, "error", None
-            self._forget(tracker.seq.request_id)
-            self._dispatcher.push(tracker.stream, tracker.final_output("error", error))
-        self._dispatcher.flush()
+            self._scheduled_ids.discard(tracker.seq.request_id)
+            self._requests.end(tracker, "error", error)
+        self._requests.flush()
 
     def _end_everything(self, reason: str, error: str | None = None) -> None:
         """The thread is leaving: every unfinished request ends ("abort" on shutdown, "error" on a crash)."""
         try:
             self._drain_inbox()
-            with self._registry_lock:
-                seqs = [t.seq for t in self._trackers.values()]
-            for seq in seqs:
-                self._finish(seq, SequenceState.ABORTED, reason, error=error)
+            for tracker in self._requests.trackers():
+                self._finish(tracker.seq, SequenceState.ABORTED, reason, error=error)
         finally:  # even if the scheduler is broken, no stream may be left waiting forever
-            with self._registry_lock:
-                leftover, self._trackers = list(self._trackers.values()), {}
-            for tracker in leftover:
-                self._dispatcher.push(tracker.stream, tracker.final_output(reason, error))
-            self._dispatcher.flush()
+            self._requests.end_all(reason, error)
 
     def _num_waiting(self) -> int:
         return len(self._scheduler.waiting) + sum(1 for kind, _ in list(self._inbox) if kind == "add")
+
+
+def engine_config_for(runtime: Runtime, **overrides: Any) -> EngineConfig:
+    """The EngineConfig that uses all of ``runtime``: its KV cells, every slot, its context; a runtime with a
+    fixed batch buffer also bounds the tokens per step (and the prefill chunk) by it. ``overrides`` win."""
+    info = runtime.info
+    values: dict[str, Any] = dict(kv_capacity_tokens=info.kv_capacity_tokens, max_running=info.max_slots,
+                                  context_length=info.context_length)
+    if runtime.max_batch_tokens is not None:
+        values.update(step_token_budget=runtime.max_batch_tokens,
+                      prefill_chunk=min(DEFAULT_PREFILL_CHUNK, runtime.max_batch_tokens))
+    return EngineConfig(**(values | overrides))
 
 
 def check_config(config: EngineConfig, runtime: Runtime) -> None:
@@ -282,7 +272,7 @@ def check_config(config: EngineConfig, runtime: Runtime) -> None:
         (config.max_waiting >= 0, "max_waiting", config.max_waiting, ">= 0"),
         (config.context_length >= 2, "context_length", config.context_length, ">= 2"),
     ]
-    max_batch = getattr(runtime, "max_batch_tokens", None)  # optional: runtimes with a fixed batch buffer
+    max_batch = runtime.max_batch_tokens  # runtimes with a fixed batch buffer
     if max_batch is not None:
         problems.append((config.step_token_budget <= max_batch, "step_token_budget", config.step_token_budget,
                          f"<= the runtime's batch size ({max_batch})"))

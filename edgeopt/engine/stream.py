@@ -8,6 +8,7 @@ one wake-up, not one per request.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 
 from edgeopt.engine.api import RequestOutput
@@ -57,16 +58,22 @@ class RequestStream:
 
 
 class OutputDispatcher:
-    """Collects one step's outputs per event loop and delivers them in one thread-safe callback."""
+    """Collects one step's outputs per event loop and delivers them in one thread-safe callback.
+
+    An engine may push from two threads (the paged engine ends an aborted request on the caller's thread
+    while its pump delivers tokens), hence the lock; it is held only to move list items."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._pending: dict[asyncio.AbstractEventLoop, list[tuple[RequestStream, RequestOutput]]] = {}
 
     def push(self, stream: RequestStream, output: RequestOutput) -> None:
-        self._pending.setdefault(stream.loop, []).append((stream, output))
+        with self._lock:
+            self._pending.setdefault(stream.loop, []).append((stream, output))
 
     def flush(self) -> None:
-        pending, self._pending = self._pending, {}
+        with self._lock:
+            pending, self._pending = self._pending, {}
         for loop, items in pending.items():
             try:
                 loop.call_soon_threadsafe(_deliver, items)

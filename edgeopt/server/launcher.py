@@ -10,7 +10,6 @@ Nothing here imports torch or transformers: a GGUF bundle is served by llama.cpp
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -18,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.bundle import Manifest, load_bundle
-from edgeopt import backends, memory_budget
-from edgeopt.engine import Engine, EngineConfig
+from edgeopt import memory_budget
+from edgeopt.engine import Engine, EngineConfig, engine_config_for
 from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ConfigError
 from edgeopt.server.auth import check_exposure
@@ -28,6 +27,7 @@ from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_pr
 from edgeopt.memory_budget import KvSizing
 from edgeopt.server.sizing import bundle_kv_facts, served_kv_element_bytes, served_kv_type
 from edgeopt.server.state import ServedModel, ServerSettings
+from runtimes.base import Runtime
 
 log = logging.getLogger("edgeopt.server")
 DEFAULT_CONTEXT = 4096
@@ -81,20 +81,20 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
 
     Embedding bundles (``sizing`` None) have no KV cache and no engine: the runtime alone serves them.
     """
-    from runtimes import load_runtime
+    from runtimes import load_embedding_runtime, load_runtime
 
     if sizing is None:
-        runtime = load_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
-        return ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer,
-                           runtime=runtime)
+        embedder = load_embedding_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
+        return ServedModel(context_length=embedder.info.context_length, tokenizer=embedder.tokenizer,
+                           embedder=embedder)
     runtime = load_runtime(manifest.runtime, bundle_dir, manifest, kv_capacity_tokens=sizing.kv_capacity_tokens,
                            max_slots=sizing.max_sequences, context_length=sizing.context_length,
                            threads=options.threads, **kv_type_option(manifest, options))
     try:
-        config = engine_config(manifest.runtime, runtime, sizing, options)
+        config = engine_config(runtime, sizing, options)
         # A runtime that brings its own scheduler (torch on CUDA: transformers' paged continuous batching)
         # offers an engine with our Engine API; every other runtime runs under our engine.
-        engine: ServingEngine = runtime.create_engine(config) if hasattr(runtime, "create_engine") else Engine(runtime, config)
+        engine: ServingEngine = runtime.create_engine(config) or Engine(runtime, config)
         template = ChatTemplate.from_bundle(bundle_dir, manifest.chat_template, manifest.tokenizer_dir)
     except BaseException:
         runtime.close()
@@ -112,20 +112,12 @@ def kv_type_option(manifest: Manifest, options: ServeOptions) -> dict[str, str]:
     return {"kv_type": kv_type} if kv_type else {}
 
 
-def engine_config(runtime_name: str, runtime: Any, sizing: KvSizing, options: ServeOptions) -> EngineConfig:
-    """The engine's limits: our sizing, bounded by what the runtime reports. A runtime with a fixed batch
-    buffer (its backend entry says so) also fixes the step budget: its module's ``engine_config_for``."""
-    from runtimes import runtime_module
-
+def engine_config(runtime: Runtime, sizing: KvSizing, options: ServeOptions) -> EngineConfig:
+    """The EngineConfig that matches the runtime (its batch buffer, see engine_config_for), bounded by our sizing."""
     info = runtime.info
-    limits = dict(kv_capacity_tokens=min(sizing.kv_capacity_tokens, info.kv_capacity_tokens),
-                  max_running=min(sizing.max_sequences, info.max_slots), max_waiting=options.max_waiting,
-                  context_length=min(sizing.context_length, info.context_length))
-    if backends.backend_for_runtime(runtime_name).fixed_batch_buffer:
-        base = runtime_module(runtime_name).engine_config_for(runtime)
-        limits["kv_capacity_tokens"] = min(limits["kv_capacity_tokens"], base.kv_capacity_tokens)
-        return dataclasses.replace(base, **limits)
-    return EngineConfig(**limits)
+    return engine_config_for(runtime, kv_capacity_tokens=min(sizing.kv_capacity_tokens, info.kv_capacity_tokens),
+                             max_running=min(sizing.max_sequences, info.max_slots), max_waiting=options.max_waiting,
+                             context_length=min(sizing.context_length, info.context_length))
 
 
 def model_names(bundle_dir: Path, manifest: Manifest) -> tuple[str, ...]:

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 from edgeopt.engine.api import EngineStats, ServingEngine
 from edgeopt.engine.outputs import engine_stopped_message
+from edgeopt.errors import ConfigError
 from edgeopt.server.chat_template import ChatTemplate
+from edgeopt.server.embedding_batcher import EmbeddingBatcher
 from edgeopt.server.errors import NotReadyError
 from edgeopt.server.metrics import ServerMetrics
 from edgeopt.server.prompt_worker import PromptWorker
+from runtimes.base import EmbeddingRuntime, Runtime, Tokenizer
 from runtimes.control_text import ControlTextFinder
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -33,14 +35,24 @@ class ServerSettings:
 
 @dataclass
 class ServedModel:
-    """A loaded model ready to answer: the engine (causal LMs) or the bare runtime (embedding models)."""
+    """A loaded model ready to answer: the engine over its runtime (causal LMs), or an embedding runtime."""
 
     context_length: int
-    tokenizer: Any  # runtimes.base.Tokenizer
+    tokenizer: Tokenizer
     engine: ServingEngine | None = None  # already started
-    runtime: Any = None  # runtimes.base.Runtime
+    runtime: Runtime | None = None  # the runtime the engine was created from
     chat_template: ChatTemplate | None = None
-    extras: dict[str, Any] = field(default_factory=dict)  # per-kind objects (e.g. an embedding session)
+    embedder: EmbeddingRuntime | None = None  # embedding models: no engine, no KV
+
+    def require_embedder(self) -> EmbeddingRuntime:
+        if self.embedder is None:
+            raise ConfigError("this model does not produce embeddings", "serve an embedding bundle for /v1/embeddings")
+        return self.embedder
+
+    @cached_property
+    def embedding_batcher(self) -> EmbeddingBatcher:
+        """Runs concurrent /v1/embeddings requests together (created on first use)."""
+        return EmbeddingBatcher(self.require_embedder())
 
     @cached_property
     def control_text(self) -> ControlTextFinder:
@@ -52,6 +64,8 @@ class ServedModel:
             self.engine.shutdown()  # stops the engine thread, then closes the runtime it drives
         elif self.runtime is not None:
             self.runtime.close()
+        if self.embedder is not None:
+            self.embedder.close()
 
 
 class ServerState:

@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import Request
 
 from edgeopt.engine.api import RequestOutput, SamplingParams, ServingEngine
+from edgeopt.engine.stream import RequestStream
 from edgeopt.errors import BackendError
 from edgeopt.server.metrics import RequestTracker
 
@@ -37,7 +38,7 @@ class ClientGone(Exception):
 class Generation:
     """Async iterator over one request's outputs that aborts the request unless it ran to the end."""
 
-    def __init__(self, engine: ServingEngine, request_id: str, stream: Any, tracker: RequestTracker,
+    def __init__(self, engine: ServingEngine, request_id: str, stream: RequestStream, tracker: RequestTracker,
                  request: Request) -> None:
         self.request_id = request_id
         self._engine = engine

@@ -17,11 +17,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
-from edgeopt.engine.api import EngineConfig
 from edgeopt.errors import ConfigError
 from edgeopt.kv_types import check_head_dims
 from profiles import DeviceProfile, load_profile
@@ -31,7 +30,10 @@ from runtimes.llama_cpp.kv_type import check_llama_kv_type
 from runtimes.llama_cpp.model import load_model, model_facts
 from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
-__all__ = ["LlamaCppRuntime", "LlamaCppTokenizer", "engine_config_for", "load", "load_gguf"]
+if TYPE_CHECKING:
+    from edgeopt.bundle import Manifest
+
+__all__ = ["LlamaCppRuntime", "LlamaCppTokenizer", "load", "load_gguf"]
 # llama.cpp's compute buffer grows with the batch: on a ~200M model 512 tokens cost 27 MiB, 256 cost
 # 14 MiB, 128 about 7 MiB, which is what keeps `edgeopt serve` within bundle + KV + 120 MB there.
 # Decode steps of up to 128 sequences are unaffected; a long prompt is prefilled 128 tokens a step.
@@ -39,7 +41,7 @@ DEFAULT_MAX_BATCH_TOKENS = 128
 LLAMA_MAX_SEQ = 256  # llama-cparams.h: the most sequence ids one context accepts
 
 
-def load(bundle_dir: Path, manifest: Any, **options: Any) -> LlamaCppRuntime:
+def load(bundle_dir: Path, manifest: Manifest, **options: Any) -> LlamaCppRuntime:
     """Open the bundle's GGUF (``manifest.model_file``) with a context sized to memory."""
     return load_gguf(Path(bundle_dir) / manifest.model_file, **options)
 
@@ -79,14 +81,3 @@ def max_default_threads(profile: DeviceProfile) -> int:
     host = usable_cpu_count()
     return max(1, min(profile.cores or host, host))
 
-
-def engine_config_for(runtime: LlamaCppRuntime, **overrides: Any) -> EngineConfig:
-    """The EngineConfig that matches this runtime: its KV capacity, every slot, one decode's worth of tokens
-    per step."""
-    values: dict[str, Any] = dict(
-        kv_capacity_tokens=runtime.info.kv_capacity_tokens,
-        max_running=runtime.info.max_slots, step_token_budget=runtime.max_batch_tokens,
-        prefill_chunk=min(256, runtime.max_batch_tokens), context_length=runtime.info.context_length,
-    )
-    values.update(overrides)
-    return EngineConfig(**values)

@@ -13,10 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import llama_cpp
-
-from edgeopt.errors import BackendError
-from runtimes.base import StepInput
+from runtimes.base import StepInput, Tokenizer
 from runtimes.llama_cpp import load_gguf
 
 
@@ -47,14 +44,13 @@ def raw_batched_decode(gguf_path: Path, n_sequences: int, decode_steps: int = 64
         token = _any_plain_token(runtime.tokenizer)
         for slot in range(n_sequences):  # prefill one sequence per call: the same work for every N
             runtime.step([StepInput(slot, [token] * prompt_tokens, 0, True)])
-        batch = runtime._batch
         position = prompt_tokens
         for _ in range(warmup_steps):
-            _decode_step(runtime, batch, n_sequences, token, position)
+            runtime.decode_only(_decode_batch(n_sequences, token, position))
             position += 1
         start = time.perf_counter()
         for _ in range(decode_steps):
-            _decode_step(runtime, batch, n_sequences, token, position)
+            runtime.decode_only(_decode_batch(n_sequences, token, position))
             position += 1
         seconds = time.perf_counter() - start
     finally:
@@ -62,15 +58,12 @@ def raw_batched_decode(gguf_path: Path, n_sequences: int, decode_steps: int = 64
     return RawDecodeResult(n_sequences, decode_steps, n_sequences * decode_steps, seconds, threads)
 
 
-def _decode_step(runtime: Any, batch: Any, n_sequences: int, token: int, position: int) -> None:
-    batch.fill([StepInput(slot, [token], position, True) for slot in range(n_sequences)])
-    code = llama_cpp.llama_decode(runtime._ctx, batch.struct)
-    if code != 0:
-        raise BackendError(f"llama_decode returned {code} during the benchmark", "lower the sequence count")
-    llama_cpp.llama_synchronize(runtime._ctx)  # GPU backends return early; count the work, not the launch
+def _decode_batch(n_sequences: int, token: int, position: int) -> list[StepInput]:
+    """One token per sequence, logits wanted for each (as a decode step of the engine)."""
+    return [StepInput(slot, [token], position, True) for slot in range(n_sequences)]
 
 
-def _any_plain_token(tokenizer: Any) -> int:
+def _any_plain_token(tokenizer: Tokenizer) -> int:
     ids = tokenizer.encode("the", add_special=False)
     return ids[0] if ids else 0
 

@@ -15,7 +15,7 @@ import llama_cpp
 import numpy as np
 
 from edgeopt.errors import BackendError
-from runtimes.base import RuntimeInfo, StepInput
+from runtimes.base import Runtime, RuntimeInfo, StepInput
 from runtimes.llama_cpp.batch import NumpyBatch
 from runtimes.llama_cpp.kv_type import configure_kv_cache
 from runtimes.llama_cpp.model import ModelFacts
@@ -27,7 +27,7 @@ _DECODE_ERRORS = {1: "no free KV cells for the batch", 2: "decode aborted", -1: 
                   -2: "failed to allocate compute buffers", -3: "compute failed"}
 
 
-class LlamaCppRuntime:
+class LlamaCppRuntime(Runtime):
     def __init__(self, model: llama_cpp.llama_model_p, facts: ModelFacts, kv_capacity_tokens: int,
                  max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None,
                  adaptive_threads: bool = False, kv_type: str = "f16") -> None:
@@ -48,7 +48,7 @@ class LlamaCppRuntime:
             eos_token_ids=self.tokenizer.eog_token_ids(), bos_token_id=bos if bos >= 0 else None,
             add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)),
         )
-        self.max_batch_tokens = int(llama_cpp.llama_n_batch(self._ctx))
+        self.max_batch_tokens: int = int(llama_cpp.llama_n_batch(self._ctx))  # fixed batch buffer (n_batch)
         self._batch = NumpyBatch(self.max_batch_tokens)
         self._lock = threading.Lock()  # step/release/close come from the engine thread; close may not
         # n_threads is then the most threads; the governor lowers it while other processes use our cores.
@@ -77,27 +77,39 @@ class LlamaCppRuntime:
         return ctx
 
     def step(self, batch: list[StepInput]) -> np.ndarray:
-        total = sum(len(item.tokens) for item in batch)
-        if not 0 < total <= self.max_batch_tokens:
-            raise BackendError(f"a step of {total} tokens does not fit llama.cpp's batch of {self.max_batch_tokens}",
-                               "the engine's step_token_budget must not exceed the runtime's max_batch_tokens")
         with self._lock:
-            self._check_open()
-            if self._governor is not None:
-                self._governor.before_decode()
-            outputs = self._batch.fill(batch)
-            code = llama_cpp.llama_decode(self._ctx, self._batch.struct)
-            self.decode_calls += 1
-            if code != 0:
-                raise BackendError(f"llama_decode failed with code {code} ({_DECODE_ERRORS.get(code, 'unknown')}) "
-                                   f"on a batch of {total} tokens over {len(batch)} sequences",
-                                   "the engine's KV accounting and the runtime disagree; please report this")
+            outputs = self._decode(batch)
             if outputs == 0:
                 return np.zeros((0, self.info.vocab_size), dtype=np.float32)
             # Rows come back in batch order of the tokens that asked for logits; copy out of llama.cpp's
             # buffer, which the next decode overwrites.
             pointer = llama_cpp.llama_get_logits(self._ctx)
             return np.ctypeslib.as_array(pointer, shape=(outputs, self.info.vocab_size)).copy()
+
+    def decode_only(self, batch: list[StepInput]) -> None:
+        """One ``llama_decode`` over ``batch``, waited for, with no logits copied out: llama.cpp's raw batched
+        speed, which ``runtimes.llama_cpp.bench`` measures our engine against."""
+        with self._lock:
+            self._decode(batch)
+            llama_cpp.llama_synchronize(self._ctx)  # GPU backends return early; count the work, not the launch
+
+    def _decode(self, batch: list[StepInput]) -> int:
+        """Fill the batch and decode it (the lock held); returns how many logits rows llama.cpp produced."""
+        total = sum(len(item.tokens) for item in batch)
+        if not 0 < total <= self.max_batch_tokens:
+            raise BackendError(f"a step of {total} tokens does not fit llama.cpp's batch of {self.max_batch_tokens}",
+                               "the engine's step_token_budget must not exceed the runtime's max_batch_tokens")
+        self._check_open()
+        if self._governor is not None:
+            self._governor.before_decode()
+        outputs = self._batch.fill(batch)
+        code = llama_cpp.llama_decode(self._ctx, self._batch.struct)
+        self.decode_calls += 1
+        if code != 0:
+            raise BackendError(f"llama_decode failed with code {code} ({_DECODE_ERRORS.get(code, 'unknown')}) "
+                               f"on a batch of {total} tokens over {len(batch)} sequences",
+                               "the engine's KV accounting and the runtime disagree; please report this")
+        return outputs
 
     @property
     def threads(self) -> int:

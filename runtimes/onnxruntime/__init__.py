@@ -1,4 +1,5 @@
-"""ONNX Runtime backend: ``load(bundle_dir, manifest, **options)`` for decoder and embedding bundles.
+"""ONNX Runtime backend: ``load(bundle_dir, manifest, **options)`` for decoder bundles and
+``load_embedding(bundle_dir, manifest, **options)`` for embedding bundles.
 
 Options (all optional): ``kv_capacity_tokens``, ``max_slots``, ``context_length`` (decoders),
 ``threads``, ``providers`` (e.g. ["cuda"]) and ``profile`` (a DeviceProfile or name; default: the
@@ -10,51 +11,76 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import BundleError, ConfigError, UnknownTargetError
 from edgeopt.model_spec import encoder_input_limit
+from profiles import DeviceProfile
 from profiles.host import usable_cpu_count
-from runtimes.base import RuntimeInfo
+from runtimes.base import EmbeddingRuntime, Runtime, RuntimeInfo
+
+if TYPE_CHECKING:
+    from edgeopt.bundle import Manifest
+    from runtimes.onnxruntime.tokenizer import BundleTokenizer
 
 DEFAULT_SLOTS = 8
 DEFAULT_CONTEXT = 4096
 
 
-def load(bundle_dir: Path, manifest: Any, kv_capacity_tokens: int | None = None, max_slots: int | None = None,
+def load(bundle_dir: Path, manifest: Manifest, kv_capacity_tokens: int | None = None, max_slots: int | None = None,
          context_length: int | None = None, threads: int | None = None, providers: list[str] | None = None,
-         profile: Any = None, **_other_backends_options: Any) -> Any:
-    from runtimes.onnxruntime.session import create_session, resolve_providers, resolve_threads
-    from runtimes.onnxruntime.tokenizer import BundleTokenizer
-
+         profile: DeviceProfile | str | None = None, **_other_backends_options: Any) -> Runtime:
+    _check_kind(manifest, "causal-lm", "runtimes.load_embedding_runtime")
     bundle_dir = Path(bundle_dir)
-    model_path = bundle_dir / manifest.model_file
-    profile = _profile(profile, manifest)
-    # A profile describes the target board; never ask for more threads than this machine has.
-    n_threads = resolve_threads(threads, None) if threads is not None else min(resolve_threads(None, profile), usable_cpu_count())
-    session = create_session(model_path, n_threads, resolve_providers(providers, profile))
-    tokenizer = BundleTokenizer(bundle_dir / manifest.tokenizer_dir / "tokenizer.json")
-    config = _model_config(model_path.parent)
-    if manifest.kind == "embedding":
-        return _embedding_runtime(session, tokenizer, config, model_path.parent)
+    session, tokenizer, config = _open(bundle_dir, manifest, threads, providers, profile)
     return _decoder_runtime(session, tokenizer, config, bundle_dir / manifest.tokenizer_dir,
                             kv_capacity_tokens, max_slots, context_length)
 
 
-def _embedding_runtime(session: Any, tokenizer: Any, config: dict, model_dir: Path) -> Any:
+def load_embedding(bundle_dir: Path, manifest: Manifest, threads: int | None = None,
+                   providers: list[str] | None = None, profile: DeviceProfile | str | None = None,
+                   **_other_backends_options: Any) -> EmbeddingRuntime:
+    _check_kind(manifest, "embedding", "runtimes.load_runtime")
+    session, tokenizer, config = _open(Path(bundle_dir), manifest, threads, providers, profile)
+    return _embedding_runtime(session, tokenizer, config, Path(bundle_dir) / manifest.model_file)
+
+
+def _check_kind(manifest: Manifest, kind: str, other_loader: str) -> None:
+    if manifest.kind != kind:
+        raise ConfigError(f"this loader takes {kind} bundles; the bundle is a {manifest.kind!r} bundle",
+                          f"load it with {other_loader}")
+
+
+def _open(bundle_dir: Path, manifest: Manifest, threads: int | None, providers: list[str] | None,
+          profile: DeviceProfile | str | None) -> tuple[Any, BundleTokenizer, dict]:
+    """The session (providers and threads from the profile), the tokenizer and config.json of a bundle."""
+    from runtimes.onnxruntime.session import create_session, resolve_providers, resolve_threads
+    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+
+    model_path = bundle_dir / manifest.model_file
+    chosen = _profile(profile, manifest)
+    # A profile describes the target board; never ask for more threads than this machine has.
+    n_threads = (resolve_threads(threads, None) if threads is not None
+                 else min(resolve_threads(None, chosen), usable_cpu_count()))
+    session = create_session(model_path, n_threads, resolve_providers(providers, chosen))
+    tokenizer = BundleTokenizer(bundle_dir / manifest.tokenizer_dir / "tokenizer.json")
+    return session, tokenizer, _model_config(model_path.parent)
+
+
+def _embedding_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, model_path: Path) -> EmbeddingRuntime:
     from runtimes.onnxruntime.encoder import OnnxEmbeddingRuntime
     from runtimes.onnxruntime.pooling import load_pooling
 
     pad = config.get("pad_token_id")
-    pooling = load_pooling(model_dir)
+    pooling = load_pooling(model_path.parent)
     # sentence-transformers never feeds more than max_seq_length tokens; neither do we (encoder.py).
     context = encoder_input_limit(config, pooling.max_seq_length)
     info = RuntimeInfo(vocab_size=tokenizer.vocab_size, kv_capacity_tokens=0, max_slots=0, context_length=context)
     return OnnxEmbeddingRuntime(session, tokenizer, pooling, info, int(pad) if pad is not None else 0)
 
 
-def _decoder_runtime(session: Any, tokenizer: Any, config: dict, tokenizer_dir: Path, kv_capacity: int | None,
-                     max_slots: int | None, context: int | None) -> Any:
+def _decoder_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, tokenizer_dir: Path,
+                     kv_capacity: int | None, max_slots: int | None, context: int | None) -> Runtime:
     from runtimes.onnxruntime.decoder import OnnxDecoderRuntime
     from runtimes.onnxruntime.decoder_session import DecoderSession
 
@@ -77,7 +103,7 @@ def _decoder_runtime(session: Any, tokenizer: Any, config: dict, tokenizer_dir: 
     return OnnxDecoderRuntime(decoder, tokenizer, info)
 
 
-def _eos_ids(config: dict, tokenizer_dir: Path, tokenizer: Any, tok_config: dict) -> set[int]:
+def _eos_ids(config: dict, tokenizer_dir: Path, tokenizer: BundleTokenizer, tok_config: dict) -> set[int]:
     """EOS ids from config.json, generation_config.json and the tokenizer's eos_token (chat models add <|im_end|>)."""
     ids: set[int] = set()
     for source in (config, _read_json(tokenizer_dir / "generation_config.json")):
@@ -101,10 +127,10 @@ def _read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _profile(profile: Any, manifest: Any) -> Any:
+def _profile(profile: DeviceProfile | str | None, manifest: Manifest) -> DeviceProfile:
     from profiles import load_profile
 
-    if profile is not None and not isinstance(profile, str):
+    if isinstance(profile, DeviceProfile):
         return profile
     try:
         return load_profile(profile or manifest.target or "host")

@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from edgeopt.errors import BackendError
-from runtimes.base import RuntimeInfo, StepInput, check_step_inputs, rows_for_step
+from runtimes.base import Runtime, RuntimeInfo, StepInput, check_step_inputs, rows_for_step
 from runtimes.onnxruntime.decode_group import DecodeGroup, advance, form_group, step_inputs
 from runtimes.onnxruntime.decoder_session import KV, DecoderSession
 from runtimes.onnxruntime.tokenizer import BundleTokenizer
 
 
-class OnnxDecoderRuntime:
+class OnnxDecoderRuntime(Runtime):
     """runtimes.base.Runtime over a DecoderSession."""
 
     def __init__(self, decoder: DecoderSession, tokenizer: BundleTokenizer, info: RuntimeInfo) -> None:

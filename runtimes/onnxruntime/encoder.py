@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeopt.errors import BackendError, ContextOverflowError
-from runtimes.base import RuntimeInfo
+from runtimes.base import EmbeddingRuntime, RuntimeInfo
 from runtimes.onnxruntime.pooling import PoolingConfig, pool
 from runtimes.onnxruntime.tokenizer import BundleTokenizer
 
@@ -29,7 +29,7 @@ def pad_batch(batch: list[list[int]], pad_token_id: int = 0) -> tuple[np.ndarray
     return ids, mask
 
 
-class OnnxEmbeddingRuntime:
+class OnnxEmbeddingRuntime(EmbeddingRuntime):
     """Serves embedding bundles; it has no KV cache and no engine (``step`` is not supported)."""
 
     def __init__(self, session, tokenizer: BundleTokenizer, pooling: PoolingConfig, info: RuntimeInfo,
@@ -76,12 +76,6 @@ class OnnxEmbeddingRuntime:
 
     def embed(self, texts: list[str], truncate: bool = False) -> np.ndarray:
         return self.embed_ids(self.tokenize(texts, truncate))
-
-    def step(self, batch):  # noqa: ANN001, ANN201 - protocol method that embedding bundles lack
-        raise BackendError("an embedding bundle cannot generate text", "serve a causal-lm bundle for completions")
-
-    def release(self, slot: int) -> None:
-        return None
 
     def close(self) -> None:
         self.session = None

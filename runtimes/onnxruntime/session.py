@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import BackendError, ConfigError
+from profiles import DeviceProfile
 from profiles.host import usable_cpu_count
 
 CPU = "CPUExecutionProvider"
@@ -20,7 +21,7 @@ TENSORRT = "TensorrtExecutionProvider"
 PROVIDER_ALIASES = {"cpu": CPU, "cuda": CUDA, "tensorrt": TENSORRT, "trt": TENSORRT}
 
 
-def resolve_providers(requested: list[str] | None, profile: Any | None) -> list[str]:
+def resolve_providers(requested: list[str] | None, profile: DeviceProfile | None) -> list[str]:
     """The provider list for a session, best first, always ending with CPU."""
     import onnxruntime as ort
 
@@ -32,19 +33,19 @@ def resolve_providers(requested: list[str] | None, profile: Any | None) -> list[
             raise BackendError(f"execution provider(s) {missing} are not in this onnxruntime build",
                                f"available: {', '.join(available)}; install onnxruntime-gpu for CUDA/TensorRT")
         return names + ([CPU] if CPU not in names else [])
-    wants_gpu = bool(profile is not None and getattr(profile, "has_cuda", False))
+    wants_gpu = profile is not None and profile.has_cuda
     chosen = [p for p in (TENSORRT, CUDA) if wants_gpu and p in available]
     return chosen + [CPU]
 
 
-def resolve_threads(threads: int | None, profile: Any | None) -> int:
+def resolve_threads(threads: int | None, profile: DeviceProfile | None) -> int:
     """Intra-op threads: the explicit value, else the profile's core count, else this machine's."""
     if threads is not None:
         if threads < 1:
             raise ConfigError(f"threads={threads} must be >= 1", "pass --threads N with N >= 1")
         return threads
-    if profile is not None and getattr(profile, "cores", 0):
-        return int(profile.cores)
+    if profile is not None and profile.cores:
+        return profile.cores
     return usable_cpu_count()
 
 

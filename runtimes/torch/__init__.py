@@ -15,19 +15,40 @@ bundle's runtime is ``torch``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import ConfigError
+from runtimes.base import Runtime
+
+if TYPE_CHECKING:
+    from edgeopt.bundle import Manifest
 
 KNOWN_OPTIONS = ("kv_capacity_tokens", "max_slots", "context_length", "threads", "device", "dtype")
 
 
-def load(bundle_dir: Path, manifest: Any, **options: Any) -> Any:
+def load(bundle_dir: Path, manifest: Manifest, **options: Any) -> Runtime:
     """Load the bundle's checkpoint; options: kv_capacity_tokens, max_slots, context_length, threads,
     device ("auto" | "cpu" | "cuda"), dtype ("auto" | "fp32" | "fp16" | "bf16")."""
     unknown = sorted(set(options) - set(KNOWN_OPTIONS))
     if unknown:
         raise ConfigError(f"the torch runtime does not take option(s) {unknown}", f"valid: {', '.join(KNOWN_OPTIONS)}")
-    from runtimes.torch.loading import load_runtime_for_bundle
+    return _load(Path(bundle_dir), manifest, **{k: v for k, v in options.items() if v is not None})
 
-    return load_runtime_for_bundle(Path(bundle_dir), manifest, **{k: v for k, v in options.items() if v is not None})
+
+def _load(bundle_dir: Path, manifest: Manifest, *, device: str = "auto", dtype: str = "auto",
+          threads: int | None = None, kv_capacity_tokens: int | None = None, max_slots: int | None = None,
+          context_length: int | None = None) -> Runtime:
+    from runtimes.torch.loading import load_checkpoint, runtime_info, serving_device
+
+    device = serving_device(device)
+    if device == "cuda":
+        from runtimes.torch.paged import load_paged_runtime
+
+        return load_paged_runtime(bundle_dir, manifest, dtype=dtype, kv_capacity_tokens=kv_capacity_tokens,
+                                  max_slots=max_slots, context_length=context_length)
+    from runtimes.torch.cpu_runtime import TorchRuntime
+
+    model, tokenizer, config = load_checkpoint(bundle_dir, manifest, device, dtype, threads)
+    info = runtime_info(bundle_dir / manifest.model_file, config, tokenizer, kv_capacity_tokens, max_slots,
+                        context_length)
+    return TorchRuntime(model, tokenizer, info)

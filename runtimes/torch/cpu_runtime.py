@@ -18,11 +18,11 @@ import numpy as np
 import torch
 
 from edgeopt.errors import BackendError
-from runtimes.base import RuntimeInfo, StepInput, Tokenizer, check_step_inputs, rows_for_step
+from runtimes.base import Runtime, RuntimeInfo, StepInput, Tokenizer, check_step_inputs, rows_for_step
 from runtimes.torch.slot_cache import SlotKV, append_last_token, cache_for_slot, padded_cache, read_back
 
 
-class TorchRuntime:
+class TorchRuntime(Runtime):
     def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, info: RuntimeInfo) -> None:
         self.model = model
         self.tokenizer = tokenizer

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import BundleError, ConfigError
-from runtimes.base import RuntimeInfo
+from runtimes.base import RuntimeInfo, Tokenizer
+
+if TYPE_CHECKING:
+    from edgeopt.bundle import Manifest
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 DEFAULT_CONTEXT = 4096
@@ -74,7 +77,7 @@ def checkpoint_dtype(config: dict[str, Any]) -> str:
     return str(config.get("dtype") or config.get("torch_dtype") or "float32")
 
 
-def load_checkpoint(bundle_dir: Path, manifest: Any, device: str, dtype: str, threads: int | None,
+def load_checkpoint(bundle_dir: Path, manifest: Manifest, device: str, dtype: str, threads: int | None,
                     attn_implementation: str = "sdpa") -> tuple[Any, Any, dict[str, Any]]:
     import torch
     from transformers import AutoModelForCausalLM
@@ -100,7 +103,7 @@ def load_checkpoint(bundle_dir: Path, manifest: Any, device: str, dtype: str, th
     return model, tokenizer, config
 
 
-def runtime_info(model_dir: Path, config: dict[str, Any], tokenizer: Any, kv_capacity_tokens: int | None,
+def runtime_info(model_dir: Path, config: dict[str, Any], tokenizer: Tokenizer, kv_capacity_tokens: int | None,
                  max_slots: int | None, context_length: int | None) -> RuntimeInfo:
     model_max = int(config.get("max_position_embeddings") or DEFAULT_CONTEXT)
     context = min(context_length or DEFAULT_CONTEXT, model_max)
@@ -116,19 +119,3 @@ def runtime_info(model_dir: Path, config: dict[str, Any], tokenizer: Any, kv_cap
                        context_length=context, eos_token_ids=eos_token_ids(model_dir, config),
                        bos_token_id=bos if isinstance(bos, int) else None, add_bos=adds_bos)
 
-
-def load_runtime_for_bundle(bundle_dir: Path, manifest: Any, *, device: str = "auto", dtype: str = "auto",
-                            threads: int | None = None, kv_capacity_tokens: int | None = None,
-                            max_slots: int | None = None, context_length: int | None = None) -> Any:
-    device = serving_device(device)
-    if device == "cuda":
-        from runtimes.torch.paged import load_paged_runtime
-
-        return load_paged_runtime(bundle_dir, manifest, dtype=dtype, kv_capacity_tokens=kv_capacity_tokens,
-                                  max_slots=max_slots, context_length=context_length)
-    from runtimes.torch.cpu_runtime import TorchRuntime
-
-    model, tokenizer, config = load_checkpoint(bundle_dir, manifest, device, dtype, threads)
-    info = runtime_info(bundle_dir / manifest.model_file, config, tokenizer, kv_capacity_tokens, max_slots,
-                        context_length)
-    return TorchRuntime(model, tokenizer, info)

@@ -1,4 +1,5 @@
-"""The parts of transformers' continuous-batching API that changed between releases, behind four functions.
+"""transformers' continuous-batching manager behind :class:`~runtimes.torch.paged_engine.BatchingManager`
+(:class:`TransformersManager`), and the parts of its API that changed between releases.
 
 transformers 4.5x: sizing (``num_blocks``, ``block_size``, ``max_batch_tokens``) and sampling travel on the
 ``GenerationConfig``; sampling and EOS are global to the manager; outputs carry a ``RequestStatus`` enum.
@@ -16,6 +17,7 @@ from typing import Any
 
 from edgeopt.engine.api import EngineConfig, SamplingParams
 from edgeopt.errors import RequestError
+from runtimes.torch.paged_engine import PagedResult, PagedUsage
 
 PAGE_SIZE = 32  # tokens per page: small pages waste little KV on short chat requests
 GREEDY_TEMPERATURE = 1e-5  # 5.x: do_sample is global; this temperature makes sampling an argmax
@@ -24,6 +26,56 @@ GREEDY_TEMPERATURE = 1e-5  # 5.x: do_sample is global; this temperature makes sa
 NEAR_ONE_TOP_P = 1.0 - 1e-7
 UNSUPPORTED = {"seed": None, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
                "min_p": 0.0}
+
+
+class TransformersManager:
+    """A transformers ``ContinuousBatchingManager`` sized by our EngineConfig (created on :meth:`start`)."""
+
+    def __init__(self, model: Any, config: EngineConfig, vocab_size: int, eos_ids: list[int],
+                 max_new_tokens: int) -> None:
+        self._model, self._config, self._vocab_size = model, config, vocab_size
+        self._eos_ids, self._max_new_tokens = eos_ids, max_new_tokens
+        self.manager: Any = None  # the transformers object, once started
+
+    def start(self) -> None:
+        self.manager = create_manager(self._model, self._config, self._vocab_size, self._eos_ids,
+                                      self._max_new_tokens)
+        self.manager.start()
+
+    def stop(self, timeout_s: float) -> None:
+        self.manager.stop(block=True, timeout=timeout_s)
+
+    def is_running(self) -> bool:
+        return bool(self.manager.is_running())
+
+    def check_supported(self, params: SamplingParams) -> None:
+        check_unsupported(params)
+        if not has_per_request_sampling():
+            check_global_greedy(params)
+
+    def submit(self, request_id: str, prompt_ids: list[int], max_new_tokens: int, params: SamplingParams) -> None:
+        submit(self.manager, request_id, prompt_ids, max_new_tokens, params, self._eos_ids, self._vocab_size)
+
+    def cancel(self, request_id: str) -> None:
+        self.manager.cancel_request(request_id)
+
+    def next_result(self, timeout_s: float) -> PagedResult | None:
+        result = self.manager.get_result(timeout=timeout_s)
+        if result is None:
+            return None
+        return PagedResult(result.request_id, [int(t) for t in result.generated_tokens], is_finished(result),
+                           str(result.error) if result.error else None)
+
+    def usage(self) -> PagedUsage:
+        # The batch processor exists only while the generation thread runs (both releases name it so).
+        processor = getattr(self.manager, "batch_processor", None)
+        steps = int(getattr(self.manager, "current_batch", 0) or 0)
+        if processor is None:
+            return PagedUsage(0, 0, 0, steps)
+        free = processor.cache.get_num_free_blocks()
+        used = max(0, (num_blocks_for(self._config) - free) * PAGE_SIZE)
+        return PagedUsage(len(processor.scheduler.active_requests), len(processor.scheduler.waiting_requests),
+                          used, steps)
 
 
 def has_per_request_sampling() -> bool:

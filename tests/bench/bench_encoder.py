@@ -32,7 +32,7 @@ import pytest
 from edgeopt.bundle import load_bundle
 from profiles import load_profile
 from profiles.host import cpu_flags
-from runtimes import load_runtime
+from runtimes import load_embedding_runtime
 from runtimes.onnxruntime.encoder import pad_batch
 from tests.fixtures.onnx_bundles import encoder_bundle
 
@@ -105,7 +105,7 @@ def _runtime_batches(rt, batches: list[list[list[int]]]) -> Callable[[], None]:
 
 def _concurrent_requests(rt, texts: list[list[int]]) -> Callable[[], None]:
     """Every text as its own request to the server's batcher, all in flight at once."""
-    from edgeopt.server.embeddings import EmbeddingBatcher
+    from edgeopt.server.embedding_batcher import EmbeddingBatcher
 
     async def requests() -> None:
         batcher = EmbeddingBatcher(rt)
@@ -162,7 +162,7 @@ def test_encoder_int8_onnx_vs_torch_fp32(tmp_path):
     model_dir = _minilm_l6(tmp_path / "minilm")
     bundle = encoder_bundle(model_dir, tmp_path / "bundle", "int8", cpu_isa=load_profile("host").cpu_isa)
     torch.set_num_threads(THREADS)  # after the export, which sets its own thread count
-    rt = load_runtime("onnxruntime", bundle, load_bundle(bundle), threads=THREADS)
+    rt = load_embedding_runtime("onnxruntime", bundle, load_bundle(bundle), threads=THREADS)
     model = AutoModel.from_pretrained(str(model_dir)).eval()
     def tokenized(texts: list[str]) -> list[list[int]]:  # cut to the model's 128 positions
         return [ids[:128] for ids in rt.tokenizer.encode_batch(texts, add_special=True)]

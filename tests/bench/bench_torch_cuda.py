@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.bundle import load_bundle
-from edgeopt.engine import Engine, EngineConfig, SamplingParams
+from edgeopt.engine import Engine, SamplingParams, engine_config_for
 from runtimes import load_runtime
 
 PROMPT = "def parse_arguments(argv):\n    "
@@ -31,8 +31,8 @@ def make_engine(bundle: Path, device: str, threads: int, slots: int) -> Any:
     if manifest.runtime == "torch":
         options["device"] = device
     runtime = load_runtime(manifest.runtime, bundle, manifest, **options)
-    config = EngineConfig(kv_capacity_tokens=KV_TOKENS, max_running=slots, context_length=512)
-    engine = runtime.create_engine(config) if hasattr(runtime, "create_engine") else Engine(runtime, config)
+    config = engine_config_for(runtime, kv_capacity_tokens=KV_TOKENS, max_running=slots, context_length=512)
+    engine = runtime.create_engine(config) or Engine(runtime, config)
     engine.start()
     return engine, runtime
 

@@ -9,7 +9,7 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from runtimes import load_runtime
+from runtimes import load_embedding_runtime
 from runtimes.onnxruntime.pooling import PoolingConfig, pool, read_sentence_transformers_pooling
 from tests.fixtures.onnx_bundles import encoder_bundle
 from tests.fixtures.tiny_encoder import ST_MAX_SEQ_LENGTH, write_sentence_transformers_config
@@ -30,7 +30,7 @@ def test_embedding_runtime_pools_and_normalizes_like_torch(encoder_fp32_bundle, 
     import torch
     from transformers import AutoModel
 
-    rt = load_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)
+    rt = load_embedding_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)
     got = rt.embed(SENTENCES)
     assert got.shape == (4, 64)
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
@@ -47,8 +47,8 @@ def test_int8_embeddings_stay_close_to_fp32(tiny_encoder_dir, encoder_fp32_bundl
     bundle = encoder_bundle(tiny_encoder_dir, tmp_path / "bert-int8", "int8")
     manifest = load_bundle(bundle)
     assert manifest.export["probe_min_cosine_vs_fp32"] >= 0.99
-    fp32 = load_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)
-    int8 = load_runtime("onnxruntime", bundle, manifest, threads=1)
+    fp32 = load_embedding_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)
+    int8 = load_embedding_runtime("onnxruntime", bundle, manifest, threads=1)
     a, b = fp32.embed(SENTENCES), int8.embed(SENTENCES)
     assert float(np.min(np.sum(a * b, axis=1))) >= 0.99  # both unit length: dot product is the cosine
 
@@ -94,6 +94,6 @@ def test_static_int8_calibrates_on_unpadded_served_shaped_inputs(tiny_encoder_di
     assert len(samples[-1]) == limit and all(len(s) < 64 for s in samples[:-1])
 
     bundle = encoder_bundle(tiny_encoder_dir, tmp_path / "bert-static", "int8-static", calibration_data=data)
-    fp32 = load_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)
-    static = load_runtime("onnxruntime", bundle, load_bundle(bundle), threads=1)
+    fp32 = load_embedding_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)
+    static = load_embedding_runtime("onnxruntime", bundle, load_bundle(bundle), threads=1)
     assert float(np.min(np.sum(fp32.embed(SENTENCES) * static.embed(SENTENCES), axis=1))) >= 0.98

@@ -20,7 +20,7 @@ from sentence_transformers import SentenceTransformer
 from edgeopt.bundle import load_bundle
 from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
-from runtimes import load_runtime
+from runtimes import load_embedding_runtime
 from tests.fixtures.onnx_bundles import encoder_bundle
 from tests.fixtures.tiny_encoder import ST_MAX_SEQ_LENGTH, build_tiny_encoder
 
@@ -39,8 +39,8 @@ def texts_for(model: SentenceTransformer) -> list[str]:
 
 
 def served_app(bundle: Path) -> tuple[object, object]:
-    runtime = load_runtime("onnxruntime", bundle, load_bundle(bundle), threads=1)
-    served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, runtime=runtime)
+    runtime = load_embedding_runtime("onnxruntime", bundle, load_bundle(bundle), threads=1)
+    served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, embedder=runtime)
     return create_app(ServerSettings(model_names=("enc",), kind="embedding"), served=served), runtime
 
 

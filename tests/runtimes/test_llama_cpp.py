@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from edgeopt.engine import Engine, SamplingParams
+from edgeopt.engine import Engine, SamplingParams, engine_config_for
 from edgeopt.errors import BackendError, ConfigError
 from runtimes.base import StepInput
-from runtimes.llama_cpp import LlamaCppRuntime, engine_config_for, load, load_gguf
+from runtimes.llama_cpp import LlamaCppRuntime, load, load_gguf
 from tests.engine.helpers import generate_all, run_engine
 
 LOGIT_TOLERANCE = 2e-2
@@ -186,3 +186,21 @@ def test_cuda_profile_offloads_every_layer_and_matches_cpu_logits(gguf_path: Pat
     finally:
         cpu.close()
         gpu.close()
+
+
+def test_the_raw_benchmark_decodes_through_the_public_decode_only(gguf_path: Path) -> None:
+    """runtimes/llama_cpp/bench.py measures llama.cpp's ceiling through ``decode_only``, not the runtime's
+    private context and batch: the same cells fill as with ``step``, and the figure counts every token."""
+    from runtimes.llama_cpp.bench import raw_batched_decode
+
+    runtime = open_runtime(gguf_path, kv=256, slots=2)
+    try:
+        runtime.step([StepInput(0, [5, 6, 7], 0, True), StepInput(1, [8, 9], 0, True)])
+        runtime.decode_only([StepInput(0, [10], 3, True), StepInput(1, [11], 2, True)])
+        assert runtime.kv_cells_used() == 4 + 3
+        with pytest.raises(BackendError, match="does not fit"):
+            runtime.decode_only([StepInput(0, [1] * 600, 4, True)])
+    finally:
+        runtime.close()
+    result = raw_batched_decode(gguf_path, n_sequences=2, decode_steps=3, prompt_tokens=4, threads=1, warmup_steps=1)
+    assert result.tokens == 6 and result.seconds > 0

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.engine import Engine, SamplingParams
-from runtimes.llama_cpp import engine_config_for, load_gguf
+from edgeopt.engine import Engine, SamplingParams, engine_config_for
+from runtimes.llama_cpp import load_gguf
 from runtimes.llama_cpp.bench import raw_batched_decode
 
 pytestmark = pytest.mark.slow

@@ -11,15 +11,15 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.server.app import create_app
-from edgeopt.server.embeddings import BATCHER_KEY
+
 from edgeopt.server.state import ServedModel, ServerSettings
-from runtimes import load_runtime
+from runtimes import load_embedding_runtime
 
 
 @pytest.fixture()
 def app_and_runtime(encoder_fp32_bundle):
-    runtime = load_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)
-    served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, runtime=runtime)
+    runtime = load_embedding_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)
+    served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, embedder=runtime)
     app = create_app(ServerSettings(model_names=("bert",), kind="embedding"), served=served)
     return app, runtime, served
 
@@ -77,4 +77,4 @@ async def test_concurrent_requests_share_forward_passes(app_and_runtime):
     assert all(r.status_code == 200 for r in responses)
     got = np.array([r.json()["data"][0]["embedding"] for r in responses], dtype=np.float32)
     np.testing.assert_allclose(got, runtime.embed(texts), atol=1e-5)
-    assert served.extras[BATCHER_KEY].batches_run < len(texts)  # requests were batched together
+    assert served.embedding_batcher.batches_run < len(texts)  # requests were batched together

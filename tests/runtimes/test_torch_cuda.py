@@ -73,7 +73,7 @@ def test_paged_cache_is_sized_by_our_kv_budget(bundle: Path, monkeypatch: pytest
     _, engine = start_engine(bundle, "cpu", monkeypatch)
     try:
         asyncio.run(run_requests(engine, [[5, 6, 7]], SamplingParams(temperature=0, max_tokens=2)))
-        cache = engine._manager.batch_processor.cache
+        cache = engine._manager.manager.batch_processor.cache
         assert cache.num_blocks == CONFIG.kv_capacity_tokens // paged_compat.PAGE_SIZE
         assert cache.max_batch_tokens == CONFIG.step_token_budget
     finally:
@@ -106,17 +106,17 @@ def test_a_failed_paged_step_ends_its_requests_with_error_and_health_sees_it(
     """Issue 12: a failed forward pass is an "error" (a 500 / SSE error for the client), never an "abort"
     (a client disconnect). transformers' manager stops after a failed forward, so the engine then says it
     is not running, which /health turns into a 503."""
-    _, engine = start_engine(bundle, "cpu", monkeypatch)
+    runtime, engine = start_engine(bundle, "cpu", monkeypatch)
 
     def broken_forward(*args, **kwargs):  # noqa: ANN002, ANN003 - stands in for any model.forward
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     try:
         assert engine.is_running
-        monkeypatch.setattr(engine.model, "forward", broken_forward)
+        monkeypatch.setattr(runtime.model, "forward", broken_forward)
         [out] = asyncio.run(run_requests(engine, [[5, 6, 7]], SamplingParams(temperature=0, max_tokens=4)))
         assert out.finish_reason == "error" and "illegal memory access" in (out.error or "")
-        engine._manager._generation_thread.join(timeout=30)
+        engine._manager.manager._generation_thread.join(timeout=30)
         assert not engine.is_running
     finally:
         engine.shutdown()

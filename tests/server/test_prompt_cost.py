@@ -124,12 +124,12 @@ def test_health_answers_while_embedding_inputs_are_tokenized(encoder_fp32_bundle
     from edgeopt.bundle import load_bundle
     from edgeopt.server.app import create_app
     from edgeopt.server.state import ServedModel, ServerSettings
-    from runtimes import load_runtime
+    from runtimes import load_embedding_runtime
     from tests.server.live import start_live_server
 
-    runtime = load_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)
+    runtime = load_embedding_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)
     tokenizer = runtime.tokenizer = SlowBatchTokenizer(runtime.tokenizer, seconds=3.0)
-    served = ServedModel(context_length=runtime.info.context_length, tokenizer=tokenizer, runtime=runtime)
+    served = ServedModel(context_length=runtime.info.context_length, tokenizer=tokenizer, embedder=runtime)
     live = start_live_server(create_app(ServerSettings(model_names=("bert",), kind="embedding"), served=served))
     try:
         big = threading.Thread(target=lambda: httpx.post(f"{live.url}/v1/embeddings", timeout=60,
