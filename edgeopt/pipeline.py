@@ -45,7 +45,7 @@ class OptimizeOptions:
     evaluate: bool = True
     force: bool = False
     dry_run: bool = False
-    fit: bool = False  # prune just enough to fit the target when the model does not (edgeopt/passes/fit.py)
+    fit: bool = False  # prune just enough to fit the target when the model does not (edgeopt/plan_fit.py)
 
 
 @dataclass
@@ -69,7 +69,7 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     fmt = opts.format or (encoder_formats()[0] if spec.is_encoder else profile.preferred_format)
     if spec.is_encoder:
         _check_encoder_options(spec, fmt, opts)
-    from edgeopt.passes.fit import plan_after_passes  # the plan describes the model as pruning leaves it
+    from edgeopt.plan_fit import plan_after_passes  # the plan describes the model as pruning leaves it
 
     asked_quant = canonical_quant(fmt, opts.quant) if opts.quant else None  # any case; canonical from here on
     asked_kv_type = parse_kv_type(opts.kv_type, fmt) if opts.kv_type else None

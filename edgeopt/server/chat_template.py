@@ -16,12 +16,7 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from edgeopt.errors import BundleError, RequestError
-
-
-class ChatTemplateError(RequestError):
-    """The template rejected the messages (its raise_exception) or failed while rendering them."""
-
+from edgeopt.errors import BundleError, ChatTemplateError
 
 def _raise_exception(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)

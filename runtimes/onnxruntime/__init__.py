@@ -21,7 +21,7 @@ from runtimes.base import EmbeddingRuntime, Runtime, RuntimeInfo
 
 if TYPE_CHECKING:
     from edgeopt.bundle import Manifest
-    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+    from runtimes.bundle_tokenizer import BundleTokenizer
 
 DEFAULT_SLOTS = 8
 DEFAULT_CONTEXT = 4096
@@ -55,7 +55,7 @@ def _open(bundle_dir: Path, manifest: Manifest, threads: int | None, providers: 
           profile: DeviceProfile | str | None) -> tuple[Any, BundleTokenizer, dict]:
     """The session (providers and threads from the profile), the tokenizer and config.json of a bundle."""
     from runtimes.onnxruntime.session import create_session, resolve_providers, resolve_threads
-    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+    from runtimes.bundle_tokenizer import BundleTokenizer
 
     model_path = bundle_dir / manifest.model_file
     chosen = _profile(profile, manifest)

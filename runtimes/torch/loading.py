@@ -83,7 +83,7 @@ def load_checkpoint(bundle_dir: Path, manifest: Manifest, device: str, dtype: st
     from transformers import AutoModelForCausalLM
 
     from edgeopt.model_spec import reference_attention
-    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+    from runtimes.bundle_tokenizer import BundleTokenizer
 
     if threads:
         torch.set_num_threads(int(threads))

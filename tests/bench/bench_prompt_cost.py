@@ -25,7 +25,7 @@ from edgeopt.server.request_prep import completion_prompt_ids, output_budget
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServedModel
 from runtimes.llama_cpp import load_gguf
-from runtimes.onnxruntime.tokenizer import BundleTokenizer
+from runtimes.bundle_tokenizer import BundleTokenizer
 
 FLOOD = "<|endoftext|>a" * 25000
 

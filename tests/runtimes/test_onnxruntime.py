@@ -9,7 +9,7 @@ from edgeopt.bundle import load_bundle
 from edgeopt.errors import BackendError, ConfigError
 from runtimes import load_runtime
 from runtimes.base import StepInput
-from runtimes.onnxruntime.tokenizer import BundleTokenizer, byte_level_decoder_table
+from runtimes.bundle_tokenizer import BundleTokenizer, byte_level_decoder_table
 
 
 @pytest.fixture()

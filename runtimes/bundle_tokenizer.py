@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import BundleError, ConfigError
-from runtimes.onnxruntime.token_bounds import max_input_bytes_per_token
+from runtimes.token_bounds import max_input_bytes_per_token
 
 
 def byte_level_decoder_table() -> dict[str, int]:
