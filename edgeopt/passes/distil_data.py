@@ -10,7 +10,6 @@ interrupted one would have, without saving a data-loader state.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
@@ -24,10 +23,6 @@ _ENCODE_CHUNK_CHARS = 1 << 16
 
 def read_data_file(path: Path | str) -> str:
     return read_text_file(path, "data file", "--distil-data", PassError)
-
-
-def file_sha256(path: Path | str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def tokenize(model_dir: Path, text: str) -> torch.Tensor:
