@@ -6,6 +6,7 @@ staged in a temporary directory and published with one rename (see :mod:`edgeopt
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from edgeopt.kv_types import kv_element_bytes_for, parse_kv_type
 from edgeopt.model_spec import ModelSpec, load_model_spec
 from edgeopt.plan import Plan, canonical_quant, check_encoder_formats, encoder_formats, require_fit
 from edgeopt.source import resolve_model_dir
+from edgeopt.tokenizer_config import chat_template_in
 from profiles import DeviceProfile, load_profile
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
@@ -203,16 +205,8 @@ def _copy(src: Path, dst: Path) -> None:
 
 
 def _chat_template(tok_dir: Path) -> str | None:
-    import json
-
-    jinja = tok_dir / "chat_template.jinja"
-    if jinja.is_file():
-        return jinja.read_text()
     cfg = tok_dir / "tokenizer_config.json"
-    if cfg.is_file():
-        template = json.loads(cfg.read_text()).get("chat_template")
-        return template if isinstance(template, str) else None
-    return None
+    return chat_template_in(tok_dir, json.loads(cfg.read_text()) if cfg.is_file() else {})
 
 
 def manifest_kv_facts(spec: ModelSpec, fmt: str, quant: str, kv_type: str | None = None) -> dict[str, int | str]:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeopt.tokenizer_config import chat_template_in
+
 # gguf TokenType values (llama.cpp's llama_token_type).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
@@ -74,13 +76,7 @@ def _post_processor_adds(tokenizer_json: dict[str, Any], token: str | None) -> b
 
 
 def _chat_template(model_dir: Path) -> str | None:
-    jinja = model_dir / "chat_template.jinja"
-    if jinja.is_file():
-        return jinja.read_text()
-    template = _read_json(model_dir / "tokenizer_config.json").get("chat_template")
-    if isinstance(template, list):  # named templates: keep the default one
-        template = next((t["template"] for t in template if t.get("name") == "default"), None)
-    return template if isinstance(template, str) else None
+    return chat_template_in(model_dir, _read_json(model_dir / "tokenizer_config.json"))
 
 
 # transformers classes that rebuild their post-processor from tokenizer_config.json's add_bos_token /
