@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edgeopt.bundle import content_hash
 from edgeopt.staging import work_dir
 
 # Every work directory in cache/steps/ starts with a dot, whatever its step: one call cleans them all.
@@ -52,6 +51,3 @@ def cached_step(key: str, produce: Callable[[Path], dict[str, Any]]) -> tuple[Pa
             return final, json.loads(meta.read_text()), True
     return final, metrics, False
 
-
-def dir_hash(path: Path) -> str:
-    return content_hash(path)

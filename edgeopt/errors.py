@@ -109,3 +109,14 @@ class OverloadedError(RequestError):
 
     status_code = 429
     error_type = "rate_limit_exceeded"
+
+
+class ChatTemplateError(RequestError):
+    """The chat template rejected the messages (its raise_exception) or failed while rendering them."""
+
+
+class NotReadyError(RequestError):
+    """The model is still loading (or failed to load); /health says which."""
+
+    status_code = 503
+    error_type = "service_unavailable"

@@ -6,6 +6,7 @@ staged in a temporary directory and published with one rename (see :mod:`edgeopt
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from edgeopt.kv_types import kv_element_bytes_for, parse_kv_type
 from edgeopt.model_spec import ModelSpec, load_model_spec
 from edgeopt.plan import Plan, canonical_quant, check_encoder_formats, encoder_formats, require_fit
 from edgeopt.source import resolve_model_dir
+from edgeopt.tokenizer_config import chat_template_in
 from profiles import DeviceProfile, load_profile
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
@@ -45,7 +47,7 @@ class OptimizeOptions:
     evaluate: bool = True
     force: bool = False
     dry_run: bool = False
-    fit: bool = False  # prune just enough to fit the target when the model does not (edgeopt/passes/fit.py)
+    fit: bool = False  # prune just enough to fit the target when the model does not (edgeopt/plan_fit.py)
 
 
 @dataclass
@@ -69,7 +71,7 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     fmt = opts.format or (encoder_formats()[0] if spec.is_encoder else profile.preferred_format)
     if spec.is_encoder:
         _check_encoder_options(spec, fmt, opts)
-    from edgeopt.passes.fit import plan_after_passes  # the plan describes the model as pruning leaves it
+    from edgeopt.plan_fit import plan_after_passes  # the plan describes the model as pruning leaves it
 
     asked_quant = canonical_quant(fmt, opts.quant) if opts.quant else None  # any case; canonical from here on
     asked_kv_type = parse_kv_type(opts.kv_type, fmt) if opts.kv_type else None
@@ -203,16 +205,8 @@ def _copy(src: Path, dst: Path) -> None:
 
 
 def _chat_template(tok_dir: Path) -> str | None:
-    import json
-
-    jinja = tok_dir / "chat_template.jinja"
-    if jinja.is_file():
-        return jinja.read_text()
     cfg = tok_dir / "tokenizer_config.json"
-    if cfg.is_file():
-        template = json.loads(cfg.read_text()).get("chat_template")
-        return template if isinstance(template, str) else None
-    return None
+    return chat_template_in(tok_dir, json.loads(cfg.read_text()) if cfg.is_file() else {})
 
 
 def manifest_kv_facts(spec: ModelSpec, fmt: str, quant: str, kv_type: str | None = None) -> dict[str, int | str]:

@@ -7,7 +7,7 @@ describes this machine (see :mod:`profiles.host`).
 from __future__ import annotations
 
 import sys
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,9 @@ else:  # pragma: no cover - exercised on 3.10 only
 from edgeopt import backends
 from edgeopt.errors import ConfigError, UnknownTargetError
 from edgeopt.kv_types import selectable_kv_types
+from profiles.device import GIB, DeviceProfile  # noqa: F401  (re-exported: the package's public names)
 
 PROFILE_DIR = Path(__file__).resolve().parent
-GIB = 1024**3
 
 # `--target jetson` picks the device most people deploy to first: the cheapest board of the family.
 FAMILY_DEFAULTS = {
@@ -32,40 +32,6 @@ FAMILY_DEFAULTS = {
     "cpu": "x86-64-cpu",
 }
 CPU_ISAS = ("arm64", "avx2", "avx512_vnni", "x86_64")
-
-
-@dataclass(frozen=True)
-class DeviceProfile:
-    name: str
-    description: str
-    family: str
-    total_memory_gb: float
-    os_reserved_gb: float
-    unified_memory: bool
-    accelerator: str  # "none" or "cuda:sm_XX"
-    memory_bandwidth_gbps: float
-    cores: int
-    cpu_isa: str
-    preferred_format: str
-    default_quant: str
-    default_runtime: str
-    gpu_memory_gb: float = 0.0  # discrete GPU memory; 0 when none or when memory is unified
-    # llama.cpp KV cache type when an f16 cache cannot hold the requested sequences (edgeopt.plan.choose_kv_type)
-    tight_memory_kv_type: str = "q8_0"
-
-    @property
-    def has_cuda(self) -> bool:
-        return self.accelerator.startswith("cuda")
-
-    @property
-    def usable_memory_bytes(self) -> int:
-        """Memory a model server may use: total minus what the OS needs to stay alive."""
-        return int((self.total_memory_gb - self.os_reserved_gb) * GIB)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["usable_memory_gb"] = round(self.usable_memory_bytes / GIB, 2)
-        return data
 
 
 def profile_from_dict(data: dict[str, Any], source: str) -> DeviceProfile:

@@ -1,7 +1,8 @@
 """Check a request before it is queued: every refusal names the value and the fix (OpenAI-style 400).
 
-The accepted ranges live here, once: the server's schemas only parse types, so a value is refused with
-the same message whoever calls the engine. The policy is *refuse, never clamp*: a value outside its
+The accepted ranges live here, once, and are applied once, by ``Engine.add_request``: the server's schemas
+only parse types and request_prep only converts, so a value is refused with the same message whoever calls
+the engine (the HTTP routes, a benchmark, a test). The policy is *refuse, never clamp*: a value outside its
 range, NaN or +-Infinity is a 400 naming the parameter and the range; a value inside it is honoured
 exactly (the sampler is numerically safe at every in-range value, e.g. temperature=5e-324 is computed
 as the greedy limit it is, not as inf/NaN).
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 from edgeopt.engine.api import SamplingParams
 from edgeopt.errors import ContextOverflowError, RequestError
 
-MAX_STOP_STRINGS = 4  # OpenAI's limit
+# OpenAI's limit, the one limit (the schema only parses types): a client written against OpenAI never sends
+# more, and each stop string costs a scan of every new piece of text on the engine thread.
+MAX_STOP_STRINGS = 4
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 LOGIT_BIAS_LIMIT = 100.0
 _MAX_TOKEN_ID_DIGITS = 18  # longer ASCII-digit keys are outside any vocabulary (and int() of 5000 digits raises)

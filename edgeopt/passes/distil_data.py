@@ -10,7 +10,6 @@ interrupted one would have, without saving a data-loader state.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
@@ -26,13 +25,9 @@ def read_data_file(path: Path | str) -> str:
     return read_text_file(path, "data file", "--distil-data", PassError)
 
 
-def file_sha256(path: Path | str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def tokenize(model_dir: Path, text: str) -> torch.Tensor:
     """Token ids of ``text`` with the checkpoint's own tokenizer.json (no special tokens added)."""
-    from runtimes.onnxruntime.tokenizer import open_tokenizer
+    from runtimes.bundle_tokenizer import open_tokenizer
 
     tok_file = Path(model_dir) / "tokenizer.json"
     if not tok_file.is_file():

@@ -6,19 +6,11 @@ input) notices when the *content* of a file changes, not only its path.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
+from edgeopt.bundle import sha256_file
 from edgeopt.errors import ConfigError
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def compression_passes(ratio: float | None, heads: float | None, mlp: float | None, layers: int | None,
@@ -30,7 +22,7 @@ def compression_passes(ratio: float | None, heads: float | None, mlp: float | No
     if distil_data is not None:
         if not distil_data.is_file():
             raise ConfigError(f"--distil-data {distil_data} is not a file", "pass a plain-text training file")
-        data = {"path": str(distil_data.resolve()), "sha256": _sha256(distil_data)}
+        data = {"path": str(distil_data.resolve()), "sha256": sha256_file(distil_data)}
     may_prune = bool(knobs) or fit
     wants_distil = distil if distil is not None else bool(data) and may_prune
     if wants_distil and not may_prune:

@@ -17,7 +17,7 @@ from typing import Any
 from edgeopt.errors import PassError
 from edgeopt.model_spec import load_model_spec
 from edgeopt.passes import Pass, PassContext
-from edgeopt.passes.fit import request_from_params
+from edgeopt.plan_fit import request_from_params
 from edgeopt.passes.fused import join_fused, split_fused
 from edgeopt.passes.prune_shape import PruneShape, shape_of, solve_shape
 

@@ -16,12 +16,8 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from edgeopt.errors import BundleError, RequestError
-
-
-class ChatTemplateError(RequestError):
-    """The template rejected the messages (its raise_exception) or failed while rendering them."""
-
+from edgeopt.errors import BundleError, ChatTemplateError
+from edgeopt.tokenizer_config import chat_template_in
 
 def _raise_exception(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
@@ -67,7 +63,7 @@ class ChatTemplate:
         """The bundle's template, or None when it has none (then only /v1/completions can be used)."""
         tok_dir = Path(bundle_dir) / tokenizer_dir
         config = _read_tokenizer_config(tok_dir)
-        source = chat_template or _template_from_tokenizer_dir(tok_dir, config)
+        source = chat_template or chat_template_in(tok_dir, config)
         if not source:
             return None
         return cls(source, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")))
@@ -81,17 +77,6 @@ def _read_tokenizer_config(tok_dir: Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise BundleError(f"{path} is not valid JSON: {exc}", "re-run edgeopt optimize") from exc
-
-
-def _template_from_tokenizer_dir(tok_dir: Path, config: dict[str, Any]) -> str | None:
-    jinja_file = tok_dir / "chat_template.jinja"  # newer transformers save the template beside the config
-    if jinja_file.is_file():
-        return jinja_file.read_text()
-    template = config.get("chat_template")
-    if isinstance(template, list):  # several named templates: the "default" one serves chat
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        return named.get("default") or next(iter(named.values()), None)
-    return template
 
 
 def _token_text(token: Any) -> str:

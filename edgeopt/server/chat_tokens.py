@@ -61,7 +61,7 @@ def _map_strings(value: Any, change: Callable[[str], str]) -> Any:
 
 def _split_at_placeholders(rendered: str, nonce: str, swapped: list[str]) -> list[PromptPiece]:
     """Markup pieces, and each swapped control text as a plain piece of its own (tokenizers can then look
-    its plain ids up instead of tokenizing it: see runtimes.onnxruntime.tokenizer)."""
+    its plain ids up instead of tokenizing it: see runtimes.bundle_tokenizer)."""
     pattern = re.compile(_PLACEHOLDER.format(nonce=nonce, index=r"(\d+)"), re.IGNORECASE)
     pieces: list[PromptPiece] = []
     pos = 0

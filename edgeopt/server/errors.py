@@ -19,18 +19,6 @@ from edgeopt.errors import EdgeoptError, RequestError
 log = logging.getLogger("edgeopt.server")
 
 
-class NotReadyError(RequestError):
-    """The model is still loading (or failed to load); /health says which."""
-
-    status_code = 503
-    error_type = "service_unavailable"
-
-
-class PayloadTooLargeError(RequestError):
-    status_code = 413
-    error_type = "invalid_request_error"
-
-
 def error_body(message: str, error_type: str, param: str | None = None, code: Any = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 

@@ -14,7 +14,7 @@ text is parsed, as in OpenAI's and llama.cpp's completion endpoints.
 from __future__ import annotations
 
 from edgeopt.engine.api import SamplingParams
-from edgeopt.engine.validation import parse_logit_bias, validate_sampling
+from edgeopt.engine.validation import parse_logit_bias
 from edgeopt.errors import ContextOverflowError, ModelNameError, RequestError
 from edgeopt.server.chat_tokens import PromptPiece, chat_prompt_pieces
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationFields
@@ -50,7 +50,9 @@ def check_chat_request(served: ServedModel, body: ChatCompletionRequest) -> None
 
 
 def chat_prompt_ids(served: ServedModel, body: ChatCompletionRequest, parse_special_in_content: bool) -> list[int]:
-    check_chat_request(served, body)
+    """The chat's prompt ids; the route ran ``check_chat_request`` first (before taking a prompt worker)."""
+    if served.chat_template is None:  # a caller that skipped check_chat_request: a bug, not a client error
+        raise AssertionError("chat_prompt_ids needs a chat template: call check_chat_request first")
     pieces = chat_prompt_pieces(served.chat_template, [m.as_template_dict() for m in body.messages],
                                 body.add_generation_prompt, served.control_text, parse_special_in_content)
     check_text_fits(pieces, served, param="messages")
@@ -59,14 +61,10 @@ def chat_prompt_ids(served: ServedModel, body: ChatCompletionRequest, parse_spec
             for i in served.tokenizer.encode(piece.text, add_special=False, parse_special=piece.parse_special)]
 
 
-def completion_prompt_ids(served: ServedModel, body: CompletionRequest, vocab_size: int) -> list[int]:
+def completion_prompt_ids(served: ServedModel, body: CompletionRequest) -> list[int]:
     prompt = body.prompt
     if isinstance(prompt, list) and not isinstance(prompt[0], str):
-        bad = [t for t in prompt if not 0 <= int(t) < vocab_size]
-        if bad:
-            raise RequestError(f"prompt token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})",
-                               "send text, or token ids from this model's tokenizer", param="prompt")
-        return [int(t) for t in prompt]
+        return list(prompt)  # ids outside the vocabulary are refused by the engine (validate_request)
     text = prompt if isinstance(prompt, str) else str(prompt[0])
     check_text_fits([PromptPiece(text, True)], served, param="prompt")
     return served.tokenizer.encode(text, add_special=True)
@@ -109,7 +107,8 @@ def output_budget(requested: int | None, prompt_len: int, context: int, default:
 
 
 def sampling_params(body: GenerationFields, max_tokens: int, vocab_size: int) -> SamplingParams:
-    """The engine's parameters; refused here (ranges: edgeopt.engine.validation) before anything is queued."""
+    """The engine's parameters, parsed but not range-checked: ``Engine.add_request`` validates them once
+    (edgeopt.engine.validation), before anything is queued, with the same messages for every caller."""
     params = SamplingParams(
         max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
         min_p=body.min_p, seed=body.seed, repetition_penalty=body.repetition_penalty,
@@ -117,5 +116,4 @@ def sampling_params(body: GenerationFields, max_tokens: int, vocab_size: int) ->
         logit_bias=parse_logit_bias(body.logit_bias or {}, vocab_size), stop=body.stop_list(),
         stop_token_ids=list(body.stop_token_ids or []), ignore_eos=body.ignore_eos,
     )
-    validate_sampling(params, vocab_size)
     return params

@@ -28,7 +28,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     served = state.ready_model()
     check_model_name(state, body.model)
     vocab = served.runtime.info.vocab_size
-    prompt_ids = await state.prompt_worker.run(lambda: completion_prompt_ids(served, body, vocab))
+    prompt_ids = await state.prompt_worker.run(lambda: completion_prompt_ids(served, body))
     max_tokens = output_budget(body.max_tokens, len(prompt_ids), served.context_length,
                                COMPLETIONS_DEFAULT_MAX_TOKENS, prompt_param="prompt")
     params = sampling_params(body, max_tokens, vocab)

@@ -5,7 +5,7 @@ it did not; fields the OpenAI API defines but this server cannot honour (n > 1, 
 are declared only to refuse values other than their neutral default with a precise message.
 
 Sampling parameters are only *parsed* here (types); their accepted ranges live in one place,
-:mod:`edgeopt.engine.validation`, which the routes apply before anything is queued.
+:mod:`edgeopt.engine.validation`, which ``Engine.add_request`` applies once, before anything is queued.
 """
 
 from __future__ import annotations

@@ -8,10 +8,9 @@ from functools import cached_property
 
 from edgeopt.engine.api import EngineStats, ServingEngine
 from edgeopt.engine.outputs import engine_stopped_message
-from edgeopt.errors import ConfigError
+from edgeopt.errors import ConfigError, NotReadyError
 from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.embedding_batcher import EmbeddingBatcher
-from edgeopt.server.errors import NotReadyError
 from edgeopt.server.metrics import ServerMetrics
 from edgeopt.server.prompt_worker import PromptWorker
 from runtimes.base import EmbeddingRuntime, Runtime, Tokenizer

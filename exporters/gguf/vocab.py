@@ -7,108 +7,14 @@ pre-tokenizer's identity, which llama.cpp knows by name) and SentencePiece read 
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ExportError
 from exporters.gguf.pretokenizer import pre_tokenizer_name
-
-# gguf TokenType values (llama.cpp's llama_token_type).
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
-
-
-@dataclass
-class Vocab:
-    model: str  # "gpt2" (byte-level BPE) or "llama" (SentencePiece)
-    tokens: list[str]
-    types: list[int]
-    scores: list[float] | None = None
-    merges: list[str] = field(default_factory=list)
-    pre: str | None = None
-    special_ids: dict[str, int] = field(default_factory=dict)  # bos/eos/unk/pad -> id
-    add_bos: bool = False
-    add_eos: bool = False
-    add_space_prefix: bool | None = None
-    chat_template: str | None = None
-
-
-def looks_special(text: str) -> bool:
-    """Added tokens some checkpoints forget to mark special but that are control tokens all the same
-    (``<|im_start|>``-style, DeepSeek's full-width bars, Gemma's ``<unused0>``, ``<pad>``, ``<mask>``).
-    llama.cpp's converter types them CONTROL; so do we, or llama.cpp would print them as text."""
-    return (text in ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
-            or (text.startswith("<|") and text.endswith("|>"))
-            or (text.startswith("<\uff5c") and text.endswith("\uff5c>"))
-            or (text.startswith("<unused") and text.endswith(">")))
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def _token_text(value: Any) -> str | None:
-    if isinstance(value, dict):
-        return value.get("content")
-    return value if isinstance(value, str) else None
-
-
-def _special_ids(model_dir: Path, token_to_id: dict[str, int], config: dict[str, Any]) -> dict[str, int]:
-    tok_config = _read_json(model_dir / "tokenizer_config.json")
-    special_map = _read_json(model_dir / "special_tokens_map.json")
-    ids: dict[str, int] = {}
-    for role in ("bos", "eos", "unk", "pad"):
-        text = _token_text(tok_config.get(f"{role}_token")) or _token_text(special_map.get(f"{role}_token"))
-        if text is not None and text in token_to_id:
-            ids[role] = token_to_id[text]
-        elif isinstance(config.get(f"{role}_token_id"), int):
-            ids[role] = config[f"{role}_token_id"]
-        elif isinstance(config.get(f"{role}_token_id"), list) and config[f"{role}_token_id"]:
-            ids[role] = config[f"{role}_token_id"][0]
-    return ids
-
-
-def _post_processor_adds(tokenizer_json: dict[str, Any], token: str | None) -> bool:
-    """Whether tokenizer.json's TemplateProcessing puts ``token`` in a single sequence (Llama 3 style BOS)."""
-    proc = tokenizer_json.get("post_processor") or {}
-    procs = proc.get("processors", [proc]) if proc.get("type") == "Sequence" else [proc]
-    for p in procs:
-        if p.get("type") == "TemplateProcessing":
-            return any(piece.get("SpecialToken", {}).get("id") == token for piece in p.get("single", []))
-    return False
-
-
-def _chat_template(model_dir: Path) -> str | None:
-    jinja = model_dir / "chat_template.jinja"
-    if jinja.is_file():
-        return jinja.read_text()
-    template = _read_json(model_dir / "tokenizer_config.json").get("chat_template")
-    if isinstance(template, list):  # named templates: keep the default one
-        template = next((t["template"] for t in template if t.get("name") == "default"), None)
-    return template if isinstance(template, str) else None
-
-
-# transformers classes that rebuild their post-processor from tokenizer_config.json's add_bos_token /
-# add_eos_token (their update_post_processor); every other fast tokenizer runs tokenizer.json's as saved.
-_CONFIG_DECIDES_SPECIALS = ("LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer", "GPTNeoXTokenizer",
-                            "CohereTokenizer")
-
-
-def _add_flags(vocab: Vocab, model_dir: Path, tokenizer_json: dict[str, Any], default_bos: bool) -> None:
-    """Whether BOS / EOS are added, as transformers decides: tokenizer_config.json's flags for the classes
-    that honour them, else tokenizer.json's post-processor (a config flag it ignores is not obeyed)."""
-    tok_config = _read_json(model_dir / "tokenizer_config.json")
-    inv = {i: t for i, t in enumerate(vocab.tokens)}
-    bos_text = inv.get(vocab.special_ids.get("bos", -1))
-    eos_text = inv.get(vocab.special_ids.get("eos", -1))
-    tokenizer_class = str(tok_config.get("tokenizer_class") or "").removesuffix("Fast")
-    if tokenizer_json.get("post_processor") and tokenizer_class not in _CONFIG_DECIDES_SPECIALS:
-        vocab.add_bos = _post_processor_adds(tokenizer_json, bos_text)
-        vocab.add_eos = bool(eos_text) and _post_processor_adds(tokenizer_json, eos_text)
-        return
-    vocab.add_bos = bool(tok_config.get("add_bos_token", _post_processor_adds(tokenizer_json, bos_text) or default_bos))
-    vocab.add_eos = bool(tok_config.get("add_eos_token", bool(eos_text) and _post_processor_adds(tokenizer_json, eos_text)))
+from exporters.gguf.vocab_common import (CONTROL, NORMAL, UNUSED, USER_DEFINED, Vocab, _add_flags, _chat_template,
+                                         _read_json, _special_ids, looks_special)
+from exporters.gguf.vocab_spm import is_sentencepiece_json, load_spm_vocab
 
 
 def load_bpe_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> Vocab:
@@ -145,8 +51,6 @@ def load_bpe_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> 
 def load_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> Vocab:
     """The checkpoint's tokenizer: byte-level BPE from tokenizer.json, else SentencePiece from
     tokenizer.model, or from a tokenizer.json that is SentencePiece in HF form (byte-fallback BPE)."""
-    from exporters.gguf.vocab_spm import is_sentencepiece_json, load_spm_vocab
-
     tokenizer_json = _read_json(model_dir / "tokenizer.json")
     is_byte_level = tokenizer_json.get("model", {}).get("type") == "BPE" and not is_sentencepiece_json(tokenizer_json)
     if not is_byte_level and ((model_dir / "tokenizer.model").is_file() or is_sentencepiece_json(tokenizer_json)):

@@ -29,7 +29,7 @@ PROBE_SENTENCES = (
 
 def probe_ids(model_dir: Path) -> list[list[int]]:
     """Token ids of PROBE_SENTENCES via the checkpoint's tokenizer.json."""
-    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+    from runtimes.bundle_tokenizer import BundleTokenizer
 
     return BundleTokenizer(model_dir / "tokenizer.json").encode_batch(list(PROBE_SENTENCES))
 

@@ -52,5 +52,3 @@ class NumpyBatch:
         self.struct.n_tokens = offset
         return outputs
 
-    def count_tokens(self, inputs: list[StepInput]) -> int:
-        return sum(len(item.tokens) for item in inputs)

@@ -21,7 +21,7 @@ from runtimes.base import EmbeddingRuntime, Runtime, RuntimeInfo
 
 if TYPE_CHECKING:
     from edgeopt.bundle import Manifest
-    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+    from runtimes.bundle_tokenizer import BundleTokenizer
 
 DEFAULT_SLOTS = 8
 DEFAULT_CONTEXT = 4096
@@ -55,7 +55,7 @@ def _open(bundle_dir: Path, manifest: Manifest, threads: int | None, providers: 
           profile: DeviceProfile | str | None) -> tuple[Any, BundleTokenizer, dict]:
     """The session (providers and threads from the profile), the tokenizer and config.json of a bundle."""
     from runtimes.onnxruntime.session import create_session, resolve_providers, resolve_threads
-    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+    from runtimes.bundle_tokenizer import BundleTokenizer
 
     model_path = bundle_dir / manifest.model_file
     chosen = _profile(profile, manifest)
@@ -81,6 +81,8 @@ def _embedding_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, m
 
 def _decoder_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, tokenizer_dir: Path,
                      kv_capacity: int | None, max_slots: int | None, context: int | None) -> Runtime:
+    from runtimes.bundle_tokenizer import eos_token_ids
+
     from runtimes.onnxruntime.decoder import OnnxDecoderRuntime
     from runtimes.onnxruntime.decoder_session import DecoderSession
 
@@ -97,23 +99,11 @@ def _decoder_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, tok
     bos = config.get("bos_token_id")
     info = RuntimeInfo(
         vocab_size=decoder.vocab_size, kv_capacity_tokens=kv_capacity or context * slots, max_slots=slots,
-        context_length=context, eos_token_ids=frozenset(_eos_ids(config, tokenizer_dir, tokenizer, tok_config)),
+        context_length=context, eos_token_ids=eos_token_ids(config, _read_json(tokenizer_dir / "generation_config.json"),
+                                    tok_config, tokenizer),
         bos_token_id=int(bos) if bos is not None else None, add_bos=bool(tok_config.get("add_bos_token", False)),
     )
     return OnnxDecoderRuntime(decoder, tokenizer, info)
-
-
-def _eos_ids(config: dict, tokenizer_dir: Path, tokenizer: BundleTokenizer, tok_config: dict) -> set[int]:
-    """EOS ids from config.json, generation_config.json and the tokenizer's eos_token (chat models add <|im_end|>)."""
-    ids: set[int] = set()
-    for source in (config, _read_json(tokenizer_dir / "generation_config.json")):
-        value = source.get("eos_token_id")
-        ids.update(value if isinstance(value, list) else [value] if value is not None else [])
-    eos = tok_config.get("eos_token")
-    eos = eos.get("content") if isinstance(eos, dict) else eos
-    if isinstance(eos, str) and tokenizer.token_id(eos) is not None:
-        ids.add(tokenizer.token_id(eos))
-    return {int(i) for i in ids}
 
 
 def _model_config(model_dir: Path) -> dict:

@@ -16,7 +16,7 @@ from edgeopt.errors import BackendError
 from runtimes.base import Runtime, RuntimeInfo, StepInput, check_step_inputs, rows_for_step
 from runtimes.onnxruntime.decode_group import DecodeGroup, advance, form_group, step_inputs
 from runtimes.onnxruntime.decoder_session import KV, DecoderSession
-from runtimes.onnxruntime.tokenizer import BundleTokenizer
+from runtimes.bundle_tokenizer import BundleTokenizer
 
 
 class OnnxDecoderRuntime(Runtime):

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import BundleError, ConfigError
-from runtimes.base import RuntimeInfo, Tokenizer
+from runtimes.base import RuntimeInfo
+from runtimes.bundle_tokenizer import BundleTokenizer, eos_token_ids
 
 if TYPE_CHECKING:
     from edgeopt.bundle import Manifest
@@ -56,20 +57,8 @@ def read_config(model_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def eos_token_ids(model_dir: Path, config: dict[str, Any]) -> frozenset[int]:
-    """EOS ids from generation_config.json (chat models list several) and config.json."""
-    ids: set[int] = set()
-    sources = [config]
-    gen = model_dir / "generation_config.json"
-    if gen.is_file():
-        sources.append(json.loads(gen.read_text()))
-    for source in sources:
-        value = source.get("eos_token_id")
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, list):
-            ids.update(int(v) for v in value)
-    return frozenset(ids)
+def _json_if_present(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def checkpoint_dtype(config: dict[str, Any]) -> str:
@@ -83,7 +72,6 @@ def load_checkpoint(bundle_dir: Path, manifest: Manifest, device: str, dtype: st
     from transformers import AutoModelForCausalLM
 
     from edgeopt.model_spec import reference_attention
-    from runtimes.onnxruntime.tokenizer import BundleTokenizer
 
     if threads:
         torch.set_num_threads(int(threads))
@@ -103,8 +91,8 @@ def load_checkpoint(bundle_dir: Path, manifest: Manifest, device: str, dtype: st
     return model, tokenizer, config
 
 
-def runtime_info(model_dir: Path, config: dict[str, Any], tokenizer: Tokenizer, kv_capacity_tokens: int | None,
-                 max_slots: int | None, context_length: int | None) -> RuntimeInfo:
+def runtime_info(model_dir: Path, config: dict[str, Any], tokenizer: BundleTokenizer,
+                 kv_capacity_tokens: int | None, max_slots: int | None, context_length: int | None) -> RuntimeInfo:
     model_max = int(config.get("max_position_embeddings") or DEFAULT_CONTEXT)
     context = min(context_length or DEFAULT_CONTEXT, model_max)
     slots = max_slots or DEFAULT_SLOTS
@@ -116,6 +104,8 @@ def runtime_info(model_dir: Path, config: dict[str, Any], tokenizer: Tokenizer, 
     # The engine prepends nothing itself: add_bos says whether encode(add_special=True) already does.
     adds_bos = bool(bos is not None and tokenizer.encode("", add_special=True)[:1] == [bos])
     return RuntimeInfo(vocab_size=int(config["vocab_size"]), kv_capacity_tokens=capacity, max_slots=slots,
-                       context_length=context, eos_token_ids=eos_token_ids(model_dir, config),
+                       context_length=context,
+                       eos_token_ids=eos_token_ids(config, _json_if_present(model_dir / "generation_config.json"),
+                                                   _json_if_present(tokenizer.directory / "tokenizer_config.json"),
+                                                   tokenizer),
                        bos_token_id=bos if isinstance(bos, int) else None, add_bos=adds_bos)
-

@@ -57,7 +57,7 @@ phases = {b[0]: round(b[1] - a[1], 3) for a, b in zip(marks, marks[1:])}
 started = time.perf_counter()
 if manifest.runtime == "onnxruntime":
     from runtimes.onnxruntime.session import create_session
-    from runtimes.onnxruntime.tokenizer import BundleTokenizer
+    from runtimes.bundle_tokenizer import BundleTokenizer
     create_session(bundle / manifest.model_file, 2, ["CPUExecutionProvider"])
     phases["of which: ORT session"] = round(time.perf_counter() - started, 3)
     started = time.perf_counter()

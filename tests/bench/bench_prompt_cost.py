@@ -25,7 +25,7 @@ from edgeopt.server.request_prep import completion_prompt_ids, output_budget
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServedModel
 from runtimes.llama_cpp import load_gguf
-from runtimes.onnxruntime.tokenizer import BundleTokenizer
+from runtimes.bundle_tokenizer import BundleTokenizer
 
 FLOOD = "<|endoftext|>a" * 25000
 
@@ -41,7 +41,7 @@ def seconds(work: Any) -> tuple[float, str]:
 
 def new_completion(served: ServedModel, tokenizer: Any, context: int) -> int:
     """The route now: bytes bound, then (if it passes) our linear tokenizing, then the exact length check."""
-    ids = completion_prompt_ids(served, CompletionRequest(model="m", prompt=FLOOD), tokenizer.vocab_size)
+    ids = completion_prompt_ids(served, CompletionRequest(model="m", prompt=FLOOD))
     return output_budget(None, len(ids), context, 16, prompt_param="prompt")
 
 

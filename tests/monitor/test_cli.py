@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 
 from edgeopt.cli import main
 from edgeopt.serve_process import child_env, serve_command
+from tests.fixtures.import_probe import banned_modules_after
 
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str]:
@@ -54,8 +54,5 @@ def test_serve_command_passes_port_threads_and_extra_args_and_the_key_out_of_arg
 
 
 def test_the_monitor_never_imports_torch_or_transformers() -> None:
-    probe = ("import sys, edgeopt.cli, edgeopt.commands.monitor_cmd, edgeopt.monitor.app, edgeopt.serve_process; "
-             "print(sorted(m for m in ('torch', 'transformers', 'optimum') if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert banned_modules_after("import edgeopt.cli, edgeopt.commands.monitor_cmd, edgeopt.monitor.app, "
+                                "edgeopt.serve_process", must_load=("edgeopt.monitor.app",)) == []

@@ -18,8 +18,8 @@ import pytest
 from edgeopt.bundle import load_bundle
 from runtimes.llama_cpp import load_gguf
 from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
-from runtimes.onnxruntime.token_bounds import max_input_bytes_per_token
-from runtimes.onnxruntime.tokenizer import BundleTokenizer
+from runtimes.token_bounds import max_input_bytes_per_token
+from runtimes.bundle_tokenizer import BundleTokenizer
 from tests.exporters.conftest import build_spm_model
 from tests.fixtures.big_vocab import write_big_bpe_tokenizer
 

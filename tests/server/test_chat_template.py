@@ -7,7 +7,8 @@ import json
 import pytest
 
 from edgeopt.errors import BundleError
-from edgeopt.server.chat_template import ChatTemplate, ChatTemplateError
+from edgeopt.errors import ChatTemplateError
+from edgeopt.server.chat_template import ChatTemplate
 
 STRICT = ("{{ bos_token }}{% for m in messages %}"
           "{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.server.chat_template import ChatTemplate, ChatTemplateError
+from edgeopt.errors import ChatTemplateError
+from edgeopt.server.chat_template import ChatTemplate
 
 CHAT = [{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": "Hello."},
         {"role": "user", "content": "Again."}]

@@ -231,3 +231,40 @@ def test_item3_lone_surrogate_in_embeddings_input_is_a_400() -> None:
             refused(post_raw(live, "/v1/embeddings", body), param, "lone UTF-16 surrogate")
     finally:
         live.stop()
+
+
+# --- issue 16: a request is validated once, in edgeopt.engine.validation -------------------------------
+
+
+def test_issue16_sampling_and_prompt_are_validated_once_per_request(live: LiveServer, monkeypatch) -> None:
+    """request_prep only converts; Engine.add_request applies the ranges, once, for every caller."""
+    from edgeopt.engine import validation
+
+    calls: list[float] = []
+
+    class CountingRange(validation.FloatRange):  # every range check of temperature, by whoever runs it
+        def contains(self, value: float) -> bool:
+            calls.append(value)
+            return super().contains(value)
+
+    monkeypatch.setitem(validation.SAMPLING_RANGES, "temperature", CountingRange(0.0, 2.0))
+    for path, extra in [("/v1/completions", {"prompt": "Hello"}),
+                        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})]:
+        ok = post_raw(live, path, {"model": MODEL, "max_tokens": 2, "temperature": 0.5, **extra})
+        assert ok.status_code == 200, ok.text
+    assert calls == [0.5, 0.5]  # one check per request
+
+
+@pytest.mark.parametrize("path,extra", [("/v1/completions", {"prompt": "Hello"}),
+                                        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})])
+def test_issue16_bad_stop_token_id_names_stop_token_ids(live: LiveServer, path: str, extra: dict) -> None:
+    body = {"model": MODEL, "max_tokens": 2, "stop_token_ids": [1, 10**9], **extra}
+    refused(post_raw(live, path, body), "stop_token_ids", "stop_token_ids token id 1000000000",
+            "outside the vocabulary")
+    assert_still_serving(live)
+
+
+def test_issue16_prompt_ids_outside_the_vocabulary_are_refused_by_the_engine(live: LiveServer) -> None:
+    refused(post_raw(live, "/v1/completions", {"model": MODEL, "prompt": [1, 10**9], "max_tokens": 2}),
+            "prompt", "prompt token id 1000000000 is outside the vocabulary")
+    assert_still_serving(live)

@@ -7,6 +7,7 @@ import pytest
 from edgeopt.commands.serve_cmd import parse_memory
 from edgeopt.errors import BundleError, ConfigError
 from edgeopt.server.launcher import ServeOptions, serve_bundle
+from tests.fixtures.import_probe import banned_modules_after
 
 
 @pytest.mark.parametrize("text,expected", [("4GiB", 4 * 2**30), ("512MiB", 512 * 2**20), ("1.5g", int(1.5 * 2**30)),
@@ -27,12 +28,6 @@ def test_serving_a_missing_bundle_says_how_to_make_one(tmp_path):
 
 
 def test_server_modules_and_cli_import_no_heavy_packages():
-    import subprocess
-    import sys
-
-    code = ("import sys, edgeopt.cli, edgeopt.server.app, edgeopt.server.launcher, edgeopt.server.routes_openai, "
-            "edgeopt.bench.serve_bench; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'optimum')))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert banned_modules_after("import edgeopt.cli, edgeopt.server.app, edgeopt.server.launcher, "
+                                "edgeopt.server.routes_openai, edgeopt.bench.serve_bench",
+                                must_load=("edgeopt.server.launcher",)) == []

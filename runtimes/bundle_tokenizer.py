@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import BundleError, ConfigError
-from runtimes.onnxruntime.token_bounds import max_input_bytes_per_token
+from runtimes.token_bounds import max_input_bytes_per_token
 
 
 def byte_level_decoder_table() -> dict[str, int]:
@@ -79,6 +79,7 @@ class BundleTokenizer:
             raise BundleError(f"tokenizer file {tokenizer_json} is missing",
                               "re-run edgeopt optimize; the bundle needs tokenizer/tokenizer.json")
         self._tok = open_tokenizer(tokenizer_json)
+        self.directory = tokenizer_json.parent  # tokenizer_config.json, generation_config.json live beside it
         spec = json.loads(tokenizer_json.read_text(encoding="utf-8"))
         self.padding: dict | None = spec.get("padding")
         self.truncation: dict | None = spec.get("truncation")
@@ -211,3 +212,22 @@ def _sentencepiece_bytes(piece: str) -> bytes:
         except ValueError:
             pass
     return piece.replace("\u2581", " ").encode("utf-8")
+
+
+def eos_token_ids(config: dict[str, Any], generation_config: dict[str, Any], tokenizer_config: dict[str, Any],
+                  tokenizer: BundleTokenizer) -> frozenset[int]:
+    """Every id that ends a generation: config.json's and generation_config.json's ``eos_token_id`` (an int or
+    a list: Llama 3 Instruct lists <|end_of_text|>, <|eom_id|>, <|eot_id|>) plus the tokenizer's
+    ``eos_token``. The last matters for chat fine-tunes whose tokenizer_config names the end-of-turn token
+    (<|im_end|>) while config.json still names the base model's <|endoftext|>: llama.cpp stops at the
+    tokenizer's EOS, and so must every runtime, or a chat reply runs on into the next turn."""
+    ids: set[int] = set()
+    for source in (config, generation_config):
+        value = source.get("eos_token_id")
+        ids.update(value if isinstance(value, list) else [value] if value is not None else [])
+    eos = tokenizer_config.get("eos_token")
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    eos_id = tokenizer.token_id(eos) if isinstance(eos, str) else None
+    if eos_id is not None:
+        ids.add(eos_id)
+    return frozenset(int(i) for i in ids)

@@ -1,0 +1,164 @@
+"""The import graph of the installed packages (edgeopt, exporters, runtimes, profiles), read with ``ast``:
+no cycles, and the serving path (engine, server, llama.cpp and ONNX Runtime runtimes) imports none of the
+model-making tooling (exporters, edgeopt.passes) nor torch/transformers.
+
+Lazy imports (inside a function) count as edges like module-level ones: they run as soon as the function
+does, so a lazy import only defers a cycle or a heavy dependency, it does not remove it. Imports under
+``if TYPE_CHECKING:`` are not edges: they never run, they only name types for annotations. An edge goes to the deepest
+module named: ``from runtimes.torch import paged_compat`` is an edge to ``runtimes.torch.paged_compat``;
+``from profiles.device import GIB`` is an edge to ``profiles.device`` only (its package's ``__init__`` runs
+first, but it is a parent, not a dependency the importer chose).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("edgeopt", "exporters", "runtimes", "profiles")
+SERVING = ("edgeopt.engine", "edgeopt.server", "runtimes.llama_cpp", "runtimes.onnxruntime")
+FORBIDDEN_FOR_SERVING = ("exporters", "edgeopt.passes", "torch", "transformers", "optimum")
+
+
+def module_files(root: Path = ROOT) -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            files[name] = path
+    return files
+
+
+def imported_names(path: Path, module: str) -> set[str]:
+    """Every module name an import statement anywhere in the file asks for (module- and function-level)."""
+    is_package = path.name == "__init__.py"
+    names: set[str] = set()
+    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """All nodes except those under ``if TYPE_CHECKING:`` (its body; an ``else:`` runs and is kept)."""
+    nodes, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
+def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> modules it imports: internal edges to the deepest known module, external ones by name."""
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        edges: set[str] = set()
+        for name in imported_names(path, module):
+            if name.split(".")[0] in PACKAGES:
+                if name in files and name != module:
+                    edges.add(name)
+            elif name:
+                edges.add(name)
+        # "from a.b import c" adds both a.b and a.b.c; when c is a module, a.b is only its parent package.
+        graph[module] = {e for e in edges if not any(o.startswith(e + ".") for o in edges if o in files)}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as a path a -> ... -> a, or None (iterative depth-first search)."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    for start in sorted(graph):
+        if state.get(start):
+            continue
+        path, stack = [start], [iter(sorted(graph[start]))]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif nxt in graph and state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif nxt in graph and not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(graph[nxt])))
+    return None
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """Every module reachable from ``start`` -> the module that imports it (to print the chain)."""
+    parent: dict[str, str] = {start: ""}
+    todo = [start]
+    while todo:
+        here = todo.pop()
+        for nxt in graph.get(here, ()):
+            if nxt not in parent:
+                parent[nxt] = here
+                todo.append(nxt)
+    return parent
+
+
+def chain(parent: dict[str, str], end: str) -> str:
+    steps = [end]
+    while parent[steps[-1]]:
+        steps.append(parent[steps[-1]])
+    return " -> ".join(reversed(steps))
+
+
+def forbidden(name: str) -> bool:
+    return any(name == f or name.startswith(f + ".") for f in FORBIDDEN_FOR_SERVING)
+
+
+def serving_violations(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module in sorted(graph):
+        if any(module == s or module.startswith(s + ".") for s in SERVING):
+            parent = reachable(graph, module)
+            found += [chain(parent, bad) for bad in sorted(parent) if forbidden(bad)][:1]
+    return found
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    cycle = find_cycle(import_graph(module_files()))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_serving_path_never_reaches_the_tooling_or_torch() -> None:
+    violations = serving_violations(import_graph(module_files()))
+    assert violations == [], "the serving path imports what it must not:\n" + "\n".join(violations)
+
+
+def test_the_checker_sees_lazy_imports_cycles_and_forbidden_edges(tmp_path: Path) -> None:
+    """The checks themselves, on a made-up tree: a cycle closed by a function-level import, and an
+    engine module reaching torch through a lazily imported helper, are both caught."""
+    (tmp_path / "edgeopt" / "engine").mkdir(parents=True)
+    (tmp_path / "exporters").mkdir()
+    (tmp_path / "runtimes").mkdir()
+    (tmp_path / "profiles").mkdir()
+    for package in ("edgeopt", "edgeopt/engine", "exporters", "runtimes", "profiles"):
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "exporters" / "a.py").write_text("from exporters.b import thing\n")
+    (tmp_path / "exporters" / "b.py").write_text("def thing():\n    from exporters import a\n")
+    (tmp_path / "edgeopt" / "engine" / "core.py").write_text("def f():\n    from runtimes.helper import g\n")
+    (tmp_path / "runtimes" / "helper.py").write_text("def g():\n    import torch.nn\n")
+    (tmp_path / "runtimes" / "typed.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                    "    import torch\n    from exporters import a\n")
+    (tmp_path / "edgeopt" / "engine" / "types.py").write_text("from runtimes import typed\n")
+    graph = import_graph(module_files(tmp_path))
+    assert find_cycle(graph) in (["exporters.a", "exporters.b", "exporters.a"],
+                                 ["exporters.b", "exporters.a", "exporters.b"])
+    assert serving_violations(graph) == ["edgeopt.engine.core -> runtimes.helper -> torch.nn"]
