@@ -43,8 +43,9 @@ class Backend:
     profile_candidates: str = ""
     encoder_quant_candidates: tuple[str, ...] = ()  # () when the format serves causal LMs only
     planned_by_default: bool = True  # `edgeopt plan` compares it when no --format is given
-    fixed_batch_buffer: bool = False  # the runtime's step holds at most a fixed number of tokens
-    own_scheduler: bool = False  # the runtime may bring its own scheduler instead of our Engine
+    # Batch-buffer size and an own scheduler are not flags here: they depend on the loaded model and the
+    # device (torch brings transformers' paged engine on CUDA only), so the loaded Runtime states them
+    # (Runtime.max_batch_tokens, Runtime.create_engine in runtimes/base.py).
     embeddings: bool = False  # the format can hold an encoder served on /v1/embeddings
 
     def kv_element_bytes_for(self, quant: str) -> float:
@@ -63,7 +64,7 @@ _BUILTIN = (
         quant_candidates=("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0"),
         kv_element_bytes=2,  # llama.cpp's default f16 KV cache
         kv_cache_types=("f16", "q8_0", "q4_0"),  # llama.cpp's type_k/type_v (quantized: with flash attention)
-        runtime_overhead_bytes=100 * MIB, fixed_batch_buffer=True,
+        runtime_overhead_bytes=100 * MIB,
     ),
     Backend(
         format="onnx", runtime="onnxruntime", exporter_module="exporters.onnx.exporter",
@@ -81,8 +82,8 @@ _BUILTIN = (
         quants="exporters.torch_sizes:TORCH_DTYPES", size_estimate="exporters.torch_sizes:estimate_torch_bytes",
         quant_candidates=(), profile_candidates="exporters.torch_sizes:torch_candidates",  # by device
         kv_element_bytes=2, kv_element_bytes_by_quant=MappingProxyType({"fp32": 4}),  # KV in the checkpoint's dtype
-        # own_scheduler: on CUDA, transformers' paged continuous batching; planned only when asked for.
-        runtime_overhead_bytes=600 * MIB, own_scheduler=True, planned_by_default=False,
+        # Planned only when asked for: it is the GPU targets' format.
+        runtime_overhead_bytes=600 * MIB, planned_by_default=False,
     ),
 )
 _REGISTRY: dict[str, Backend] = {entry.format: entry for entry in _BUILTIN}
