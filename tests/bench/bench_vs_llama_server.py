@@ -136,7 +136,7 @@ def load_with_cpu(server: LaunchedServer, model: str, streams: int, requests: in
 def measure(server: LaunchedServer, model: str, tag: str, max_tokens: int) -> dict[str, Any]:
     asyncio.run(run_load(server.base_url, model, 1, 1, 32, 4))  # warm-up: page faults, graph reservation
     many = load_with_cpu(server, model, SLOTS, SLOTS, max_tokens)
-    one = load_with_cpu(server, model, 1, 2, max_tokens)
+    one = load_with_cpu(server, model, 1, 1, max_tokens)  # one request: no keep-alive reuse to race with
     return {"decode_16": many.decode_tokens_per_s, "decode_1": one.decode_tokens_per_s,
             "cpu_ms_per_token_16": many.cpu_ms_per_token, "cpu_ms_per_token_1": one.cpu_ms_per_token,
             **multi_turn(server.base_url, model, tag)}
