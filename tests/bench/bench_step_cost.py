@@ -124,7 +124,8 @@ def engine_step_table(gguf: Path, sequences: int) -> tuple[dict[str, float], int
     llama_cpp.llama_decode = timed("llama_decode", decode)
     engine._scheduler.schedule = timed("scheduler", engine._scheduler.schedule)  # type: ignore[method-assign]
     engine._sample = timed("sampling", engine._sample)  # type: ignore[method-assign]
-    engine._append_token = timed("detokenize, stop strings, stream", engine._append_token)  # type: ignore[method-assign]
+    engine._append_token = timed("detokenize, stop strings, stream",  # type: ignore[method-assign]
+                                 engine._append_token)
     try:
         asyncio.run(_drive(engine, runtime, sequences))
     finally:
@@ -158,7 +159,8 @@ def main() -> None:
     print(f"CPU: {cpu_model()}; 1 llama.cpp thread; CPU time of the decoding thread")
     layout = kv_layout_table(gguf, args.sequences, args.idle_prefixes, args.repeats)
     base = layout["per-sequence streams (llama-server -np)"]
-    print(f"\nKV layout, {args.sequences} sequences x ({PROMPT_TOKENS} + {DECODE_STEPS}) tokens, llama_decode CPU per step:")
+    print(f"\nKV layout, {args.sequences} sequences x ({PROMPT_TOKENS} + {DECODE_STEPS}) tokens, "
+          "llama_decode CPU per step:")
     for name, seconds in layout.items():
         print(f"  {name:<52} {1000 * seconds:7.1f} ms  {1000 * seconds / args.sequences:6.2f} ms/token  "
               f"{seconds / base:5.3f}x")
