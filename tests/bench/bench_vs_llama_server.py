@@ -1,0 +1,207 @@
+"""Issue-14 comparison: llama-server and `edgeopt serve` on the same ~200M Q8_0 GGUF, in one run.
+
+    .venv/bin/python tests/bench/bench_vs_llama_server.py [--work /tmp/edgeopt-bench-200m] [--rounds 2]
+
+llama-server is built from the llama.cpp inside llama-cpp-python's source distribution of the
+installed version (scripts/build_llama_server.sh, cached under ~/.cache/edgeopt). Both servers get
+the same threads and are driven by the same client (edgeopt.bench.loadgen), one server at a time,
+alternating for ``--rounds`` rounds so that load from other processes hits both alike. Figures:
+
+* 16 concurrent streamed completions x 128 tokens: aggregate decode tok/s;
+* 1 stream: decode tok/s;
+* multi-turn TTFT (chat, max_tokens 1): a cold ~1,000-token system prompt, the same conversation's
+  second turn, a new conversation with the same system prompt.
+
+llama-server runs with ``-np 16`` and its defaults except ``-c``: its default context (the model's
+2,048) split over 16 slots leaves 256 cells a slot, too few for the multi-turn prompt, so each slot
+gets the model's full context (which does not change decode cost: a slot's attention spans only the
+cells it uses). Prints one table with edgeopt / llama-server ratios, the targets, and the CPU, and
+writes the JSON next to the bundle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
+
+from edgeopt.bench.loadgen import LoadResult, run_load  # noqa: E402
+from edgeopt.bundle import load_bundle  # noqa: E402
+from edgeopt.server.launcher import model_names  # noqa: E402
+from edgeopt.serve_process import LaunchedServer, free_port, launched_server, stop, wait_until_healthy  # noqa: E402
+from tests.bench.bench_serve_200m import build_bundle  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SLOTS = 16
+MODEL_CONTEXT = 2048  # the bench model's max_position_embeddings (tests/bench/bench_serve_200m.py)
+SYSTEM_SENTENCE = ("You are a careful assistant for a small hardware shop. Answer briefly, cite the manual "
+                   "section when you can, and never invent part numbers. ")
+
+
+def cpu_model() -> str:
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return platform.processor() or "unknown"
+
+
+def llama_server_binary() -> Path:
+    """Build (once, cached) and return llama-server for the installed llama-cpp-python version."""
+    out = subprocess.run(["bash", str(REPO / "scripts" / "build_llama_server.sh"), sys.executable],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"building llama-server failed:\n{out.stderr[-3000:]}")
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@contextmanager
+def llama_server(binary: Path, gguf: Path, threads: int, log_path: Path) -> Iterator[LaunchedServer]:
+    port = free_port()
+    command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", str(SLOTS),
+               "-c", str(SLOTS * MODEL_CONTEXT), "-t", str(threads), "-tb", str(threads)]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    server = LaunchedServer(f"http://127.0.0.1:{port}", log_path, process)
+    try:
+        wait_until_healthy(server, 120.0)
+        yield server
+    finally:
+        stop(process)
+
+
+def system_prompt(words: int = 470) -> str:
+    sentence_words = len(SYSTEM_SENTENCE.split())
+    return SYSTEM_SENTENCE * max(1, words // sentence_words)
+
+
+def chat_seconds(url: str, model: str, messages: list[dict[str, str]]) -> tuple[float, str, int]:
+    """Wall time of a max_tokens=1 chat completion (prefill + one token: the TTFT), its text, prompt tokens."""
+    body = {"model": model, "messages": messages, "max_tokens": 1, "temperature": 0}
+    start = time.perf_counter()
+    response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600)
+    seconds = time.perf_counter() - start
+    response.raise_for_status()
+    data = response.json()
+    return seconds, data["choices"][0]["message"]["content"] or "", int(data["usage"]["prompt_tokens"])
+
+
+def multi_turn(url: str, model: str, tag: str) -> dict[str, float]:
+    """Cold prompt, its second turn, a new conversation on the same system prompt. ``tag`` makes the system
+    prompt new for every call of this function, so "cold" is cold on a server that already served others."""
+    system = {"role": "system", "content": f"[session {tag}] " + system_prompt()}
+    first = [system, {"role": "user", "content": "Which screwdriver fits the M3 screws?"}]
+    cold, answer, prompt_tokens = chat_seconds(url, model, first)
+    second = first + [{"role": "assistant", "content": answer},
+                      {"role": "user", "content": "And for the M4 ones?"}]
+    turn2, _, _ = chat_seconds(url, model, second)
+    other = [system, {"role": "user", "content": "Do you sell soldering irons?"}]
+    fresh, _, _ = chat_seconds(url, model, other)
+    return {"prompt_tokens": prompt_tokens, "cold_s": cold, "second_turn_s": turn2, "same_system_s": fresh}
+
+
+def cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def load_with_cpu(server: LaunchedServer, model: str, streams: int, requests: int, max_tokens: int) -> LoadResult:
+    """The load, and the server process's CPU seconds per completion token over it: unlike tok/s, that
+    figure hardly moves when other processes share the cores (exact with one thread: nothing spins)."""
+    before = cpu_seconds(server.process.pid)
+    result = asyncio.run(run_load(server.base_url, model, streams, requests, 32, max_tokens))
+    cpu = cpu_seconds(server.process.pid) - before
+    if result.errors:
+        raise SystemExit(f"{len(result.errors)} requests failed, first: {result.errors[0]}")
+    result.cpu_ms_per_token = 1000 * cpu / max(result.completion_tokens, 1)  # type: ignore[attr-defined]
+    return result
+
+
+def measure(server: LaunchedServer, model: str, tag: str, max_tokens: int) -> dict[str, Any]:
+    asyncio.run(run_load(server.base_url, model, 1, 1, 32, 4))  # warm-up: page faults, graph reservation
+    many = load_with_cpu(server, model, SLOTS, SLOTS, max_tokens)
+    one = load_with_cpu(server, model, 1, 1, max_tokens)  # one request: no keep-alive reuse to race with
+    return {"decode_16": many.decode_tokens_per_s, "decode_1": one.decode_tokens_per_s,
+            "cpu_ms_per_token_16": many.cpu_ms_per_token, "cpu_ms_per_token_1": one.cpu_ms_per_token,
+            **multi_turn(server.base_url, model, tag)}
+
+
+def run_round(binary: Path, bundle: Path, gguf: Path, threads: int, round_no: int, args: argparse.Namespace,
+              model: str) -> dict[str, dict[str, Any]]:
+    out = {}
+    with llama_server(binary, gguf, threads, args.work / "llama-server.log") as server:
+        out["llama-server"] = measure(server, model, f"llama-{round_no}", args.max_tokens)
+    serve_args = ["--no-verify", "--max-concurrency", str(SLOTS), "--memory", args.memory, *args.serve_arg]
+    with launched_server(bundle, threads=threads, extra_args=serve_args,
+                         log_path=args.work / "edgeopt-serve.log") as server:
+        out["edgeopt"] = measure(server, model, f"edgeopt-{round_no}", args.max_tokens)
+    return out
+
+
+FIGURES = [  # key, label, higher is better
+    ("decode_16", f"{SLOTS} streams x 128 tokens, aggregate decode tok/s", True),
+    ("decode_1", "1 stream, decode tok/s", True),
+    ("cpu_ms_per_token_16", f"{SLOTS} streams, server CPU ms per token", False),
+    ("cpu_ms_per_token_1", "1 stream, server CPU ms per token", False),
+    ("cold_s", "chat, ~1k-token system prompt, cold TTFT s", False),
+    ("second_turn_s", "same conversation, second turn TTFT s", False),
+    ("same_system_s", "new conversation, same system prompt TTFT s", False),
+]
+
+
+def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    table = {}
+    for key, label, higher in FIGURES:
+        ours = [r["edgeopt"][key] for r in rounds]
+        theirs = [r["llama-server"][key] for r in rounds]
+        ratio = statistics.median(ours) / statistics.median(theirs)
+        table[key] = {"label": label, "edgeopt": ours, "llama-server": theirs, "ratio": round(ratio, 3),
+                      "target_met": ratio >= 1.0 if higher else ratio <= 1.0}
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("/tmp/edgeopt-bench-200m"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--memory", default="2GiB", help="edgeopt serve --memory")
+    parser.add_argument("--serve-arg", action="append", default=[], help="extra edgeopt serve argument")
+    parser.add_argument("--llama-server", type=Path, help="a built llama-server (default: build it)")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    bundle = build_bundle(args.work, "deep")
+    gguf = next(bundle.glob("*.gguf"))
+    binary = args.llama_server or llama_server_binary()
+    model = model_names(bundle, load_bundle(bundle, verify=False))[0]
+    rounds = [run_round(binary, bundle, gguf, args.threads, i, args, model) for i in range(args.rounds)]
+    table = summarize(rounds)
+    print(f"CPU: {cpu_model()}, threads {args.threads}, {args.rounds} alternating rounds (medians)")
+    print(f"{'figure':<52} {'llama-server':>14} {'edgeopt':>14} {'ratio':>7}  target")
+    for row in table.values():
+        theirs, ours = statistics.median(row["llama-server"]), statistics.median(row["edgeopt"])
+        print(f"{row['label']:<52} {theirs:>14.3f} {ours:>14.3f} {row['ratio']:>7.3f}  "
+              f"{'met' if row['target_met'] else 'NOT met'}")
+    result = {"cpu": cpu_model(), "threads": args.threads, "rounds": rounds, "table": table}
+    (args.work / "vs-llama-server.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
