@@ -47,6 +47,14 @@ class RuntimeInfo:
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
     bos_token_id: int | None = None
     add_bos: bool = False
+    # Prefix cache: sequence ids max_slots .. max_slots + cache_slots - 1 hold cached prefixes (never
+    # stepped; the engine drives them with share_kv / trim / release). 0: no prefix cache.
+    cache_slots: int = 0
+    # True when share_kv makes both sequences use the *same* KV cells (llama.cpp's unified cache);
+    # False when it copies them (the engine then charges the copy to the target).
+    shares_kv_cells: bool = False
+    # The runtime can save a cache entry's KV to a file and load it back (edgeopt serve --warm).
+    saves_prefix_state: bool = False
 
 
 class Tokenizer(Protocol):
@@ -71,6 +79,9 @@ class Tokenizer(Protocol):
         ...
 
 
+_ENGINE_BUG = "this is an engine bug; please report it"
+
+
 class Runtime(Protocol):
     """A text-generation backend that edgeopt's engine drives one step at a time."""
 
@@ -86,8 +97,18 @@ class Runtime(Protocol):
         ...
 
     def release(self, slot: int) -> None:
-        """Forget the slot's KV (finished, aborted or preempted sequence)."""
+        """Forget the slot's KV (finished, aborted or preempted sequence, or an evicted cache entry)."""
         ...
+
+    def share_kv(self, source: int, target: int, start: int, end: int) -> None:
+        """``target``, which holds exactly positions [0, start), then holds [0, end): positions
+        [start, end) are ``source``'s (either id may be a slot or a cache sequence id). The engine calls it
+        only when ``info.cache_slots > 0``; runtimes without a prefix cache keep this refusal."""
+        raise BackendError(f"{type(self).__name__} keeps no prefix cache (RuntimeInfo.cache_slots is 0)", _ENGINE_BUG)
+
+    def trim(self, slot: int, tokens: int) -> None:
+        """Keep only the first ``tokens`` positions of a sequence's KV (same condition as share_kv)."""
+        raise BackendError(f"{type(self).__name__} keeps no prefix cache (RuntimeInfo.cache_slots is 0)", _ENGINE_BUG)
 
     def close(self) -> None: ...
 
@@ -116,7 +137,6 @@ class EmbeddingRuntime(Protocol):
     def close(self) -> None: ...
 
 
-_ENGINE_BUG = "this is an engine bug; please report it"
 
 
 def check_step_inputs(batch: list[StepInput], info: RuntimeInfo, held_tokens: Callable[[int], int],
@@ -150,6 +170,13 @@ def check_step_inputs(batch: list[StepInput], info: RuntimeInfo, held_tokens: Ca
         if bad:
             raise BackendError(f"slot {item.slot}: token ids {bad[:5]} outside 0..{info.vocab_size - 1}",
                                "the prompt was tokenized with another vocabulary")
+
+
+def check_sequence_id(info: RuntimeInfo, seq_id: int) -> None:
+    """A running slot or a cache sequence id (see RuntimeInfo.cache_slots); anything else is an engine bug."""
+    if not 0 <= seq_id < info.max_slots + info.cache_slots:
+        raise BackendError(f"sequence id {seq_id} is outside 0..{info.max_slots + info.cache_slots - 1} "
+                           f"({info.max_slots} slots + {info.cache_slots} cache entries)", _ENGINE_BUG)
 
 
 def rows_for_step(batch: list[StepInput], decode_together: Callable[[list[StepInput]], Sequence[Row]],

@@ -7,6 +7,7 @@ serving a GGUF bundle never imports torch or transformers.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -58,6 +59,14 @@ def serve(
         "--parse-special-in-content",
         help="Let control-token text in chat messages (e.g. '<|im_start|>') become control tokens, as before. "
              "Off by default: a user message could otherwise forge a system turn.")] = False,
+    prefix_cache: Annotated[bool, typer.Option(
+        "--prefix-cache/--no-prefix-cache",
+        help="Keep finished requests' KV and reuse it for prompts that start the same way (chat turns, a shared "
+             "system prompt); evicted first when memory is needed. Empty it with DELETE /v1/edgeopt/cache.")] = True,
+    warm: Annotated[Optional[Path], typer.Option(
+        "--warm", exists=True, dir_okay=False,
+        help="A text file holding a system prompt: its KV is computed once, saved beside it (FILE.kvstate) and "
+             "loaded on later starts, so the first chat using that system prompt is already a cache hit (GGUF).")] = None,
 ) -> None:
     """Serve a bundle behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /metrics)."""
     import logging
@@ -72,5 +81,6 @@ def serve(
                            max_waiting=max_waiting, verify=verify, log_level=log_level,
                            insecure_no_auth=insecure_no_auth, header_timeout_s=header_timeout,
                            max_connections=max_connections,
-                           parse_special_in_content=parse_special_in_content, kv_type=kv_type)
+                           parse_special_in_content=parse_special_in_content, kv_type=kv_type,
+                           prefix_cache=prefix_cache, warm_file=warm)
     serve_bundle(bundle, options)

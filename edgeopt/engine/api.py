@@ -42,6 +42,7 @@ class RequestOutput:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None  # with finish_reason="error": what the runtime raised
+    cached_tokens: int = 0  # prompt tokens the prefix cache served when the request was first admitted
 
 
 DEFAULT_PREFILL_CHUNK = 256
@@ -55,6 +56,7 @@ class EngineConfig:
     step_token_budget: int = 512  # tokens per forward pass (decode tokens first, then prefill chunks)
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK  # longest prefill slice of one sequence in one step
     context_length: int = 4096  # longest sequence (prompt + output)
+    prefix_cache: bool = True  # reuse cached prompt prefixes when the runtime offers cache slots
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,12 @@ class EngineStats:
     steps_total: int
     prefill_tokens_total: int = 0  # prompt tokens computed, recomputation after preemption included
     generated_tokens_total: int = 0
+    kv_cached_tokens: int = 0  # KV cells the prefix cache keeps (evicted first when memory is needed)
+    prefix_cache_queries_total: int = 0  # admissions that looked their tokens up in the prefix cache
+    prefix_cache_hits_total: int = 0  # of those, admissions that reused a cached prefix
+    prefix_cache_query_tokens_total: int = 0  # tokens of the sequences looked up
+    prefix_cache_hit_tokens_total: int = 0  # of those, tokens reused instead of computed
+    prefix_cache_evicted_tokens_total: int = 0  # cached cells given back (to make room, or when emptied)
 
     @property
     def kv_usage_ratio(self) -> float:
@@ -107,3 +115,8 @@ class ServingEngine(Protocol):
     def stats(self) -> EngineStats: ...
 
     def active_requests(self) -> list[ActiveRequest]: ...
+
+    def clear_prefix_cache(self) -> int:
+        """Evict every cached prefix no running request uses (blocking until done); returns the KV cells
+        freed. 0 from engines without a prefix cache."""
+        ...

@@ -14,16 +14,19 @@ be trusted) ends every request the scheduler holds with "error" and continues on
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import logging
 import threading
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
 from edgeopt.engine.api import DEFAULT_PREFILL_CHUNK, ActiveRequest, EngineConfig, EngineStats, SamplingParams
 from edgeopt.engine.outputs import RequestTracker, describe_failure, engine_stopped_message
+from edgeopt.engine.prefix_cache import PrefixCache
 from edgeopt.engine.registry import RequestRegistry
 from edgeopt.engine.sampler import sample_next_tokens
 from edgeopt.engine.scheduler import Scheduler, SchedulerOutput
@@ -35,6 +38,8 @@ from runtimes.base import Runtime, StepInput
 
 log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.5  # the thread sleeps on an event; this only bounds how long shutdown can take
+_CALL_TIMEOUT_S = 120.0  # with_scheduler waits for the step in flight, never for a request to end
+T = TypeVar("T")
 
 
 class Engine:
@@ -43,9 +48,10 @@ class Engine:
         self.runtime = runtime
         self.config = config
         self.context_tokens = min(config.context_length, config.kv_capacity_tokens, runtime.info.context_length)
-        self._scheduler = Scheduler(config, release_slot=runtime.release)
+        self._scheduler = self._new_scheduler()
         self._requests = RequestRegistry(runtime.tokenizer, runtime.info.eos_token_ids)
-        self._inbox: deque[tuple[str, object]] = deque()  # ("add", tracker) | ("abort", request_id)
+        # ("add", tracker) | ("abort", request_id) | ("call", (work, future of its result))
+        self._inbox: deque[tuple[str, object]] = deque()
         self._wakeup = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -98,13 +104,31 @@ class Engine:
         self._inbox.append(("abort", request_id))
         self._wakeup.set()
 
+    def clear_prefix_cache(self) -> int:
+        """Evict every cached prefix no running request borrows; runs on the engine thread between steps."""
+        return self.with_scheduler(Scheduler.clear_cache)
+
+    def with_scheduler(self, work: Callable[[Scheduler], T]) -> T:
+        """Run ``work(scheduler)`` on the engine thread between two steps (the scheduler and the runtime
+        belong to that thread) and return its result; directly when no engine thread runs."""
+        if self._thread is None or not self._thread.is_alive():
+            return work(self._scheduler)  # no thread (tests driving step() by hand, or stopped)
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._inbox.append(("call", (work, done)))
+        self._wakeup.set()
+        return done.result(timeout=_CALL_TIMEOUT_S)
+
     def stats(self) -> EngineStats:
         sched = self._scheduler
+        cache = sched.cache_counters
         return EngineStats(
             running=len(sched.running), waiting=self._num_waiting(), kv_used_tokens=sched.kv.used,
             kv_capacity_tokens=sched.kv.capacity, preemptions_total=sched.preemptions_total,
             steps_total=self._steps_total, prefill_tokens_total=self.prefill_tokens_total,
-            generated_tokens_total=self._requests.generated_tokens_total,
+            generated_tokens_total=self._requests.generated_tokens_total, kv_cached_tokens=sched.cached_tokens,
+            prefix_cache_queries_total=cache.queries, prefix_cache_hits_total=cache.hits,
+            prefix_cache_query_tokens_total=cache.query_tokens, prefix_cache_hit_tokens_total=cache.hit_tokens,
+            prefix_cache_evicted_tokens_total=sched.cache.evicted_total if sched.cache is not None else 0,
         )
 
     def active_requests(self) -> list[ActiveRequest]:
@@ -198,6 +222,8 @@ class Engine:
             if kind == "add":
                 self._scheduler.add(item.seq)  # type: ignore[attr-defined]
                 self._scheduled_ids.add(item.seq.request_id)  # type: ignore[attr-defined]
+            elif kind == "call":
+                self._call(*item)  # type: ignore[misc]
             else:
                 tracker = self._requests.get(item)  # type: ignore[arg-type]
                 if tracker is not None and not tracker.seq.state.is_done:
@@ -208,6 +234,21 @@ class Engine:
         tracker = self._requests.get(seq.request_id)
         assert tracker is not None, f"request {seq.request_id} is scheduled but not registered"
         return tracker
+
+    def _call(self, work: Callable[[Scheduler], object], done: concurrent.futures.Future) -> None:
+        try:
+            done.set_result(work(self._scheduler))
+        except Exception as exc:  # e.g. a runtime that cannot drop cells: the caller hears why
+            done.set_exception(exc)
+
+    def _new_scheduler(self) -> Scheduler:
+        """A scheduler with a prefix cache when the config asks for one and the runtime has cache slots."""
+        info = self.runtime.info
+        cache = None
+        if self.config.prefix_cache and info.cache_slots > 0:
+            cache = PrefixCache(self.runtime, range(info.max_slots, info.max_slots + info.cache_slots),
+                                shares_cells=info.shares_kv_cells)
+        return Scheduler(self.config, release_slot=self.runtime.release, cache=cache)
 
     def _finish(self, seq: Sequence, state: SequenceState, reason: str, error: str | None = None) -> None:
         tracker = self._tracker(seq)
@@ -222,8 +263,9 @@ class Engine:
         """End every request the scheduler was given with "error", then continue on a fresh scheduler
         and empty runtime slots (the old accounting may disagree with the runtime's KV)."""
         trackers = [t for t in self._requests.trackers() if t.seq.request_id in self._scheduled_ids]
-        self._scheduler = Scheduler(self.config, release_slot=self.runtime.release)
-        for slot in range(self.config.max_running):
+        self._scheduler = self._new_scheduler()
+        info = self.runtime.info
+        for slot in [*range(self.config.max_running), *range(info.max_slots, info.max_slots + info.cache_slots)]:
             try:
                 self.runtime.release(slot)
             except Exception:  # noqa: BLE001 - a runtime that cannot even release: later steps will say so

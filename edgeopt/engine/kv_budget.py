@@ -3,6 +3,9 @@
 The engine never measures memory; it receives a capacity in tokens (see :func:`edgeopt.memory_budget.size_kv`)
 and keeps the books here. llama.cpp's unified KV cache allocates one cell per token, so the unit is a
 token, not a block. A cell is counted as used from the moment a step that writes it is scheduled.
+``KvBudget`` counts the cells running sequences hold themselves; the prefix cache's cells (and the ones
+sequences borrow from it) are its own count (:mod:`edgeopt.engine.prefix_cache`), which the scheduler
+subtracts from what is free.
 """
 
 from __future__ import annotations

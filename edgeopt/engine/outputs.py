@@ -56,4 +56,5 @@ class RequestTracker:
             request_id=self.seq.request_id, text=text, token_ids=token_ids,
             finished=finish_reason is not None, finish_reason=finish_reason,
             prompt_tokens=len(self.seq.prompt_ids), completion_tokens=len(self.seq.output_ids),
+            cached_tokens=self.seq.cached_prompt_tokens or 0,
         )

@@ -7,20 +7,28 @@ Each step, within ``step_token_budget`` tokens:
 3. then waiting sequences are admitted in arrival order while a slot is free and the KV cells left,
    after what admitted prompts still need, hold the newcomer's whole prompt (admission control).
 
-When a running sequence needs a KV cell and none is free, the *newest* running sequence is preempted
-(its KV is dropped and it goes back to the front of the queue to recompute later). The oldest running
-sequence therefore always progresses, and since every request fits the capacity alone (checked when it
-arrives), the engine never deadlocks and never overdraws the cache.
+When a running sequence needs a KV cell and none is free, the prefix cache gives back its least
+recently used cells first; only then is the *newest* running sequence preempted (its KV is dropped and
+it goes back to the front of the queue to recompute later). The oldest running sequence therefore
+always progresses, and since every request fits the capacity alone (checked when it arrives), the
+engine never deadlocks and never overdraws the cache. Cached cells count against the capacity but
+never block anything: admission counts them as free when they can be evicted.
+
+With a prefix cache, an admitted sequence first borrows the KV of the longest cached prefix of its
+tokens (at most all but the last: the last must be fed to get logits), and a finished or aborted one
+parks its computed KV in the cache instead of dropping it (see :mod:`edgeopt.engine.prefix_cache`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from edgeopt.engine.api import EngineConfig
 from edgeopt.engine.kv_budget import KvBudget, SlotPool
+from edgeopt.engine.prefix_cache import NO_HIT, PrefixCache
 from edgeopt.engine.sequence import Sequence, SequenceState
 
 
@@ -30,6 +38,16 @@ class ScheduledChunk:
     tokens: list[int]
     start_pos: int
     want_logits: bool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PrefixCacheCounters:
+    queries: int = 0  # sequences admitted while a cache was on (each looks its tokens up once)
+    hits: int = 0  # of those, sequences that borrowed a cached prefix
+    query_tokens: int = 0  # tokens they had to compute without a cache
+    hit_tokens: int = 0  # tokens borrowed instead of computed
 
 
 @dataclass
@@ -43,9 +61,12 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, release_slot: Callable[[int], None]) -> None:
+    def __init__(self, config: EngineConfig, release_slot: Callable[[int], None],
+                 cache: PrefixCache | None = None) -> None:
         self.config = config
         self.kv = KvBudget(config.kv_capacity_tokens)
+        self.cache = cache
+        self.cache_counters = PrefixCacheCounters()
         self.slots = SlotPool(config.max_running)
         self._release_slot = release_slot  # the runtime's release(): drops the slot's KV storage
         self.waiting: deque[Sequence] = deque()
@@ -72,12 +93,15 @@ class Scheduler:
             if budget == 0:
                 break
             if seq.is_running and self._make_room(seq, 1, out):
-                chunk = min(self.config.prefill_chunk, budget, seq.num_pending, self.kv.free)
+                chunk = min(self.config.prefill_chunk, budget, seq.num_pending)
+                self._evict_cached(chunk)
+                chunk = min(chunk, self._free)
                 out.chunks.append(self._take(seq, chunk))
                 budget -= chunk
         while budget > 0 and self.waiting and self._can_admit(self.waiting[0]):
             seq = self._admit(self.waiting.popleft())
             chunk = min(self.config.prefill_chunk, budget, seq.num_pending)
+            self._evict_cached(chunk)
             out.chunks.append(self._take(seq, chunk))
             budget -= chunk
         return out
@@ -88,20 +112,55 @@ class Scheduler:
             chunk.seq.num_computed += len(chunk.tokens)
 
     def finish(self, seq: Sequence, state: SequenceState, reason: str) -> None:
-        """Retire a sequence (finished or aborted), wherever it is, and free its slot and KV."""
+        """Retire a sequence (finished or aborted), wherever it is, and free its slot. Its computed KV is
+        parked in the prefix cache unless it failed ("error": its KV may be what failed)."""
         if seq.is_running:
             self.running.remove(seq)
+            if self.cache is not None and reason != "error" and seq.num_computed > 0:
+                self._park(seq)
             self._free_slot(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
         seq.state = state
         seq.finish_reason = reason
 
+    def clear_cache(self) -> int:
+        """Evict every cached prefix no running sequence borrows; returns the cells freed."""
+        return self.cache.clear() if self.cache is not None else 0
+
+    def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+        """Add a cache entry whose KV ``fill(cache_id)`` loads; evicts other entries to make room, and
+        refuses (False) when the entry cannot fit beside the running sequences' cells."""
+        if self.cache is None:
+            return False
+        self._evict_cached(len(tokens))
+        return self._free >= len(tokens) and self.cache.adopt(tokens, fill)
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.cache.cells if self.cache is not None else 0
+
     # --- internals -------------------------------------------------------------------------------
+
+    @property
+    def _free(self) -> int:
+        """Cells neither running sequences nor the cache hold."""
+        return self.kv.free - self.cached_tokens
+
+    def _park(self, seq: Sequence) -> None:
+        assert self.cache is not None and seq.slot is not None
+        try:
+            self.cache.park(seq.slot, seq.all_ids[:seq.num_computed])
+        except Exception:  # noqa: BLE001 - losing a cache entry must not lose the request's ending
+            log.exception("keeping the KV of %s in the prefix cache failed; dropping it", seq.request_id)
+
+    def _evict_cached(self, tokens: int) -> None:
+        if self.cache is not None and self._free < tokens:
+            self.cache.evict(tokens - self._free)
 
     def _take(self, seq: Sequence, tokens: int) -> ScheduledChunk:
         ids = seq.pending_ids(tokens)
-        assert seq.slot is not None and len(ids) == tokens, (seq, tokens)
+        assert seq.slot is not None and len(ids) == tokens and tokens <= self._free, (seq, tokens, self._free)
         self.kv.allocate(seq.slot, tokens)
         return ScheduledChunk(seq, ids, seq.num_computed, want_logits=tokens == seq.num_pending)
 
@@ -109,13 +168,15 @@ class Scheduler:
         """Preempt the newest running sequences until ``tokens`` cells are free; False if ``seq`` itself
         had to go. Sequences already scheduled this step are never victims (their chunks are built)."""
         scheduled = {id(c.seq) for c in out.chunks}
-        while not self.kv.can_allocate(tokens):
+        self._evict_cached(tokens)
+        while self._free < tokens:
             victim = next((s for s in reversed(self.running) if id(s) not in scheduled), None)
             if victim is None:
                 return False
             self._preempt(victim, out)
             if victim is seq:
                 return False
+            self._evict_cached(tokens)  # the victim's borrowed prefix may be evictable now
         return True
 
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
@@ -133,17 +194,50 @@ class Scheduler:
             return False
         # Cells that admitted sequences still need before they produce a token stay spoken for
         # (tokens without a cell yet: cells of chunks scheduled this step are already allocated).
-        promised = sum(s.num_tokens - self.kv.held(s.slot) for s in self.running if s.slot is not None)
-        return self.kv.free - promised >= seq.num_pending
+        promised = sum(s.num_tokens - self.kv.held(s.slot) - s.borrowed_cells
+                       for s in self.running if s.slot is not None)
+        needed, evictable = seq.num_pending, 0
+        if self.cache is not None:
+            lent, pinned = self.cache.preview(seq.all_ids, seq.num_tokens - 1)
+            needed -= lent if self.cache.shares_cells else 0  # a copying runtime still spends the cells
+            evictable = self.cache.evictable - pinned
+        return self._free + evictable - promised >= needed
 
     def _admit(self, seq: Sequence) -> Sequence:
         seq.slot = self.slots.acquire()
         seq.state = SequenceState.PREFILLING
         self.running.append(seq)
+        if self.cache is not None:
+            self._borrow_prefix(seq)
         return seq
+
+    def _borrow_prefix(self, seq: Sequence) -> None:
+        assert self.cache is not None and seq.slot is not None and seq.num_computed == 0
+        counters = self.cache_counters
+        counters.queries += 1
+        counters.query_tokens += seq.num_tokens
+        if not self.cache.shares_cells:  # the copy lands in the slot: make room for it first
+            lent, _ = self.cache.preview(seq.all_ids, seq.num_tokens - 1)
+            self._evict_cached(lent)
+            if self._free < lent:
+                return
+        hit = self.cache.borrow(seq.all_ids, seq.num_tokens - 1, seq.slot)
+        if seq.cached_prompt_tokens is None:
+            seq.cached_prompt_tokens = min(hit.tokens, len(seq.prompt_ids))
+        if hit.tokens == 0:
+            return
+        seq.prefix_hit = hit
+        seq.num_computed = hit.tokens
+        if not hit.pinned:
+            self.kv.allocate(seq.slot, hit.tokens)
+        counters.hits += 1
+        counters.hit_tokens += hit.tokens
 
     def _free_slot(self, seq: Sequence) -> None:
         assert seq.slot is not None
+        if self.cache is not None:
+            self.cache.give_back(seq.prefix_hit)
+        seq.prefix_hit = NO_HIT
         self.kv.release(seq.slot)
         self._release_slot(seq.slot)
         self.slots.release(seq.slot)

@@ -15,6 +15,7 @@ from enum import Enum
 import numpy as np
 
 from edgeopt.engine.api import SamplingParams
+from edgeopt.engine.prefix_cache import NO_HIT, PrefixHit
 
 
 def generator_seed(seed: int | None) -> int | None:
@@ -49,6 +50,8 @@ class Sequence:
         self.state = SequenceState.WAITING
         self.finish_reason: str | None = None
         self.preemptions = 0
+        self.prefix_hit: PrefixHit = NO_HIT  # the cached prefix the slot borrowed when admitted
+        self.cached_prompt_tokens: int | None = None  # prompt tokens borrowed at the first admission
         # Per-request generator: the same seed gives the same samples whatever the batch around it.
         self.rng = np.random.default_rng(generator_seed(params.seed))
 
@@ -63,6 +66,11 @@ class Sequence:
     @property
     def num_pending(self) -> int:
         return self.num_tokens - self.num_computed
+
+    @property
+    def borrowed_cells(self) -> int:
+        """Cells of the slot's KV that the prefix cache is charged for (shared, not copied)."""
+        return self.prefix_hit.tokens if self.prefix_hit.pinned else 0
 
     def pending_ids(self, limit: int) -> list[int]:
         start = self.num_computed

@@ -142,11 +142,21 @@ class MemoryPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield UsageBar("KV cache", "tok", id="kv")
+        yield UsageBar("cached", "tok", id="cached")
+        yield Figure(self._prefix_line(Figures()), id="prefix")
         yield UsageBar("RSS", "bytes", id="rss")
 
     def show(self, figures: Figures) -> None:
         self.query_one("#kv", UsageBar).show(figures.kv_used_tokens, figures.kv_capacity_tokens)
+        self.query_one("#cached", UsageBar).show(figures.prefix_cached_tokens, figures.kv_capacity_tokens)
+        self.query_one("#prefix", Figure).show(self._prefix_line(figures))
         self.query_one("#rss", UsageBar).show(figures.rss_bytes, figures.memory_budget_bytes)
+
+    @staticmethod
+    def _prefix_line(figures: Figures) -> str:
+        """How much prompt work the prefix cache saved (the 'cached' bar is what it holds for that)."""
+        served = fmt.percent(figures.prefix_hit_tokens_total, figures.prefix_query_tokens_total).strip()
+        return f"{'':<9}prefix cache served {served} of {fmt.count(figures.prefix_query_tokens_total)} prompt tok"
 
 
 class RequestTable(DataTable):

@@ -51,7 +51,16 @@ class Figures:
     requests_total: float | None = None
     errors_total: float | None = None
     preemptions_total: float | None = None
+    prefix_cached_tokens: float | None = None  # KV cells the prefix cache keeps
+    prefix_hit_tokens_total: float | None = None  # prompt tokens served from it since the server started
+    prefix_query_tokens_total: float | None = None  # prompt tokens looked up in it
     problems: tuple[str, ...] = ()
+
+    @property
+    def prefix_hit_ratio(self) -> float | None:
+        if self.prefix_hit_tokens_total is None or not self.prefix_query_tokens_total:
+            return None
+        return self.prefix_hit_tokens_total / self.prefix_query_tokens_total
 
     @property
     def kv_usage_ratio(self) -> float | None:
@@ -125,6 +134,9 @@ class MetricsWindow:
             requests_total=snapshot.value(REQUESTS),
             errors_total=snapshot.value(ERRORS),
             preemptions_total=snapshot.value(PREEMPTIONS),
+            prefix_cached_tokens=snapshot.value("edgeopt_prefix_cache_tokens"),
+            prefix_hit_tokens_total=snapshot.value("edgeopt_prefix_cache_hit_tokens_total"),
+            prefix_query_tokens_total=snapshot.value("edgeopt_prefix_cache_query_tokens_total"),
             problems=snapshot.problems,
         )
         self.history.record(figures)

@@ -52,6 +52,8 @@ class ServeOptions:
     max_connections: int | None = None  # connection_guard: default min(512, half the descriptor limit)
     parse_special_in_content: bool = False  # chat text may contain control tokens (see ServerSettings)
     kv_type: str | None = None  # llama.cpp KV cache type (gguf only); None: the bundle's (server.sizing)
+    prefix_cache: bool = True  # reuse the KV of cached prompt prefixes (--no-prefix-cache turns it off)
+    warm_file: Path | None = None  # --warm: a system prompt whose KV is stored and loaded (prompt_store)
 
 
 def size_kv(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> KvSizing:
@@ -89,7 +91,8 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
                            embedder=embedder)
     runtime = load_runtime(manifest.runtime, bundle_dir, manifest, kv_capacity_tokens=sizing.kv_capacity_tokens,
                            max_slots=sizing.max_sequences, context_length=sizing.context_length,
-                           threads=options.threads, **kv_type_option(manifest, options))
+                           threads=options.threads, **kv_type_option(manifest, options),
+                           **({} if options.prefix_cache else {"cache_slots": 0}))
     try:
         config = engine_config(runtime, sizing, options)
         # A runtime that brings its own scheduler (torch on CUDA: transformers' paged continuous batching)
@@ -100,6 +103,8 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
         runtime.close()
         raise
     engine.start()
+    if options.warm_file is not None:
+        _warm(engine, runtime, manifest, template, options.warm_file)
     log.info("engine ready: %d KV tokens, %d concurrent sequences, context %d", config.kv_capacity_tokens,
              config.max_running, engine.context_tokens)
     return ServedModel(context_length=engine.context_tokens, tokenizer=runtime.tokenizer, engine=engine,
@@ -112,12 +117,32 @@ def kv_type_option(manifest: Manifest, options: ServeOptions) -> dict[str, str]:
     return {"kv_type": kv_type} if kv_type else {}
 
 
+def _warm(engine: ServingEngine, runtime: Any, manifest: Manifest, template: ChatTemplate | None,
+          warm_file: Path) -> None:
+    """--warm: put the system prompt's KV in the prefix cache (loaded from its saved state when it can)."""
+    from edgeopt.server.prompt_state import warm_prompt_cache
+
+    try:
+        if not isinstance(engine, Engine) or not runtime.info.saves_prefix_state:
+            raise ConfigError(f"--warm needs the prefix cache of a llama.cpp (GGUF) bundle; this is {manifest.runtime}"
+                              f"{' with --no-prefix-cache' if runtime.info.cache_slots == 0 else ''}",
+                              "serve a GGUF bundle with the prefix cache on, or leave --warm out")
+        result = warm_prompt_cache(engine, runtime, manifest, template, runtime.tokenizer, warm_file)
+    except BaseException:
+        engine.shutdown()
+        raise
+    log.info("--warm %s: %d prompt tokens %s in %.2f s", warm_file, result.tokens, result.source, result.seconds)
+
+
+
+
 def engine_config(runtime: Runtime, sizing: KvSizing, options: ServeOptions) -> EngineConfig:
     """The EngineConfig that matches the runtime (its batch buffer, see engine_config_for), bounded by our sizing."""
     info = runtime.info
     return engine_config_for(runtime, kv_capacity_tokens=min(sizing.kv_capacity_tokens, info.kv_capacity_tokens),
                              max_running=min(sizing.max_sequences, info.max_slots), max_waiting=options.max_waiting,
-                             context_length=min(sizing.context_length, info.context_length))
+                             context_length=min(sizing.context_length, info.context_length),
+                             prefix_cache=options.prefix_cache)
 
 
 def model_names(bundle_dir: Path, manifest: Manifest) -> tuple[str, ...]:

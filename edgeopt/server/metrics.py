@@ -40,12 +40,33 @@ class _EngineCollector(Collector):
         yield _gauge("edgeopt_kv_cache_capacity_tokens", "KV cells the runtime holds.",
                      stats and stats.kv_capacity_tokens)
         yield _gauge("edgeopt_kv_cache_usage_ratio", "Used / capacity KV cells.", stats and stats.kv_usage_ratio)
+        yield _gauge("edgeopt_prefix_cache_tokens", "KV cells the prefix cache keeps for reuse (evicted first).",
+                     stats and stats.kv_cached_tokens)
+        yield from _prefix_cache_counters(stats)
         preempt = CounterMetricFamily("edgeopt_preemptions", "Sequences preempted to free KV (recomputed later).")
         preempt.add_metric([], float(stats.preemptions_total if stats else 0))
         yield preempt
         yield _gauge("edgeopt_process_rss_bytes", "Resident memory of the server process.",
                      self._process.memory_info().rss)
         yield _gauge("edgeopt_memory_budget_bytes", "Memory the server was sized to.", self._budget)
+
+
+def _prefix_cache_counters(stats: EngineStats | None) -> Iterator[Metric]:
+    """Named as vLLM's prefix-cache counters, plus the request-level pair."""
+    for name, doc, value in (
+        ("edgeopt_prefix_cache_queries", "Requests looked up in the prefix cache.",
+         stats and stats.prefix_cache_queries_total),
+        ("edgeopt_prefix_cache_hits", "Requests that reused a cached prefix.", stats and stats.prefix_cache_hits_total),
+        ("edgeopt_prefix_cache_query_tokens", "Tokens of the requests looked up in the prefix cache.",
+         stats and stats.prefix_cache_query_tokens_total),
+        ("edgeopt_prefix_cache_hit_tokens", "Tokens served from the prefix cache instead of computed.",
+         stats and stats.prefix_cache_hit_tokens_total),
+        ("edgeopt_prefix_cache_evicted_tokens", "Cached KV cells evicted (to make room, or when emptied).",
+         stats and stats.prefix_cache_evicted_tokens_total),
+    ):
+        counter = CounterMetricFamily(name, doc)
+        counter.add_metric([], float(value or 0))
+        yield counter
 
 
 def _gauge(name: str, doc: str, value: float | None) -> GaugeMetricFamily:

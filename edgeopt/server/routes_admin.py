@@ -1,8 +1,11 @@
-"""Operational routes: /health, /metrics, /v1/models and the monitor's /v1/edgeopt/requests."""
+"""Operational routes: /health, /metrics, /v1/models, the monitor's /v1/edgeopt/requests, and
+DELETE /v1/edgeopt/cache (empty the prefix cache; behind the API key like every /v1 route)."""
 
 from __future__ import annotations
 
 import dataclasses
+
+import asyncio
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -53,3 +56,14 @@ async def active_requests(request: Request) -> JSONResponse:
     detail = dataclasses.asdict(stats)
     detail["kv_usage_ratio"] = stats.kv_usage_ratio
     return JSONResponse({"requests": [dataclasses.asdict(r) for r in engine.active_requests()], "stats": detail})
+
+
+@api.delete("/v1/edgeopt/cache")
+async def clear_prefix_cache(request: Request) -> JSONResponse:
+    """Evict every cached prefix that no running request uses; answers how many KV cells were freed."""
+    state: ServerState = request.app.state.server
+    engine = state.ready_model().engine
+    if engine is None:  # embedding models keep no KV
+        return JSONResponse({"evicted_tokens": 0, "cached_tokens": 0})
+    freed = await asyncio.to_thread(engine.clear_prefix_cache)  # waits for the step in flight
+    return JSONResponse({"evicted_tokens": freed, "cached_tokens": engine.stats().kv_cached_tokens})

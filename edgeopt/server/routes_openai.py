@@ -73,7 +73,7 @@ async def _respond(state: ServerState, request: Request, shape: ResponseShape, p
         return Response(status_code=499)
     if last.finish_reason == "error":
         raise BackendError(f"the model runtime failed while generating: {last.error}", "see the server log")
-    counts = usage(len(prompt_ids), last.completion_tokens)
+    counts = usage(len(prompt_ids), last.completion_tokens, last.cached_tokens)
     return JSONResponse(shape.full(text, last.finish_reason, counts))
 
 
@@ -101,7 +101,7 @@ async def _sse_events(generation: Generation, shape: ResponseShape, prompt_token
 
 
 def _final_chunk(shape: ResponseShape, out: RequestOutput, prompt_tokens: int, include_usage: bool) -> bytes:
-    counts = usage(prompt_tokens, out.completion_tokens)
+    counts = usage(prompt_tokens, out.completion_tokens, out.cached_tokens)
     data = sse(shape.chunk(out.text, out.finish_reason, counts))
     if include_usage:
         data += sse(shape.usage_chunk(counts))

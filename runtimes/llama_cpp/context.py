@@ -4,18 +4,23 @@
 (without it llama.cpp splits n_ctx evenly per sequence). Each engine step is ONE ``llama_decode``
 whose batch carries every scheduled token of every sequence, with logits requested only where the
 engine will sample.
+
+Prefix cache: sequence ids ``max_slots ..`` hold cached prefixes. In the unified cache a sequence id
+is a tag on cells, so ``llama_memory_seq_cp`` shares cells between sequences without copying KV data
+(``share_kv``) and ``llama_memory_seq_rm`` frees a cell once no sequence tags it (``trim``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
+from pathlib import Path
 
 import llama_cpp
 import numpy as np
 
 from edgeopt.errors import BackendError
-from runtimes.base import Runtime, RuntimeInfo, StepInput
+from runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id
 from runtimes.llama_cpp.batch import NumpyBatch
 from runtimes.llama_cpp.kv_type import configure_kv_cache
 from runtimes.llama_cpp.model import ModelFacts
@@ -30,11 +35,11 @@ _DECODE_ERRORS = {1: "no free KV cells for the batch", 2: "decode aborted", -1: 
 class LlamaCppRuntime(Runtime):
     def __init__(self, model: llama_cpp.llama_model_p, facts: ModelFacts, kv_capacity_tokens: int,
                  max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None,
-                 adaptive_threads: bool = False, kv_type: str = "f16") -> None:
+                 adaptive_threads: bool = False, kv_type: str = "f16", cache_slots: int = 0) -> None:
         self._model = model
         self.facts = facts
         self.kv_type = kv_type  # the KV cache's element type (edgeopt.kv_types); part of any saved state's identity
-        self._ctx = self._create_context(kv_capacity_tokens, max_slots, max_batch_tokens, n_threads)
+        self._ctx = self._create_context(kv_capacity_tokens, max_slots, cache_slots, max_batch_tokens, n_threads)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         vocab = llama_cpp.llama_model_get_vocab(model)
         self.tokenizer = LlamaCppTokenizer(vocab)
@@ -46,7 +51,8 @@ class LlamaCppRuntime(Runtime):
             max_slots=max_slots,
             context_length=min(context_length or facts.context_train, n_ctx),
             eos_token_ids=self.tokenizer.eog_token_ids(), bos_token_id=bos if bos >= 0 else None,
-            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)),
+            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)), cache_slots=cache_slots, shares_kv_cells=True,
+            saves_prefix_state=cache_slots > 0,
         )
         self.max_batch_tokens: int = int(llama_cpp.llama_n_batch(self._ctx))  # fixed batch buffer (n_batch)
         self._batch = NumpyBatch(self.max_batch_tokens)
@@ -55,15 +61,17 @@ class LlamaCppRuntime(Runtime):
         self._governor = ThreadGovernor(self._set_threads, n_threads) if adaptive_threads else None
         self.decode_calls = 0
 
-    def _create_context(self, n_ctx: int, max_slots: int, max_batch: int, n_threads: int) -> llama_cpp.llama_context_p:
+    def _create_context(self, n_ctx: int, max_slots: int, cache_slots: int, max_batch: int,
+                        n_threads: int) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = max_batch
         params.n_ubatch = max_batch  # one physical pass per step: the whole batch shares the weight reads
-        params.n_seq_max = max_slots
+        params.n_seq_max = max_slots + cache_slots  # cache entries are sequences that are never decoded
         # At most one logits row per sequence per step: without this llama.cpp reserves n_batch rows
         # (512 x a 150k vocabulary x 4 bytes = 300 MB on a device that has none to spare).
-        params.n_outputs_max = max_slots
+        # llama.cpp reserves at least n_seq_max rows, so each cache sequence id costs one row (vocab x 4 bytes).
+        params.n_outputs_max = max_slots + cache_slots
         params.kv_unified = True  # one shared pool of n_ctx cells, not n_ctx / n_seq_max per sequence
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
@@ -120,21 +128,81 @@ class LlamaCppRuntime(Runtime):
         llama_cpp.llama_set_n_threads(self._ctx, n, n)
 
     def release(self, slot: int) -> None:
-        if not 0 <= slot < self.info.max_slots:
-            raise BackendError(f"slot {slot} is outside 0..{self.info.max_slots - 1}", "an engine bug; please report")
+        check_sequence_id(self.info, slot)
         with self._lock:
             self._check_open()
             llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
 
-    def kv_cells_used(self) -> int:
-        """Cells llama.cpp holds (sum over slots of max position + 1): for tests and diagnostics."""
+    def share_kv(self, source: int, target: int, start: int, end: int) -> None:
+        check_sequence_id(self.info, source)
+        check_sequence_id(self.info, target)
         with self._lock:
             self._check_open()
-            total = 0
-            for slot in range(self.info.max_slots):
-                top = llama_cpp.llama_memory_seq_pos_max(self._memory, slot)
-                total += top + 1 if top >= 0 else 0
-            return total
+            held, into = self._held(source), self._held(target)
+            if source == target or into != start or not 0 <= start < end <= held:
+                raise BackendError(f"share_kv({source} -> {target}, positions [{start}, {end})): the source holds "
+                                   f"{held} positions and the target {into}", "an engine bug; please report")
+            # Same stream (kv_unified): adds the target's tag to the source's cells, copies no KV data.
+            llama_cpp.llama_memory_seq_cp(self._memory, source, target, start, end)
+
+    def trim(self, slot: int, tokens: int) -> None:
+        check_sequence_id(self.info, slot)
+        with self._lock:
+            self._check_open()
+            if not 0 < tokens <= self._held(slot):
+                raise BackendError(f"trim({slot}, {tokens}) of a sequence holding {self._held(slot)} tokens",
+                                   "an engine bug; please report")
+            if not llama_cpp.llama_memory_seq_rm(self._memory, slot, tokens, -1):
+                raise BackendError(f"llama.cpp refused to trim sequence {slot} to {tokens} tokens",
+                                   "an engine bug; please report")
+
+    def save_sequence(self, seq_id: int, path: Path, tokens: list[int]) -> int:
+        """Write the sequence's KV (llama_state_seq_save_file, with its tokens) to ``path``; returns bytes."""
+        check_sequence_id(self.info, seq_id)
+        array = (llama_cpp.llama_token * len(tokens))(*tokens)
+        with self._lock:
+            self._check_open()
+            if self._held(seq_id) != len(tokens):
+                raise BackendError(f"sequence {seq_id} holds {self._held(seq_id)} positions, not the "
+                                   f"{len(tokens)} tokens to save", "an engine bug; please report")
+            written = llama_cpp.llama_state_seq_save_file(self._ctx, str(path).encode(), seq_id, array, len(tokens))
+        if written == 0:
+            raise BackendError(f"llama.cpp could not save sequence {seq_id} to {path}",
+                               "check that the directory is writable")
+        return int(written)
+
+    def load_sequence(self, seq_id: int, path: Path, max_tokens: int) -> list[int]:
+        """Load a state saved by :meth:`save_sequence` into the empty sequence ``seq_id``; returns its tokens
+        (empty when llama.cpp refuses the file: then nothing was loaded)."""
+        check_sequence_id(self.info, seq_id)
+        tokens = (llama_cpp.llama_token * max_tokens)()
+        count = ctypes.c_size_t(0)
+        with self._lock:
+            self._check_open()
+            if self._held(seq_id) != 0:
+                raise BackendError(f"sequence {seq_id} is not empty", "an engine bug; please report")
+            read = llama_cpp.llama_state_seq_load_file(self._ctx, str(path).encode(), seq_id, tokens, max_tokens,
+                                                       ctypes.byref(count))
+            if read == 0:
+                llama_cpp.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+                return []
+        return list(tokens[:count.value])
+
+    def held_tokens(self, seq_id: int) -> int:
+        """Positions a sequence id holds (max position + 1): for tests and diagnostics."""
+        with self._lock:
+            self._check_open()
+            return self._held(seq_id)
+
+    def _held(self, seq_id: int) -> int:
+        return int(llama_cpp.llama_memory_seq_pos_max(self._memory, seq_id)) + 1
+
+    def kv_cells_used(self) -> int:
+        """Cells the running slots hold (sum over slots of max position + 1; cached prefixes not included):
+        for tests and diagnostics."""
+        with self._lock:
+            self._check_open()
+            return sum(self._held(slot) for slot in range(self.info.max_slots))
 
     def close(self) -> None:
         with self._lock:

@@ -1,7 +1,8 @@
 """ONNX Runtime backend: ``load(bundle_dir, manifest, **options)`` for decoder bundles and
 ``load_embedding(bundle_dir, manifest, **options)`` for embedding bundles.
 
-Options (all optional): ``kv_capacity_tokens``, ``max_slots``, ``context_length`` (decoders),
+Options (all optional): ``kv_capacity_tokens``, ``max_slots``, ``context_length``, ``cache_slots``
+(decoders; prefix-cache entries, default as many as slots, 0 turns the cache off),
 ``threads``, ``providers`` (e.g. ["cuda"]) and ``profile`` (a DeviceProfile or name; default: the
 bundle's target when this machine can load it, else the host). Options meant for other backends are
 ignored. Nothing here imports torch, transformers or optimum.
@@ -29,12 +30,13 @@ DEFAULT_CONTEXT = 4096
 
 def load(bundle_dir: Path, manifest: Manifest, kv_capacity_tokens: int | None = None, max_slots: int | None = None,
          context_length: int | None = None, threads: int | None = None, providers: list[str] | None = None,
-         profile: DeviceProfile | str | None = None, **_other_backends_options: Any) -> Runtime:
+         profile: DeviceProfile | str | None = None, cache_slots: int | None = None,
+         **_other_backends_options: Any) -> Runtime:
     _check_kind(manifest, "causal-lm", "runtimes.load_embedding_runtime")
     bundle_dir = Path(bundle_dir)
     session, tokenizer, config = _open(bundle_dir, manifest, threads, providers, profile)
     return _decoder_runtime(session, tokenizer, config, bundle_dir / manifest.tokenizer_dir,
-                            kv_capacity_tokens, max_slots, context_length)
+                            kv_capacity_tokens, max_slots, context_length, cache_slots)
 
 
 def load_embedding(bundle_dir: Path, manifest: Manifest, threads: int | None = None,
@@ -80,7 +82,8 @@ def _embedding_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, m
 
 
 def _decoder_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, tokenizer_dir: Path,
-                     kv_capacity: int | None, max_slots: int | None, context: int | None) -> Runtime:
+                     kv_capacity: int | None, max_slots: int | None, context: int | None,
+                     cache_slots: int | None = None) -> Runtime:
     from runtimes.bundle_tokenizer import eos_token_ids
 
     from runtimes.onnxruntime.decoder import OnnxDecoderRuntime
@@ -92,8 +95,10 @@ def _decoder_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, tok
                           f"serve with --context {model_max} or less")
     context = context or min(model_max, DEFAULT_CONTEXT)
     slots = max_slots or DEFAULT_SLOTS
-    if slots < 1:
-        raise ConfigError(f"max_slots={slots} must be >= 1", "pass a positive concurrency")
+    cache_slots = slots if cache_slots is None else cache_slots
+    if slots < 1 or cache_slots < 0:
+        raise ConfigError(f"max_slots={slots}, cache_slots={cache_slots} are invalid",
+                          "pass a positive concurrency and cache_slots >= 0")
     decoder = DecoderSession(session)
     tok_config = _read_json(tokenizer_dir / "tokenizer_config.json")
     bos = config.get("bos_token_id")
@@ -102,6 +107,7 @@ def _decoder_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, tok
         context_length=context, eos_token_ids=eos_token_ids(config, _read_json(tokenizer_dir / "generation_config.json"),
                                     tok_config, tokenizer),
         bos_token_id=int(bos) if bos is not None else None, add_bos=bool(tok_config.get("add_bos_token", False)),
+        cache_slots=cache_slots, shares_kv_cells=False,  # a slot's KV is its own arrays: sharing copies
     )
     return OnnxDecoderRuntime(decoder, tokenizer, info)
 

@@ -6,6 +6,9 @@ true ``position_ids``, so the result equals running the slots one by one. That b
 as a DecodeGroup while the same slots keep decoding, so steady-state steps feed the graph's
 ``present`` outputs straight back without copying KV in Python. Prefill chunks, whose lengths
 differ, run one sequence at a time (padding them would waste more compute than batching saves).
+
+Prefix cache: cache sequence ids hold KV arrays like slots. The arrays are never written in place (every
+step makes new ones), so handing a whole sequence over shares them; a part of one is copied.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeopt.errors import BackendError
-from runtimes.base import Runtime, RuntimeInfo, StepInput, check_step_inputs, rows_for_step
+from runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id, check_step_inputs, rows_for_step
 from runtimes.onnxruntime.decode_group import DecodeGroup, advance, form_group, step_inputs
 from runtimes.onnxruntime.decoder_session import KV, DecoderSession
 from runtimes.bundle_tokenizer import BundleTokenizer
@@ -39,8 +42,35 @@ class OnnxDecoderRuntime(Runtime):
         return np.stack(wanted).astype(np.float32, copy=False)
 
     def release(self, slot: int) -> None:
+        check_sequence_id(self.info, slot)
         self._leave_group(slot)
         self._kv.pop(slot, None)
+
+    def share_kv(self, source: int, target: int, start: int, end: int) -> None:
+        check_sequence_id(self.info, source)
+        check_sequence_id(self.info, target)
+        held, into = self.cached_tokens(source), self.cached_tokens(target)
+        if source == target or into != start or not 0 <= start < end <= held:
+            raise BackendError(f"share_kv({source} -> {target}, positions [{start}, {end})): the source holds {held} "
+                               f"positions and the target {into}", "an engine bug; please report")
+        self._leave_group(source)
+        self._leave_group(target)
+        kv = self._kv[source]
+        if start == 0 and end == held:
+            self._kv[target] = kv  # immutable arrays: the whole sequence is shared, not copied
+        elif start == 0:
+            self._kv[target] = [np.ascontiguousarray(a[:, :, :end]) for a in kv]
+        else:
+            self._kv[target] = [np.concatenate([mine, a[:, :, start:end]], axis=2)
+                                for mine, a in zip(self._kv[target], kv)]
+
+    def trim(self, slot: int, tokens: int) -> None:
+        check_sequence_id(self.info, slot)
+        if not 0 < tokens <= self.cached_tokens(slot):
+            raise BackendError(f"trim({slot}, {tokens}) of a sequence holding {self.cached_tokens(slot)} positions",
+                               "an engine bug; please report")
+        self._leave_group(slot)
+        self._kv[slot] = [np.ascontiguousarray(a[:, :, :tokens]) for a in self._kv[slot]]
 
     def close(self) -> None:
         self._kv.clear()

@@ -24,11 +24,13 @@ if TYPE_CHECKING:
     from edgeopt.bundle import Manifest
 
 KNOWN_OPTIONS = ("kv_capacity_tokens", "max_slots", "context_length", "threads", "device", "dtype")
+NO_PREFIX_CACHE_OPTIONS = ("cache_slots",)  # accepted for every runtime; torch keeps no prefix cache
 
 
 def load(bundle_dir: Path, manifest: Manifest, **options: Any) -> Runtime:
     """Load the bundle's checkpoint; options: kv_capacity_tokens, max_slots, context_length, threads,
     device ("auto" | "cpu" | "cuda"), dtype ("auto" | "fp32" | "fp16" | "bf16")."""
+    options = {k: v for k, v in options.items() if k not in NO_PREFIX_CACHE_OPTIONS}
     unknown = sorted(set(options) - set(KNOWN_OPTIONS))
     if unknown:
         raise ConfigError(f"the torch runtime does not take option(s) {unknown}", f"valid: {', '.join(KNOWN_OPTIONS)}")

@@ -142,6 +142,10 @@ class PagedEngine:
         self._requests.end(tracker, "abort")
         self._requests.flush()
 
+    def clear_prefix_cache(self) -> int:
+        """transformers' continuous batching keeps no prefix cache here: nothing to evict."""
+        return 0
+
     def stats(self) -> EngineStats:
         usage = self._manager.usage() if self._manager is not None else PagedUsage(0, 0, 0, 0)
         return EngineStats(running=usage.running, waiting=usage.waiting, kv_used_tokens=usage.kv_used_tokens,

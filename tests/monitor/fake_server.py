@@ -31,8 +31,10 @@ class FakeMetrics:
         self.preemptions = Counter("edgeopt_preemptions", "preempted", registry=reg)
         self.requests = Counter("edgeopt_requests", "finished", ["finish_reason"], registry=reg)
         self.errors = Counter("edgeopt_request_errors", "errors", ["status"], registry=reg)
+        self.prefix_query_tokens = Counter("edgeopt_prefix_cache_query_tokens", "looked up", registry=reg)
+        self.prefix_hit_tokens = Counter("edgeopt_prefix_cache_hit_tokens", "reused", registry=reg)
         gauges = ("requests_running", "requests_waiting", "kv_cache_used_tokens", "kv_cache_capacity_tokens",
-                  "kv_cache_usage_ratio", "process_rss_bytes", "memory_budget_bytes")
+                  "kv_cache_usage_ratio", "process_rss_bytes", "memory_budget_bytes", "prefix_cache_tokens")
         self.gauges = {name: Gauge(f"edgeopt_{name}", name, registry=reg) for name in gauges}
 
     def finish_request(self, prompt: int, generated: int, ttft: float, itl: float, reason: str = "stop") -> None:
@@ -43,6 +45,10 @@ class FakeMetrics:
             self.itl.observe(itl)
         self.e2e.observe(ttft + itl * (generated - 1))
         self.requests.labels(finish_reason=reason).inc()
+
+    def reuse_prefix(self, looked_up: int, reused: int) -> None:
+        self.prefix_query_tokens.inc(looked_up)
+        self.prefix_hit_tokens.inc(reused)
 
     def set(self, **values: float) -> None:
         for name, value in values.items():

@@ -37,7 +37,8 @@ async def play_busy_scene(pilot: Pilot) -> None:
         for request in range(step % 3 + 1):
             metrics.finish_request(prompt=60 + 10 * request, generated=24 + step, ttft=0.02 + 0.015 * step,
                                    itl=0.004 + 0.001 * (step % 4))
+            metrics.reuse_prefix(looked_up=60 + 10 * request, reused=50 if request else 0)
         metrics.set(requests_running=3, requests_waiting=1, kv_cache_used_tokens=1400 + 90 * step,
-                    process_rss_bytes=(700 + 5 * step) * 2**20)
+                    process_rss_bytes=(700 + 5 * step) * 2**20, prefix_cache_tokens=800 + 20 * step)
         app.apply_poll(Poll(parse_metrics(metrics.text()), scene_rows(step)), now=float(step))
     await pilot.pause()

@@ -78,3 +78,34 @@ def test_requests_detail_endpoint_shows_a_running_stream(serve_fake):
     assert 0 < detail["stats"]["kv_usage_ratio"] < 1
     assert mid_stream_metrics["edgeopt_requests_running"] == 1
     assert mid_stream_metrics["edgeopt_kv_cache_used_tokens"] > 0
+
+
+def test_prefix_cache_metrics_and_the_clear_endpoint(serve_fake):
+    live = serve_fake(kv_capacity_tokens=2048, max_slots=4, cache_slots=4, api_key="k")
+    auth = {"Authorization": "Bearer k"}
+    system = "You are a terse assistant. " * 4
+    cached = []
+    for question in ("first?", "second?"):
+        r = httpx.post(f"{live.url}/v1/completions", headers=auth,
+                       json={"model": MODEL, "prompt": system + question, "max_tokens": 4, "temperature": 0})
+        cached.append(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+    samples = scrape(live)
+    families = samples["__families__"]
+    for name in ("edgeopt_prefix_cache_queries", "edgeopt_prefix_cache_hits", "edgeopt_prefix_cache_query_tokens",
+                 "edgeopt_prefix_cache_hit_tokens", "edgeopt_prefix_cache_evicted_tokens"):
+        assert families[name] == "counter", name
+    assert families["edgeopt_prefix_cache_tokens"] == "gauge"
+    shared = 1 + len(system)  # BOS + the system prompt (one byte per token)
+    assert cached == [0, shared]  # OpenAI's usage.prompt_tokens_details.cached_tokens
+    assert samples["edgeopt_prefix_cache_queries_total"] == 2 and samples["edgeopt_prefix_cache_hits_total"] == 1
+    assert samples["edgeopt_prefix_cache_hit_tokens_total"] == shared
+    assert samples["edgeopt_prefix_cache_query_tokens_total"] == 2 * shared + len("first?") + len("second?")
+    cached = samples["edgeopt_prefix_cache_tokens"]
+    assert cached == shared + len("first?") + len("second?") + 2 * 3 and samples["edgeopt_kv_cache_used_tokens"] == 0
+
+    assert httpx.delete(f"{live.url}/v1/edgeopt/cache").status_code == 401  # behind the key
+    r = httpx.delete(f"{live.url}/v1/edgeopt/cache", headers=auth)
+    assert r.json() == {"evicted_tokens": cached, "cached_tokens": 0}
+    after = scrape(live)
+    assert after["edgeopt_prefix_cache_tokens"] == 0 and live.runtime.kv_cells_total == 0
+    assert after["edgeopt_prefix_cache_evicted_tokens_total"] == cached

@@ -31,3 +31,20 @@ def test_server_modules_and_cli_import_no_heavy_packages():
     assert banned_modules_after("import edgeopt.cli, edgeopt.server.app, edgeopt.server.launcher, "
                                 "edgeopt.server.routes_openai, edgeopt.bench.serve_bench",
                                 must_load=("edgeopt.server.launcher",)) == []
+
+
+def test_prefix_cache_switches_reach_the_launcher(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from edgeopt.cli import app
+
+    seen: list[ServeOptions] = []
+    monkeypatch.setattr("edgeopt.server.launcher.serve_bundle", lambda bundle, options: seen.append(options))
+    warm = tmp_path / "system.txt"
+    warm.write_text("You are terse.")
+    runner = CliRunner()
+    assert runner.invoke(app, ["serve", str(tmp_path), "--no-prefix-cache"]).exit_code == 0
+    assert runner.invoke(app, ["serve", str(tmp_path), "--warm", str(warm)]).exit_code == 0
+    assert [(o.prefix_cache, o.warm_file) for o in seen] == [(False, None), (True, warm)]
+    missing = runner.invoke(app, ["serve", str(tmp_path), "--warm", str(tmp_path / "nope.txt")])
+    assert missing.exit_code != 0 and "nope.txt" in missing.output

@@ -1,11 +1,15 @@
 """The 500-request soak on a real llama.cpp runtime (the default-suite soak uses the fake runtime):
 random lengths, streams, client aborts and intended bad requests leave no KV held by the engine or by
-llama.cpp, answer no unintended error, and keep RSS flat."""
+llama.cpp except the prefix cache's, answer no unintended error, and keep RSS flat; emptying the cache
+(DELETE /v1/edgeopt/cache) gives every cached cell back and RSS stays within 5%."""
 
 from __future__ import annotations
 
+import gc
 import time
 
+import httpx
+import psutil
 import pytest
 
 from edgeopt.bundle import load_bundle
@@ -43,9 +47,22 @@ async def test_soak_500_requests_on_llama_cpp(tiny_gguf_factory, tiny_model_fact
         stats = live.state.engine_stats()
         assert (stats.running, stats.waiting, stats.kv_used_tokens) == (0, 0, 0), stats
         assert served.runtime.kv_cells_used() == 0, "llama.cpp still holds KV cells after the soak"
+        assert stats.kv_cached_tokens > 0 and stats.prefix_cache_hits_total > 0, stats
+        info = served.runtime.info
+        cache_ids = range(info.max_slots, info.max_slots + info.cache_slots)
+        assert 0 < max(served.runtime.held_tokens(i) for i in cache_ids) <= stats.kv_cached_tokens
         print(f"\nllama.cpp soak 500: {dict(report.outcomes)}; RSS {report.rss_after_warmup / 2**20:.1f} -> "
-              f"{report.rss_end / 2**20:.1f} MiB ({100 * report.rss_growth:+.2f}%)")
+              f"{report.rss_end / 2**20:.1f} MiB ({100 * report.rss_growth:+.2f}%); cache {stats.kv_cached_tokens} "
+              f"tokens, {stats.prefix_cache_hit_tokens_total} of {stats.prefix_cache_query_tokens_total} tokens reused")
         assert report.rss_growth < 0.05
+        response = httpx.delete(f"{live.url}/v1/edgeopt/cache", timeout=30)
+        assert response.json() == {"evicted_tokens": stats.kv_cached_tokens, "cached_tokens": 0}
+        assert all(served.runtime.held_tokens(i) == 0 for i in cache_ids)
+        gc.collect()
+        rss_cleared = psutil.Process().memory_info().rss
+        print(f"after DELETE /v1/edgeopt/cache: RSS {rss_cleared / 2**20:.1f} MiB "
+              f"({100 * (rss_cleared / report.rss_after_warmup - 1):+.2f}% of after warm-up)")
+        assert abs(rss_cleared / report.rss_after_warmup - 1) < 0.05
     finally:
         live.stop()
         served.engine.shutdown()

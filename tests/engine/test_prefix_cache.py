@@ -1,0 +1,209 @@
+"""Prefix cache on the fake runtime, whose KV cells have identities: reused prefixes give the same greedy
+tokens as computing them, eviction frees exactly what the engine thinks, and cached KV never blocks
+admission or overflows the capacity (the fake raises on any overflow)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from edgeopt.engine import Engine, SamplingParams
+from tests.engine.helpers import generate_all, make_engine, run_engine
+from tests.fixtures.fake_runtime import FakeRuntime
+
+GREEDY = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+
+
+def cached_engine(shares: bool = True, capacity: int = 4096, slots: int = 4, cache_slots: int = 8, **config):
+    runtime = FakeRuntime(kv_capacity_tokens=capacity, max_slots=slots, context_length=1024,
+                          cache_slots=cache_slots, shares_kv_cells=shares)
+    return make_engine(runtime, **config)
+
+
+async def ask(engine: Engine, prompt: list[int], params: SamplingParams = GREEDY) -> list[int]:
+    ask.count = getattr(ask, "count", 0) + 1  # type: ignore[attr-defined]
+    rid = f"t{ask.count}"  # type: ignore[attr-defined]
+    return (await generate_all(engine, {rid: prompt}, params))[rid].token_ids
+
+
+def run_turns(engine: Engine, prompts: list[list[int]]) -> list[list[int]]:
+    """Each prompt alone, one after the other."""
+
+    async def body(e: Engine) -> list[list[int]]:
+        return [await ask(e, prompt) for prompt in prompts]
+
+    return run_engine(engine, body)
+
+
+def check_physical_books(engine: Engine, runtime: FakeRuntime) -> None:
+    """What the engine charges equals the distinct cells the runtime holds."""
+    stats = engine.stats()
+    assert stats.kv_used_tokens == runtime.kv_used_tokens == 0
+    assert stats.kv_cached_tokens == runtime.kv_cells_total
+    assert not runtime.violations
+
+
+@pytest.mark.parametrize("shares", [True, False], ids=["shared-cells", "copied-cells"])
+def test_second_turn_reuses_first_turn_prompt_and_answer(shares: bool) -> None:
+    engine, runtime = cached_engine(shares)
+    system = runtime.tokenizer.encode("You are terse. " * 10)
+    turn1 = system + list(b"user: hi\n")
+
+    async def chat(e: Engine) -> tuple[list[int], list[int], list[int]]:
+        answer1 = await ask(e, turn1)
+        turn2 = turn1 + answer1 + list(b"\nuser: more\n")
+        return answer1, turn2, await ask(e, turn2)
+
+    answer1, turn2, answer2 = run_engine(engine, chat)
+    assert answer2 == runtime.greedy_reference(turn2, 8)
+    stats = engine.stats()
+    # Turn 2 borrowed turn 1's prompt and all of its answer but the last token (never fed to the model).
+    assert stats.prefix_cache_hits_total == 1 and stats.prefix_cache_queries_total == 2
+    assert stats.prefix_cache_hit_tokens_total == len(turn1) + len(answer1) - 1
+    assert stats.prefill_tokens_total == len(turn1) + len(turn2) - (len(turn1) + len(answer1) - 1)
+    check_physical_books(engine, runtime)
+    # Turn 1's entry was folded into turn 2's: one entry holding turn 2's computed tokens.
+    assert list(runtime.cached_sequences().values()) == [turn2 + answer2[:-1]]
+
+
+def test_conversations_sharing_a_system_prompt_share_its_cells() -> None:
+    engine, runtime = cached_engine(True)
+    system = runtime.tokenizer.encode("S" * 100)
+    prompts = [system + list(f"user {i}: question\n".encode()) for i in range(4)]
+    outputs = run_turns(engine, prompts)
+    assert outputs == [runtime.greedy_reference(p, 8) for p in prompts]
+    shared = len(system) + len(b"user ")  # the prompts part after "user "
+    assert engine.stats().prefix_cache_hit_tokens_total == 3 * shared
+    check_physical_books(engine, runtime)
+    # The shared cells are held once for the four entries.
+    assert runtime.kv_cells_total == shared + sum(len(p) - shared + 7 for p in prompts)
+
+
+def test_cache_off_computes_everything() -> None:
+    engine, runtime = cached_engine(True, prefix_cache=False)
+    prompt = runtime.tokenizer.encode("abc" * 20)
+    run_turns(engine, [prompt, prompt])
+    stats = engine.stats()
+    assert stats.prefix_cache_queries_total == 0 and stats.kv_cached_tokens == 0
+    assert runtime.kv_cells_total == 0 and stats.prefill_tokens_total == 2 * len(prompt)
+
+
+def test_identical_prompt_is_served_from_cache_but_its_last_token_is_recomputed() -> None:
+    engine, runtime = cached_engine(True)
+    prompt = runtime.tokenizer.encode("same prompt")
+    first, second = run_turns(engine, [prompt, prompt])
+    assert first == second == runtime.greedy_reference(prompt, 8)
+    assert engine.stats().prefix_cache_hit_tokens_total == len(prompt) - 1
+
+
+@pytest.mark.parametrize("shares", [True, False], ids=["shared-cells", "copied-cells"])
+def test_cached_kv_is_evicted_lru_and_never_blocks_admission(shares: bool) -> None:
+    # 300 cells: each 120-token prompt (+8 output) must evict older entries to be admitted.
+    engine, runtime = cached_engine(shares, capacity=300, slots=2, cache_slots=4)
+    prompts = [runtime.tokenizer.encode(chr(65 + i) * 120) for i in range(6)]
+    outputs = run_turns(engine, prompts + [prompts[-1]])
+    assert outputs[:6] == [runtime.greedy_reference(p, 8) for p in prompts]
+    assert outputs[6] == outputs[5]
+    stats = engine.stats()
+    # Every prompt after the first borrowed the BOS; the repeated one all but its last token.
+    assert stats.prefix_cache_hit_tokens_total == 5 + len(prompts[-1]) - 1
+    assert stats.preemptions_total == 0 and stats.prefix_cache_evicted_tokens_total > 0
+    check_physical_books(engine, runtime)
+    assert runtime.kv_cells_total <= 300
+
+
+def test_clear_empties_the_cache() -> None:
+    engine, runtime = cached_engine(True)
+    run_turns(engine, [runtime.tokenizer.encode("x" * 50), runtime.tokenizer.encode("y" * 50)])
+    assert engine.stats().kv_cached_tokens == runtime.kv_cells_total == 1 + 2 * (50 + 7)  # one BOS
+    freed = engine.clear_prefix_cache()
+    assert freed > 0 and engine.stats().kv_cached_tokens == 0 and runtime.kv_cells_total == 0
+
+
+def test_clear_runs_on_a_live_engine_thread() -> None:
+    engine, runtime = cached_engine(True)
+
+    async def body(e: Engine) -> int:
+        await generate_all(e, {"a": runtime.tokenizer.encode("z" * 40)}, GREEDY)
+        return await asyncio.to_thread(e.clear_prefix_cache)
+
+    assert run_engine(engine, body) == 1 + 40 + 7  # BOS, prompt, 7 of 8 generated
+    assert runtime.kv_cells_total == 0
+
+
+@pytest.mark.parametrize("shares", [True, False], ids=["shared-cells", "copied-cells"])
+def test_random_load_with_aborts_and_preemption_matches_the_uncached_tokens(shares: bool) -> None:
+    """Conversations over shared prefixes on a cache too small for them: greedy outputs equal the
+    reference whatever was borrowed, evicted, preempted or aborted; the books match the cells."""
+    engine, runtime = cached_engine(shares, capacity=220, slots=4, cache_slots=6, step_token_budget=48,
+                                    prefill_chunk=16)
+    rng = random.Random(11)
+    stems = [runtime.tokenizer.encode(word * 30) for word in ("ab", "cd", "ef")]
+
+    async def client(e: Engine, i: int) -> tuple[list[int], list[int], str]:
+        await asyncio.sleep(rng.random() * 0.05)
+        prompt = rng.choice(stems) + list(rng.choice(["q", "qq", "r", ""]).encode()) + [65 + i % 3]
+        params = SamplingParams(max_tokens=rng.randint(10, 60), temperature=0.0, ignore_eos=True)
+        stream = e.add_request(f"c{i}", prompt, params)
+        tokens, abort_after = [], rng.choice([None, None, None, 2])
+        reason = ""
+        async for out in stream:
+            tokens += out.token_ids
+            reason = out.finish_reason or reason
+            if abort_after is not None and len(tokens) >= abort_after and not out.finished:
+                e.abort(f"c{i}")
+        return prompt, tokens, reason
+
+    async def body(e: Engine) -> list[tuple[list[int], list[int], str]]:
+        results = await asyncio.gather(*(client(e, i) for i in range(40)))
+        await asyncio.sleep(0.05)
+        return results
+
+    for prompt, tokens, reason in run_engine(engine, body):
+        assert reason in ("length", "abort")
+        assert tokens == runtime.greedy_reference(prompt, len(tokens))
+    stats = engine.stats()
+    assert stats.prefix_cache_hits_total > 0 and stats.preemptions_total > 0
+    check_physical_books(engine, runtime)
+    engine.clear_prefix_cache()
+    assert runtime.kv_cells_total == 0
+
+
+class RecordingStorage:
+    """The runtime side of PrefixCache as plain token lists (shared cells), recording every call."""
+
+    def __init__(self) -> None:
+        self.sequences: dict[int, list[int]] = {}
+
+    def share_kv(self, source: int, target: int, start: int, end: int) -> None:
+        assert len(self.sequences.get(target, [])) == start
+        self.sequences[target] = self.sequences.get(target, []) + self.sequences[source][start:end]
+
+    def trim(self, slot: int, tokens: int) -> None:
+        del self.sequences[slot][tokens:]
+
+    def release(self, slot: int) -> None:
+        self.sequences.pop(slot, None)
+
+
+def test_parking_evicts_until_an_id_is_free_even_when_an_eviction_frees_none() -> None:
+    """Evicting a leaf whose parent has no other child hands its id to the parent (it frees no id), so
+    parking must go on evicting rather than fail (it raised IndexError)."""
+    from edgeopt.engine.prefix_cache import PrefixCache
+
+    storage = RecordingStorage()
+    cache = PrefixCache(storage, range(10, 12), shares_cells=True)
+
+    def park(tokens: list[int]) -> bool:
+        storage.sequences[0] = list(tokens)  # slot 0 computed them
+        parked = cache.park(0, tokens)
+        storage.release(0)
+        return parked
+
+    assert park([1, 2, 3, 4]) and park([1, 2, 7, 8])  # two leaves under the shared [1, 2]
+    assert park([5, 6])  # evicts [3, 4] (LRU): its sibling keeps [1, 2]; its id is reused
+    assert park([9, 9])  # evicts [7, 8]: [1, 2] inherits that id, so no id is free yet; evict on
+    assert cache.entries() == 2 and sorted(map(tuple, storage.sequences.values())) == [(5, 6), (9, 9)]
+    assert cache.cells == 4
