@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 
 from edgeopt.bundle import load_bundle
-from edgeopt.engine import Engine, EngineConfig, SamplingParams
+from edgeopt.engine import Engine, SamplingParams
 from edgeopt.engine.api import TokenLogprob
+from edgeopt.engine.engine import engine_config_for
 from edgeopt.engine.logprobs import log_softmax
 from runtimes import load_runtime
 from runtimes.base import Runtime, StepInput
-from runtimes.llama_cpp import LlamaCppRuntime, engine_config_for, load_gguf
+from runtimes.llama_cpp import load_gguf
 from tests.engine.helpers import run_engine
 
 TOLERANCE = 1e-4
@@ -57,7 +58,7 @@ class RecordingRuntime:
         self.inner = runtime
         self.info = runtime.info
         self.tokenizer = runtime.tokenizer
-        self.max_batch_tokens = getattr(runtime, "max_batch_tokens", None)
+        self.max_batch_tokens = runtime.max_batch_tokens
         self.rows: dict[tuple[int, int], np.ndarray] = {}  # (slot, position of the token before) -> logits
 
     def step(self, batch: list[StepInput]) -> np.ndarray:
@@ -79,11 +80,7 @@ class RecordingRuntime:
 
 
 def engine_for(runtime: Runtime) -> Engine:
-    if isinstance(runtime.inner, LlamaCppRuntime):
-        return Engine(runtime, engine_config_for(runtime.inner, max_running=3))
-    info = runtime.info
-    return Engine(runtime, EngineConfig(kv_capacity_tokens=info.kv_capacity_tokens, max_running=3,
-                                        context_length=info.context_length))
+    return Engine(runtime, engine_config_for(runtime, max_running=3))
 
 
 def reference_rows(runtime: Runtime, tokens: list[int]) -> np.ndarray:
