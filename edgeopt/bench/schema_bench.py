@@ -1,7 +1,8 @@
 """``edgeopt bench serve --json-schema FILE``: what constrained decoding costs, measured side by side.
 
 One server, the top concurrency: rounds of the same load without and with ``response_format`` =
-the schema, back to back, so a slow moment of a busy machine hits both halves of a round. The figure is
+the schema, back to back (which goes first alternates), so a slow moment of a busy machine hits both
+halves of a round. The figure is
 the median over rounds of each round's constrained / free decode tokens/s (target >= 0.9), counted in
 tokens (``usage``), not text chunks. The server's grammar
 counters (/metrics) say where the constrained time goes: the masks are computed on a helper thread
@@ -52,8 +53,12 @@ def compare_with_schema(url: str, model: str, streams: int, requests: int, promp
     schema_tps: list[float] = []
     before = grammar_counters(url)
     for round_index in range(ROUNDS):
-        free = asyncio.run(run_load(url, model, streams, requests, prompt_tokens, max_tokens))
-        bound = asyncio.run(run_load(url, model, streams, requests, prompt_tokens, max_tokens, extra_body=constrained))
+        # The order alternates too, so neither side always runs first (after an idle moment, say).
+        sides = {"free": None, "constrained": constrained}
+        order = ["free", "constrained"] if round_index % 2 == 0 else ["constrained", "free"]
+        loads = {side: asyncio.run(run_load(url, model, streams, requests, prompt_tokens, max_tokens,
+                                            extra_body=sides[side])) for side in order}
+        free, bound = loads["free"], loads["constrained"]
         _check(free, "free")
         _check(bound, "constrained")
         free_tps.append(free.decoded_tokens_per_s)  # tokens, not text chunks (see LoadResult)
