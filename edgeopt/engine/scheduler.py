@@ -209,7 +209,8 @@ class Scheduler:
         seq.slot = self.slots.acquire()
         seq.state = SequenceState.PREFILLING
         self.running.append(seq)
-        if self.cache is not None:
+        # A request that wants its prompt's logprobs (echo) computes every prompt position: no cached prefix.
+        if self.cache is not None and not seq.wants_position_logits:
             self._borrow_prefix(seq)
         return seq
 
