@@ -36,6 +36,10 @@ class StepInput:
     tokens: list[int]  # new tokens: a prefill chunk, or the single token sampled last step
     start_pos: int  # position of tokens[0]; the slot's KV holds exactly positions [0, start_pos)
     want_logits: bool  # return next-token logits after the last of ``tokens``
+    # Return the logits after *every* token of ``tokens`` (len(tokens) rows, the last one being the
+    # want_logits row): prompt logprobs (completions' echo). Only for runtimes whose
+    # RuntimeInfo.position_logits is True.
+    all_logits: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class RuntimeInfo:
     shares_kv_cells: bool = False
     # The runtime can save a cache entry's KV to a file and load it back (edgeopt serve --warm).
     saves_prefix_state: bool = False
+    position_logits: bool = False  # step() honours StepInput.all_logits (prompt logprobs)
 
 
 class Tokenizer(Protocol):
@@ -67,6 +72,11 @@ class Tokenizer(Protocol):
 
     def control_token_texts(self) -> tuple[str, ...]:
         """Texts that ``parse_special`` turns into control tokens."""
+        ...
+
+    def control_token_ids(self) -> dict[str, int]:
+        """Each control token's text -> its id (the tokens ``token_bytes`` gives b"" for), so a grammar can
+        name them (a tool-call grammar's ``<|python_tag|>``) while text never produces them."""
         ...
 
     def max_token_bytes(self) -> int | None:
@@ -92,8 +102,8 @@ class Runtime(Protocol):
     max_batch_tokens: int | None = None
 
     def step(self, batch: list[StepInput]) -> np.ndarray:
-        """Run one forward pass over every input; return float32 logits of shape
-        (number of inputs with want_logits, vocab_size), in batch order."""
+        """Run one forward pass over every input; return float32 logits of shape (rows, vocab_size), in
+        batch order: one row per input with want_logits, or len(tokens) rows for an input with all_logits."""
         ...
 
     def release(self, slot: int) -> None:
@@ -155,6 +165,9 @@ def check_step_inputs(batch: list[StepInput], info: RuntimeInfo, held_tokens: Ca
         seen.add(item.slot)
         if not item.tokens:
             raise BackendError(f"slot {item.slot}: step with no tokens", _ENGINE_BUG)
+        if item.all_logits and not info.position_logits:
+            raise BackendError(f"slot {item.slot}: logits of every position asked from a runtime that "
+                               "returns only the last", _ENGINE_BUG)
         held = held_tokens(item.slot)
         if item.start_pos > held:
             raise BackendError(f"slot {item.slot}: start_pos {item.start_pos} but only {held} tokens cached",
@@ -181,7 +194,8 @@ def check_sequence_id(info: RuntimeInfo, seq_id: int) -> None:
 
 def rows_for_step(batch: list[StepInput], decode_together: Callable[[list[StepInput]], Sequence[Row]],
                   run_alone: Callable[[StepInput], Row]) -> list[Row]:
-    """The logit rows of the inputs that want logits, in batch order.
+    """The logit rows of the inputs that want logits, in batch order (``run_alone`` returns a block of
+    len(tokens) rows for an input with all_logits: the caller concatenates).
 
     Runtimes without a unified batch (ONNX, torch CPU) still win by decoding several slots in one
     forward: inputs that decode one token on a warm slot go to ``decode_together`` in one call when
@@ -194,4 +208,4 @@ def rows_for_step(batch: list[StepInput], decode_together: Callable[[list[StepIn
     for index, item in enumerate(batch):
         if index not in rows:
             rows[index] = run_alone(item)
-    return [rows[i] for i, item in enumerate(batch) if item.want_logits]
+    return [rows[i] for i, item in enumerate(batch) if item.want_logits or item.all_logits]

@@ -87,6 +87,7 @@ class BundleTokenizer:
         self.special_ids = frozenset(t["id"] for t in spec.get("added_tokens", []) if t.get("special"))
         self._bytes = self._build_byte_table(spec)
         self._control_texts = tuple(t["content"] for t in spec.get("added_tokens", []) if t.get("special"))
+        self._control_ids = {t["content"]: int(t["id"]) for t in spec.get("added_tokens", []) if t.get("special")}
         self._max_token_bytes = max_input_bytes_per_token(spec, self._bytes)
         self._plain_controls = self._control_texts_as_plain_text()
         self._plain_tok = None  # a twin that reads special-token text as plain text; built on first use
@@ -148,6 +149,9 @@ class BundleTokenizer:
     def control_token_texts(self) -> tuple[str, ...]:
         """Texts that become a special token when special tokens are parsed."""
         return self._control_texts
+
+    def control_token_ids(self) -> dict[str, int]:
+        return dict(self._control_ids)
 
     def max_token_bytes(self) -> int | None:
         """Most bytes of input text one token can stand for; None when the tokenizer gives no bound."""

@@ -88,6 +88,16 @@ class LoadResult:
         covered = covered_seconds([(s.first_at, s.end_at) for s in decoding])
         return sum(s.completion_tokens - 1 for s in decoding) / covered if covered > 0 else 0.0
 
+    @property
+    def decoded_tokens_per_s(self) -> float:
+        """Every token after each request's first (counted from ``usage``, not from text chunks) over the
+        time during which any request was decoding. Chunks undercount tokens whose bytes end mid-character
+        (the detokenizer holds them back, so they share a chunk with the next): free text from a byte-level
+        vocabulary sends fewer chunks per token than ASCII JSON, and a chunk count would favour the JSON."""
+        decoding = [s for s in self.samples if s.completion_tokens > 1]
+        covered = covered_seconds([(s.first_at, s.end_at) for s in decoding])
+        return sum(s.completion_tokens - 1 for s in decoding) / covered if covered > 0 else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency, "requests": self.requests, "ok": len(self.samples),
@@ -100,9 +110,10 @@ class LoadResult:
         }
 
 
-async def one_request(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int) -> RequestSample:
+async def one_request(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int,
+                      extra_body: dict[str, Any] | None = None) -> RequestSample:
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
+            "stream": True, "stream_options": {"include_usage": True}, **(extra_body or {})}
     start = time.perf_counter()
     first: float | None = None
     last = start
@@ -151,14 +162,15 @@ async def drive_clients(base_url: str, concurrency: int, requests: int,
 
 
 async def run_load(base_url: str, model: str, concurrency: int, requests: int, prompt_tokens: int,
-                   max_tokens: int, api_key: str | None = None) -> LoadResult:
-    """``requests`` streamed completions, at most ``concurrency`` in flight at any moment."""
+                   max_tokens: int, api_key: str | None = None, extra_body: dict[str, Any] | None = None) -> LoadResult:
+    """``requests`` streamed completions, at most ``concurrency`` in flight at any moment; ``extra_body``
+    adds fields to every request (e.g. a response_format)."""
     prompt = PROMPT_WORD * max(prompt_tokens, 1)
     result = LoadResult(concurrency=concurrency, requests=requests, wall_s=0.0)
 
     async def send(client: httpx.AsyncClient, _request: int) -> None:
         try:
-            result.samples.append(await one_request(client, model, prompt, max_tokens))
+            result.samples.append(await one_request(client, model, prompt, max_tokens, extra_body))
         except (httpx.HTTPError, BackendError) as exc:
             result.errors.append(str(exc))
 

@@ -34,6 +34,7 @@ class ServeBenchConfig:
     baseline: bool = True
     raw: bool = True
     server_args: tuple[str, ...] = field(default_factory=tuple)
+    json_schema: Path | None = None  # also compare decode with and without this response_format schema
 
     def requests_for(self, concurrency: int) -> int:
         return self.requests_per_level or 2 * concurrency
@@ -99,8 +100,27 @@ def run_serve_bench(cfg: ServeBenchConfig, report: Callable[[str], None] = print
         out["raw"] = raw_decode(cfg, manifest, top)
         out["raw_single"] = raw_decode(cfg, manifest, 1)  # the ceiling of what batching can buy
         report(f"  {out['raw']['tokens_per_s']:8.1f} tok/s ({out['raw_single']['tokens_per_s']:.1f} for 1 sequence)")
+    if cfg.json_schema is not None:
+        out["json_schema"] = schema_comparison(cfg, model, top, report)
     out["ratios"] = ratios(out, top)
     return out
+
+
+def schema_comparison(cfg: ServeBenchConfig, model: str, streams: int, report: Callable[[str], None]) -> dict[str, Any]:
+    """Free vs response_format-constrained decode on one server (edgeopt.bench.schema_bench)."""
+    from edgeopt.bench.schema_bench import compare_with_schema, read_schema
+
+    assert cfg.json_schema is not None
+    schema = read_schema(cfg.json_schema)
+    report(f"constrained decoding, {streams} streams, with and without {cfg.json_schema.name}:")
+    with launched_server(cfg.bundle, threads=cfg.threads, extra_args=cfg.serve_args(streams)) as server:
+        result = compare_with_schema(server.base_url, model, streams, cfg.requests_for(streams), cfg.prompt_tokens,
+                                     cfg.max_tokens, schema, report)
+    report(f"  decode tok/s with schema / without: {result['schema_over_free']} (median of {result['round_ratios']}); "
+           f"per constrained step: masks {result['mask_ms_per_step']} ms beside the forward pass, "
+           f"{result['wait_ms_per_step']} ms waited for, {result['apply_ms_per_step']} ms applying them and "
+           "advancing the grammars")
+    return result
 
 
 RSS_ALLOWANCE_BYTES = 120 * 1000**2  # the issue's budget for Python, HTTP and llama.cpp's compute buffers

@@ -30,6 +30,9 @@ def serve(
     memory: Annotated[Optional[str], typer.Option("--memory", help="Server memory budget, e.g. 4GiB.")] = None,
     baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Also run a --max-concurrency 1 server.")] = True,
     raw: Annotated[bool, typer.Option("--raw/--no-raw", help="Also time llama.cpp's raw batched decode.")] = True,
+    json_schema: Annotated[Optional[Path], typer.Option(
+        "--json-schema", exists=True, dir_okay=False,
+        help="Also measure decode at the top concurrency with this response_format schema vs without.")] = None,
     json_out: JsonFile = None,
 ) -> None:
     """HTTP load generator: TTFT / ITL / end-to-end percentiles and aggregate tokens/s per concurrency."""
@@ -37,7 +40,7 @@ def serve(
 
     cfg = ServeBenchConfig(bundle=bundle, concurrency=_levels(concurrency), requests_per_level=requests,
                            prompt_tokens=prompt_tokens, max_tokens=max_tokens, threads=threads, memory=memory,
-                           baseline=baseline, raw=raw)
+                           baseline=baseline, raw=raw, json_schema=json_schema)
     result = run_serve_bench(cfg, report=typer.echo)
     print_table(result)
     _write_json(result, json_out)
@@ -106,6 +109,12 @@ def print_table(result: dict) -> None:
     if ratios.get("raw_batched_over_raw_single"):
         typer.echo(f"decode tok/s, raw batched / raw 1 sequence:   {ratios['raw_batched_over_raw_single']}"
                    "  (the most batching can buy on this model and machine)")
+    if result.get("json_schema"):
+        schema = result["json_schema"]
+        typer.echo(f"decode tok/s, with --json-schema / without:   {schema['schema_over_free']}  (median of "
+                   f"{schema['rounds']} paired rounds at {schema['streams']} streams; per step: masks "
+                   f"{schema['mask_ms_per_step']} ms beside the forward, {schema['wait_ms_per_step']} ms waited, "
+                   f"{schema['apply_ms_per_step']} ms applied)")
     rss, limit = result["server_rss_bytes"], result["rss_limit_bytes"]
     typer.echo(f"server RSS: {rss / 2**20:.0f} MiB; bundle + KV + 120 MB = {limit / 2**20:.0f} MiB "
                f"({'within' if rss <= limit else 'OVER'} budget)")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from edgeopt.engine.grammar import Grammar
     from edgeopt.engine.stream import RequestStream
 
 
@@ -28,6 +29,23 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)  # stop strings; never included in the output
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    # Constrained decoding: the output must match this grammar (compiled by edgeopt.engine.grammar.
+    # GrammarCompiler for this model); the sequence ends with "stop" once the grammar is complete.
+    grammar: Grammar | None = None
+    # None: no logprobs. N >= 0: each generated token's logprob and its N most likely alternatives
+    # (see edgeopt.engine.logprobs for which logits they come from).
+    logprobs: int | None = None
+    # None: no prompt logprobs. N >= 0: the same for every prompt token after the first (echo).
+    prompt_logprobs: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One token's log-probability and the ``top`` most likely tokens at its position (best first)."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass
@@ -43,6 +61,19 @@ class RequestOutput:
     completion_tokens: int = 0
     error: str | None = None  # with finish_reason="error": what the runtime raised
     cached_tokens: int = 0  # prompt tokens the prefix cache served when the request was first admitted
+    logprobs: list[TokenLogprob] | None = None  # one per token_ids entry, when the request asked
+    prompt_logprobs: list[TokenLogprob | None] | None = None  # first output only: one per prompt token
+
+    @classmethod
+    def merge(cls, outputs: list[RequestOutput]) -> RequestOutput:
+        """A whole request's outputs as one (non-streaming responses): texts, ids and logprobs joined."""
+        last = outputs[-1]
+        logprobs = None if last.logprobs is None else [lp for out in outputs for lp in out.logprobs or ()]
+        return cls(last.request_id, "".join(out.text for out in outputs),
+                   [t for out in outputs for t in out.token_ids], finished=last.finished,
+                   finish_reason=last.finish_reason, prompt_tokens=last.prompt_tokens,
+                   completion_tokens=last.completion_tokens, error=last.error, cached_tokens=last.cached_tokens,
+                   logprobs=logprobs, prompt_logprobs=outputs[0].prompt_logprobs)
 
 
 DEFAULT_PREFILL_CHUNK = 256
@@ -75,6 +106,12 @@ class EngineStats:
     prefix_cache_query_tokens_total: int = 0  # tokens of the sequences looked up
     prefix_cache_hit_tokens_total: int = 0  # of those, tokens reused instead of computed
     prefix_cache_evicted_tokens_total: int = 0  # cached cells given back (to make room, or when emptied)
+    # Constrained decoding: steps with at least one grammar, seconds spent computing their masks (on a
+    # helper thread, beside the forward pass) and seconds the engine thread waited for them after it.
+    grammar_steps_total: int = 0
+    grammar_mask_seconds_total: float = 0.0
+    grammar_wait_seconds_total: float = 0.0
+    grammar_apply_seconds_total: float = 0.0  # masking the logits and advancing the grammars (engine thread)
 
     @property
     def kv_usage_ratio(self) -> float:

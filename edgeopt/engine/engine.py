@@ -18,21 +18,26 @@ import concurrent.futures
 import dataclasses
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import numpy as np
 
-from edgeopt.engine.api import DEFAULT_PREFILL_CHUNK, ActiveRequest, EngineConfig, EngineStats, SamplingParams
+from edgeopt.engine.api import (DEFAULT_PREFILL_CHUNK, ActiveRequest, EngineConfig, EngineStats, SamplingParams,
+                                TokenLogprob)
+from edgeopt.engine.constraint import MaskComputer, StepMasks
+from edgeopt.engine.logprobs import extend_prompt_logprobs, log_softmax, token_logprob
 from edgeopt.engine.outputs import RequestTracker, describe_failure, engine_stopped_message
 from edgeopt.engine.prefix_cache import PrefixCache
 from edgeopt.engine.registry import RequestRegistry
-from edgeopt.engine.sampler import sample_next_tokens
-from edgeopt.engine.scheduler import Scheduler, SchedulerOutput
+from edgeopt.engine.sampler import processed_logits, sample_next_tokens
+from edgeopt.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from edgeopt.engine.sequence import Sequence, SequenceState
 from edgeopt.engine.stream import RequestStream
-from edgeopt.engine.validation import validate_request
+from edgeopt.engine.validation import check_runtime_supports, validate_request
 from edgeopt.errors import BackendError, ConfigError, OverloadedError
 from runtimes.base import Runtime, StepInput
 
@@ -50,6 +55,9 @@ class Engine:
         self.context_tokens = min(config.context_length, config.kv_capacity_tokens, runtime.info.context_length)
         self._scheduler = self._new_scheduler()
         self._requests = RequestRegistry(runtime.tokenizer, runtime.info.eos_token_ids)
+        self._masks = MaskComputer(runtime.info.vocab_size)
+        self._mask_wait_s = 0.0  # engine-thread time blocked on masks after the forward pass
+        self._mask_apply_s = 0.0  # engine-thread time sampling and appending in steps that had masks
         # ("add", tracker) | ("abort", request_id) | ("call", (work, future of its result))
         self._inbox: deque[tuple[str, object]] = deque()
         self._wakeup = threading.Event()
@@ -81,6 +89,7 @@ class Engine:
             self._thread.join()
         else:
             self._end_everything("abort")
+        self._masks.close()
         if close_runtime:
             self.runtime.close()
 
@@ -88,6 +97,7 @@ class Engine:
         asyncio.get_running_loop()  # raises RuntimeError off an event loop: a caller bug
         params = dataclasses.replace(params, logit_bias={int(k): float(v) for k, v in params.logit_bias.items()})
         validate_request(prompt_ids, params, self.runtime.info.vocab_size, self.context_tokens)
+        check_runtime_supports(params, self.runtime.info)
         if self._stopping:
             raise BackendError("the engine is shutting down", "retry against a running server")
         if self._thread is not None and not self._thread.is_alive():
@@ -129,6 +139,8 @@ class Engine:
             prefix_cache_queries_total=cache.queries, prefix_cache_hits_total=cache.hits,
             prefix_cache_query_tokens_total=cache.query_tokens, prefix_cache_hit_tokens_total=cache.hit_tokens,
             prefix_cache_evicted_tokens_total=sched.cache.evicted_total if sched.cache is not None else 0,
+            grammar_steps_total=self._masks.steps, grammar_mask_seconds_total=self._masks.compute_seconds,
+            grammar_wait_seconds_total=self._mask_wait_s, grammar_apply_seconds_total=self._mask_apply_s,
         )
 
     def active_requests(self) -> list[ActiveRequest]:
@@ -166,7 +178,10 @@ class Engine:
         if not out.chunks:
             assert not self._scheduler.running, "running sequences but nothing scheduled"
             return out
-        batch = [StepInput(c.seq.slot, c.tokens, c.start_pos, c.want_logits) for c in out.chunks]
+        batch = [StepInput(c.seq.slot, c.tokens, c.start_pos, c.want_logits, c.all_logits) for c in out.chunks]
+        sampled = [c.seq for c in out.chunks if c.want_logits]
+        # Grammar masks are computed on a helper thread while the runtime runs the forward pass.
+        pending_masks = self._masks.start([s.constraint for s in sampled])
         try:
             logits = self.runtime.step(batch)
         except Exception as exc:
@@ -175,42 +190,97 @@ class Engine:
                 self._fail(chunk.seq, exc)
             self._requests.flush()
             return out
+        finally:
+            masks = self._collect_masks(pending_masks)
         self._steps_total += 1
+        logits = self._sampling_rows(out.chunks, logits)
         self._scheduler.mark_computed(out.chunks)
-        sampled = [c.seq for c in out.chunks if c.want_logits]
         # Prefill work: prompt chunks and recomputation after preemption (anything but a 1-token decode).
         self.prefill_tokens_total += sum(len(c.tokens) for c in out.chunks
                                          if len(c.tokens) > 1 or c.start_pos < len(c.seq.prompt_ids))
-        for seq, token in zip(sampled, self._sample(logits, sampled)):
-            if isinstance(token, Exception):
-                self._fail(seq, token)
-                continue
-            try:
-                self._append_token(seq, token)
-            except Exception as exc:  # detokenizer / stop-string matcher: only this request fails
-                log.exception("finishing token %d of request %s failed", token, seq.request_id)
-                self._fail(seq, exc)
+        started = time.perf_counter()
+        self._sample_and_append(sampled, logits, masks)
+        if masks is not None:  # with grammars: sampling under masks + advancing them (both include plain work)
+            self._mask_apply_s += time.perf_counter() - started
         self._requests.flush()
         return out
 
-    def _sample(self, logits: np.ndarray, seqs: list[Sequence]) -> list[int | Exception]:
+    def _sample_and_append(self, sampled: list[Sequence], logits: np.ndarray,
+                           masks: StepMasks | Exception | None) -> None:
+        """One token per sampling sequence (under its grammar mask), appended and streamed."""
+        allowed = masks.allowed if isinstance(masks, StepMasks) else None
+        for i, (seq, token) in enumerate(zip(sampled, self._sample(logits, sampled, allowed))):
+            failure = token if isinstance(token, Exception) else _grammar_failure(masks, i, seq)
+            if failure is not None:
+                self._fail(seq, failure)
+                continue
+            try:
+                row_mask = allowed[i] if allowed is not None and seq.constraint is not None else None
+                self._append_token(seq, token, self._logprob(logits[i], seq, row_mask, token))
+            except Exception as exc:  # detokenizer / stop-string matcher / grammar: only this request fails
+                log.exception("finishing token %d of request %s failed", token, seq.request_id)
+                self._fail(seq, exc)
+
+    @staticmethod
+    def _sampling_rows(chunks: list[ScheduledChunk], logits: np.ndarray) -> np.ndarray:
+        """One row per chunk that samples. Chunks with all_logits brought a row per token: those feed
+        their sequence's prompt logprobs, and their last row (if it samples) is the one kept."""
+        if not any(c.all_logits for c in chunks):
+            return logits
+        keep: list[int] = []
+        at = 0
+        for chunk in chunks:
+            rows = len(chunk.tokens) if chunk.all_logits else int(chunk.want_logits)
+            seq = chunk.seq
+            if chunk.all_logits and seq.prompt_logprobs is not None and seq.params.prompt_logprobs is not None:
+                extend_prompt_logprobs(seq.prompt_logprobs, seq.prompt_ids, chunk.start_pos, logits[at:at + rows],
+                                       seq.params.prompt_logprobs)
+            if chunk.want_logits:
+                keep.append(at + rows - 1)
+            at += rows
+        return logits[keep]
+
+    def _collect_masks(self, pending: Future[StepMasks] | None) -> StepMasks | Exception | None:
+        """The step's masks (None: no row is constrained), or what computing them raised: then the
+        constrained requests fail and the others go on."""
+        if pending is None:
+            return None
+        start = time.perf_counter()
+        try:
+            return pending.result()
+        except Exception as exc:
+            log.exception("computing grammar masks failed")
+            return exc
+        finally:
+            self._mask_wait_s += time.perf_counter() - start
+
+    @staticmethod
+    def _logprob(row: np.ndarray, seq: Sequence, allowed: np.ndarray | None, token: int) -> TokenLogprob | None:
+        """From the same processed logits the sampler drew from (before appending the token: penalties see
+        the same history); see edgeopt.engine.logprobs for the choice."""
+        if seq.params.logprobs is None:
+            return None
+        return token_logprob(log_softmax(processed_logits(row, seq, allowed)), token, seq.params.logprobs)
+
+    def _sample(self, logits: np.ndarray, seqs: list[Sequence], allowed: np.ndarray | None) -> list[int | Exception]:
         """Sample the batch at once; if that raises, row by row so one bad request fails alone."""
         try:
-            return list(sample_next_tokens(logits, seqs))
+            return list(sample_next_tokens(logits, seqs, allowed))
         except Exception:
             log.exception("batch sampling failed; sampling row by row to isolate the request")
         tokens: list[int | Exception] = []
         for i, seq in enumerate(seqs):
             try:
-                tokens.append(sample_next_tokens(logits[i:i + 1], [seq])[0])
+                row_mask = None if allowed is None else allowed[i:i + 1]
+                tokens.append(sample_next_tokens(logits[i:i + 1], [seq], row_mask)[0])
             except Exception as exc:
                 tokens.append(exc)
         return tokens
 
-    def _append_token(self, seq: Sequence, token: int) -> None:
+    def _append_token(self, seq: Sequence, token: int, logprob: TokenLogprob | None = None) -> None:
         tracker = self._tracker(seq)
         seq.state = SequenceState.DECODING
-        output = self._requests.add_token(tracker, token, self.context_tokens)
+        output = self._requests.add_token(tracker, token, self.context_tokens, logprob)
         if output.finished:
             self._scheduler.finish(seq, SequenceState.FINISHED, output.finish_reason or "stop")
             self._scheduled_ids.discard(seq.request_id)
@@ -287,6 +357,14 @@ class Engine:
 
     def _num_waiting(self) -> int:
         return len(self._scheduler.waiting) + sum(1 for kind, _ in list(self._inbox) if kind == "add")
+
+
+def _grammar_failure(masks: StepMasks | Exception | None, row: int, seq: Sequence) -> Exception | None:
+    """Why ``seq`` (row ``row``) cannot take this step's token: its grammar failed, or the whole mask
+    computation did (which only concerns constrained sequences)."""
+    if isinstance(masks, StepMasks):
+        return masks.errors[row]
+    return masks if masks is not None and seq.constraint is not None else None
 
 
 def engine_config_for(runtime: Runtime, **overrides: Any) -> EngineConfig:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from edgeopt.engine.api import ActiveRequest, RequestOutput, SamplingParams
+from edgeopt.engine.api import ActiveRequest, RequestOutput, SamplingParams, TokenLogprob
 from edgeopt.engine.outputs import RequestTracker
 from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.stream import OutputDispatcher, RequestStream
@@ -61,12 +61,14 @@ class RequestRegistry:
     def __len__(self) -> int:
         return len(self._trackers)
 
-    def add_token(self, tracker: RequestTracker, token: int, context_tokens: int) -> RequestOutput:
-        """The request produced ``token``: append it and return its text delta, final when a stop condition,
-        the length or the context ends the request. The caller frees what its engine holds, then emits it."""
+    def add_token(self, tracker: RequestTracker, token: int, context_tokens: int,
+                  logprob: TokenLogprob | None = None) -> RequestOutput:
+        """The request produced ``token`` (with its ``logprob`` when asked): append it and return its text
+        delta, final when a stop condition, a complete grammar, the length or the context ends the request.
+        The caller frees what its engine holds, then emits it."""
         tracker.seq.output_ids.append(token)
         self.generated_tokens_total += 1
-        return tracker.on_token(token, context_tokens)
+        return tracker.on_token(token, context_tokens, logprob)
 
     def emit(self, tracker: RequestTracker, output: RequestOutput) -> None:
         """Queue ``output`` for the request's stream; a final output also removes the request."""

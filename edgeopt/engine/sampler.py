@@ -1,7 +1,7 @@
 """Pick each sequence's next token from its logits row (numpy only, no per-token Python loops).
 
-Order, as in llama.cpp and vLLM: repetition / presence / frequency penalties -> logit_bias ->
-temperature (0 = greedy) -> top-k -> top-p -> min-p -> draw with the request's own generator.
+Order, as in llama.cpp and vLLM: repetition / presence / frequency penalties -> logit_bias -> the
+grammar's token mask (constrained decoding) -> temperature (0 = greedy) -> top-k -> top-p -> min-p -> draw with the request's own generator.
 A batch where every row is plain greedy takes one vectorised ``argmax``.
 
 Total for any input: whatever the logits hold (NaN, +-inf, overflow after a penalty) and whatever the
@@ -32,24 +32,37 @@ def is_plain_greedy(params: SamplingParams) -> bool:
     return params.temperature == 0.0 and not needs_logit_processing(params)
 
 
-def sample_next_tokens(logits: np.ndarray, seqs: list[Sequence]) -> list[int]:
-    """One token per row of ``logits`` (shape: len(seqs) x vocab)."""
+def sample_next_tokens(logits: np.ndarray, seqs: list[Sequence], allowed: np.ndarray | None = None) -> list[int]:
+    """One token per row of ``logits`` (shape: len(seqs) x vocab). ``allowed`` (same shape, bool), when
+    given, holds each row's grammar mask (all True for unconstrained rows): no other token can be drawn."""
     assert logits.shape[0] == len(seqs), (logits.shape, len(seqs))
     if not seqs:
         return []
     if all(is_plain_greedy(s.params) for s in seqs):
-        return _batch_argmax(logits)
-    return [sample_row(logits[i], seq) for i, seq in enumerate(seqs)]
+        # One vectorised pass masks the whole batch (a per-row loop costs ~4x more at 150k tokens).
+        return _batch_argmax(logits if allowed is None else np.where(allowed, logits, np.float32(-np.inf)))
+    return [sample_row(logits[i], seq, None if allowed is None or seq.constraint is None else allowed[i])
+            for i, seq in enumerate(seqs)]
 
 
-def sample_row(row: np.ndarray, seq: Sequence) -> int:
-    params = seq.params
-    # Overflow (x / 5e-324), inf - inf and 0 * inf are expected on degenerate rows and handled below.
+def processed_logits(row: np.ndarray, seq: Sequence, allowed: np.ndarray | None = None) -> np.ndarray:
+    """The logits the draw starts from, as a float64 copy: penalties and logit_bias applied, tokens outside
+    ``allowed`` (the grammar's mask) and NaN set to -inf. Logprobs are computed from these too."""
     with np.errstate(all="ignore"):
         row = np.array(row, dtype=np.float64)  # a copy: the runtime's buffer is never modified
-        if needs_logit_processing(params):
+        if needs_logit_processing(seq.params):
             row = apply_penalties_and_bias(row, seq)
         row[np.isnan(row)] = -np.inf
+        if allowed is not None:
+            np.copyto(row, -np.inf, where=~allowed)
+    return row
+
+
+def sample_row(row: np.ndarray, seq: Sequence, allowed: np.ndarray | None = None) -> int:
+    params = seq.params
+    row = processed_logits(row, seq, allowed)
+    # Overflow (x / 5e-324), inf - inf and 0 * inf are expected on degenerate rows and handled below.
+    with np.errstate(all="ignore"):
         best = row.max()
         if not params.temperature > 0.0 or not np.isfinite(best):
             return greedy(row)

@@ -38,6 +38,7 @@ class ScheduledChunk:
     tokens: list[int]
     start_pos: int
     want_logits: bool
+    all_logits: bool = False  # every position's logits (prompt logprobs); see StepInput.all_logits
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,8 @@ class Scheduler:
         ids = seq.pending_ids(tokens)
         assert seq.slot is not None and len(ids) == tokens and tokens <= self._free, (seq, tokens, self._free)
         self.kv.allocate(seq.slot, tokens)
-        return ScheduledChunk(seq, ids, seq.num_computed, want_logits=tokens == seq.num_pending)
+        return ScheduledChunk(seq, ids, seq.num_computed, want_logits=tokens == seq.num_pending,
+                              all_logits=seq.wants_position_logits)
 
     def _make_room(self, seq: Sequence, tokens: int, out: SchedulerOutput) -> bool:
         """Preempt the newest running sequences until ``tokens`` cells are free; False if ``seq`` itself
@@ -207,7 +209,8 @@ class Scheduler:
         seq.slot = self.slots.acquire()
         seq.state = SequenceState.PREFILLING
         self.running.append(seq)
-        if self.cache is not None:
+        # A request that wants its prompt's logprobs (echo) computes every prompt position: no cached prefix.
+        if self.cache is not None and not seq.wants_position_logits:
             self._borrow_prefix(seq)
         return seq
 

@@ -14,7 +14,8 @@ from enum import Enum
 
 import numpy as np
 
-from edgeopt.engine.api import SamplingParams
+from edgeopt.engine.api import SamplingParams, TokenLogprob
+from edgeopt.engine.constraint import TokenConstraint
 from edgeopt.engine.prefix_cache import NO_HIT, PrefixHit
 
 
@@ -54,6 +55,15 @@ class Sequence:
         self.cached_prompt_tokens: int | None = None  # prompt tokens borrowed at the first admission
         # Per-request generator: the same seed gives the same samples whatever the batch around it.
         self.rng = np.random.default_rng(generator_seed(params.seed))
+        # Grammar state, advanced with each output token; kept through preemption (the output is kept too).
+        self.constraint = TokenConstraint(params.grammar) if params.grammar is not None else None
+        # echo + logprobs: one entry per prompt token, filled from the prefill's logits (the first has none)
+        self.prompt_logprobs: list[TokenLogprob | None] | None = [None] if params.prompt_logprobs is not None else None
+
+    @property
+    def wants_position_logits(self) -> bool:
+        """The next prefill chunk must return every position's logits (prompt logprobs still missing)."""
+        return self.prompt_logprobs is not None and len(self.prompt_logprobs) < len(self.prompt_ids)
 
     @property
     def all_ids(self) -> list[int]:

@@ -45,16 +45,9 @@ class RequestStream:
 
     async def collect(self) -> RequestOutput:
         """Wait for the end and return one merged output (for non-streaming responses)."""
-        text: list[str] = []
-        token_ids: list[int] = []
-        last = None
-        async for out in self:
-            text.append(out.text)
-            token_ids.extend(out.token_ids)
-            last = out
-        assert last is not None and last.finished
-        return RequestOutput(self.request_id, "".join(text), token_ids, True, last.finish_reason,
-                             last.prompt_tokens, last.completion_tokens, last.error)
+        outputs = [out async for out in self]
+        assert outputs and outputs[-1].finished
+        return RequestOutput.merge(outputs)
 
 
 class OutputDispatcher:

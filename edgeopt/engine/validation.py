@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgeopt.engine.api import SamplingParams
+from edgeopt.engine.logprobs import MAX_TOP_LOGPROBS
 from edgeopt.errors import ContextOverflowError, RequestError
+from runtimes.base import RuntimeInfo
 
 # OpenAI's limit, the one limit (the schema only parses types): a client written against OpenAI never sends
 # more, and each stop string costs a scan of every new piece of text on the engine thread.
@@ -91,6 +93,26 @@ def validate_sampling(params: SamplingParams, vocab_size: int) -> None:
                                param="logit_bias")
     for token in params.stop_token_ids:
         _check_token_id(token, vocab_size, "stop_token_ids")
+    check_logprob_count(params.logprobs, "logprobs")
+    check_logprob_count(params.prompt_logprobs, "logprobs")
+    if params.grammar is not None and params.grammar.vocab_size != vocab_size:
+        raise RequestError(f"the grammar was compiled for a {params.grammar.vocab_size}-token vocabulary, not this "
+                           f"model's {vocab_size}", "compile it with this model's GrammarCompiler",
+                           param=params.grammar.spec.param)
+
+
+def check_logprob_count(count: int | None, param: str) -> None:
+    if count is not None and not 0 <= count <= MAX_TOP_LOGPROBS:
+        raise RequestError(f"{param}={count} is invalid", f"must be an integer in 0..{MAX_TOP_LOGPROBS}", param=param)
+
+
+def chat_logprob_count(logprobs: bool, top_logprobs: int | None) -> int | None:
+    """Chat's two fields as the engine's one: None (no logprobs) or how many alternatives per token."""
+    if top_logprobs is not None and not logprobs:
+        raise RequestError(f"top_logprobs={top_logprobs} was sent without logprobs=true",
+                           "set logprobs=true to receive logprobs, or drop top_logprobs", param="top_logprobs")
+    check_logprob_count(top_logprobs, "top_logprobs")
+    return (top_logprobs or 0) if logprobs else None
 
 
 def parse_logit_bias(raw: dict[str, float], vocab_size: int) -> dict[int, float]:
@@ -114,3 +136,10 @@ def _check_token_id(token: int, vocab_size: int, param: str) -> None:
     if not 0 <= token < vocab_size:
         raise RequestError(f"{param} token id {token} is outside the vocabulary (0..{vocab_size - 1})",
                            "use this model's token ids", param=param)
+
+
+def check_runtime_supports(params: SamplingParams, info: RuntimeInfo) -> None:
+    """Refuse what this runtime cannot compute, rather than answer without it."""
+    if params.prompt_logprobs is not None and not info.position_logits:
+        raise RequestError("echo with logprobs needs the logits of every prompt position, which this model's "
+                           "runtime does not return", "drop echo or logprobs", param="echo")

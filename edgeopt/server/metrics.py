@@ -46,6 +46,7 @@ class _EngineCollector(Collector):
         preempt = CounterMetricFamily("edgeopt_preemptions", "Sequences preempted to free KV (recomputed later).")
         preempt.add_metric([], float(stats.preemptions_total if stats else 0))
         yield preempt
+        yield from _grammar_counters(stats)
         yield _gauge("edgeopt_process_rss_bytes", "Resident memory of the server process.",
                      self._process.memory_info().rss)
         yield _gauge("edgeopt_memory_budget_bytes", "Memory the server was sized to.", self._budget)
@@ -67,6 +68,23 @@ def _prefix_cache_counters(stats: EngineStats | None) -> Iterator[Metric]:
         counter = CounterMetricFamily(name, doc)
         counter.add_metric([], float(value or 0))
         yield counter
+
+
+def _grammar_counters(stats: EngineStats | None) -> Iterator[Metric]:
+    """Constrained decoding's cost: masks are computed beside the forward pass; the wait is what it adds."""
+    for name, doc, value in [
+        ("edgeopt_grammar_steps", "Engine steps with at least one grammar-constrained sequence.",
+         stats.grammar_steps_total if stats else 0),
+        ("edgeopt_grammar_mask_seconds", "Seconds spent computing grammar token masks (beside the forward pass).",
+         stats.grammar_mask_seconds_total if stats else 0.0),
+        ("edgeopt_grammar_wait_seconds", "Seconds the engine waited for grammar masks after the forward pass.",
+         stats.grammar_wait_seconds_total if stats else 0.0),
+        ("edgeopt_grammar_apply_seconds", "Seconds sampling, appending and advancing in steps with grammar masks.",
+         stats.grammar_apply_seconds_total if stats else 0.0),
+    ]:
+        family = CounterMetricFamily(name, doc)
+        family.add_metric([], float(value))
+        yield family
 
 
 def _gauge(name: str, doc: str, value: float | None) -> GaugeMetricFamily:

@@ -28,27 +28,28 @@ class ResponseShape:
             obj = "text_completion"
         return {"id": self.request_id, "object": obj, "created": self.created, "model": self.model}
 
-    def full(self, text: str, finish_reason: str | None, counts: dict[str, int]) -> dict[str, Any]:
+    def full(self, text: str, finish_reason: str | None, counts: dict[str, int],
+             logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
         body = self._envelope(streaming=False)
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
                       "finish_reason": finish_reason}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
         body["choices"] = [choice]
         body["usage"] = counts
         return body
 
     def chunk(self, text: str, finish_reason: str | None = None, counts: dict[str, int] | None = None,
-              first: bool = False) -> dict[str, Any]:
+              first: bool = False, logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
         body = self._envelope(streaming=True)
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {}
             if text and not first:
                 delta["content"] = text
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
         body["choices"] = [choice]
         if counts is not None:
             body["usage"] = counts

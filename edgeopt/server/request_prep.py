@@ -14,6 +14,7 @@ text is parsed, as in OpenAI's and llama.cpp's completion endpoints.
 from __future__ import annotations
 
 from edgeopt.engine.api import SamplingParams
+from edgeopt.engine.grammar import Grammar
 from edgeopt.engine.validation import parse_logit_bias
 from edgeopt.errors import ContextOverflowError, ModelNameError, RequestError
 from edgeopt.server.chat_tokens import PromptPiece, chat_prompt_pieces
@@ -106,14 +107,18 @@ def output_budget(requested: int | None, prompt_len: int, context: int, default:
     return requested
 
 
-def sampling_params(body: GenerationFields, max_tokens: int, vocab_size: int) -> SamplingParams:
+def sampling_params(body: GenerationFields, max_tokens: int, vocab_size: int, grammar: Grammar | None = None,
+                    logprobs: int | None = None, prompt_logprobs: int | None = None) -> SamplingParams:
     """The engine's parameters, parsed but not range-checked: ``Engine.add_request`` validates them once
-    (edgeopt.engine.validation), before anything is queued, with the same messages for every caller."""
+    (edgeopt.engine.validation), before anything is queued, with the same messages for every caller.
+    ``grammar``: the compiled response_format (or tool-call) constraint; ``logprobs`` / ``prompt_logprobs``:
+    how many alternatives per generated / prompt token (None: none asked)."""
     params = SamplingParams(
         max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
         min_p=body.min_p, seed=body.seed, repetition_penalty=body.repetition_penalty,
         presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
         logit_bias=parse_logit_bias(body.logit_bias or {}, vocab_size), stop=body.stop_list(),
-        stop_token_ids=list(body.stop_token_ids or []), ignore_eos=body.ignore_eos,
+        stop_token_ids=list(body.stop_token_ids or []), ignore_eos=body.ignore_eos, grammar=grammar,
+        logprobs=logprobs, prompt_logprobs=prompt_logprobs,
     )
     return params

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from edgeopt.engine.api import RequestOutput, SamplingParams
+from edgeopt.engine.validation import chat_logprob_count
 from edgeopt.errors import BackendError, EdgeoptError, RequestError
 from edgeopt.server.errors import error_body
+from edgeopt.server.choice_format import ChoiceFormat
 from edgeopt.server.openai_format import ResponseShape, usage
 from edgeopt.server.request_prep import (COMPLETIONS_DEFAULT_MAX_TOKENS, chat_prompt_ids, check_chat_request,
                                          check_model_name, completion_prompt_ids, output_budget,
                                          refuse_media_parts, sampling_params)
+from edgeopt.server.response_format import compile_grammar, response_grammar_spec
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServerState
 from edgeopt.server.streaming import DONE, ClientGone, Generation, collect, sse, start_generation
@@ -28,12 +32,17 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     served = state.ready_model()
     check_model_name(state, body.model)
     vocab = served.runtime.info.vocab_size
-    prompt_ids = await state.prompt_worker.run(lambda: completion_prompt_ids(served, body))
+    grammar_spec = response_grammar_spec(body.response_format)
+    prompt_ids, grammar = await state.prompt_worker.run(
+        lambda: (completion_prompt_ids(served, body), compile_grammar(served, grammar_spec)))
     max_tokens = output_budget(body.max_tokens, len(prompt_ids), served.context_length,
                                COMPLETIONS_DEFAULT_MAX_TOKENS, prompt_param="prompt")
-    params = sampling_params(body, max_tokens, vocab)
+    params = sampling_params(body, max_tokens, vocab, grammar=grammar, logprobs=body.logprobs,
+                             prompt_logprobs=body.logprobs if body.echo else None)
     shape = ResponseShape(chat=False, request_id=f"cmpl-{uuid.uuid4().hex}", model=body.model)
-    return await _respond(state, request, shape, prompt_ids, params, body.stream, body.include_usage_chunk())
+    choice = ChoiceFormat(shape, served, prompt_ids, echo=body.echo, logprobs=body.logprobs is not None,
+                          prompt_text=body.prompt if isinstance(body.prompt, str) else None)
+    return await _respond(state, request, choice, params, body.stream, body.include_usage_chunk())
 
 
 @router.post("/v1/chat/completions")
@@ -43,18 +52,24 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     check_model_name(state, body.model)
     refuse_media_parts(body)
     check_chat_request(served, body)
+    top_logprobs = chat_logprob_count(body.logprobs, body.top_logprobs)
+    grammar_spec = response_grammar_spec(body.response_format)
     parse_special = state.settings.parse_special_in_content
-    prompt_ids = await state.prompt_worker.run(lambda: chat_prompt_ids(served, body, parse_special))
+    prompt_ids, grammar = await state.prompt_worker.run(
+        lambda: (chat_prompt_ids(served, body, parse_special), compile_grammar(served, grammar_spec)))
     # Chat has no small default: the reply may use whatever the context leaves after the prompt.
     max_tokens = output_budget(body.output_limit(), len(prompt_ids), served.context_length, None,
                                prompt_param="messages")
-    params = sampling_params(body, max_tokens, served.runtime.info.vocab_size)
+    params = sampling_params(body, max_tokens, served.runtime.info.vocab_size, grammar=grammar,
+                             logprobs=top_logprobs)
     shape = ResponseShape(chat=True, request_id=f"chatcmpl-{uuid.uuid4().hex}", model=body.model)
-    return await _respond(state, request, shape, prompt_ids, params, body.stream, body.include_usage_chunk())
+    choice = ChoiceFormat(shape, served, prompt_ids, echo=False, logprobs=top_logprobs is not None)
+    return await _respond(state, request, choice, params, body.stream, body.include_usage_chunk())
 
 
-async def _respond(state: ServerState, request: Request, shape: ResponseShape, prompt_ids: list[int],
-                   params: SamplingParams, stream: bool, include_usage: bool) -> Response:
+async def _respond(state: ServerState, request: Request, choice: ChoiceFormat, params: SamplingParams,
+                   stream: bool, include_usage: bool) -> Response:
+    shape, prompt_ids = choice.shape, choice.prompt_ids
     if not prompt_ids:
         raise RequestError("the prompt is empty (0 tokens)", "send at least one token of text",
                            param="messages" if shape.chat else "prompt")
@@ -63,22 +78,24 @@ async def _respond(state: ServerState, request: Request, shape: ResponseShape, p
     generation = start_generation(engine, shape.request_id, prompt_ids, params, tracker, request)
     tracker.admitted(len(prompt_ids))
     if stream:
-        return StreamingResponse(_sse_events(generation, shape, len(prompt_ids), include_usage),
+        return StreamingResponse(_sse_events(generation, choice, include_usage),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     try:
-        text, last = await collect(generation, request)
+        last = await collect(generation, request)
     except ClientGone:
         state.metrics.count_error(499)  # nginx's "client closed request": nobody reads this reply
         return Response(status_code=499)
     if last.finish_reason == "error":
         raise BackendError(f"the model runtime failed while generating: {last.error}", "see the server log")
     counts = usage(len(prompt_ids), last.completion_tokens, last.cached_tokens)
-    return JSONResponse(shape.full(text, last.finish_reason, counts))
+    text, logprobs = choice.content(last, first=True)
+    return JSONResponse(shape.full(text, last.finish_reason, counts, logprobs))
 
 
-async def _sse_events(generation: Generation, shape: ResponseShape, prompt_tokens: int,
-                      include_usage: bool) -> AsyncIterator[bytes]:
+async def _sse_events(generation: Generation, choice: ChoiceFormat, include_usage: bool) -> AsyncIterator[bytes]:
+    shape = choice.shape
+    first = True
     try:
         if shape.chat:
             yield sse(shape.chunk("", first=True))
@@ -86,10 +103,12 @@ async def _sse_events(generation: Generation, shape: ResponseShape, prompt_token
             if out.finish_reason == "error":
                 yield sse(error_body(f"the model runtime failed while generating: {out.error}", "server_error"))
                 break
+            text, logprobs = choice.content(out, first)
+            first = False
             if out.finished:
-                yield _final_chunk(shape, out, prompt_tokens, include_usage)
-            elif out.text:
-                yield sse(shape.chunk(out.text))
+                yield _final_chunk(shape, out, text, logprobs, len(choice.prompt_ids), include_usage)
+            elif text or logprobs:
+                yield sse(shape.chunk(text, logprobs=logprobs))
         yield DONE
     except ClientGone:
         return
@@ -100,9 +119,10 @@ async def _sse_events(generation: Generation, shape: ResponseShape, prompt_token
         await generation.aclose()
 
 
-def _final_chunk(shape: ResponseShape, out: RequestOutput, prompt_tokens: int, include_usage: bool) -> bytes:
+def _final_chunk(shape: ResponseShape, out: RequestOutput, text: str, logprobs: dict[str, Any] | None,
+                 prompt_tokens: int, include_usage: bool) -> bytes:
     counts = usage(prompt_tokens, out.completion_tokens, out.cached_tokens)
-    data = sse(shape.chunk(out.text, out.finish_reason, counts))
+    data = sse(shape.chunk(text, out.finish_reason, counts, logprobs=logprobs))
     if include_usage:
         data += sse(shape.usage_chunk(counts))
     return data

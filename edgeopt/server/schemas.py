@@ -1,8 +1,10 @@
 """Request bodies of the OpenAI routes, as strict pydantic models.
 
 Unknown fields are refused (``extra="forbid"``) so a client never believes a parameter took effect when
-it did not; fields the OpenAI API defines but this server cannot honour (n > 1, logprobs, echo, ...)
+it did not; fields the OpenAI API defines but this server cannot honour (n > 1, best_of, suffix)
 are declared only to refuse values other than their neutral default with a precise message.
+``response_format`` is enforced by constrained decoding (edgeopt.engine.grammar); ``logprobs``,
+``top_logprobs`` and ``echo`` are honoured (edgeopt.engine.logprobs says which logits they come from).
 
 Sampling parameters are only *parsed* here (types); their accepted ranges live in one place,
 :mod:`edgeopt.engine.validation`, which ``Engine.add_request`` applies once, before anything is queued.
@@ -55,6 +57,22 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(BaseModel):
+    """``response_format.json_schema``: the schema is enforced whether ``strict`` is true or not."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    name: Text
+    description: Text | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
 class GenerationFields(BaseModel):
     """Parameters shared by /v1/completions and /v1/chat/completions."""
 
@@ -78,6 +96,7 @@ class GenerationFields(BaseModel):
     stream_options: StreamOptions | None = None
     n: int = 1
     user: Text | None = None
+    response_format: ResponseFormat | None = None  # also on /v1/completions, as in vLLM and llama-server
 
     @field_validator("n")
     @classmethod
@@ -100,7 +119,7 @@ class CompletionRequest(GenerationFields):
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
-    logprobs: int | None = None
+    logprobs: int | None = None  # legacy: the number of top logprobs per token (0: only the chosen token's)
 
     @field_validator("prompt")
     @classmethod
@@ -111,14 +130,7 @@ class CompletionRequest(GenerationFields):
             raise ValueError(f"only one prompt per request is supported, got {len(value)}")
         return value
 
-    @field_validator("echo")
-    @classmethod
-    def _no_echo(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("echo=true is not supported")
-        return value
-
-    @field_validator("suffix", "logprobs")
+    @field_validator("suffix")
     @classmethod
     def _unsupported_if_set(cls, value: Any) -> Any:
         if value is not None:
@@ -178,6 +190,7 @@ class ChatCompletionRequest(GenerationFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
+    top_logprobs: int | None = None
     add_generation_prompt: bool = True
 
     @field_validator("messages", mode="before")
@@ -186,13 +199,6 @@ class ChatCompletionRequest(GenerationFields):
         if isinstance(value, list) and len(value) > MAX_CHAT_MESSAGES:
             raise ValueError(f"{len(value)} messages in one request; at most {MAX_CHAT_MESSAGES} are allowed "
                              "(MAX_CHAT_MESSAGES): send fewer (summarize or drop older turns)")
-        return value
-
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("logprobs=true is not supported")
         return value
 
     def output_limit(self) -> int | None:

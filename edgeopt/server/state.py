@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from edgeopt.engine.api import EngineStats, ServingEngine
+from edgeopt.engine.grammar import GrammarCompiler
 from edgeopt.engine.outputs import engine_stopped_message
 from edgeopt.errors import ConfigError, NotReadyError
 from edgeopt.server.chat_template import ChatTemplate
@@ -57,6 +58,11 @@ class ServedModel:
     def control_text(self) -> ControlTextFinder:
         """Where the tokenizer's control-token texts occur in a string (built once per model)."""
         return ControlTextFinder(self.tokenizer.control_token_texts())
+
+    @cached_property
+    def grammars(self) -> GrammarCompiler:
+        """Compiles response_format schemas and tool-call grammars for this model's vocabulary."""
+        return GrammarCompiler(self.runtime.tokenizer, self.runtime.info)
 
     def close(self) -> None:
         if self.engine is not None:

@@ -81,14 +81,13 @@ def start_generation(engine: ServingEngine, request_id: str, prompt_ids: list[in
     return Generation(engine, request_id, stream, tracker, request)
 
 
-async def collect(generation: Generation, request: Request) -> tuple[str, RequestOutput]:
-    """Gather a whole generation for a non-streaming response, aborting it if the client disconnects."""
-    parts: list[str] = []
+async def collect(generation: Generation, request: Request) -> RequestOutput:
+    """Gather a whole generation (merged into one output) for a non-streaming response, aborting it if
+    the client disconnects."""
     outputs: list[RequestOutput] = []
 
     async def gather() -> None:
         async for out in generation:
-            parts.append(out.text)
             outputs.append(out)
 
     task = asyncio.ensure_future(gather())
@@ -104,4 +103,4 @@ async def collect(generation: Generation, request: Request) -> tuple[str, Reques
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         await generation.aclose()
-    return "".join(parts), outputs[-1]
+    return RequestOutput.merge(outputs)

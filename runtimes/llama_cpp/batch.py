@@ -45,10 +45,38 @@ class NumpyBatch:
             self.positions[offset:end] = np.arange(item.start_pos, item.start_pos + n, dtype=np.int32)
             self.seq_values[offset:end] = item.slot
             self.logits[offset:end] = 0
-            if item.want_logits:
+            if item.all_logits:
+                self.logits[offset:end] = 1
+                outputs += n
+            elif item.want_logits:
                 self.logits[end - 1] = 1
                 outputs += 1
             offset = end
         self.struct.n_tokens = offset
         return outputs
 
+
+def split_by_outputs(batch: list[StepInput], max_outputs: int) -> list[list[StepInput]]:
+    """The batch as consecutive decodes that each ask for at most ``max_outputs`` logits rows (the
+    context's n_outputs_max). Only inputs with ``all_logits`` (prompt logprobs) can need more than one:
+    they are cut into pieces of at most ``max_outputs`` tokens, decoded in order. Rows come back in the
+    same order as from one decode of the whole batch."""
+    parts: list[list[StepInput]] = [[]]
+    outputs = 0
+    for item in batch:
+        for piece in _pieces(item, max_outputs):
+            rows = len(piece.tokens) if piece.all_logits else int(piece.want_logits)
+            if parts[-1] and (outputs + rows > max_outputs or any(p.slot == piece.slot for p in parts[-1])):
+                parts.append([])
+                outputs = 0
+            parts[-1].append(piece)
+            outputs += rows
+    return parts
+
+
+def _pieces(item: StepInput, size: int) -> list[StepInput]:
+    if not item.all_logits or len(item.tokens) <= size:
+        return [item]
+    n = len(item.tokens)
+    return [StepInput(item.slot, item.tokens[a:a + size], item.start_pos + a, item.want_logits and a + size >= n,
+                      all_logits=True) for a in range(0, n, size)]

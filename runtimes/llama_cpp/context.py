@@ -21,7 +21,7 @@ import numpy as np
 
 from edgeopt.errors import BackendError
 from runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id
-from runtimes.llama_cpp.batch import NumpyBatch
+from runtimes.llama_cpp.batch import NumpyBatch, split_by_outputs
 from runtimes.llama_cpp.kv_type import configure_kv_cache
 from runtimes.llama_cpp.model import ModelFacts
 from runtimes.llama_cpp.threads import ThreadGovernor
@@ -52,8 +52,9 @@ class LlamaCppRuntime(Runtime):
             context_length=min(context_length or facts.context_train, n_ctx),
             eos_token_ids=self.tokenizer.eog_token_ids(), bos_token_id=bos if bos >= 0 else None,
             add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)), cache_slots=cache_slots, shares_kv_cells=True,
-            saves_prefix_state=cache_slots > 0,
+            saves_prefix_state=cache_slots > 0, position_logits=True,
         )
+        self._max_outputs = max_slots  # the context's n_outputs_max
         self.max_batch_tokens: int = int(llama_cpp.llama_n_batch(self._ctx))  # fixed batch buffer (n_batch)
         self._batch = NumpyBatch(self.max_batch_tokens)
         self._lock = threading.Lock()  # step/release/close come from the engine thread; close may not
@@ -71,6 +72,7 @@ class LlamaCppRuntime(Runtime):
         # At most one logits row per sequence per step: without this llama.cpp reserves n_batch rows
         # (512 x a 150k vocabulary x 4 bytes = 300 MB on a device that has none to spare).
         # llama.cpp reserves at least n_seq_max rows, so each cache sequence id costs one row (vocab x 4 bytes).
+        # Prompt logprobs (all_logits) are decoded in pieces of at most max_slots rows (split_by_outputs).
         params.n_outputs_max = max_slots + cache_slots
         params.kv_unified = True  # one shared pool of n_ctx cells, not n_ctx / n_seq_max per sequence
         params.n_threads = n_threads
@@ -86,13 +88,17 @@ class LlamaCppRuntime(Runtime):
 
     def step(self, batch: list[StepInput]) -> np.ndarray:
         with self._lock:
-            outputs = self._decode(batch)
-            if outputs == 0:
-                return np.zeros((0, self.info.vocab_size), dtype=np.float32)
-            # Rows come back in batch order of the tokens that asked for logits; copy out of llama.cpp's
-            # buffer, which the next decode overwrites.
-            pointer = llama_cpp.llama_get_logits(self._ctx)
-            return np.ctypeslib.as_array(pointer, shape=(outputs, self.info.vocab_size)).copy()
+            # Prompt logprobs (all_logits) may ask for more rows than n_outputs_max: decoded in pieces.
+            rows = [self._logit_rows(self._decode(part)) for part in split_by_outputs(batch, self._max_outputs)]
+        return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    def _logit_rows(self, outputs: int) -> np.ndarray:
+        if outputs == 0:
+            return np.zeros((0, self.info.vocab_size), dtype=np.float32)
+        # Rows come back in batch order of the tokens that asked for logits; copy out of llama.cpp's
+        # buffer, which the next decode overwrites.
+        pointer = llama_cpp.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(pointer, shape=(outputs, self.info.vocab_size)).copy()
 
     def decode_only(self, batch: list[StepInput]) -> None:
         """One ``llama_decode`` over ``batch``, waited for, with no logits copied out: llama.cpp's raw batched

@@ -79,6 +79,9 @@ class LlamaCppTokenizer:
         """Texts that become a control token when special tokens are parsed."""
         return self._finder.texts
 
+    def control_token_ids(self) -> dict[str, int]:
+        return {text: control.token_id for text, control in self._controls.items()}
+
     def max_token_bytes(self) -> int | None:
         """Most bytes of input text one token can stand for; None when the vocabulary gives no bound."""
         return self._max_token_bytes

@@ -108,6 +108,7 @@ def _decoder_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, tok
                                     tok_config, tokenizer),
         bos_token_id=int(bos) if bos is not None else None, add_bos=bool(tok_config.get("add_bos_token", False)),
         cache_slots=cache_slots, shares_kv_cells=False,  # a slot's KV is its own arrays: sharing copies
+        position_logits=True,
     )
     return OnnxDecoderRuntime(decoder, tokenizer, info)
 

@@ -39,7 +39,7 @@ class OnnxDecoderRuntime(Runtime):
         wanted = rows_for_step(batch, self._decode_batch, self._run_one)
         if not wanted:
             return np.zeros((0, self.info.vocab_size), dtype=np.float32)
-        return np.stack(wanted).astype(np.float32, copy=False)
+        return np.concatenate([rows.reshape(-1, rows.shape[-1]) for rows in wanted]).astype(np.float32, copy=False)
 
     def release(self, slot: int) -> None:
         check_sequence_id(self.info, slot)
@@ -109,7 +109,7 @@ class OnnxDecoderRuntime(Runtime):
         self._leave_group(inp.slot)
         logits, present = self.decoder.run_sequence(inp.tokens, self._past(inp), inp.start_pos)
         self._kv[inp.slot] = present
-        return logits[-1]
+        return logits if inp.all_logits else logits[-1]  # the graph computes every position's logits anyway
 
     def _leave_group(self, slot: int) -> None:
         """Split the decode group back into per-slot KV if it holds this slot."""

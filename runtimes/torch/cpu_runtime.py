@@ -14,6 +14,8 @@ return logits for the wrong history.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -26,7 +28,7 @@ class TorchRuntime(Runtime):
     def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, info: RuntimeInfo) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        self.info = info
+        self.info = dataclasses.replace(info, position_logits=True)  # prefills can return every position
         self.device = next(model.parameters()).device
         self._slots: dict[int, SlotKV] = {}
         self.forwards = 0  # forward passes run, for batching tests and benchmarks
@@ -42,7 +44,8 @@ class TorchRuntime(Runtime):
             wanted = rows_for_step(batch, self._decode_batched, self._forward_one)
         if not wanted:
             return np.zeros((0, self.info.vocab_size), dtype=np.float32)
-        return torch.stack(wanted).float().cpu().numpy()[:, : self.info.vocab_size]
+        rows = torch.cat([r.reshape(-1, r.shape[-1]) for r in wanted])  # all_logits inputs bring a block of rows
+        return rows.float().cpu().numpy()[:, : self.info.vocab_size]
 
     def release(self, slot: int) -> None:
         if not 0 <= slot < self.info.max_slots:
@@ -63,10 +66,10 @@ class TorchRuntime(Runtime):
         input_ids = torch.tensor([item.tokens], dtype=torch.long, device=self.device)
         positions = torch.arange(item.start_pos, item.start_pos + count, device=self.device).unsqueeze(0)
         out = self.model(input_ids=input_ids, position_ids=positions, past_key_values=cache, use_cache=True,
-                         logits_to_keep=1)
+                         logits_to_keep=0 if item.all_logits else 1)  # 0: every position (prompt logprobs)
         self._slots[item.slot] = read_back(out.past_key_values)
         self.forwards += 1
-        return out.logits[0, -1]
+        return out.logits[0] if item.all_logits else out.logits[0, -1]
 
     def _decode_batched(self, items: list[StepInput]) -> torch.Tensor:
         slots = [self._slots[item.slot] for item in items]

@@ -25,7 +25,7 @@ GREEDY_TEMPERATURE = 1e-5  # 5.x: do_sample is global; this temperature makes sa
 # hair below 1 (it cuts no token with probability above ~1e-7) and top-k at the vocabulary size.
 NEAR_ONE_TOP_P = 1.0 - 1e-7
 UNSUPPORTED = {"seed": None, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-               "min_p": 0.0}
+               "min_p": 0.0, "logprobs": None, "prompt_logprobs": None}
 
 
 class TransformersManager:
@@ -145,6 +145,10 @@ def check_unsupported(params: SamplingParams) -> None:
     if params.logit_bias:
         raise RequestError("logit_bias is not supported by the CUDA paged engine", "leave it empty",
                            param="logit_bias")
+    if params.grammar is not None:  # transformers' manager samples inside its own loop: no mask can reach it
+        raise RequestError(f"constrained decoding ({params.grammar.spec.param}) is not supported by the CUDA "
+                           "paged engine", "serve on CPU (--runtime torch without CUDA), or a GGUF/ONNX bundle",
+                           param=params.grammar.spec.param)
 
 
 def check_global_greedy(params: SamplingParams) -> None:

@@ -64,3 +64,13 @@ def test_decode_rate_of_requests_one_at_a_time_is_tokens_over_time_decoding():
                RequestSample(3.5, [0.25] * 4, 4.5, 4, 5, first_at=3.5, end_at=4.5)]
     result = LoadResult(concurrency=2, requests=2, wall_s=4.5, samples=samples)
     assert result.decode_tokens_per_s == pytest.approx(14 / 3.0)
+
+
+def test_decoded_tokens_count_usage_not_chunks():
+    """Two requests side by side, 11 tokens each but only 3 text chunks (bytes held back mid-character):
+    decoded_tokens_per_s counts the 20 tokens after the first ones over the 2 s of decoding."""
+    samples = [RequestSample(ttft_s=0.1, itl_s=[1.0, 1.0], e2e_s=2.1, prompt_tokens=1, completion_tokens=11,
+                             first_at=10.0, end_at=12.0) for _ in range(2)]
+    result = LoadResult(concurrency=2, requests=2, wall_s=2.1, samples=samples)
+    assert result.decoded_tokens_per_s == pytest.approx(20 / 2.0)
+    assert result.decode_tokens_per_s < result.decoded_tokens_per_s  # chunks: 2 x 2 arrivals in the window

@@ -53,10 +53,10 @@ def test_the_issue_request_finishes_and_the_engine_keeps_serving() -> None:
 def test_a_raising_sampler_fails_only_its_request(monkeypatch: pytest.MonkeyPatch) -> None:
     real = engine_module.sample_next_tokens
 
-    def sampler(logits, seqs):  # type: ignore[no-untyped-def]
+    def sampler(logits, seqs, allowed=None):  # type: ignore[no-untyped-def]
         if any(s.request_id == "bad" for s in seqs):
             raise FloatingPointError("sampler blew up")
-        return real(logits, seqs)
+        return real(logits, seqs, allowed)
 
     monkeypatch.setattr(engine_module, "sample_next_tokens", sampler)
     engine, _ = make_engine()
@@ -73,10 +73,10 @@ def test_a_raising_sampler_fails_only_its_request(monkeypatch: pytest.MonkeyPatc
 def test_a_raising_detokenizer_fails_only_its_request(monkeypatch: pytest.MonkeyPatch) -> None:
     real = RequestTracker.on_token
 
-    def on_token(self: RequestTracker, token: int, context_tokens: int):  # type: ignore[no-untyped-def]
+    def on_token(self: RequestTracker, token: int, context_tokens: int, *rest):  # type: ignore[no-untyped-def]
         if self.seq.request_id == "bad" and len(self.seq.output_ids) == 2:
             raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "detokenizer blew up")
-        return real(self, token, context_tokens)
+        return real(self, token, context_tokens, *rest)
 
     monkeypatch.setattr(RequestTracker, "on_token", on_token)
     engine, _ = make_engine()

@@ -7,9 +7,10 @@ from tests.fixtures.import_probe import HEAVY, banned_modules_after
 
 def test_engine_and_llama_cpp_runtime_import_without_torch_or_transformers() -> None:
     imports = ("import edgeopt.engine, edgeopt.engine.engine, edgeopt.memory_budget\n"
+               "import edgeopt.engine.grammar, edgeopt.engine.constraint, edgeopt.engine.grammar_vocab\n"
                "import runtimes.llama_cpp, runtimes.llama_cpp.context\n"
                "from runtimes import load_runtime")
-    loaded = banned_modules_after(imports, HEAVY, must_load=("edgeopt.engine.engine", "llama_cpp"))
+    loaded = banned_modules_after(imports, HEAVY, must_load=("edgeopt.engine.engine", "llama_cpp", "llguidance.numpy"))
     assert loaded == [], f"heavy modules imported: {loaded}"
 
 

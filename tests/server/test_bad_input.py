@@ -33,7 +33,9 @@ CASES = [
     ("max_tokens < 1", {"model": MODEL, "prompt": "x", "max_tokens": 0}, 400, "max_tokens", ["0"]),
     ("n > 1", {"model": MODEL, "prompt": "x", "n": 3}, 400, "n", ["n=1"]),
     ("unknown parameter", {"model": MODEL, "prompt": "x", "tools": []}, 400, "tools", ["not supported"]),
-    ("echo", {"model": MODEL, "prompt": "x", "echo": True}, 400, "echo", ["echo"]),
+    ("logprobs range", {"model": MODEL, "prompt": "x", "logprobs": 50}, 400, "logprobs", ["50", "0..20"]),
+    ("response_format type", {"model": MODEL, "prompt": "x", "response_format": {"type": "yaml"}}, 400,
+     "response_format.type", ["yaml"]),
     ("missing prompt", {"model": MODEL}, 400, "prompt", ["missing"]),
     ("temperature range", {"model": MODEL, "prompt": "x", "temperature": 9}, 400, "temperature", ["9"]),
     ("bad token id", {"model": MODEL, "prompt": [1, 99999]}, 400, "prompt", ["99999"]),
@@ -87,9 +89,12 @@ def test_chat_errors(serve_fake):
     assert bad_role.status_code == 400 and error_of(bad_role)["param"] == "messages.0.role"
     empty = post(live, "/v1/chat/completions", json={"model": MODEL, "messages": []})
     assert empty.status_code == 400 and error_of(empty)["param"] == "messages"
-    logprobs = post(live, "/v1/chat/completions", json={"model": MODEL, "logprobs": True,
+    logprobs = post(live, "/v1/chat/completions", json={"model": MODEL, "top_logprobs": 2,
                                                          "messages": [{"role": "user", "content": "x"}]})
-    assert logprobs.status_code == 400 and error_of(logprobs)["param"] == "logprobs"
+    assert logprobs.status_code == 400 and error_of(logprobs)["param"] == "top_logprobs"
+    no_schema = post(live, "/v1/chat/completions", json={"model": MODEL, "response_format": {"type": "json_schema"},
+                                                          "messages": [{"role": "user", "content": "x"}]})
+    assert no_schema.status_code == 400 and error_of(no_schema)["param"] == "response_format.json_schema"
     assert_still_serving(live)
 
 

@@ -78,16 +78,21 @@ GENERATION_FIELDS: dict[str, tuple[st.SearchStrategy[Any], st.SearchStrategy[Any
     "stream_options": anything(st.one_of(st.none(), st.fixed_dictionaries({"include_usage": st.booleans()}))),
     "n": (st.just(1), st.one_of(st.integers(2, 3), any_json)),
     "user": anything(st.one_of(st.none(), plain_text)),
+    "response_format": (st.sampled_from([None, {"type": "text"}, {"type": "json_object"},
+                                         {"type": "json_schema", "json_schema": {"name": "r", "schema": {
+                                             "type": "object", "properties": {"a": {"type": "integer"}}}}}]),
+                        st.one_of(st.fixed_dictionaries({"type": st.just("json_schema"), "json_schema": st.fixed_dictionaries(
+                            {"name": st.just("r"), "schema": any_json})}), any_json)),
     "unknown_field": (st.nothing(), any_json),
 }
 COMPLETION_FIELDS = {
     "prompt": (st.one_of(plain_text.filter(bool), st.lists(token_ids, min_size=1, max_size=8),
                          st.lists(plain_text.filter(bool), min_size=1, max_size=1)),
                st.one_of(odd_text, bad_token_ids, st.lists(odd_text, min_size=2, max_size=3), any_json)),
-    "echo": (st.just(False), st.one_of(st.just(True), any_json)),
+    "echo": anything(st.booleans()),
     "suffix": (st.none(), odd_text),
     "best_of": (st.sampled_from([None, 1]), st.one_of(st.integers(2, 3), any_json)),
-    "logprobs": (st.none(), st.one_of(st.integers(0, 5), any_json)),
+    "logprobs": (st.one_of(st.none(), st.integers(0, 5)), st.one_of(st.integers(21, 30), any_json)),
 }
 text_part = st.fixed_dictionaries({"type": st.just("text"), "text": plain_text})
 odd_part = st.one_of(st.fixed_dictionaries({"type": st.sampled_from(["image_url", "input_audio", "file", "video"]),
@@ -106,7 +111,8 @@ CHAT_FIELDS = {
                  st.one_of(st.lists(st.one_of(good_message, odd_message), min_size=1, max_size=4), st.just([]),
                            any_json)),
     "max_completion_tokens": (st.one_of(st.none(), st.integers(1, 12)), st.one_of(st.integers(-1, 0), any_json)),
-    "logprobs": (st.just(False), st.one_of(st.just(True), any_json)),
+    "logprobs": anything(st.booleans()),
+    "top_logprobs": (st.one_of(st.none(), st.integers(0, 20)), st.one_of(st.integers(21, 30), any_json)),
     "add_generation_prompt": anything(st.booleans()),
 }
 
