@@ -54,6 +54,7 @@ class ServeOptions:
     kv_type: str | None = None  # llama.cpp KV cache type (gguf only); None: the bundle's (server.sizing)
     prefix_cache: bool = True  # reuse the KV of cached prompt prefixes (--no-prefix-cache turns it off)
     warm_file: Path | None = None  # --warm: a system prompt whose KV is stored and loaded (prompt_store)
+    kv_layout: str = "unified"  # llama.cpp (gguf) only: one KV pool, or a stream per sequence (--kv-layout)
 
 
 def size_kv(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> KvSizing:
@@ -89,9 +90,10 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
         embedder = load_embedding_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
         return ServedModel(context_length=embedder.info.context_length, tokenizer=embedder.tokenizer,
                            embedder=embedder)
-    runtime = load_runtime(manifest.runtime, bundle_dir, manifest, kv_capacity_tokens=sizing.kv_capacity_tokens,
+    runtime = load_runtime(manifest.runtime, bundle_dir, manifest, kv_capacity_tokens=runtime_kv_tokens(sizing, options),
                            max_slots=sizing.max_sequences, context_length=sizing.context_length,
                            threads=options.threads, **kv_type_option(manifest, options),
+                           **kv_layout_option(manifest, options),
                            **({} if options.prefix_cache else {"cache_slots": 0}))
     try:
         config = engine_config(runtime, sizing, options)
@@ -117,6 +119,23 @@ def kv_type_option(manifest: Manifest, options: ServeOptions) -> dict[str, str]:
     return {"kv_type": kv_type} if kv_type else {}
 
 
+def kv_layout_option(manifest: Manifest, options: ServeOptions) -> dict[str, str]:
+    """The runtime option that carries --kv-layout: only llama.cpp has a choice, so only it gets one."""
+    if manifest.runtime == "llama_cpp":
+        return {"kv_layout": options.kv_layout}
+    if options.kv_layout != "unified":
+        raise ConfigError(f"--kv-layout {options.kv_layout} applies to llama.cpp (GGUF) bundles; this one runs on "
+                          f"{manifest.runtime}", "leave --kv-layout out for this bundle")
+    return {}
+
+
+def runtime_kv_tokens(sizing: KvSizing, options: ServeOptions) -> int:
+    """KV cells the runtime may allocate. Unified: the sized pool. Streams: every cell the memory budget
+    holds (kv_fit_tokens), which the runtime splits into a context-long stream per slot and as many
+    cached-prefix streams as remain (runtimes.llama_cpp.stream_layout), never more than it holds."""
+    return sizing.kv_fit_tokens if options.kv_layout == "streams" else sizing.kv_capacity_tokens
+
+
 def _warm(engine: ServingEngine, runtime: Any, manifest: Manifest, template: ChatTemplate | None,
           warm_file: Path) -> None:
     """--warm: put the system prompt's KV in the prefix cache (loaded from its saved state when it can)."""
@@ -139,7 +158,7 @@ def _warm(engine: ServingEngine, runtime: Any, manifest: Manifest, template: Cha
 def engine_config(runtime: Runtime, sizing: KvSizing, options: ServeOptions) -> EngineConfig:
     """The EngineConfig that matches the runtime (its batch buffer, see engine_config_for), bounded by our sizing."""
     info = runtime.info
-    return engine_config_for(runtime, kv_capacity_tokens=min(sizing.kv_capacity_tokens, info.kv_capacity_tokens),
+    return engine_config_for(runtime, kv_capacity_tokens=min(runtime_kv_tokens(sizing, options), info.kv_capacity_tokens),
                              max_running=min(sizing.max_sequences, info.max_slots), max_waiting=options.max_waiting,
                              context_length=min(sizing.context_length, info.context_length),
                              prefix_cache=options.prefix_cache)
@@ -174,6 +193,7 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     bundle_dir = Path(bundle_dir)
     manifest = load_bundle(bundle_dir, verify=options.verify)
     kv_type = served_kv_type(manifest, options.kv_type)  # refuses --kv-type on onnx/torch before anything loads
+    kv_layout_option(manifest, options)  # and --kv-layout streams
     if manifest.kind == "causal-lm":
         sizing: KvSizing | None = size_kv(bundle_dir, manifest, options)
         log.info("KV sizing (%s KV cache): %s", kv_type, sizing.to_dict())
