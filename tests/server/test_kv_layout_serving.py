@@ -1,5 +1,7 @@
 """--kv-layout streams at serve time: a stream of --context cells per slot, the cells that remain in the
-memory budget as cached-prefix streams, never more cells than the budget holds; refused for ONNX."""
+memory budget as cached-prefix streams, never more cells than the budget holds; refused for ONNX.
+``auto`` (the default) picks streams only when memory holds a stream per slot and one more per slot for
+cached prefixes."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from edgeopt.server.launcher import ServeOptions, load_served_model, serve_bundle, size_kv
+from edgeopt.server.launcher import ServeOptions, load_served_model, serve_bundle, served_kv_layout, size_kv
 from tests.server.test_kv_type_serving import memory_for_f16_sequences
 from tests.fixtures.demo_gguf import optimize_demo_gguf
 
@@ -40,3 +42,17 @@ def test_serve_refuses_streams_for_an_onnx_bundle_before_loading(onnx_fp32_bundl
     with pytest.raises(ConfigError) as err:
         serve_bundle(onnx_fp32_bundle, ServeOptions(kv_layout="streams", port=0))
     assert "--kv-layout streams applies to llama.cpp (GGUF) bundles" in err.value.message
+
+
+@pytest.mark.parametrize(("slots", "layout"), [(7, "streams"), (8, "unified"), (15, "unified")])
+def test_auto_picks_streams_when_memory_holds_two_streams_a_slot(bundle: Path, slots: int, layout: str) -> None:
+    manifest = load_bundle(bundle)
+    options = ServeOptions(memory_bytes=memory_for_f16_sequences(bundle, 8.2, 256), context=256, max_concurrency=slots)
+    sizing = size_kv(bundle, manifest, options)  # q8_0: 15 streams of 256 cells fit
+    assert served_kv_layout(manifest, options, sizing) == layout
+
+
+def test_an_unknown_layout_is_refused_before_loading(bundle: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        serve_bundle(bundle, ServeOptions(kv_layout="paged", port=0))
+    assert "--kv-layout 'paged' is not a KV layout" in err.value.message
