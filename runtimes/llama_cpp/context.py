@@ -36,6 +36,7 @@ from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 # llama_decode return codes (llama.h): 1 = no KV slot for the batch, 2 = aborted, -1 = invalid input.
 _DECODE_ERRORS = {1: "no free KV cells for the batch", 2: "decode aborted", -1: "invalid batch",
                   -2: "failed to allocate compute buffers", -3: "compute failed"}
+_THROWAWAY_TOKEN = 0  # any valid token id: decoded only to make llama.cpp move pending stream copies
 
 
 class LlamaCppRuntime(Runtime):
@@ -71,6 +72,7 @@ class LlamaCppRuntime(Runtime):
         # n_threads is then the most threads; the governor lowers it while other processes use our cores.
         self._governor = ThreadGovernor(self._set_threads, n_threads) if adaptive_threads else None
         self.decode_calls = 0
+        self._pending_copies: set[int] = set()  # stream copy targets whose data llama.cpp moves at the next decode
 
     def _create_context(self, n_ctx: int, max_slots: int, cache_slots: int, max_batch: int,
                         n_threads: int) -> llama_cpp.llama_context_p:
@@ -130,6 +132,7 @@ class LlamaCppRuntime(Runtime):
         outputs = self._batch.fill(batch)
         code = llama_cpp.llama_decode(self._ctx, self._batch.struct)
         self.decode_calls += 1
+        self._pending_copies.clear()  # llama.cpp moved them before computing the batch
         if code != 0:
             raise BackendError(f"llama_decode failed with code {code} ({_DECODE_ERRORS.get(code, 'unknown')}) "
                                f"on a batch of {total} tokens over {len(batch)} sequences",
@@ -172,6 +175,7 @@ class LlamaCppRuntime(Runtime):
         source's own (the engine extends a cache entry only with the sequence it came from), so replacing
         them changes nothing. The data moves at the next llama_decode, before that batch is computed."""
         llama_cpp.llama_memory_seq_cp(self._memory, source, target, -1, -1)
+        self._pending_copies.add(target)
         if not llama_cpp.llama_memory_seq_rm(self._memory, target, end, -1):
             raise BackendError(f"llama.cpp refused to trim the copy of sequence {source} in {target} to {end} "
                                "positions", "an engine bug; please report")
@@ -196,11 +200,19 @@ class LlamaCppRuntime(Runtime):
             if self._held(seq_id) != len(tokens):
                 raise BackendError(f"sequence {seq_id} holds {self._held(seq_id)} positions, not the "
                                    f"{len(tokens)} tokens to save", "an engine bug; please report")
+            if seq_id in self._pending_copies:
+                self._move_pending_copies(seq_id, len(tokens))
             written = llama_cpp.llama_state_seq_save_file(self._ctx, str(path).encode(), seq_id, array, len(tokens))
         if written == 0:
             raise BackendError(f"llama.cpp could not save sequence {seq_id} to {path}",
                                "check that the directory is writable")
         return int(written)
+
+    def _move_pending_copies(self, seq_id: int, held: int) -> None:
+        """A state save reads the stream as it is, and llama.cpp has no call that moves pending stream
+        copies but llama_decode: decode one throwaway token after ``seq_id``'s positions, then drop it."""
+        self._decode([StepInput(seq_id, [_THROWAWAY_TOKEN], held, False)])
+        llama_cpp.llama_memory_seq_rm(self._memory, seq_id, held, -1)
 
     def load_sequence(self, seq_id: int, path: Path, max_tokens: int) -> list[int]:
         """Load a state saved by :meth:`save_sequence` into the empty sequence ``seq_id``; returns its tokens

@@ -100,3 +100,26 @@ def test_unknown_layout_is_refused(gguf_path: Path) -> None:
     with pytest.raises(ConfigError, match="'paged' is not a llama.cpp KV layout"):
         load_gguf(gguf_path, kv_capacity_tokens=512, max_slots=1, kv_layout="paged")
     assert STREAM_ALIGN == 256
+
+
+def test_a_cache_entry_saved_right_after_its_copy_holds_the_copied_kv(gguf_path: Path, tmp_path: Path) -> None:
+    """llama.cpp moves a cross-stream copy's data at the next decode; saving before that (serve --warm
+    saves the entry it just cached) must still write the copied KV, not the stale stream."""
+    runtime = open_streams(gguf_path)
+    try:
+        prompt = prompt_ids(runtime, "class Stack:\n    def push(self, x):\n        self.items.append(x)\n")
+        full = runtime.step([StepInput(0, prompt, 0, True)])[0]
+        cache_id = runtime.info.max_slots
+        runtime.share_kv(0, cache_id, 0, len(prompt))
+        runtime.release(0)
+        runtime.save_sequence(cache_id, tmp_path / "state", prompt)
+        assert runtime.held_tokens(cache_id) == len(prompt)
+        runtime.release(cache_id)
+        runtime.release(0)
+        runtime.step([StepInput(0, prompt_ids(runtime, "unrelated text " * 8), 0, False)])  # moves pending copies
+        assert runtime.load_sequence(cache_id, tmp_path / "state", len(prompt)) == prompt
+        runtime.share_kv(cache_id, 1, 0, len(prompt) - 1)
+        reused = runtime.step([StepInput(1, prompt[-1:], len(prompt) - 1, True)])[0]
+        assert float(np.max(np.abs(reused - full))) <= LOGIT_TOLERANCE
+    finally:
+        runtime.close()
