@@ -124,7 +124,7 @@ KV_LAYOUT_CHOICES = ("auto", "unified", "streams")
 
 def served_kv_layout(manifest: Manifest, options: ServeOptions, sizing: KvSizing | None) -> str:
     """The llama.cpp KV layout to serve with. ``auto`` picks ``streams`` when the memory budget holds a
-    full --context stream for every slot and as many again for cached prefixes: measured on a ~200M
+    full --context stream for every slot and (prefix cache on) as many again for cached prefixes: measured on a ~200M
     Q8_0 model at 16 streams, streams cost 0.90x unified's CPU per decode step and 0.75x with 4 idle
     cached 1,000-token prefixes (tests/bench/bench_step_cost.py). Tighter budgets get ``unified``:
     there a sequence may use the cells the others leave and cached prefixes share cells, not copies."""
@@ -141,10 +141,12 @@ def served_kv_layout(manifest: Manifest, options: ServeOptions, sizing: KvSizing
     from runtimes.llama_cpp import STREAM_ALIGN, stream_layout  # only GGUF bundles load llama.cpp
 
     slots = sizing.max_sequences
+    cache_streams = slots if options.prefix_cache else 0  # a cached prefix per slot, as unified would keep
     if sizing.kv_fit_tokens < slots * STREAM_ALIGN:
         return "unified"
-    layout = stream_layout(sizing.kv_fit_tokens, slots, slots, sizing.context_length)
-    return "streams" if layout.stream_cells >= sizing.context_length and layout.cache_slots >= slots else "unified"
+    layout = stream_layout(sizing.kv_fit_tokens, slots, cache_streams, sizing.context_length)
+    fits = layout.stream_cells >= sizing.context_length and layout.cache_slots >= cache_streams
+    return "streams" if fits else "unified"
 
 
 def kv_layout_option(manifest: Manifest, options: ServeOptions, sizing: KvSizing) -> dict[str, str]:

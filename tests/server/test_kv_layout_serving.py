@@ -44,10 +44,13 @@ def test_serve_refuses_streams_for_an_onnx_bundle_before_loading(onnx_fp32_bundl
     assert "--kv-layout streams applies to llama.cpp (GGUF) bundles" in err.value.message
 
 
-@pytest.mark.parametrize(("slots", "layout"), [(7, "streams"), (8, "unified"), (15, "unified")])
-def test_auto_picks_streams_when_memory_holds_two_streams_a_slot(bundle: Path, slots: int, layout: str) -> None:
+@pytest.mark.parametrize(("slots", "prefix_cache", "layout"),
+                         [(7, True, "streams"), (8, True, "unified"), (15, False, "streams"), (16, False, "unified")])
+def test_auto_picks_streams_when_memory_holds_a_stream_per_slot_and_cache_entry(
+        bundle: Path, slots: int, prefix_cache: bool, layout: str) -> None:
     manifest = load_bundle(bundle)
-    options = ServeOptions(memory_bytes=memory_for_f16_sequences(bundle, 8.2, 256), context=256, max_concurrency=slots)
+    options = ServeOptions(memory_bytes=memory_for_f16_sequences(bundle, 8.2, 256), context=256, max_concurrency=slots,
+                           prefix_cache=prefix_cache)
     sizing = size_kv(bundle, manifest, options)  # q8_0: 15 streams of 256 cells fit
     assert served_kv_layout(manifest, options, sizing) == layout
 
