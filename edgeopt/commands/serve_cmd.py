@@ -69,8 +69,8 @@ def serve(
              "a sequence may use what the others leave). streams: a stream of --context cells per sequence, as "
              "llama-server lays it out: a decode step scans only its own cells (~10% less CPU at 16 streams, "
              "~25% with idle cached prefixes), cached prefixes are copies in streams of their own. auto: "
-             "streams when memory holds a --context stream per sequence and (prefix cache on) as many for cached prefixes, "
-             "else unified.")] = "auto",
+             "streams when memory holds a --context stream per sequence and (prefix cache on) as many for "
+             "cached prefixes, else unified.")] = "auto",
     warm: Annotated[Optional[Path], typer.Option(
         "--warm", exists=True, dir_okay=False,
         help="A text file holding a system prompt: its KV is computed once, saved beside it (FILE.kvstate) and "
