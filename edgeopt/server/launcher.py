@@ -124,10 +124,10 @@ KV_LAYOUT_CHOICES = ("auto", "unified", "streams")
 
 def served_kv_layout(manifest: Manifest, options: ServeOptions, sizing: KvSizing | None) -> str:
     """The llama.cpp KV layout to serve with. ``auto`` picks ``streams`` when the memory budget holds a
-    full --context stream for every slot and (prefix cache on) as many again for cached prefixes: measured on a ~200M
-    Q8_0 model at 16 streams, streams cost 0.90x unified's CPU per decode step and 0.75x with 4 idle
-    cached 1,000-token prefixes (tests/bench/bench_step_cost.py). Tighter budgets get ``unified``:
-    there a sequence may use the cells the others leave and cached prefixes share cells, not copies."""
+    full --context stream for every slot and (prefix cache on) as many again for cached prefixes:
+    measured on a ~200M Q8_0 model at 16 streams, streams cost 0.90x unified's CPU per decode step and
+    0.75x with 4 idle cached 1,000-token prefixes (tests/bench/bench_step_cost.py). Tighter budgets get
+    ``unified``: there a sequence may use the cells the others leave and cached prefixes share cells."""
     if options.kv_layout not in KV_LAYOUT_CHOICES:
         raise ConfigError(f"--kv-layout {options.kv_layout!r} is not a KV layout",
                           f"use one of {', '.join(KV_LAYOUT_CHOICES)}")
