@@ -90,13 +90,14 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
         embedder = load_embedding_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
         return ServedModel(context_length=embedder.info.context_length, tokenizer=embedder.tokenizer,
                            embedder=embedder)
-    runtime = load_runtime(manifest.runtime, bundle_dir, manifest, kv_capacity_tokens=runtime_kv_tokens(manifest, sizing, options),
+    kv_tokens = runtime_kv_tokens(manifest, sizing, options)
+    runtime = load_runtime(manifest.runtime, bundle_dir, manifest, kv_capacity_tokens=kv_tokens,
                            max_slots=sizing.max_sequences, context_length=sizing.context_length,
                            threads=options.threads, **kv_type_option(manifest, options),
                            **kv_layout_option(manifest, options, sizing),
                            **({} if options.prefix_cache else {"cache_slots": 0}))
     try:
-        config = engine_config(runtime, sizing, options, runtime_kv_tokens(manifest, sizing, options))
+        config = engine_config(runtime, sizing, options, kv_tokens)
         # A runtime that brings its own scheduler (torch on CUDA: transformers' paged continuous batching)
         # offers an engine with our Engine API; every other runtime runs under our engine.
         engine: ServingEngine = runtime.create_engine(config) or Engine(runtime, config)
@@ -181,7 +182,8 @@ def _warm(engine: ServingEngine, runtime: Any, manifest: Manifest, template: Cha
 
 
 
-def engine_config(runtime: Runtime, sizing: KvSizing, options: ServeOptions, kv_tokens: int | None = None) -> EngineConfig:
+def engine_config(runtime: Runtime, sizing: KvSizing, options: ServeOptions,
+                  kv_tokens: int | None = None) -> EngineConfig:
     """The EngineConfig that matches the runtime (its batch buffer, see engine_config_for), bounded by our sizing."""
     info = runtime.info
     kv_tokens = sizing.kv_capacity_tokens if kv_tokens is None else kv_tokens  # what the runtime was offered

@@ -79,7 +79,8 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
                           "are invalid", "max_batch_tokens and threads must be >= 1, cache_slots >= 0")
     check_llama_kv_type(kv_type)
     if kv_layout not in KV_LAYOUTS:
-        raise ConfigError(f"--kv-layout {kv_layout!r} is not a llama.cpp KV layout", f"use one of {', '.join(KV_LAYOUTS)}")
+        raise ConfigError(f"--kv-layout {kv_layout!r} is not a llama.cpp KV layout",
+                          f"use one of {', '.join(KV_LAYOUTS)}")
     profile = profile or load_profile("host")
     if n_gpu_layers is None:
         n_gpu_layers = -1 if profile.has_cuda and llama_cpp.llama_supports_gpu_offload() else 0

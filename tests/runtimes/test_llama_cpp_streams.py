@@ -22,7 +22,8 @@ def gguf_path(tiny_gguf_factory) -> Path:
     return tiny_gguf_factory("llama-gqa", "F16")
 
 
-def open_streams(path: Path, kv: int = 4096, slots: int = 4, cache_slots: int = 8, context: int = 512) -> LlamaCppRuntime:
+def open_streams(path: Path, kv: int = 4096, slots: int = 4, cache_slots: int = 8,
+                 context: int = 512) -> LlamaCppRuntime:
     return load_gguf(path, kv_capacity_tokens=kv, max_slots=slots, max_batch_tokens=128, threads=THREADS,
                      n_gpu_layers=0, cache_slots=cache_slots, context_length=context, kv_layout="streams")
 
