@@ -15,10 +15,18 @@
 * ``cache_slots``: llama.cpp sequence ids kept for the engine's prefix cache (each cached prefix tags
   the cells it shares with the others, so this bounds entries, not memory); 0 turns the cache off.
   Default: ``max(max_slots, MIN_CACHE_SLOTS)``, within llama.cpp's 256 sequence ids.
+* ``kv_layout``: ``unified`` (default: one pool of ``kv_capacity_tokens`` cells all sequences draw from,
+  cached prefixes sharing cells) or ``streams`` (llama-server's layout: a stream of cells per sequence
+  id, so a decode step scans only its own sequence's cells; cached prefixes are copies). With streams
+  ``kv_capacity_tokens`` is the most cells memory holds: every slot gets a stream of ``context_length``
+  cells (llama.cpp rounds a stream up to STREAM_ALIGN), cache entries get as many more streams as
+  remain, up to ``cache_slots``; when not even the slots fit, their streams shrink (and the context
+  with them) and the cache is off (:func:`stream_layout`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +54,8 @@ LLAMA_MAX_SEQ = 256  # llama-cparams.h: the most sequence ids one context accept
 # sequences. Each id costs one logits row of llama.cpp's output buffer (it reserves n_seq_max rows:
 # 600 KB on a 151k vocabulary), never KV: the cached cells live inside n_ctx.
 MIN_CACHE_SLOTS = 8
+KV_LAYOUTS = ("unified", "streams")
+STREAM_ALIGN = 256  # llama-context.cpp pads a stream's cells (n_ctx_seq) up to a multiple of 256
 
 
 def load(bundle_dir: Path, manifest: Manifest, **options: Any) -> LlamaCppRuntime:
@@ -57,7 +67,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
               max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, threads: int | None = None,
               n_gpu_layers: int | None = None, context_length: int | None = None,
               profile: DeviceProfile | None = None, kv_type: str = "f16",
-              cache_slots: int | None = None) -> LlamaCppRuntime:
+              cache_slots: int | None = None, kv_layout: str = "unified") -> LlamaCppRuntime:
     if kv_capacity_tokens is None or max_slots is None:
         raise ConfigError(f"the llama.cpp runtime needs kv_capacity_tokens and max_slots (got {kv_capacity_tokens}, "
                           f"{max_slots})", "size them with edgeopt.memory_budget.size_kv, as edgeopt serve does")
@@ -68,6 +78,9 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
         raise ConfigError(f"max_batch_tokens={max_batch_tokens}, threads={threads}, cache_slots={cache_slots} "
                           "are invalid", "max_batch_tokens and threads must be >= 1, cache_slots >= 0")
     check_llama_kv_type(kv_type)
+    if kv_layout not in KV_LAYOUTS:
+        raise ConfigError(f"--kv-layout {kv_layout!r} is not a llama.cpp KV layout",
+                          f"use one of {', '.join(KV_LAYOUTS)}")
     profile = profile or load_profile("host")
     if n_gpu_layers is None:
         n_gpu_layers = -1 if profile.has_cuda and llama_cpp.llama_supports_gpu_offload() else 0
@@ -79,9 +92,12 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
     cache_slots = min(cache_slots, LLAMA_MAX_SEQ - max_slots)
     try:
         check_head_dims(kv_type, facts.head_dim_k, facts.head_dim_v, Path(path).name)
+        if kv_layout == "streams":
+            layout = stream_layout(kv_capacity_tokens, max_slots, cache_slots, context)
+            kv_capacity_tokens, cache_slots = layout.total_cells, layout.cache_slots
         return LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens,
                                threads or max_default_threads(profile), context, adaptive_threads=threads is None,
-                               kv_type=kv_type, cache_slots=cache_slots)
+                               kv_type=kv_type, cache_slots=cache_slots, kv_layout=kv_layout)
     except Exception:
         llama_cpp.llama_model_free(model)
         raise
@@ -92,3 +108,30 @@ def max_default_threads(profile: DeviceProfile) -> int:
     host = usable_cpu_count()
     return max(1, min(profile.cores or host, host))
 
+
+
+@dataclass(frozen=True)
+class StreamLayout:
+    stream_cells: int  # cells of each sequence id's stream (llama.cpp's n_ctx_seq)
+    max_slots: int
+    cache_slots: int  # streams left for cached prefixes
+
+    @property
+    def total_cells(self) -> int:
+        """llama.cpp's n_ctx: every stream's cells."""
+        return self.stream_cells * (self.max_slots + self.cache_slots)
+
+
+def stream_layout(memory_cells: int, max_slots: int, cache_slots: int, context: int) -> StreamLayout:
+    """Per-sequence streams within ``memory_cells`` (what the memory budget holds): a ``context``-long
+    stream per slot, then up to ``cache_slots`` more for cached prefixes. When the slots alone do not fit,
+    each gets an equal share rounded down to STREAM_ALIGN (a shorter context) and the cache none."""
+    wanted = -(-context // STREAM_ALIGN) * STREAM_ALIGN
+    if wanted * max_slots <= memory_cells:
+        return StreamLayout(wanted, max_slots, min(cache_slots, memory_cells // wanted - max_slots))
+    share = memory_cells // max_slots // STREAM_ALIGN * STREAM_ALIGN
+    if share == 0:
+        raise ConfigError(f"{memory_cells} KV cells cannot give {max_slots} sequences a stream of {STREAM_ALIGN} "
+                          "cells each (--kv-layout streams)",
+                          "use --kv-layout unified, fewer --max-concurrency, or more --memory")
+    return StreamLayout(share, max_slots, 0)

@@ -1,4 +1,4 @@
-"""The llama.cpp runtime: one context, one unified KV cache, one sequence id per engine slot.
+"""The llama.cpp runtime: one context, one KV cache (unified by default), one sequence id per engine slot.
 
 ``n_ctx`` is the engine's KV capacity and ``kv_unified`` makes every sequence draw from that one pool
 (without it llama.cpp splits n_ctx evenly per sequence). Each engine step is ONE ``llama_decode``
@@ -8,6 +8,12 @@ engine will sample.
 Prefix cache: sequence ids ``max_slots ..`` hold cached prefixes. In the unified cache a sequence id
 is a tag on cells, so ``llama_memory_seq_cp`` shares cells between sequences without copying KV data
 (``share_kv``) and ``llama_memory_seq_rm`` frees a cell once no sequence tags it (``trim``).
+
+KV layout ``streams`` (``kv_unified = false``, llama-server's layout): every sequence id, slot or cache
+entry, owns a stream of ``n_ctx / n_seq_max`` cells, so a decode query scans only its own sequence's
+cells. llama.cpp copies between streams only whole (a partial range aborts the process in
+``llama_kv_cache::seq_cp``), so ``share_kv`` copies the whole source stream and trims the copy: the
+engine then runs its copied mode (``shares_kv_cells`` False), as on ONNX.
 """
 
 from __future__ import annotations
@@ -30,28 +36,33 @@ from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 # llama_decode return codes (llama.h): 1 = no KV slot for the batch, 2 = aborted, -1 = invalid input.
 _DECODE_ERRORS = {1: "no free KV cells for the batch", 2: "decode aborted", -1: "invalid batch",
                   -2: "failed to allocate compute buffers", -3: "compute failed"}
+_THROWAWAY_TOKEN = 0  # any valid token id: decoded only to make llama.cpp move pending stream copies
 
 
 class LlamaCppRuntime(Runtime):
     def __init__(self, model: llama_cpp.llama_model_p, facts: ModelFacts, kv_capacity_tokens: int,
                  max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None,
-                 adaptive_threads: bool = False, kv_type: str = "f16", cache_slots: int = 0) -> None:
+                 adaptive_threads: bool = False, kv_type: str = "f16", cache_slots: int = 0,
+                 kv_layout: str = "unified") -> None:
         self._model = model
         self.facts = facts
         self.kv_type = kv_type  # the KV cache's element type (edgeopt.kv_types); part of any saved state's identity
+        self.kv_layout = kv_layout  # "unified" (one shared pool) or "streams" (one stream per sequence id)
         self._ctx = self._create_context(kv_capacity_tokens, max_slots, cache_slots, max_batch_tokens, n_threads)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         vocab = llama_cpp.llama_model_get_vocab(model)
         self.tokenizer = LlamaCppTokenizer(vocab)
         n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))  # llama.cpp rounds n_ctx up to a multiple of 256
+        n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(self._ctx))  # = n_ctx when unified, one stream's cells if not
+        unified = kv_layout == "unified"
         bos = int(llama_cpp.llama_vocab_bos(vocab))
         self.info = RuntimeInfo(
             # The capacity we were given, not llama.cpp's rounded-up n_ctx, so the memory budget holds.
             vocab_size=self.tokenizer.vocab_size, kv_capacity_tokens=min(kv_capacity_tokens, n_ctx),
             max_slots=max_slots,
-            context_length=min(context_length or facts.context_train, n_ctx),
+            context_length=min(context_length or facts.context_train, n_ctx_seq),
             eos_token_ids=self.tokenizer.eog_token_ids(), bos_token_id=bos if bos >= 0 else None,
-            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)), cache_slots=cache_slots, shares_kv_cells=True,
+            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)), cache_slots=cache_slots, shares_kv_cells=unified,
             saves_prefix_state=cache_slots > 0, position_logits=True,
         )
         self._max_outputs = max_slots  # the context's n_outputs_max
@@ -61,6 +72,7 @@ class LlamaCppRuntime(Runtime):
         # n_threads is then the most threads; the governor lowers it while other processes use our cores.
         self._governor = ThreadGovernor(self._set_threads, n_threads) if adaptive_threads else None
         self.decode_calls = 0
+        self._pending_copies: set[int] = set()  # stream copy targets whose data llama.cpp moves at the next decode
 
     def _create_context(self, n_ctx: int, max_slots: int, cache_slots: int, max_batch: int,
                         n_threads: int) -> llama_cpp.llama_context_p:
@@ -74,7 +86,8 @@ class LlamaCppRuntime(Runtime):
         # llama.cpp reserves at least n_seq_max rows, so each cache sequence id costs one row (vocab x 4 bytes).
         # Prompt logprobs (all_logits) are decoded in pieces of at most max_slots rows (split_by_outputs).
         params.n_outputs_max = max_slots + cache_slots
-        params.kv_unified = True  # one shared pool of n_ctx cells, not n_ctx / n_seq_max per sequence
+        # unified: one shared pool of n_ctx cells; streams: n_ctx / n_seq_max cells per sequence id
+        params.kv_unified = self.kv_layout == "unified"
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.no_perf = True
@@ -119,6 +132,7 @@ class LlamaCppRuntime(Runtime):
         outputs = self._batch.fill(batch)
         code = llama_cpp.llama_decode(self._ctx, self._batch.struct)
         self.decode_calls += 1
+        self._pending_copies.clear()  # llama.cpp moved them before computing the batch
         if code != 0:
             raise BackendError(f"llama_decode failed with code {code} ({_DECODE_ERRORS.get(code, 'unknown')}) "
                                f"on a batch of {total} tokens over {len(batch)} sequences",
@@ -148,8 +162,23 @@ class LlamaCppRuntime(Runtime):
             if source == target or into != start or not 0 <= start < end <= held:
                 raise BackendError(f"share_kv({source} -> {target}, positions [{start}, {end})): the source holds "
                                    f"{held} positions and the target {into}", "an engine bug; please report")
-            # Same stream (kv_unified): adds the target's tag to the source's cells, copies no KV data.
-            llama_cpp.llama_memory_seq_cp(self._memory, source, target, start, end)
+            if self.info.shares_kv_cells:
+                # Same stream (kv_unified): adds the target's tag to the source's cells, copies no KV data.
+                llama_cpp.llama_memory_seq_cp(self._memory, source, target, start, end)
+            else:
+                self._copy_stream(source, target, end)
+
+    def _copy_stream(self, source: int, target: int, end: int) -> None:
+        """Per-sequence streams: the target becomes the source's first ``end`` positions. llama.cpp copies
+        across streams only whole (p0 = p1 = -1; any other range is a GGML_ASSERT abort), replacing the
+        target's stream, so copy it all and trim. The target's ``start`` positions it already held are the
+        source's own (the engine extends a cache entry only with the sequence it came from), so replacing
+        them changes nothing. The data moves at the next llama_decode, before that batch is computed."""
+        llama_cpp.llama_memory_seq_cp(self._memory, source, target, -1, -1)
+        self._pending_copies.add(target)
+        if not llama_cpp.llama_memory_seq_rm(self._memory, target, end, -1):
+            raise BackendError(f"llama.cpp refused to trim the copy of sequence {source} in {target} to {end} "
+                               "positions", "an engine bug; please report")
 
     def trim(self, slot: int, tokens: int) -> None:
         check_sequence_id(self.info, slot)
@@ -171,11 +200,19 @@ class LlamaCppRuntime(Runtime):
             if self._held(seq_id) != len(tokens):
                 raise BackendError(f"sequence {seq_id} holds {self._held(seq_id)} positions, not the "
                                    f"{len(tokens)} tokens to save", "an engine bug; please report")
+            if seq_id in self._pending_copies:
+                self._move_pending_copies(seq_id, len(tokens))
             written = llama_cpp.llama_state_seq_save_file(self._ctx, str(path).encode(), seq_id, array, len(tokens))
         if written == 0:
             raise BackendError(f"llama.cpp could not save sequence {seq_id} to {path}",
                                "check that the directory is writable")
         return int(written)
+
+    def _move_pending_copies(self, seq_id: int, held: int) -> None:
+        """A state save reads the stream as it is, and llama.cpp has no call that moves pending stream
+        copies but llama_decode: decode one throwaway token after ``seq_id``'s positions, then drop it."""
+        self._decode([StepInput(seq_id, [_THROWAWAY_TOKEN], held, False)])
+        llama_cpp.llama_memory_seq_rm(self._memory, seq_id, held, -1)
 
     def load_sequence(self, seq_id: int, path: Path, max_tokens: int) -> list[int]:
         """Load a state saved by :meth:`save_sequence` into the empty sequence ``seq_id``; returns its tokens

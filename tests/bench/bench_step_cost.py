@@ -14,6 +14,9 @@ work itself):
 2. **Engine step**: the real Engine over the real runtime, N greedy requests x 128 tokens: CPU of
    llama_decode vs the Python around it (scheduling, batch fill, logits copy, sampling, detokenizing,
    streaming), per step.
+3. **edgeopt vs edgeopt, KV layout**: the same Engine run (prefix cache on) with ``kv_layout`` unified
+   and streams, with no idle cached prefixes and with ``--idle-prefixes`` cached 1000-token prefixes
+   left by earlier requests: engine-step and llama_decode CPU per generated token, side by side.
 
 Prints both tables and the CPU model.
 """
@@ -102,9 +105,14 @@ def kv_layout_table(gguf: Path, sequences: int, idle_prefixes: int, repeats: int
     return best
 
 
-def engine_step_table(gguf: Path, sequences: int) -> tuple[dict[str, float], int]:
-    """CPU seconds per step of each part of Engine.step, over ``sequences`` greedy requests."""
-    runtime = load_gguf(gguf, kv_capacity_tokens=sequences * 256, max_slots=sequences, threads=1, n_gpu_layers=0)
+def engine_step_table(gguf: Path, sequences: int, kv_layout: str = "unified",
+                      idle_prefixes: int = 0) -> tuple[dict[str, float], int]:
+    """CPU seconds per step of each part of Engine.step, over ``sequences`` greedy requests, after
+    ``idle_prefixes`` requests whose 1000-token prompts stay in the prefix cache, idle."""
+    context = 1024 if idle_prefixes else 256  # a stream per sequence id must hold its longest prompt
+    runtime = load_gguf(gguf, kv_capacity_tokens=(sequences + idle_prefixes) * context, max_slots=sequences,
+                        threads=1, n_gpu_layers=0, context_length=context, cache_slots=max(idle_prefixes, 1),
+                        kv_layout=kv_layout)
     engine = Engine(runtime, engine_config_for(runtime))
     spent: dict[str, float] = collections.defaultdict(float)
 
@@ -127,24 +135,32 @@ def engine_step_table(gguf: Path, sequences: int) -> tuple[dict[str, float], int
     engine._append_token = timed("detokenize, stop strings, stream",  # type: ignore[method-assign]
                                  engine._append_token)
     try:
-        asyncio.run(_drive(engine, runtime, sequences))
+        warmup_steps = asyncio.run(_drive(engine, sequences, idle_prefixes, spent))
     finally:
         llama_cpp.llama_decode = decode
         engine.shutdown()
-    steps = engine.stats().steps_total
+    steps = engine.stats().steps_total - warmup_steps
     return {name: seconds / steps for name, seconds in spent.items()}, steps
 
 
-async def _drive(engine: Engine, runtime: Any, sequences: int) -> None:
+async def _drive(engine: Engine, sequences: int, idle_prefixes: int, spent: dict[str, float]) -> int:
+    """Leave ``idle_prefixes`` cached prompts (their CPU not counted), then run the measured requests;
+    returns the steps the former took."""
     engine.start()
     params = SamplingParams(max_tokens=DECODE_STEPS, temperature=0.0, ignore_eos=True)
     prompt = [FILLER_TOKEN] * PROMPT_TOKENS
 
-    async def one(i: int) -> None:
-        async for _ in engine.add_request(f"step-cost-{i}", prompt, params):
+    async def one(name: str, tokens: list[int], request: SamplingParams) -> None:
+        async for _ in engine.add_request(name, tokens, request):
             pass
 
-    await asyncio.gather(*(one(i) for i in range(sequences)))
+    one_token = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+    for k in range(idle_prefixes):  # distinct first tokens: the measured prompts borrow none of them
+        await one(f"idle-{k}", [FILLER_TOKEN + 1 + k] * CACHED_PREFIX_TOKENS, one_token)
+    warmup_steps = engine.stats().steps_total
+    spent.clear()
+    await asyncio.gather(*(one(f"step-cost-{i}", prompt, params) for i in range(sequences)))
+    return warmup_steps
 
 
 def main() -> None:
@@ -169,6 +185,15 @@ def main() -> None:
     print(f"\nEngine.step, {args.sequences} greedy requests x {DECODE_STEPS} tokens ({steps} steps), CPU per step:")
     for name, seconds in sorted(parts.items(), key=lambda item: -item[1]):
         print(f"  {name:<52} {1000 * seconds:7.2f} ms  {100 * seconds / total:5.1f}%")
+    print(f"\nedgeopt vs edgeopt, KV layout: Engine (prefix cache on), {args.sequences} greedy requests x "
+          f"{DECODE_STEPS} tokens, CPU per step (= per {args.sequences} tokens once all decode):")
+    for idle in sorted({0, args.idle_prefixes}):
+        runs = {layout: engine_step_table(gguf, args.sequences, layout, idle)[0] for layout in ("unified", "streams")}
+        unified, streams = (runs[k]["engine step, all of it"] for k in ("unified", "streams"))
+        decode_u, decode_s = (runs[k]["llama_decode"] for k in ("unified", "streams"))
+        print(f"  {idle} idle cached prefixes: engine step unified {1000 * unified:7.2f} ms, streams "
+              f"{1000 * streams:7.2f} ms ({streams / unified:5.3f}x); llama_decode {1000 * decode_u:7.2f} ms "
+              f"vs {1000 * decode_s:7.2f} ms ({decode_s / decode_u:5.3f}x)")
 
 
 if __name__ == "__main__":

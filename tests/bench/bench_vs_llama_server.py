@@ -1,6 +1,7 @@
 """Issue-14 comparison: llama-server and `edgeopt serve` on the same ~200M Q8_0 GGUF, in one run.
 
     .venv/bin/python tests/bench/bench_vs_llama_server.py [--work /tmp/edgeopt-bench-200m] [--rounds 2]
+    .venv/bin/python tests/bench/bench_vs_llama_server.py --layouts --threads 1   (edgeopt unified vs streams)
 
 llama-server is built from the llama.cpp inside llama-cpp-python's source distribution of the
 installed version (scripts/build_llama_server.sh, cached under ~/.cache/edgeopt). Both servers get
@@ -176,6 +177,28 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     return table
 
 
+def compare_layouts(bundle: Path, model: str, args: argparse.Namespace) -> None:
+    """--layouts: `edgeopt serve --kv-layout unified` vs `streams`, alternating rounds, 16 streams x
+    --max-tokens: server CPU ms per completion token (the figure load hardly moves with 1 thread) and tok/s."""
+    runs: dict[str, list[LoadResult]] = {"unified": [], "streams": []}
+    for _ in range(args.rounds):
+        for layout in runs:
+            serve_args = ["--no-verify", "--max-concurrency", str(SLOTS), "--memory", args.memory,
+                          "--kv-layout", layout, *args.serve_arg]
+            with launched_server(bundle, threads=args.threads, extra_args=serve_args,
+                                 log_path=args.work / f"edgeopt-serve-{layout}.log") as server:
+                asyncio.run(run_load(server.base_url, model, 1, 1, 32, 4))  # warm-up
+                runs[layout].append(load_with_cpu(server, model, SLOTS, SLOTS, args.max_tokens))
+    print(f"CPU: {cpu_model()}, threads {args.threads}, {args.rounds} alternating rounds (medians), "
+          f"{SLOTS} streams x {args.max_tokens} tokens")
+    cpu = {k: statistics.median(r.cpu_ms_per_token for r in v) for k, v in runs.items()}  # type: ignore[attr-defined]
+    tok = {k: statistics.median(r.decode_tokens_per_s for r in v) for k, v in runs.items()}
+    for layout in runs:
+        print(f"  --kv-layout {layout:<8} server CPU {cpu[layout]:6.2f} ms/token   aggregate decode {tok[layout]:7.1f} tok/s")
+    print(f"  streams / unified: CPU per token {cpu['streams'] / cpu['unified']:.3f}x, "
+          f"tok/s {tok['streams'] / tok['unified']:.3f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/edgeopt-bench-200m"))
@@ -185,9 +208,12 @@ def main() -> None:
     parser.add_argument("--memory", default="2GiB", help="edgeopt serve --memory")
     parser.add_argument("--serve-arg", action="append", default=[], help="extra edgeopt serve argument")
     parser.add_argument("--llama-server", type=Path, help="a built llama-server (default: build it)")
+    parser.add_argument("--layouts", action="store_true", help="instead: edgeopt --kv-layout unified vs streams")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     bundle = build_bundle(args.work, "deep")
+    if args.layouts:
+        return compare_layouts(bundle, model_names(bundle, load_bundle(bundle, verify=False))[0], args)
     gguf = next(bundle.glob("*.gguf"))
     binary = args.llama_server or llama_server_binary()
     model = model_names(bundle, load_bundle(bundle, verify=False))[0]
