@@ -87,11 +87,17 @@ class ToolCallParser:
     # -- states: each consumes what it can of self._pending; True when another state should run now --
 
     def _on_start(self) -> bool:
-        """Llama 3 / generic: a message (or what follows a call) that begins with "{" is a call."""
+        """Llama 3 / generic: a message (or what follows a call) that begins with "{" is a call. Mistral
+        Nemo: one that begins with a list of objects is its calls (``[TOOL_CALLS]`` is a control token,
+        which the detokenizer does not write out)."""
         stripped = self._pending.lstrip(WHITESPACE + ";" if self._calls else WHITESPACE)
-        if not stripped:
-            return False
-        if stripped[0] == "{":
+        if not stripped or (stripped[0] == "[" and not stripped[1:].lstrip(WHITESPACE)):
+            return False  # undecided until the first character (after "[": the next one) arrives
+        if self._syntax.family == ToolFamily.MISTRAL and stripped[0] == "[" \
+                and stripped[1:].lstrip(WHITESPACE)[0] == "{":
+            self._pending = stripped[1:]
+            self._state = "list"
+        elif self._syntax.family != ToolFamily.MISTRAL and stripped[0] == "{":
             self._pending = stripped
             self._begin_call("", "body")
         else:

@@ -49,15 +49,18 @@ class ToolPlan:
         return [{"type": "function", "function": _function_dict(f)} for f in self.functions]
 
     def template_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The messages as rendered: a template that cannot show tools gets them in a system message."""
+        """The messages as rendered: a template that cannot show tools gets them described in the system
+        message, or, when there is none, in the first user message (some templates refuse a system role)."""
         if self.syntax.template_takes_tools:
             return messages
         listing = "\n".join(json.dumps(t, ensure_ascii=False) for t in self.tool_dicts())
         note = GENERIC_TOOLS_PROMPT.format(tools=listing)
-        if messages and messages[0].get("role") == "system":
-            first = dict(messages[0], content=f"{messages[0].get('content', '')}\n\n{note}".lstrip())
-            return [first, *messages[1:]]
-        return [{"role": "system", "content": note}, *messages]
+        roles = [m.get("role") for m in messages]
+        at = 0 if roles[:1] == ["system"] else roles.index("user") if "user" in roles else None
+        if at is None:
+            return [{"role": "system", "content": note}, *messages]
+        changed = dict(messages[at], content=f"{note}\n\n{messages[at].get('content', '')}")
+        return [*messages[:at], changed, *messages[at + 1:]]
 
     def template_variables(self) -> dict[str, Any]:
         return {"tools": self.tool_dicts()} if self.syntax.template_takes_tools else {}

@@ -28,12 +28,6 @@ class ToolDefinition(BaseModel):
     type: Literal["function"]
     function: FunctionDefinition
 
-    def as_template_dict(self) -> dict[str, Any]:
-        """As Hugging Face templates read a tool: ``tool.function.parameters`` always present."""
-        function = self.function.model_dump(exclude_none=True)
-        function["parameters"] = self.function.parameters_schema()
-        return {"type": "function", "function": function}
-
 
 class NamedFunction(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)

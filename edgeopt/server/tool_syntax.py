@@ -29,7 +29,7 @@ class ToolSyntax:
     family: ToolFamily
     open_marker: str | None  # text that opens a call (or, for Mistral, the list of calls)
     close_marker: str | None  # text that closes one call (Hermes)
-    json_at_start: bool  # a message that begins with "{" is a call (Llama 3, generic)
+    json_at_start: bool  # a message that begins with "{" is a call (Llama 3, generic), "[{" calls (Mistral)
     arguments_key: str  # the key the family writes arguments under
     template_takes_tools: bool  # False: the tools are described in a system message we add
 
@@ -48,8 +48,9 @@ class ToolSyntax:
 def detect_tool_syntax(template_source: str) -> ToolSyntax:
     takes_tools = "tools" in template_source
     if "[TOOL_CALLS]" in template_source:
-        family = ToolFamily.MISTRAL_ARGS if "[ARGS]" in template_source else ToolFamily.MISTRAL
-        return ToolSyntax(family, "[TOOL_CALLS]", None, False, "arguments", takes_tools)
+        if "[ARGS]" in template_source:
+            return ToolSyntax(ToolFamily.MISTRAL_ARGS, "[TOOL_CALLS]", None, False, "arguments", takes_tools)
+        return ToolSyntax(ToolFamily.MISTRAL, "[TOOL_CALLS]", None, True, "arguments", takes_tools)
     # Qwen3-Coder-style templates also say <tool_call> but write XML (<function=...>): not this format.
     if "<tool_call>" in template_source and "<function=" not in template_source:
         return ToolSyntax(ToolFamily.HERMES, "<tool_call>", "</tool_call>", False, "arguments", takes_tools)
