@@ -69,8 +69,8 @@ class GenerationFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
-    # Sent by client libraries and agent frameworks; accepted and ignored (docs/openai-fields.md says
-    # why each is safe to ignore here): a local server stores nothing and has one service tier.
+    # Sent by client libraries and agent frameworks; accepted and ignored (the README's "Fields clients
+    # send" lists them): a local server stores nothing and has one service tier.
     user: Text | None = None
     store: bool | None = None
     metadata: dict[str, Text] | None = None

@@ -1,4 +1,5 @@
-"""Tool calling with the official ``openai`` client on GGUF bundles carrying real chat templates.
+"""Tool calling with the official ``openai`` client on bundles carrying real chat templates (GGUF for
+Qwen2.5 and Llama 3.1, and ONNX for Qwen2.5: the route is the same for every runtime).
 
 The models are tiny and random (tests/fixtures/tool_chat_models.py): only constrained decoding makes
 their calls valid, so these tests fail on a server that renders tools without enforcing
@@ -32,9 +33,10 @@ WEATHER = {"type": "function", "function": {
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-@pytest.fixture(scope="module", params=["qwen2.5", "llama3.1"])
+@pytest.fixture(scope="module", params=["qwen2.5-gguf", "llama3.1-gguf", "qwen2.5-onnx"])
 def client(request, tool_chat_bundle_factory) -> Iterator[openai.OpenAI]:
-    live = serve_bundle_live(tool_chat_bundle_factory(request.param), context=4096)
+    family, fmt = request.param.split("-")
+    live = serve_bundle_live(tool_chat_bundle_factory(family, fmt), context=4096)
     try:
         yield openai.OpenAI(base_url=f"{live.url}/v1", api_key="unused", max_retries=0, timeout=120)
     finally:
