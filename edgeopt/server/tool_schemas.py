@@ -46,23 +46,27 @@ ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 class CalledFunction(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     name: Text
-    arguments: Text  # a JSON text, as OpenAI returns it
+    arguments: Text | dict[str, Any] = "{}"  # a JSON text, as OpenAI returns it (an object, as Ollama's)
 
 
 class MessageToolCall(BaseModel):
     """A tool call of an earlier assistant turn, sent back by the client."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    id: Text
+    id: Text | None = None  # OpenAI always sends one; a template that needs it (Mistral's) says so
     type: Literal["function"] = "function"
     function: CalledFunction
 
     def as_template_dict(self) -> dict[str, Any]:
         """Templates write ``tool_call.arguments | tojson`` (Qwen, Llama 3.1) or iterate its items: they
         expect an object, as transformers passes it. OpenAI sends a JSON text: decoded when it is one."""
-        try:
-            arguments: Any = json.loads(self.function.arguments)
-        except json.JSONDecodeError:
-            arguments = self.function.arguments
-        return {"id": self.id, "type": "function",
-                "function": {"name": self.function.name, "arguments": arguments}}
+        arguments: Any = self.function.arguments
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                pass  # not JSON: the template gets the text as it came
+        call: dict[str, Any] = {"type": "function", "function": {"name": self.function.name, "arguments": arguments}}
+        if self.id is not None:
+            call["id"] = self.id
+        return call
