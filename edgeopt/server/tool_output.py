@@ -26,9 +26,7 @@ class ToolCallOutput:
     def whole(self, text: str) -> tuple[str | None, list[dict[str, Any]]]:
         """The message's content (None when it only calls tools) and its ``tool_calls``."""
         content, calls = collect(self._deltas(text, finished=True))
-        if calls:
-            content = content.strip() or None  # the newlines around and between calls are layout
-        return content, calls
+        return (content or None) if calls else content, calls
 
     def finish_reason(self, engine_reason: str | None) -> str | None:
         return "tool_calls" if self._parser.calls and engine_reason == "stop" else engine_reason

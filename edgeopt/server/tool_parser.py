@@ -79,9 +79,9 @@ class ToolCallParser:
             self._on_events(self._scanner.end_of_input())
         if self._call is not None:
             self._end_call(complete=False)
-        if self._pending:
+        if self._pending and not (self._calls and not self._pending.strip(WHITESPACE)):
             self._content(self._pending)
-            self._pending = ""
+        self._pending = ""
         return self._take()
 
     # -- states: each consumes what it can of self._pending; True when another state should run now --
@@ -105,17 +105,23 @@ class ToolCallParser:
         return True
 
     def _on_content(self) -> bool:
+        """Plain text up to a call's opening marker. Whitespace right before a marker (or at the end of
+        a reply with calls) is the calls' layout, not content: it is held until the next text decides."""
         marker = self._syntax.open_marker
         at = self._pending.find(marker) if marker else -1
         if at < 0:
             keep = _held_prefix_length(self._pending, marker) if marker else 0
-            self._content(self._pending[:len(self._pending) - keep])
-            self._pending = self._pending[len(self._pending) - keep:]
+            text = self._pending[:len(self._pending) - keep]
+            decided = text.rstrip(WHITESPACE)
+            self._content(decided)
+            self._pending = self._pending[len(decided):]
             return False
-        self._content(self._pending[:at])
+        before = self._pending[:at].rstrip(WHITESPACE)
+        layout = self._pending[len(before):at]  # given back with the marker if this is no call after all
+        self._content(before)
         self._pending = self._pending[at + len(marker):]
         next_state = "mistral_name" if self._syntax.family == ToolFamily.MISTRAL_ARGS else "open"
-        self._begin_call(marker, next_state)
+        self._begin_call(layout + marker, next_state)
         return True
 
     def _on_open(self) -> bool:
