@@ -113,3 +113,40 @@ def test_required_tool_calls_follow_the_schema_every_time(client: openai.OpenAI)
         schema = SCHEMAS[i] if call.function.name == f"record_{i}" else WEATHER["function"]["parameters"]
         assert i % 2 or call.function.name == f"record_{i}"  # a named function is the one called
         jsonschema.validate(json.loads(call.function.arguments), schema)
+
+
+def test_parallel_calls_each_follow_their_schema(client: openai.OpenAI) -> None:
+    """Hermes-style templates take several calls per turn; Llama 3's allow one (its template refuses more)."""
+    tools = [WEATHER, {"type": "function", "function": {"name": "now", "parameters": SCHEMAS[0]}}]
+    schemas = {"get_weather": WEATHER["function"]["parameters"], "now": SCHEMAS[0]}
+    for seed in range(5):
+        reply = client.chat.completions.create(model=MODEL, messages=QUESTION, tools=tools, tool_choice="required",
+                                               max_tokens=MAX_TOKENS, temperature=1.0, seed=seed)
+        assert reply.choices[0].finish_reason == "tool_calls"
+        calls = reply.choices[0].message.tool_calls
+        assert calls and [c.id for c in calls] == list(dict.fromkeys(c.id for c in calls))  # ids are distinct
+        for call in calls:
+            jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
+
+
+def test_auto_reads_the_call_a_model_writes(tool_chat_bundle_factory) -> None:
+    """tool_choice="auto" parses whatever the model writes. A JSON answer shaped as a Llama 3 call (here
+    forced through response_format) is a call to the Llama 3 parser, streaming or not."""
+    live = serve_bundle_live(tool_chat_bundle_factory("llama3.1", "gguf"), context=4096)
+    shaped = {"type": "object", "properties": {"name": {"const": "get_weather"},
+                                               "parameters": WEATHER["function"]["parameters"]},
+              "required": ["name", "parameters"], "additionalProperties": False}
+    ask = dict(model=MODEL, messages=QUESTION, tools=[WEATHER], tool_choice="auto", max_tokens=MAX_TOKENS,
+               temperature=1.0, seed=5, response_format={"type": "json_schema",
+                                                         "json_schema": {"name": "call", "schema": shaped}})
+    try:
+        client = openai.OpenAI(base_url=f"{live.url}/v1", api_key="unused", max_retries=0, timeout=120)
+        whole = client.chat.completions.create(**ask).choices[0]
+        with client.chat.completions.stream(**ask) as stream:
+            streamed = stream.get_final_completion().choices[0]
+    finally:
+        live.stop()
+    for choice in (whole, streamed):
+        assert choice.finish_reason == "tool_calls" and not choice.message.content
+        _check_weather_call(choice.message.tool_calls[0])
+    assert whole.message.tool_calls[0].function.arguments == streamed.message.tool_calls[0].function.arguments
