@@ -21,10 +21,10 @@ from edgeopt.server.request_prep import (COMPLETIONS_DEFAULT_MAX_TOKENS, chat_pr
 from edgeopt.server.response_format import compile_grammar, response_grammar_spec
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServerState
+from edgeopt.server.streaming import DONE, ClientGone, Generation, collect, sse, start_generation
 from edgeopt.server.tool_grammar import tool_call_grammar
 from edgeopt.server.tool_output import ToolCallOutput
 from edgeopt.server.tool_request import plan_tools
-from edgeopt.server.streaming import DONE, ClientGone, Generation, collect, sse, start_generation
 
 router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
 
