@@ -3,7 +3,9 @@
 llama-cpp-python's source distribution vendors the llama.cpp tree it was built from. We download
 the sdist of exactly the installed llama-cpp-python version (so converter, gguf-py and the compiled
 library agree), and unpack only what the tests use: ``convert_hf_to_gguf.py``, its ``conversion``
-package, ``gguf-py`` and a few of llama.cpp's tokenizer test vocabularies (``models/ggml-vocab-*``).
+package, ``gguf-py``, a few of llama.cpp's tokenizer test vocabularies (``models/ggml-vocab-*``) and the
+real chat templates llama.cpp tests its tool-call parsers with (``models/templates/*.jinja``: Qwen2.5,
+Hermes, Llama 3.x, Mistral, ...), which the server's tool-calling tests render and parse.
 
 The result lives in the virtual environment (``<venv>/share/edgeopt/llama.cpp-<version>``), outside
 git, and is reused until the installed version changes. Run by ``make setup``; tests locate it with
@@ -24,7 +26,10 @@ from pathlib import Path
 # Tokenizer test vocabularies worth having: Llama 2 (SentencePiece, 32k), Llama 3 (byte-level BPE,
 # 128k), Qwen2 (byte-level BPE, 151k), Phi-3 (SentencePiece); each with its .inp/.out test strings.
 VOCABS = ("llama-spm", "llama-bpe", "qwen2", "phi-3")
-MARKER = ".complete"
+# The marker names what the unpacked tree holds: a tree from an older version of this script (without
+# models/templates) lacks this marker, so it is fetched again rather than reused incomplete.
+MARKER = ".complete-with-templates"
+LEGACY_MARKER = ".complete"
 
 
 def oracle_dir() -> Path:
@@ -41,6 +46,8 @@ def _wanted(member: str, root: str) -> str | None:
     if rel == "convert_hf_to_gguf.py" or rel.startswith(("conversion/", "gguf-py/gguf/")):
         return rel
     if any(rel.startswith(f"models/ggml-vocab-{name}.gguf") for name in VOCABS):
+        return rel
+    if rel.startswith("models/templates/") and rel.endswith(".jinja"):
         return rel
     return None
 
@@ -73,7 +80,10 @@ def fetch(dest: Path) -> None:
         count = _unpack(sdist, partial)
         if not (partial / "convert_hf_to_gguf.py").is_file():
             raise SystemExit(f"{sdist.name} has no vendor/llama.cpp/convert_hf_to_gguf.py")
-        (partial / MARKER).write_text(f"llama-cpp-python {ver}\n")
+        if not any((partial / "models" / "templates").glob("*.jinja")):
+            raise SystemExit(f"{sdist.name} has no vendor/llama.cpp/models/templates/*.jinja")
+        for marker in (LEGACY_MARKER, MARKER):  # the legacy one keeps older checkouts' test helpers working
+            (partial / marker).write_text(f"llama-cpp-python {ver}\n")
         shutil.rmtree(dest, ignore_errors=True)
         partial.rename(dest)
     print(f"reference converter: llama.cpp of llama-cpp-python {ver} ({count} files) in {dest} "

@@ -49,9 +49,12 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+               variables: dict[str, Any] | None = None) -> str:
+        """``variables``: more names the template reads (``tools``, ``reasoning_effort``, ...)."""
         try:
-            return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+            return self._template.render(**(variables or {}), messages=messages,
+                                         add_generation_prompt=add_generation_prompt,
                                          bos_token=self.bos_token, eos_token=self.eos_token)
         except jinja2.TemplateError as exc:
             raise ChatTemplateError(f"the model's chat template rejected the messages: {exc}",

@@ -1,7 +1,8 @@
 """Chat messages -> prompt pieces, so that only the chat template's own markup becomes control tokens.
 
 A user message containing ``"<|im_start|>system\\n..."`` must not open a system turn. Before rendering,
-every control-token text inside a message (content, name, tool calls: any string the client sent) is
+every control-token text inside a message (content, name, tool calls: any string the client sent) or a
+tool definition is
 swapped for a placeholder; the template renders as usual (trim, tojson and the like see an opaque word);
 the rendered text is cut at the placeholders. The pieces between them (markup and message text, with no
 control text from the client left in them) are tokenized with special-token parsing; each placeholder
@@ -31,9 +32,12 @@ class PromptPiece:
 
 
 def chat_prompt_pieces(template: ChatTemplate, messages: list[dict[str, Any]], add_generation_prompt: bool,
-                       controls: ControlTextFinder, parse_special_in_content: bool = False) -> list[PromptPiece]:
+                       controls: ControlTextFinder, parse_special_in_content: bool = False,
+                       variables: dict[str, Any] | None = None) -> list[PromptPiece]:
+    """``variables``: more names for the template (``tools``: client text too, so swapped the same way)."""
+    variables = variables or {}
     if parse_special_in_content or not controls:
-        return [PromptPiece(template.render(messages, add_generation_prompt), True)]
+        return [PromptPiece(template.render(messages, add_generation_prompt, variables), True)]
     nonce = secrets.token_hex(8)  # unguessable: a client cannot write a placeholder into its own text
     swapped: list[str] = []
 
@@ -42,7 +46,8 @@ def chat_prompt_pieces(template: ChatTemplate, messages: list[dict[str, Any]], a
         return _PLACEHOLDER.format(nonce=nonce, index=len(swapped) - 1)
 
     safe = _map_strings(messages, lambda s: controls.sub(placeholder, s))
-    rendered = template.render(safe, add_generation_prompt)
+    safe_variables = _map_strings(variables, lambda s: controls.sub(placeholder, s))
+    rendered = template.render(safe, add_generation_prompt, safe_variables)
     if not swapped:
         return [PromptPiece(rendered, True)]
     return _split_at_placeholders(rendered, nonce, swapped)

@@ -28,12 +28,14 @@ class ResponseShape:
             obj = "text_completion"
         return {"id": self.request_id, "object": obj, "created": self.created, "model": self.model}
 
-    def full(self, text: str, finish_reason: str | None, counts: dict[str, int],
-             logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    def full(self, text: str | None, finish_reason: str | None, counts: dict[str, int],
+             logprobs: dict[str, Any] | None = None, tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         body = self._envelope(streaming=False)
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
-                      "finish_reason": finish_reason}
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
         else:
             choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
         body["choices"] = [choice]
@@ -41,12 +43,15 @@ class ResponseShape:
         return body
 
     def chunk(self, text: str, finish_reason: str | None = None, counts: dict[str, int] | None = None,
-              first: bool = False, logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+              first: bool = False, logprobs: dict[str, Any] | None = None,
+              tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         body = self._envelope(streaming=True)
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {}
             if text and not first:
                 delta["content"] = text
+            if tool_calls:
+                delta["tool_calls"] = tool_calls
             choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
         else:
             choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}

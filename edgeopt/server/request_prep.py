@@ -20,6 +20,7 @@ from edgeopt.errors import ContextOverflowError, ModelNameError, RequestError
 from edgeopt.server.chat_tokens import PromptPiece, chat_prompt_pieces
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationFields
 from edgeopt.server.state import ServedModel, ServerState
+from edgeopt.server.tool_request import ToolPlan
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI default for /v1/completions
 EXACT_COUNT_SLACK = 2  # see check_text_fits
@@ -50,16 +51,34 @@ def check_chat_request(served: ServedModel, body: ChatCompletionRequest) -> None
                            "messages", "send a plain prompt to /v1/completions instead", param="messages")
 
 
-def chat_prompt_ids(served: ServedModel, body: ChatCompletionRequest, parse_special_in_content: bool) -> list[int]:
-    """The chat's prompt ids; the route ran ``check_chat_request`` first (before taking a prompt worker)."""
+def chat_prompt_ids(served: ServedModel, body: ChatCompletionRequest, parse_special_in_content: bool,
+                    tools: ToolPlan | None = None) -> list[int]:
+    """The chat's prompt ids; the route ran ``check_chat_request`` first (before taking a prompt worker).
+    ``tools``: the request's tool plan (edgeopt.server.tool_request), rendered by the template."""
     if served.chat_template is None:  # a caller that skipped check_chat_request: a bug, not a client error
         raise AssertionError("chat_prompt_ids needs a chat template: call check_chat_request first")
-    pieces = chat_prompt_pieces(served.chat_template, [m.as_template_dict() for m in body.messages],
-                                body.add_generation_prompt, served.control_text, parse_special_in_content)
+    messages = [m.as_template_dict() for m in body.messages]
+    variables = template_variables(body)
+    if tools is not None:
+        messages = tools.template_messages(messages)
+        variables.update(tools.template_variables())
+    pieces = chat_prompt_pieces(served.chat_template, messages, body.add_generation_prompt, served.control_text,
+                                parse_special_in_content, variables)
     check_text_fits(pieces, served, param="messages")
     # The template already wrote BOS (if the model wants one); adding special tokens would double it.
     return [i for piece in pieces
             for i in served.tokenizer.encode(piece.text, add_special=False, parse_special=piece.parse_special)]
+
+
+def template_variables(body: ChatCompletionRequest) -> dict[str, object]:
+    """``reasoning_effort`` for templates that read it (gpt-oss); ``"none"`` also turns Qwen3's thinking off
+    (its ``enable_thinking``). Templates that read neither ignore both."""
+    if body.reasoning_effort is None:
+        return {}
+    variables: dict[str, object] = {"reasoning_effort": body.reasoning_effort}
+    if body.reasoning_effort == "none":
+        variables["enable_thinking"] = False
+    return variables
 
 
 def completion_prompt_ids(served: ServedModel, body: CompletionRequest) -> list[int]:

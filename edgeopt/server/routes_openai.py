@@ -22,6 +22,9 @@ from edgeopt.server.response_format import compile_grammar, response_grammar_spe
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServerState
 from edgeopt.server.streaming import DONE, ClientGone, Generation, collect, sse, start_generation
+from edgeopt.server.tool_grammar import tool_call_grammar
+from edgeopt.server.tool_output import ToolCallOutput
+from edgeopt.server.tool_request import plan_tools
 
 router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
 
@@ -53,17 +56,21 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     refuse_media_parts(body)
     check_chat_request(served, body)
     top_logprobs = chat_logprob_count(body.logprobs, body.top_logprobs)
+    tools = plan_tools(body, served.chat_template)
     grammar_spec = response_grammar_spec(body.response_format)
+    if tools is not None and tools.enforced:
+        grammar_spec = tool_call_grammar(tools, served.tokenizer.control_token_ids())
     parse_special = state.settings.parse_special_in_content
     prompt_ids, grammar = await state.prompt_worker.run(
-        lambda: (chat_prompt_ids(served, body, parse_special), compile_grammar(served, grammar_spec)))
+        lambda: (chat_prompt_ids(served, body, parse_special, tools), compile_grammar(served, grammar_spec)))
     # Chat has no small default: the reply may use whatever the context leaves after the prompt.
     max_tokens = output_budget(body.output_limit(), len(prompt_ids), served.context_length, None,
                                prompt_param="messages")
     params = sampling_params(body, max_tokens, served.runtime.info.vocab_size, grammar=grammar,
                              logprobs=top_logprobs)
     shape = ResponseShape(chat=True, request_id=f"chatcmpl-{uuid.uuid4().hex}", model=body.model)
-    choice = ChoiceFormat(shape, served, prompt_ids, echo=False, logprobs=top_logprobs is not None)
+    choice = ChoiceFormat(shape, served, prompt_ids, echo=False, logprobs=top_logprobs is not None,
+                          tools=None if tools is None else ToolCallOutput(tools))
     return await _respond(state, request, choice, params, body.stream, body.include_usage_chunk())
 
 
@@ -90,7 +97,11 @@ async def _respond(state: ServerState, request: Request, choice: ChoiceFormat, p
         raise BackendError(f"the model runtime failed while generating: {last.error}", "see the server log")
     counts = usage(len(prompt_ids), last.completion_tokens, last.cached_tokens)
     text, logprobs = choice.content(last, first=True)
-    return JSONResponse(shape.full(text, last.finish_reason, counts, logprobs))
+    if choice.tools is None:
+        return JSONResponse(shape.full(text, last.finish_reason, counts, logprobs))
+    content, tool_calls = choice.tools.whole(text)
+    return JSONResponse(shape.full(content, choice.tools.finish_reason(last.finish_reason), counts, logprobs,
+                                   tool_calls))
 
 
 async def _sse_events(generation: Generation, choice: ChoiceFormat, include_usage: bool) -> AsyncIterator[bytes]:
@@ -105,10 +116,13 @@ async def _sse_events(generation: Generation, choice: ChoiceFormat, include_usag
                 break
             text, logprobs = choice.content(out, first)
             first = False
+            calls: list[dict[str, Any]] = []
+            if choice.tools is not None:
+                text, calls = choice.tools.stream_step(text, out.finished)
             if out.finished:
-                yield _final_chunk(shape, out, text, logprobs, len(choice.prompt_ids), include_usage)
-            elif text or logprobs:
-                yield sse(shape.chunk(text, logprobs=logprobs))
+                yield _final_chunk(choice, out, text, logprobs, calls, include_usage)
+            elif text or logprobs or calls:
+                yield sse(shape.chunk(text, logprobs=logprobs, tool_calls=calls))
         yield DONE
     except ClientGone:
         return
@@ -119,10 +133,12 @@ async def _sse_events(generation: Generation, choice: ChoiceFormat, include_usag
         await generation.aclose()
 
 
-def _final_chunk(shape: ResponseShape, out: RequestOutput, text: str, logprobs: dict[str, Any] | None,
-                 prompt_tokens: int, include_usage: bool) -> bytes:
-    counts = usage(prompt_tokens, out.completion_tokens, out.cached_tokens)
-    data = sse(shape.chunk(text, out.finish_reason, counts, logprobs=logprobs))
+def _final_chunk(choice: ChoiceFormat, out: RequestOutput, text: str, logprobs: dict[str, Any] | None,
+                 tool_calls: list[dict[str, Any]], include_usage: bool) -> bytes:
+    shape = choice.shape
+    counts = usage(len(choice.prompt_ids), out.completion_tokens, out.cached_tokens)
+    reason = out.finish_reason if choice.tools is None else choice.tools.finish_reason(out.finish_reason)
+    data = sse(shape.chunk(text, reason, counts, logprobs=logprobs, tool_calls=tool_calls))
     if include_usage:
         data += sse(shape.usage_chunk(counts))
     return data

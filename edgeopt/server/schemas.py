@@ -12,39 +12,12 @@ Sampling parameters are only *parsed* here (types); their accepted ranges live i
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-T = TypeVar("T")
-# JSON can spell a lone UTF-16 surrogate ("\\ud800"); json.loads keeps it, but it is not Unicode text:
-# encoding it for the tokenizer (or a response) raises. (A valid pair is joined into one character.)
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _first_lone_surrogate(value: Any) -> str | None:
-    if isinstance(value, str):
-        found = _LONE_SURROGATE.search(value)
-        return None if found is None else f"{found.group()!r} at character {found.start()}"
-    children = [*value, *value.values()] if isinstance(value, dict) else value if isinstance(value, list) else ()
-    for child in children:
-        if isinstance(child, (str, list, dict)):
-            where = _first_lone_surrogate(child)
-            if where is not None:
-                return where
-    return None
-
-
-def valid_unicode(value: T) -> T:
-    where = _first_lone_surrogate(value)
-    if where is not None:
-        raise ValueError(f"the text holds a lone UTF-16 surrogate {where}, which is not valid Unicode; "
-                         "send UTF-8 text (escape pairs such as \\ud83d\\ude00 must be complete)")
-    return value
-
-
-Text = Annotated[str, AfterValidator(valid_unicode)]
+from edgeopt.server.text_fields import Text, valid_unicode  # noqa: F401  (re-exported)
+from edgeopt.server.tool_schemas import MessageToolCall, ToolChoice, ToolDefinition
 
 # Every message costs Python work (validation, jinja2 rendering) before the prompt's length is known: cap
 # them. Far above real conversations (an agent session of a few hundred turns), far below the 100k tiny
@@ -55,6 +28,7 @@ MAX_CHAT_MESSAGES = 2048
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False
+    include_obfuscation: bool | None = None  # padding against length side channels: accepted, not added
 
 
 class JsonSchemaFormat(BaseModel):
@@ -95,7 +69,14 @@ class GenerationFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
+    # Sent by client libraries and agent frameworks; accepted and ignored (the README's "Fields clients
+    # send" lists them): a local server stores nothing and has one service tier.
     user: Text | None = None
+    store: bool | None = None
+    metadata: dict[str, Text] | None = None
+    service_tier: Text | None = None
+    prompt_cache_key: Text | None = None
+    safety_identifier: Text | None = None
     response_format: ResponseFormat | None = None  # also on /v1/completions, as in vLLM and llama-server
 
     @field_validator("n")
@@ -167,6 +148,8 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[ContentPart] | None = None
+    tool_calls: list[MessageToolCall] | None = None  # an assistant turn that called tools
+    tool_call_id: Text | None = None  # a tool's result: which call it answers
 
     @model_validator(mode="after")
     def _extras_are_valid_unicode(self) -> ChatMessage:
@@ -180,6 +163,8 @@ class ChatMessage(BaseModel):
 
     def as_template_dict(self) -> dict[str, Any]:
         data = self.model_dump(exclude_none=True)
+        if self.tool_calls is not None:
+            data["tool_calls"] = [call.as_template_dict() for call in self.tool_calls]
         if isinstance(self.content, list):  # media parts were refused before rendering (request_prep)
             data["content"] = "".join(part.text or "" for part in self.content if part.type == "text")
         data.setdefault("content", "")
@@ -192,6 +177,11 @@ class ChatCompletionRequest(GenerationFields):
     logprobs: bool = False
     top_logprobs: int | None = None
     add_generation_prompt: bool = True
+    tools: list[ToolDefinition] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    # Passed to the chat template (gpt-oss and Qwen3 templates read it); other models ignore it.
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
 
     @field_validator("messages", mode="before")
     @classmethod

@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+MARKER = ".complete-with-templates"  # scripts/fetch_reference_converter.py writes it last
 FETCH_COMMAND = f"make setup  (or: {Path(sys.executable).name} scripts/fetch_reference_converter.py)"
 
 
 def reference_root() -> Path:
     """The unpacked ``vendor/llama.cpp`` tree matching the installed llama-cpp-python."""
     root = Path(sys.prefix) / "share" / "edgeopt" / f"llama.cpp-{version('llama-cpp-python')}"
-    if not (root / ".complete").is_file() or not (root / "convert_hf_to_gguf.py").is_file():
+    if not (root / MARKER).is_file() or not (root / "convert_hf_to_gguf.py").is_file():
         pytest.fail(f"llama.cpp's reference converter is not in {root}; fetch it with: {FETCH_COMMAND}",
                     pytrace=False)
     return root
@@ -34,6 +35,15 @@ def reference_vocab(name: str) -> Path:
     if not path.is_file():
         pytest.fail(f"{path} is missing; the fetch script's VOCABS must list {name!r}", pytrace=False)
     return path
+
+
+def reference_chat_template(name: str) -> str:
+    """The text of one of llama.cpp's real chat templates, e.g. ``reference_chat_template(
+    "Qwen-Qwen2.5-7B-Instruct")`` (the file ``models/templates/<name>.jinja``)."""
+    path = reference_root() / "models" / "templates" / f"{name}.jinja"
+    if not path.is_file():
+        pytest.fail(f"{path} is missing; llama.cpp of this llama-cpp-python has no template {name!r}", pytrace=False)
+    return path.read_text()
 
 
 def convert_with_reference(model_dir: Path, out_path: Path, outtype: str = "f32") -> Path:

@@ -83,6 +83,9 @@ GENERATION_FIELDS: dict[str, tuple[st.SearchStrategy[Any], st.SearchStrategy[Any
                                              "type": "object", "properties": {"a": {"type": "integer"}}}}}]),
                         st.one_of(st.fixed_dictionaries({"type": st.just("json_schema"), "json_schema": st.fixed_dictionaries(
                             {"name": st.just("r"), "schema": any_json})}), any_json)),
+    "store": anything(st.one_of(st.none(), st.booleans())),
+    "metadata": (st.one_of(st.none(), st.dictionaries(plain_text, plain_text, max_size=2)), any_json),
+    "service_tier": anything(st.sampled_from([None, "auto", "default", "flex"])),
     "unknown_field": (st.nothing(), any_json),
 }
 COMPLETION_FIELDS = {
@@ -106,7 +109,21 @@ odd_message = st.fixed_dictionaries(
     {"role": st.one_of(st.sampled_from(["wizard", "", "USER"]), any_json),
      "content": st.one_of(odd_text, st.lists(st.one_of(text_part, odd_part), min_size=1, max_size=3), any_json)},
     optional={"name": odd_text, "tool_calls": any_json})
+small_schemas = st.sampled_from([{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                                 {"type": "object"}, {}, {"type": "object", "properties": {"s": {"type": "string",
+                                                                                             "maxLength": 3}}}])
+tool_definition = st.fixed_dictionaries(
+    {"type": st.just("function"), "function": st.fixed_dictionaries(
+        {"name": st.sampled_from(["f", "g", "get_weather"])},
+        optional={"description": plain_text, "parameters": st.one_of(small_schemas, st.dictionaries(
+            odd_text, any_json, max_size=2))})})
+tool_choices = st.one_of(st.sampled_from([None, "none", "auto", "required"]), st.fixed_dictionaries(
+    {"type": st.just("function"), "function": st.fixed_dictionaries({"name": st.sampled_from(["f", "nope"])})}))
 CHAT_FIELDS = {
+    "tools": (st.one_of(st.none(), st.lists(tool_definition, max_size=2)), any_json),
+    "tool_choice": (tool_choices, st.one_of(odd_text, any_json)),
+    "parallel_tool_calls": anything(st.booleans()),
+    "reasoning_effort": (st.sampled_from([None, "none", "minimal", "low", "medium", "high"]), any_json),
     "messages": (st.lists(good_message, min_size=1, max_size=4),
                  st.one_of(st.lists(st.one_of(good_message, odd_message), min_size=1, max_size=4), st.just([]),
                            any_json)),
