@@ -23,6 +23,9 @@ from edgeopt.engine.token_bitmask import allowed_tokens, tokens_allowed
 # Tokens whose logit is this far below the best have probability < e^-30 (~1e-13) each: dropping them
 # before sorting keeps sampling O(candidates) instead of O(vocab log vocab) on 150k-token vocabularies.
 _NEGLIGIBLE_LOGIT_GAP = 30.0
+# A greedy pick the grammar forbids is redone over the allowed tokens alone when they lie in at most this
+# many 32-token words (8k tokens); denser masks are unpacked into a bool row instead.
+_SPARSE_MASK_WORDS = 256
 
 
 def needs_logit_processing(params: SamplingParams) -> bool:
@@ -49,7 +52,7 @@ def sample_next_tokens(logits: np.ndarray, seqs: list[Sequence], bitmask: np.nda
             # best token (masking only lowers other logits): one bit test per row. Only the rows whose pick
             # is forbidden pay for unpacking their mask and a masked argmax.
             for i in np.flatnonzero(~tokens_allowed(bitmask, tokens)):
-                tokens[i] = greedy(np.where(allowed_tokens(bitmask[i], vocab), logits[i], np.float32(-np.inf)))
+                tokens[i] = masked_greedy(logits[i], bitmask[i])
         return tokens.tolist()
     return [sample_row(logits[i], seq, None if bitmask is None or seq.constraint is None
                        else allowed_tokens(bitmask[i], vocab)) for i, seq in enumerate(seqs)]
@@ -86,6 +89,23 @@ def sample_row(row: np.ndarray, seq: Sequence, allowed: np.ndarray | None = None
 def greedy(row: np.ndarray) -> int:
     """argmax with NaN treated as -inf; token 0 when nothing is finite or +inf."""
     return int(np.argmax(np.where(np.isnan(row), -np.inf, row)))
+
+
+def masked_greedy(row: np.ndarray, packed_mask: np.ndarray) -> int:
+    """``greedy`` over the tokens a packed grammar mask allows (token 0 when none has a usable logit, as
+    greedy over a fully masked row gives). Where the grammar allows few tokens (JSON structure: a quote,
+    a digit, a key), only those are gathered instead of unpacking the whole vocabulary."""
+    words = np.flatnonzero(packed_mask)
+    if len(words) > _SPARSE_MASK_WORDS:
+        return greedy(np.where(allowed_tokens(packed_mask, row.shape[0]), row, -np.inf))
+    bits = np.unpackbits(packed_mask[words].view(np.uint8), bitorder="little").view(bool).reshape(-1, 32)
+    ids = (words[:, None] * 32 + np.arange(32))[bits]  # ascending, so argmax keeps the first of a tie
+    ids = ids[ids < row.shape[0]]
+    values = row[ids]
+    values = np.where(np.isnan(values), -np.inf, values)
+    if not len(ids) or values.max() == -np.inf:
+        return 0
+    return int(ids[np.argmax(values)])
 
 
 def apply_penalties_and_bias(row: np.ndarray, seq: Sequence) -> np.ndarray:
