@@ -34,6 +34,7 @@ from edgeopt.engine.outputs import RequestTracker, describe_failure, engine_stop
 from edgeopt.engine.prefix_cache import PrefixCache
 from edgeopt.engine.registry import RequestRegistry
 from edgeopt.engine.sampler import processed_logits, sample_next_tokens
+from edgeopt.engine.token_bitmask import allowed_tokens
 from edgeopt.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from edgeopt.engine.sequence import Sequence, SequenceState
 from edgeopt.engine.stream import RequestStream
@@ -208,14 +209,14 @@ class Engine:
     def _sample_and_append(self, sampled: list[Sequence], logits: np.ndarray,
                            masks: StepMasks | Exception | None) -> None:
         """One token per sampling sequence (under its grammar mask), appended and streamed."""
-        allowed = masks.allowed if isinstance(masks, StepMasks) else None
-        for i, (seq, token) in enumerate(zip(sampled, self._sample(logits, sampled, allowed))):
+        bitmask = masks.bitmask if isinstance(masks, StepMasks) else None
+        for i, (seq, token) in enumerate(zip(sampled, self._sample(logits, sampled, bitmask))):
             failure = token if isinstance(token, Exception) else _grammar_failure(masks, i, seq)
             if failure is not None:
                 self._fail(seq, failure)
                 continue
             try:
-                row_mask = allowed[i] if allowed is not None and seq.constraint is not None else None
+                row_mask = bitmask[i] if bitmask is not None and seq.constraint is not None else None
                 self._append_token(seq, token, self._logprob(logits[i], seq, row_mask, token))
             except Exception as exc:  # detokenizer / stop-string matcher / grammar: only this request fails
                 log.exception("finishing token %d of request %s failed", token, seq.request_id)
@@ -255,23 +256,24 @@ class Engine:
             self._mask_wait_s += time.perf_counter() - start
 
     @staticmethod
-    def _logprob(row: np.ndarray, seq: Sequence, allowed: np.ndarray | None, token: int) -> TokenLogprob | None:
+    def _logprob(row: np.ndarray, seq: Sequence, packed_mask: np.ndarray | None, token: int) -> TokenLogprob | None:
         """From the same processed logits the sampler drew from (before appending the token: penalties see
-        the same history); see edgeopt.engine.logprobs for the choice."""
+        the same history, and the full grammar mask, unpacked for this row only); see edgeopt.engine.logprobs."""
         if seq.params.logprobs is None:
             return None
+        allowed = None if packed_mask is None else allowed_tokens(packed_mask, row.shape[-1])
         return token_logprob(log_softmax(processed_logits(row, seq, allowed)), token, seq.params.logprobs)
 
-    def _sample(self, logits: np.ndarray, seqs: list[Sequence], allowed: np.ndarray | None) -> list[int | Exception]:
+    def _sample(self, logits: np.ndarray, seqs: list[Sequence], bitmask: np.ndarray | None) -> list[int | Exception]:
         """Sample the batch at once; if that raises, row by row so one bad request fails alone."""
         try:
-            return list(sample_next_tokens(logits, seqs, allowed))
+            return list(sample_next_tokens(logits, seqs, bitmask))
         except Exception:
             log.exception("batch sampling failed; sampling row by row to isolate the request")
         tokens: list[int | Exception] = []
         for i, seq in enumerate(seqs):
             try:
-                row_mask = None if allowed is None else allowed[i:i + 1]
+                row_mask = None if bitmask is None else bitmask[i:i + 1]
                 tokens.append(sample_next_tokens(logits[i:i + 1], [seq], row_mask)[0])
             except Exception as exc:
                 tokens.append(exc)

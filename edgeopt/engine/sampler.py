@@ -2,7 +2,8 @@
 
 Order, as in llama.cpp and vLLM: repetition / presence / frequency penalties -> logit_bias -> the
 grammar's token mask (constrained decoding) -> temperature (0 = greedy) -> top-k -> top-p -> min-p -> draw with the request's own generator.
-A batch where every row is plain greedy takes one vectorised ``argmax``.
+A batch where every row is plain greedy takes one vectorised ``argmax``; under grammar masks, one bit test
+per row checks the pick, and only rows whose pick the grammar forbids unpack their mask.
 
 Total for any input: whatever the logits hold (NaN, +-inf, overflow after a penalty) and whatever the
 parameters (validation bounds them, but the sampler does not rely on it), a valid token id of the row
@@ -17,10 +18,14 @@ import numpy as np
 
 from edgeopt.engine.api import SamplingParams
 from edgeopt.engine.sequence import Sequence
+from edgeopt.engine.token_bitmask import allowed_tokens, tokens_allowed
 
 # Tokens whose logit is this far below the best have probability < e^-30 (~1e-13) each: dropping them
 # before sorting keeps sampling O(candidates) instead of O(vocab log vocab) on 150k-token vocabularies.
 _NEGLIGIBLE_LOGIT_GAP = 30.0
+# A greedy pick the grammar forbids is redone over the allowed tokens alone when they lie in at most this
+# many 32-token words (8k tokens); denser masks are unpacked into a bool row instead.
+_SPARSE_MASK_WORDS = 256
 
 
 def needs_logit_processing(params: SamplingParams) -> bool:
@@ -32,17 +37,25 @@ def is_plain_greedy(params: SamplingParams) -> bool:
     return params.temperature == 0.0 and not needs_logit_processing(params)
 
 
-def sample_next_tokens(logits: np.ndarray, seqs: list[Sequence], allowed: np.ndarray | None = None) -> list[int]:
-    """One token per row of ``logits`` (shape: len(seqs) x vocab). ``allowed`` (same shape, bool), when
-    given, holds each row's grammar mask (all True for unconstrained rows): no other token can be drawn."""
+def sample_next_tokens(logits: np.ndarray, seqs: list[Sequence], bitmask: np.ndarray | None = None) -> list[int]:
+    """One token per row of ``logits`` (shape: len(seqs) x vocab). ``bitmask``, when given, holds each row's
+    grammar mask packed as llguidance fills it (see edgeopt.engine.token_bitmask; all ones for unconstrained
+    rows): no other token can be drawn."""
     assert logits.shape[0] == len(seqs), (logits.shape, len(seqs))
     if not seqs:
         return []
+    vocab = logits.shape[1]
     if all(is_plain_greedy(s.params) for s in seqs):
-        # One vectorised pass masks the whole batch (a per-row loop costs ~4x more at 150k tokens).
-        return _batch_argmax(logits if allowed is None else np.where(allowed, logits, np.float32(-np.inf)))
-    return [sample_row(logits[i], seq, None if allowed is None or seq.constraint is None else allowed[i])
-            for i, seq in enumerate(seqs)]
+        tokens = _batch_argmax(logits)
+        if bitmask is not None:
+            # The raw row's first best token, when the grammar allows it, is also the masked row's first
+            # best token (masking only lowers other logits): one bit test per row. Only the rows whose pick
+            # is forbidden pay for unpacking their mask and a masked argmax.
+            for i in np.flatnonzero(~tokens_allowed(bitmask, tokens)):
+                tokens[i] = masked_greedy(logits[i], bitmask[i])
+        return tokens.tolist()
+    return [sample_row(logits[i], seq, None if bitmask is None or seq.constraint is None
+                       else allowed_tokens(bitmask[i], vocab)) for i, seq in enumerate(seqs)]
 
 
 def processed_logits(row: np.ndarray, seq: Sequence, allowed: np.ndarray | None = None) -> np.ndarray:
@@ -78,6 +91,23 @@ def greedy(row: np.ndarray) -> int:
     return int(np.argmax(np.where(np.isnan(row), -np.inf, row)))
 
 
+def masked_greedy(row: np.ndarray, packed_mask: np.ndarray) -> int:
+    """``greedy`` over the tokens a packed grammar mask allows (token 0 when none has a usable logit, as
+    greedy over a fully masked row gives). Where the grammar allows few tokens (JSON structure: a quote,
+    a digit, a key), only those are gathered instead of unpacking the whole vocabulary."""
+    words = np.flatnonzero(packed_mask)
+    if len(words) > _SPARSE_MASK_WORDS:
+        return greedy(np.where(allowed_tokens(packed_mask, row.shape[0]), row, -np.inf))
+    bits = np.unpackbits(packed_mask[words].view(np.uint8), bitorder="little").view(bool).reshape(-1, 32)
+    ids = (words[:, None] * 32 + np.arange(32))[bits]  # ascending, so argmax keeps the first of a tie
+    ids = ids[ids < row.shape[0]]
+    values = row[ids]
+    values = np.where(np.isnan(values), -np.inf, values)
+    if not len(ids) or values.max() == -np.inf:
+        return 0
+    return int(ids[np.argmax(values)])
+
+
 def apply_penalties_and_bias(row: np.ndarray, seq: Sequence) -> np.ndarray:
     """Modify a float64 copy of the logits in place and return it."""
     params = seq.params
@@ -95,13 +125,13 @@ def apply_penalties_and_bias(row: np.ndarray, seq: Sequence) -> np.ndarray:
     return row
 
 
-def _batch_argmax(logits: np.ndarray) -> list[int]:
+def _batch_argmax(logits: np.ndarray) -> np.ndarray:
     tokens = np.argmax(logits, axis=1)
     # np.argmax stops at the first NaN of a row, so a NaN pick marks exactly the rows that hold one.
     chosen = logits[np.arange(logits.shape[0]), tokens]
     for i in np.flatnonzero(np.isnan(chosen)):
         tokens[i] = greedy(logits[i])
-    return tokens.tolist()
+    return tokens
 
 
 def _draw(scaled: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
