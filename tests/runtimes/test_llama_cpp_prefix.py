@@ -35,19 +35,27 @@ def prompt_ids(runtime: LlamaCppRuntime, text: str) -> list[int]:
     return runtime.tokenizer.encode(text)
 
 
+def check_shared_prefix_logits(runtime: LlamaCppRuntime) -> tuple[int, list[int]]:
+    """Cache a computed prompt under the first cache id, hand all but its last token to sequence 1 and
+    feed that token: the logits are those of computing the whole prompt. Returns (cache id, prompt)."""
+    prompt = prompt_ids(runtime, "def add(a, b):\n    return a + b\n" * 3)
+    full = runtime.step([StepInput(0, prompt, 0, True)])[0]
+    cache_id = runtime.info.max_slots
+    runtime.share_kv(0, cache_id, 0, len(prompt))
+    runtime.release(0)
+    assert runtime.held_tokens(cache_id) == len(prompt) and runtime.kv_cells_used() == 0
+    runtime.share_kv(cache_id, 1, 0, len(prompt) - 1)
+    assert runtime.held_tokens(1) == len(prompt) - 1
+    reused = runtime.step([StepInput(1, prompt[-1:], len(prompt) - 1, True)])[0]
+    assert float(np.max(np.abs(reused - full))) <= LOGIT_TOLERANCE
+    assert int(np.argmax(reused)) == int(np.argmax(full))
+    return cache_id, prompt
+
+
 def test_shared_prefix_gives_the_logits_of_computing_it(gguf_path: Path) -> None:
     runtime = open_runtime(gguf_path)
     try:
-        prompt = prompt_ids(runtime, "def add(a, b):\n    return a + b\n" * 3)
-        full = runtime.step([StepInput(0, prompt, 0, True)])[0]
-        cache_id = runtime.info.max_slots
-        runtime.share_kv(0, cache_id, 0, len(prompt))
-        runtime.release(0)
-        assert runtime.held_tokens(cache_id) == len(prompt) and runtime.kv_cells_used() == 0
-        runtime.share_kv(cache_id, 1, 0, len(prompt) - 1)
-        reused = runtime.step([StepInput(1, prompt[-1:], len(prompt) - 1, True)])[0]
-        assert float(np.max(np.abs(reused - full))) <= LOGIT_TOLERANCE
-        assert int(np.argmax(reused)) == int(np.argmax(full))
+        check_shared_prefix_logits(runtime)
     finally:
         runtime.close()
 

@@ -14,7 +14,7 @@ from edgeopt.errors import ConfigError
 from runtimes.base import StepInput
 from runtimes.llama_cpp import STREAM_ALIGN, LlamaCppRuntime, load_gguf, stream_layout
 from tests.runtimes.test_llama_cpp import LOGIT_TOLERANCE, THREADS, assert_same_greedy, greedy_alone
-from tests.runtimes.test_llama_cpp_prefix import prompt_ids, run_conversations
+from tests.runtimes.test_llama_cpp_prefix import check_shared_prefix_logits, prompt_ids, run_conversations
 
 
 @pytest.fixture(scope="module")
@@ -53,17 +53,7 @@ def test_share_kv_copies_whole_streams_and_trims(gguf_path: Path) -> None:
     """A partial cross-stream seq_cp would abort the process; the copy-then-trim gives the computed logits."""
     runtime = open_streams(gguf_path)
     try:
-        prompt = prompt_ids(runtime, "def add(a, b):\n    return a + b\n" * 3)
-        full = runtime.step([StepInput(0, prompt, 0, True)])[0]
-        cache_id = runtime.info.max_slots
-        runtime.share_kv(0, cache_id, 0, len(prompt))
-        runtime.release(0)
-        assert runtime.held_tokens(cache_id) == len(prompt) and runtime.kv_cells_used() == 0
-        runtime.share_kv(cache_id, 1, 0, len(prompt) - 1)  # a partial range: copied whole, then trimmed
-        assert runtime.held_tokens(1) == len(prompt) - 1
-        reused = runtime.step([StepInput(1, prompt[-1:], len(prompt) - 1, True)])[0]
-        assert float(np.max(np.abs(reused - full))) <= LOGIT_TOLERANCE
-        assert int(np.argmax(reused)) == int(np.argmax(full))
+        cache_id, prompt = check_shared_prefix_logits(runtime)  # a partial range: copied whole, then trimmed
         runtime.trim(cache_id, 5)
         assert runtime.held_tokens(cache_id) == 5 and runtime.held_tokens(1) == len(prompt)
     finally:
