@@ -39,6 +39,9 @@ class Backend:
     # KV cache types the runtime can be asked for (--kv-type; edgeopt.kv_types), the first its default
     # (kv_element_bytes); () when it keeps one fixed dtype.
     kv_cache_types: tuple[str, ...] = ()
+    # KV layouts the runtime can be asked for (--kv-layout; server/launcher.served_kv_layout); () when it
+    # has only its own.
+    kv_layouts: tuple[str, ...] = ()
     # "module:function": (DeviceProfile) -> candidates, when they depend on the device; "" when fixed.
     profile_candidates: str = ""
     encoder_quant_candidates: tuple[str, ...] = ()  # () when the format serves causal LMs only
@@ -64,6 +67,7 @@ _BUILTIN = (
         quant_candidates=("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0"),
         kv_element_bytes=2,  # llama.cpp's default f16 KV cache
         kv_cache_types=("f16", "q8_0", "q4_0"),  # llama.cpp's type_k/type_v (quantized: with flash attention)
+        kv_layouts=("unified", "streams"),  # llama.cpp's kv_unified true / false
         runtime_overhead_bytes=100 * MIB,
     ),
     Backend(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.eval_metrics import Comparison
+from edgeopt import backends
 from edgeopt.kv_types import KV_TYPES
 from edgeopt.progress import progress
 
@@ -21,7 +22,7 @@ REFERENCE_KV_TYPE = "f16"
 def needs_kv_cache_evaluation(manifest: Any) -> bool:
     """A gguf bundle whose manifest records a quantized KV cache type."""
     kv_type = manifest.export.get("kv_type")
-    return manifest.format == "gguf" and kv_type in KV_TYPES and KV_TYPES[kv_type].quantized
+    return kv_type in backends.backend(manifest.format).kv_cache_types and KV_TYPES[kv_type].quantized
 
 
 def kv_cache_cost(chunks: list[list[int]], bundle_dir: Path, manifest: Any, window: int,

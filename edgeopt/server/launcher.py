@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.bundle import Manifest, load_bundle
-from edgeopt import memory_budget
+from edgeopt import backends, memory_budget
 from edgeopt.engine import Engine, EngineConfig, engine_config_for
 from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ConfigError
@@ -132,7 +132,7 @@ def served_kv_layout(manifest: Manifest, options: ServeOptions, sizing: KvSizing
     if options.kv_layout not in KV_LAYOUT_CHOICES:
         raise ConfigError(f"--kv-layout {options.kv_layout!r} is not a KV layout",
                           f"use one of {', '.join(KV_LAYOUT_CHOICES)}")
-    if manifest.runtime != "llama_cpp":
+    if not backends.backend(manifest.format).kv_layouts:
         if options.kv_layout == "streams":
             raise ConfigError(f"--kv-layout streams applies to llama.cpp (GGUF) bundles; this one runs on "
                               f"{manifest.runtime}", "leave --kv-layout out for this bundle")
@@ -152,7 +152,8 @@ def served_kv_layout(manifest: Manifest, options: ServeOptions, sizing: KvSizing
 
 def kv_layout_option(manifest: Manifest, options: ServeOptions, sizing: KvSizing) -> dict[str, str]:
     """The runtime option that carries the KV layout: only llama.cpp has a choice, so only it gets one."""
-    return {"kv_layout": served_kv_layout(manifest, options, sizing)} if manifest.runtime == "llama_cpp" else {}
+    layout = served_kv_layout(manifest, options, sizing)
+    return {"kv_layout": layout} if backends.backend(manifest.format).kv_layouts else {}
 
 
 def runtime_kv_tokens(manifest: Manifest, sizing: KvSizing, options: ServeOptions) -> int:
