@@ -5,7 +5,8 @@ measures memory: it receives a KV capacity sized by :func:`edgeopt.memory_budget
 """
 
 from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, RequestOutput, SamplingParams
-from edgeopt.engine.engine import Engine, engine_config_for
+from edgeopt.engine.engine import Engine
+from edgeopt.engine.engine_config import engine_config_for
 from edgeopt.engine.stream import RequestStream
 
 __all__ = [

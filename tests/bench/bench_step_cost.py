@@ -37,7 +37,7 @@ import llama_cpp
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 
 from edgeopt.engine.api import SamplingParams  # noqa: E402
-from edgeopt.engine.engine import Engine, engine_config_for  # noqa: E402
+from edgeopt.engine import Engine, engine_config_for  # noqa: E402
 from runtimes.base import StepInput  # noqa: E402
 from runtimes.llama_cpp import load_gguf  # noqa: E402
 from runtimes.llama_cpp.batch import NumpyBatch  # noqa: E402

@@ -19,7 +19,7 @@ import pytest
 from edgeopt.bundle import load_bundle
 from edgeopt.engine import Engine, SamplingParams
 from edgeopt.engine.api import TokenLogprob
-from edgeopt.engine.engine import engine_config_for
+from edgeopt.engine.engine_config import engine_config_for
 from edgeopt.engine.logprobs import log_softmax
 from runtimes import load_runtime
 from runtimes.base import Runtime, StepInput
