@@ -90,11 +90,11 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
         embedder = load_embedding_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
         return ServedModel(context_length=embedder.info.context_length, tokenizer=embedder.tokenizer,
                            embedder=embedder)
-    kv_tokens = runtime_kv_tokens(manifest, sizing, options)
+    kv_tokens, layout_option = runtime_kv_layout(manifest, options, sizing)
     runtime = load_runtime(manifest.runtime, bundle_dir, manifest, kv_capacity_tokens=kv_tokens,
                            max_slots=sizing.max_sequences, context_length=sizing.context_length,
                            threads=options.threads, **kv_type_option(manifest, options),
-                           **kv_layout_option(manifest, options, sizing),
+                           **layout_option,
                            **({} if options.prefix_cache else {"cache_slots": 0}))
     try:
         config = engine_config(runtime, sizing, options, kv_tokens)
@@ -150,21 +150,17 @@ def served_kv_layout(manifest: Manifest, options: ServeOptions, sizing: KvSizing
     return "streams" if fits else "unified"
 
 
-def kv_layout_option(manifest: Manifest, options: ServeOptions, sizing: KvSizing) -> dict[str, str]:
-    """The runtime option that carries the KV layout: only llama.cpp has a choice, so only it gets one."""
+def runtime_kv_layout(manifest: Manifest, options: ServeOptions, sizing: KvSizing) -> tuple[int, dict[str, str]]:
+    """The KV cells the runtime may allocate and the runtime option that carries the layout (only runtimes
+    with a choice, llama.cpp, get one). Unified: the sized pool. Streams: every cell the memory budget holds
+    (kv_fit_tokens), which the runtime splits into a context-long stream per slot and as many cached-prefix
+    streams as remain (runtimes.llama_cpp.stream_layout), never more than it holds."""
     layout = served_kv_layout(manifest, options, sizing)
-    return {"kv_layout": layout} if backends.backend(manifest.format).kv_layouts else {}
+    tokens = sizing.kv_fit_tokens if layout == "streams" else sizing.kv_capacity_tokens
+    return tokens, ({"kv_layout": layout} if backends.backend(manifest.format).kv_layouts else {})
 
 
-def runtime_kv_tokens(manifest: Manifest, sizing: KvSizing, options: ServeOptions) -> int:
-    """KV cells the runtime may allocate. Unified: the sized pool. Streams: every cell the memory budget
-    holds (kv_fit_tokens), which the runtime splits into a context-long stream per slot and as many
-    cached-prefix streams as remain (runtimes.llama_cpp.stream_layout), never more than it holds."""
-    streams = served_kv_layout(manifest, options, sizing) == "streams"
-    return sizing.kv_fit_tokens if streams else sizing.kv_capacity_tokens
-
-
-def _warm(engine: ServingEngine, runtime: Any, manifest: Manifest, template: ChatTemplate | None,
+def _warm(engine: ServingEngine, runtime: Runtime, manifest: Manifest, template: ChatTemplate | None,
           warm_file: Path) -> None:
     """--warm: put the system prompt's KV in the prefix cache (loaded from its saved state when it can)."""
     from edgeopt.server.prompt_state import warm_prompt_cache
@@ -179,8 +175,6 @@ def _warm(engine: ServingEngine, runtime: Any, manifest: Manifest, template: Cha
         engine.shutdown()
         raise
     log.info("--warm %s: %d prompt tokens %s in %.2f s", warm_file, result.tokens, result.source, result.seconds)
-
-
 
 
 def engine_config(runtime: Runtime, sizing: KvSizing, options: ServeOptions,
