@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,21 @@ class LoadResult:
         }
 
 
+async def streamed_chunks(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    """POST a streaming request and yield its SSE chunks as dicts; a non-200 answer or an ``error`` event
+    raises BackendError with the server's message."""
+    async with client.stream("POST", path, json=body) as response:
+        if response.status_code != 200:
+            raise BackendError(f"HTTP {response.status_code}: {(await response.aread()).decode()[:200]}")
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise BackendError(f"stream error: {chunk['error'].get('message')}")
+            yield chunk
+
+
 async def one_request(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int,
                       extra_body: dict[str, Any] | None = None) -> RequestSample:
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
@@ -119,23 +134,15 @@ async def one_request(client: httpx.AsyncClient, model: str, prompt: str, max_to
     last = start
     gaps: list[float] = []
     usage: dict[str, int] = {}
-    async with client.stream("POST", "/v1/completions", json=body) as response:
-        if response.status_code != 200:
-            raise BackendError(f"HTTP {response.status_code}: {(await response.aread()).decode()[:200]}")
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if "error" in chunk:
-                raise BackendError(f"stream error: {chunk['error'].get('message')}")
-            now = time.perf_counter()
-            usage = chunk.get("usage") or usage
-            if chunk["choices"] and chunk["choices"][0]["text"]:
-                if first is None:
-                    first = now
-                else:
-                    gaps.append(now - last)
-                last = now
+    async for chunk in streamed_chunks(client, "/v1/completions", body):
+        now = time.perf_counter()
+        usage = chunk.get("usage") or usage
+        if chunk["choices"] and chunk["choices"][0]["text"]:
+            if first is None:
+                first = now
+            else:
+                gaps.append(now - last)
+            last = now
     end = time.perf_counter()
     return RequestSample(ttft_s=(first or end) - start, itl_s=gaps, e2e_s=end - start,
                          prompt_tokens=usage.get("prompt_tokens", 0),

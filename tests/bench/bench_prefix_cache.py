@@ -27,6 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 
+from edgeopt.bench.loadgen import streamed_chunks  # noqa: E402
 from edgeopt.serve_process import launched_server  # noqa: E402
 from tests.bench.bench_serve_200m import build_bundle  # noqa: E402
 
@@ -55,17 +56,11 @@ async def chat_turn(client: httpx.AsyncClient, model: str, messages: list[dict],
             "stream": True, "stream_options": {"include_usage": True}}
     start = time.perf_counter()
     first, text, usage = None, [], {}
-    async with client.stream("POST", "/v1/chat/completions", json=body) as response:
-        if response.status_code != 200:
-            raise RuntimeError(f"HTTP {response.status_code}: {(await response.aread())[:300]!r}")
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            usage = chunk.get("usage") or usage
-            if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
-                first = first or time.perf_counter()
-                text.append(chunk["choices"][0]["delta"]["content"])
+    async for chunk in streamed_chunks(client, "/v1/chat/completions", body):
+        usage = chunk.get("usage") or usage
+        if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
+            first = first or time.perf_counter()
+            text.append(chunk["choices"][0]["delta"]["content"])
     return {"ttft": (first or time.perf_counter()) - start, "text": "".join(text), "prompt": usage["prompt_tokens"],
             "cached": usage.get("prompt_tokens_details", {}).get("cached_tokens", 0),
             "generated": usage["completion_tokens"]}
