@@ -116,6 +116,12 @@ class Runtime(Protocol):
         only when ``info.cache_slots > 0``; runtimes without a prefix cache keep this refusal."""
         raise BackendError(f"{type(self).__name__} keeps no prefix cache (RuntimeInfo.cache_slots is 0)", _ENGINE_BUG)
 
+    def move_kv(self, source: int, target: int) -> None:
+        """``target``, which holds nothing, takes over all that ``source`` holds, and ``source`` is left empty:
+        a renaming, never a copy (the prefix cache parks a finished slot's KV with it, and hands an entry
+        back to the request that continues it). Same condition as share_kv."""
+        raise BackendError(f"{type(self).__name__} keeps no prefix cache (RuntimeInfo.cache_slots is 0)", _ENGINE_BUG)
+
     def trim(self, slot: int, tokens: int) -> None:
         """Keep only the first ``tokens`` positions of a sequence's KV (same condition as share_kv)."""
         raise BackendError(f"{type(self).__name__} keeps no prefix cache (RuntimeInfo.cache_slots is 0)", _ENGINE_BUG)

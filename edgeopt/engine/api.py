@@ -85,7 +85,7 @@ class EngineConfig:
     max_running: int  # concurrent sequences (<= runtime slots)
     max_waiting: int = 256  # queued requests beyond which add_request raises OverloadedError
     step_token_budget: int = 512  # tokens per forward pass (decode tokens first, then prefill chunks)
-    prefill_chunk: int = DEFAULT_PREFILL_CHUNK  # longest prefill slice of one sequence in one step
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK  # longest prefill slice of one sequence in a step that also decodes
     context_length: int = 4096  # longest sequence (prompt + output)
     prefix_cache: bool = True  # reuse cached prompt prefixes when the runtime offers cache slots
 

@@ -13,8 +13,13 @@ from the root; an inner node's KV is reached through any leaf below it. Two ways
   physical once however many leaves and running sequences tag them. Charged cells = the sum of node
   lengths. A running sequence that borrowed a prefix *pins* the nodes it borrowed (they cannot be
   evicted while it runs: it still tags those cells, so evicting them would free nothing).
-* copies (ONNX): every leaf holds its own full copy and a borrowing sequence copies the prefix into its
-  slot. Charged cells = the sum of leaf depths; nothing is pinned.
+* copies (ONNX, llama.cpp's per-sequence streams): every leaf holds its own full copy and a borrowing
+  sequence copies the prefix into its slot. Charged cells = the sum of leaf depths; nothing is pinned.
+  Two moves copy nothing (``move_kv`` renames): a finished sequence's KV *becomes* its entry, and a
+  request that continues an entry (a chat's next turn: it matches all of the entry but at most
+  ``CONTINUE_MAX_DROPPED`` trailing tokens) *takes* it, when the rest of the tree does not need that
+  leaf to reach its own nodes. A turn of a conversation thus copies nothing; a new conversation on a
+  cached system prompt copies once.
 
 Eviction removes the least recently used unpinned leaf; its parent inherits the leaf's sequence id
 (trimmed) when it has no other child, so every leaf keeps its KV and every inner node stays reachable.
@@ -26,11 +31,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+# A chat's next turn re-renders the previous answer, whose last tokens may come out differently (a stop
+# string cut, whitespace the template strips, the end-of-turn marker); a request that leaves more of an
+# entry unmatched is another conversation on a shared prefix, whose entry must stay for its own next turn.
+CONTINUE_MAX_DROPPED = 16
+
 
 class PrefixStorage(Protocol):
     """The runtime operations the cache drives (a subset of :class:`runtimes.base.Runtime`)."""
 
     def share_kv(self, source: int, target: int, start: int, end: int) -> None: ...
+
+    def move_kv(self, source: int, target: int) -> None: ...
 
     def trim(self, slot: int, tokens: int) -> None: ...
 
@@ -68,6 +80,15 @@ NO_HIT = PrefixHit(0, None, False)
 
 
 @dataclass(frozen=True)
+class Lookup:
+    """What borrowing would do, for admission control (looking touches nothing)."""
+
+    lent: int  # positions the sequence would not compute
+    from_cache: bool  # the lent cells are the cache's own (shared, or an entry handed over), not new copies
+    pinned: int  # evictable cells borrowing would take out of eviction's reach
+
+
+@dataclass(frozen=True)
 class _Match:
     tokens: int
     node: _Node  # node where the match ends (the root when nothing matched)
@@ -88,17 +109,23 @@ class PrefixCache:
 
     # --- borrowing ---------------------------------------------------------------------------------
 
-    def preview(self, tokens: list[int], limit: int) -> tuple[int, int]:
-        """For admission control, touching nothing: (tokens the longest cached prefix of ``tokens[:limit]``
-        would lend, evictable cells that borrowing it would pin)."""
+    def preview(self, tokens: list[int], limit: int) -> Lookup:
+        """What :meth:`borrow` of the longest cached prefix of ``tokens[:limit]`` would lend and pin."""
         match = self._match(tokens[:limit])
-        return match.tokens, match.unpinned if self.shares_cells else 0
+        if self.shares_cells:
+            return Lookup(match.tokens, True, match.unpinned)
+        if self._continues(match):
+            # The entry's cells leave the cache: the lent ones serve the sequence, the rest are freed.
+            return Lookup(match.tokens, True, match.tokens)
+        return Lookup(match.tokens, False, 0)
 
     def borrow(self, tokens: list[int], limit: int, slot: int) -> PrefixHit:
         """Give the empty ``slot`` the KV of the longest cached prefix of ``tokens[:limit]``."""
         match = self._match(tokens[:limit])
         if match.tokens == 0:
             return NO_HIT
+        if not self.shares_cells and self._continues(match):
+            return self._take(match, slot)
         source = self._leaf_below(match.node)
         assert source.cache_id is not None
         self._storage.share_kv(source.cache_id, slot, 0, match.tokens)
@@ -107,6 +134,26 @@ class PrefixCache:
             self._pin(match.node, +1)
         self._recount()
         return PrefixHit(match.tokens, match.node, self.shares_cells)
+
+    def _continues(self, match: _Match) -> bool:
+        """The match ends inside a leaf, at most CONTINUE_MAX_DROPPED tokens before its end, and the leaf's
+        parent keeps a route to its cells without it (the root, or another child)."""
+        leaf, parent = match.node, match.node.parent
+        return (match.tokens > 0 and leaf.cache_id is not None and leaf.end - match.tokens <= CONTINUE_MAX_DROPPED
+                and parent is not None and (parent is self._root or len(parent.children) > 1))
+
+    def _take(self, match: _Match, slot: int) -> PrefixHit:
+        """Hand the leaf where ``match`` ends over to ``slot`` (renamed, not copied), cut to the match."""
+        leaf = match.node
+        assert leaf.cache_id is not None and leaf.parent is not None
+        self._storage.move_kv(leaf.cache_id, slot)
+        if match.tokens < leaf.end:
+            self._storage.trim(slot, match.tokens)
+        del leaf.parent.children[leaf.tokens[0]]
+        self._free_ids.append(leaf.cache_id)
+        self._touch(leaf.parent)
+        self._recount()
+        return PrefixHit(match.tokens, None, False)
 
     def give_back(self, hit: PrefixHit) -> None:
         """The borrowing sequence's slot is being released: unpin what it borrowed."""
@@ -142,14 +189,16 @@ class PrefixCache:
         """Give the new entry its KV. Shared cells: the matched part from the tree's own cells, only the
         rest from the slot, so tokens the slot computed again (another request cached them meanwhile)
         are not kept twice: they are freed with the slot. KV depends only on the tokens and positions,
-        so either copy of them serves. Copies: the slot's arrays whole (handed over, not copied)."""
+        so either copy of them serves. Copies: the slot's KV whole, renamed (the slot is released next)."""
         if self.shares_cells and match.tokens > 0:
             source = self._leaf_below(match.node).cache_id
             assert source is not None
             self._storage.share_kv(source, cache_id, 0, match.tokens)
             self._storage.share_kv(slot, cache_id, match.tokens, end)
-        else:
+        elif self.shares_cells:
             self._storage.share_kv(slot, cache_id, 0, end)
+        else:
+            self._storage.move_kv(slot, cache_id)
 
     # --- entries that outlive the process (prompt_state.py) ------------------------------------------------
 

@@ -3,7 +3,10 @@
 Each step, within ``step_token_budget`` tokens:
 
 1. every running sequence that is decoding contributes its one pending token (oldest first);
-2. then prefill chunks (at most ``prefill_chunk`` tokens each) of running sequences still prefilling;
+2. then prefill chunks of running sequences still prefilling: at most ``prefill_chunk`` tokens each in a
+   step that carries decode tokens (the cap bounds how long a prompt delays the running streams' next
+   token), the whole budget when nothing decodes (one prompt alone prefills in as few passes as
+   llama-server's n_batch would take: every pass re-reads the weights);
 3. then waiting sequences are admitted in arrival order while a slot is free and the KV cells left,
    after what admitted prompts still need, hold the newcomer's whole prompt (admission control).
 
@@ -90,18 +93,19 @@ class Scheduler:
             if seq.is_running and self._make_room(seq, 1, out):
                 out.chunks.append(self._take(seq, 1))
                 budget -= 1
+        cap = self.config.prefill_chunk if out.chunks else self.config.step_token_budget
         for seq in [s for s in self.running if s.num_pending > 1]:
             if budget == 0:
                 break
             if seq.is_running and self._make_room(seq, 1, out):
-                chunk = min(self.config.prefill_chunk, budget, seq.num_pending)
+                chunk = min(cap, budget, seq.num_pending)
                 self._evict_cached(chunk)
                 chunk = min(chunk, self._free)
                 out.chunks.append(self._take(seq, chunk))
                 budget -= chunk
         while budget > 0 and self.waiting and self._can_admit(self.waiting[0]):
             seq = self._admit(self.waiting.popleft())
-            chunk = min(self.config.prefill_chunk, budget, seq.num_pending)
+            chunk = min(cap, budget, seq.num_pending)
             self._evict_cached(chunk)
             out.chunks.append(self._take(seq, chunk))
             budget -= chunk
@@ -200,9 +204,9 @@ class Scheduler:
                        for s in self.running if s.slot is not None)
         needed, evictable = seq.num_pending, 0
         if self.cache is not None:
-            lent, pinned = self.cache.preview(seq.all_ids, seq.num_tokens - 1)
-            needed -= lent if self.cache.shares_cells else 0  # a copying runtime still spends the cells
-            evictable = self.cache.evictable - pinned
+            lookup = self.cache.preview(seq.all_ids, seq.num_tokens - 1)
+            needed -= lookup.lent if lookup.from_cache else 0  # a copy spends new cells
+            evictable = self.cache.evictable - lookup.pinned
         return self._free + evictable - promised >= needed
 
     def _admit(self, seq: Sequence) -> Sequence:
@@ -219,10 +223,10 @@ class Scheduler:
         counters = self.cache_counters
         counters.queries += 1
         counters.query_tokens += seq.num_tokens
-        if not self.cache.shares_cells:  # the copy lands in the slot: make room for it first
-            lent, _ = self.cache.preview(seq.all_ids, seq.num_tokens - 1)
-            self._evict_cached(lent)
-            if self._free < lent:
+        lookup = self.cache.preview(seq.all_ids, seq.num_tokens - 1)
+        if not lookup.from_cache:  # the copy lands in the slot: make room for it first
+            self._evict_cached(lookup.lent)
+            if self._free < lookup.lent:
                 return
         hit = self.cache.borrow(seq.all_ids, seq.num_tokens - 1, seq.slot)
         if seq.cached_prompt_tokens is None:

@@ -13,7 +13,12 @@ KV layout ``streams`` (``kv_unified = false``, llama-server's layout): every seq
 entry, owns a stream of ``n_ctx / n_seq_max`` cells, so a decode query scans only its own sequence's
 cells. llama.cpp copies between streams only whole (a partial range aborts the process in
 ``llama_kv_cache::seq_cp``), so ``share_kv`` copies the whole source stream and trims the copy: the
-engine then runs its copied mode (``shares_kv_cells`` False), as on ONNX.
+engine then runs its copied mode (``shares_kv_cells`` False), as on ONNX. A step is laid out over
+consecutive streams (runtimes/llama_cpp/stream_order.py), and a new sequence takes the lowest empty
+stream, so that llama.cpp decodes it in one pass.
+
+The engine's sequence ids are names for llama.cpp's (``_stream``): ``move_kv`` renames, so parking a
+finished sequence in the prefix cache, and continuing it later, moves no KV data in either layout.
 """
 
 from __future__ import annotations
@@ -30,13 +35,13 @@ from runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id
 from runtimes.llama_cpp.batch import NumpyBatch, split_by_outputs
 from runtimes.llama_cpp.kv_type import configure_kv_cache
 from runtimes.llama_cpp.model import ModelFacts
+from runtimes.llama_cpp.stream_order import PAD_TOKEN, lay_out
 from runtimes.llama_cpp.threads import ThreadGovernor
 from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 # llama_decode return codes (llama.h): 1 = no KV slot for the batch, 2 = aborted, -1 = invalid input.
 _DECODE_ERRORS = {1: "no free KV cells for the batch", 2: "decode aborted", -1: "invalid batch",
                   -2: "failed to allocate compute buffers", -3: "compute failed"}
-_THROWAWAY_TOKEN = 0  # any valid token id: decoded only to make llama.cpp move pending stream copies
 
 
 class LlamaCppRuntime(Runtime):
@@ -73,6 +78,9 @@ class LlamaCppRuntime(Runtime):
         self._governor = ThreadGovernor(self._set_threads, n_threads) if adaptive_threads else None
         self.decode_calls = 0
         self._pending_copies: set[int] = set()  # stream copy targets whose data llama.cpp moves at the next decode
+        self._stream_cells = n_ctx_seq
+        # Engine sequence id -> llama.cpp sequence id (= its stream when not unified); move_kv swaps entries.
+        self._stream = list(range(max_slots + cache_slots))
 
     def _create_context(self, n_ctx: int, max_slots: int, cache_slots: int, max_batch: int,
                         n_threads: int) -> llama_cpp.llama_context_p:
@@ -102,16 +110,16 @@ class LlamaCppRuntime(Runtime):
     def step(self, batch: list[StepInput]) -> np.ndarray:
         with self._lock:
             # Prompt logprobs (all_logits) may ask for more rows than n_outputs_max: decoded in pieces.
-            rows = [self._logit_rows(self._decode(part)) for part in split_by_outputs(batch, self._max_outputs)]
+            rows = [self._logit_rows(*self._decode(part)) for part in split_by_outputs(batch, self._max_outputs)]
         return rows[0] if len(rows) == 1 else np.concatenate(rows)
 
-    def _logit_rows(self, outputs: int) -> np.ndarray:
+    def _logit_rows(self, outputs: int, row_order: np.ndarray | None) -> np.ndarray:
         if outputs == 0:
             return np.zeros((0, self.info.vocab_size), dtype=np.float32)
-        # Rows come back in batch order of the tokens that asked for logits; copy out of llama.cpp's
-        # buffer, which the next decode overwrites.
-        pointer = llama_cpp.llama_get_logits(self._ctx)
-        return np.ctypeslib.as_array(pointer, shape=(outputs, self.info.vocab_size)).copy()
+        # Rows come back in decode order of the tokens that asked for logits; copy out of llama.cpp's
+        # buffer, which the next decode overwrites (fancy indexing copies too).
+        rows = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(outputs, self.info.vocab_size))
+        return rows.copy() if row_order is None else rows[row_order]
 
     def decode_only(self, batch: list[StepInput]) -> None:
         """One ``llama_decode`` over ``batch``, waited for, with no logits copied out: llama.cpp's raw batched
@@ -120,8 +128,9 @@ class LlamaCppRuntime(Runtime):
             self._decode(batch)
             llama_cpp.llama_synchronize(self._ctx)  # GPU backends return early; count the work, not the launch
 
-    def _decode(self, batch: list[StepInput]) -> int:
-        """Fill the batch and decode it (the lock held); returns how many logits rows llama.cpp produced."""
+    def _decode(self, batch: list[StepInput]) -> tuple[int, np.ndarray | None]:
+        """Fill the batch and decode it (the lock held); returns how many logits rows llama.cpp produced
+        and the order that puts them back in ``batch``'s (None: already in it)."""
         total = sum(len(item.tokens) for item in batch)
         if not 0 < total <= self.max_batch_tokens:
             raise BackendError(f"a step of {total} tokens does not fit llama.cpp's batch of {self.max_batch_tokens}",
@@ -129,15 +138,43 @@ class LlamaCppRuntime(Runtime):
         self._check_open()
         if self._governor is not None:
             self._governor.before_decode()
-        outputs = self._batch.fill(batch)
+        padding: list[tuple[int, int]] = []
+        row_order = None
+        if self.kv_layout == "streams":
+            self._place_new_sequences(batch)
+            laid = lay_out(batch, self._stream, self._held_stream, self._stream_cells, self.max_batch_tokens)
+            inputs, padding, row_order = laid.inputs, laid.padding, laid.row_order
+        else:  # one pool: any order decodes in one pass
+            inputs = [StepInput(self._stream[item.slot], item.tokens, item.start_pos, item.want_logits,
+                                item.all_logits) for item in batch]
+        outputs = self._batch.fill(inputs)
         code = llama_cpp.llama_decode(self._ctx, self._batch.struct)
         self.decode_calls += 1
         self._pending_copies.clear()  # llama.cpp moved them before computing the batch
+        for stream, position in padding:
+            llama_cpp.llama_memory_seq_rm(self._memory, stream, position, -1)
         if code != 0:
             raise BackendError(f"llama_decode failed with code {code} ({_DECODE_ERRORS.get(code, 'unknown')}) "
                                f"on a batch of {total} tokens over {len(batch)} sequences",
                                "the engine's KV accounting and the runtime disagree; please report this")
-        return outputs
+        return outputs, row_order
+
+    def _place_new_sequences(self, batch: list[StepInput]) -> None:
+        """A sequence starting at position 0 holds nothing yet: give it the lowest empty stream (swapping
+        names with the empty sequence id that had it), so running sequences stay on consecutive streams."""
+        in_batch = {self._stream[item.slot] for item in batch}
+        for item in batch:
+            if item.start_pos != 0:
+                continue
+            mine = self._stream[item.slot]
+            lowest = next(s for s in range(len(self._stream))
+                          if s == mine or (s not in in_batch and self._held_stream(s) == 0
+                                           and s not in self._pending_copies))
+            if lowest != mine:
+                other = self._stream.index(lowest)
+                self._stream[item.slot], self._stream[other] = lowest, mine
+                in_batch.discard(mine)
+                in_batch.add(lowest)
 
     @property
     def threads(self) -> int:
@@ -151,7 +188,17 @@ class LlamaCppRuntime(Runtime):
         check_sequence_id(self.info, slot)
         with self._lock:
             self._check_open()
-            llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
+            llama_cpp.llama_memory_seq_rm(self._memory, self._stream[slot], -1, -1)
+
+    def move_kv(self, source: int, target: int) -> None:
+        check_sequence_id(self.info, source)
+        check_sequence_id(self.info, target)
+        with self._lock:
+            self._check_open()
+            if source == target or self._held(target) != 0:
+                raise BackendError(f"move_kv({source} -> {target}): the target holds {self._held(target)} positions",
+                                   "an engine bug; please report")
+            self._stream[source], self._stream[target] = self._stream[target], self._stream[source]
 
     def share_kv(self, source: int, target: int, start: int, end: int) -> None:
         check_sequence_id(self.info, source)
@@ -164,7 +211,7 @@ class LlamaCppRuntime(Runtime):
                                    f"{held} positions and the target {into}", "an engine bug; please report")
             if self.info.shares_kv_cells:
                 # Same stream (kv_unified): adds the target's tag to the source's cells, copies no KV data.
-                llama_cpp.llama_memory_seq_cp(self._memory, source, target, start, end)
+                llama_cpp.llama_memory_seq_cp(self._memory, self._stream[source], self._stream[target], start, end)
             else:
                 self._copy_stream(source, target, end)
 
@@ -174,9 +221,10 @@ class LlamaCppRuntime(Runtime):
         target's stream, so copy it all and trim. The target's ``start`` positions it already held are the
         source's own (the engine extends a cache entry only with the sequence it came from), so replacing
         them changes nothing. The data moves at the next llama_decode, before that batch is computed."""
-        llama_cpp.llama_memory_seq_cp(self._memory, source, target, -1, -1)
-        self._pending_copies.add(target)
-        if not llama_cpp.llama_memory_seq_rm(self._memory, target, end, -1):
+        into = self._stream[target]
+        llama_cpp.llama_memory_seq_cp(self._memory, self._stream[source], into, -1, -1)
+        self._pending_copies.add(into)
+        if not llama_cpp.llama_memory_seq_rm(self._memory, into, end, -1):
             raise BackendError(f"llama.cpp refused to trim the copy of sequence {source} in {target} to {end} "
                                "positions", "an engine bug; please report")
 
@@ -187,7 +235,7 @@ class LlamaCppRuntime(Runtime):
             if not 0 < tokens <= self._held(slot):
                 raise BackendError(f"trim({slot}, {tokens}) of a sequence holding {self._held(slot)} tokens",
                                    "an engine bug; please report")
-            if not llama_cpp.llama_memory_seq_rm(self._memory, slot, tokens, -1):
+            if not llama_cpp.llama_memory_seq_rm(self._memory, self._stream[slot], tokens, -1):
                 raise BackendError(f"llama.cpp refused to trim sequence {slot} to {tokens} tokens",
                                    "an engine bug; please report")
 
@@ -200,9 +248,10 @@ class LlamaCppRuntime(Runtime):
             if self._held(seq_id) != len(tokens):
                 raise BackendError(f"sequence {seq_id} holds {self._held(seq_id)} positions, not the "
                                    f"{len(tokens)} tokens to save", "an engine bug; please report")
-            if seq_id in self._pending_copies:
+            if self._stream[seq_id] in self._pending_copies:
                 self._move_pending_copies(seq_id, len(tokens))
-            written = llama_cpp.llama_state_seq_save_file(self._ctx, str(path).encode(), seq_id, array, len(tokens))
+            written = llama_cpp.llama_state_seq_save_file(self._ctx, str(path).encode(), self._stream[seq_id], array,
+                                                          len(tokens))
         if written == 0:
             raise BackendError(f"llama.cpp could not save sequence {seq_id} to {path}",
                                "check that the directory is writable")
@@ -211,8 +260,8 @@ class LlamaCppRuntime(Runtime):
     def _move_pending_copies(self, seq_id: int, held: int) -> None:
         """A state save reads the stream as it is, and llama.cpp has no call that moves pending stream
         copies but llama_decode: decode one throwaway token after ``seq_id``'s positions, then drop it."""
-        self._decode([StepInput(seq_id, [_THROWAWAY_TOKEN], held, False)])
-        llama_cpp.llama_memory_seq_rm(self._memory, seq_id, held, -1)
+        self._decode([StepInput(seq_id, [PAD_TOKEN], held, False)])
+        llama_cpp.llama_memory_seq_rm(self._memory, self._stream[seq_id], held, -1)
 
     def load_sequence(self, seq_id: int, path: Path, max_tokens: int) -> list[int]:
         """Load a state saved by :meth:`save_sequence` into the empty sequence ``seq_id``; returns its tokens
@@ -224,10 +273,10 @@ class LlamaCppRuntime(Runtime):
             self._check_open()
             if self._held(seq_id) != 0:
                 raise BackendError(f"sequence {seq_id} is not empty", "an engine bug; please report")
-            read = llama_cpp.llama_state_seq_load_file(self._ctx, str(path).encode(), seq_id, tokens, max_tokens,
-                                                       ctypes.byref(count))
+            read = llama_cpp.llama_state_seq_load_file(self._ctx, str(path).encode(), self._stream[seq_id], tokens,
+                                                       max_tokens, ctypes.byref(count))
             if read == 0:
-                llama_cpp.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+                llama_cpp.llama_memory_seq_rm(self._memory, self._stream[seq_id], -1, -1)
                 return []
         return list(tokens[:count.value])
 
@@ -238,7 +287,10 @@ class LlamaCppRuntime(Runtime):
             return self._held(seq_id)
 
     def _held(self, seq_id: int) -> int:
-        return int(llama_cpp.llama_memory_seq_pos_max(self._memory, seq_id)) + 1
+        return self._held_stream(self._stream[seq_id])
+
+    def _held_stream(self, stream: int) -> int:
+        return int(llama_cpp.llama_memory_seq_pos_max(self._memory, stream)) + 1
 
     def kv_cells_used(self) -> int:
         """Cells the running slots hold (sum over slots of max position + 1; cached prefixes not included):

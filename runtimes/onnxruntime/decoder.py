@@ -46,6 +46,18 @@ class OnnxDecoderRuntime(Runtime):
         self._leave_group(slot)
         self._kv.pop(slot, None)
 
+    def move_kv(self, source: int, target: int) -> None:
+        check_sequence_id(self.info, source)
+        check_sequence_id(self.info, target)
+        if source == target or self.cached_tokens(target) != 0:
+            raise BackendError(f"move_kv({source} -> {target}): the target holds {self.cached_tokens(target)} positions",
+                               "an engine bug; please report")
+        self._leave_group(source)
+        self._leave_group(target)
+        kv = self._kv.pop(source, None)
+        if kv is not None:
+            self._kv[target] = kv
+
     def share_kv(self, source: int, target: int, start: int, end: int) -> None:
         check_sequence_id(self.info, source)
         check_sequence_id(self.info, target)

@@ -81,6 +81,56 @@ def test_conversations_sharing_a_system_prompt_share_its_cells() -> None:
     assert runtime.kv_cells_total == shared + sum(len(p) - shared + 7 for p in prompts)
 
 
+def test_a_conversation_continues_its_entry_without_copying_and_others_copy_once() -> None:
+    """Copying runtimes (ONNX, llama.cpp streams): parking a finished request and continuing it in the next
+    turn rename KV (move_kv); a new conversation on the same system prompt copies the shared part, and
+    leaves the first conversation's entry whole for that conversation's own next turn."""
+    engine, runtime = cached_engine(False)
+    system = runtime.tokenizer.encode("You are terse. " * 10)
+    # Each user message is longer than CONTINUE_MAX_DROPPED: a new conversation, not a continuation.
+    first = [system + list(f"user {i}: what is the weather like today?\n".encode()) for i in range(3)]
+
+    async def chat(e: Engine) -> tuple[list[list[int]], list[int], list[list[int]], list[int]]:
+        answers = [await ask(e, prompt) for prompt in first]
+        copied_after_turn1 = [runtime.copied_cells]
+        seconds = [prompt + answer + list(b"\nuser: more\n") for prompt, answer in zip(first, answers)]
+        for prompt in seconds:
+            await ask(e, prompt)
+            copied_after_turn1.append(runtime.copied_cells)
+        return answers, copied_after_turn1, seconds, []
+
+    answers, copied, seconds, _ = run_engine(engine, chat)
+    shared = len(system) + len(b"user ")
+    assert copied[0] == 2 * shared  # conversations 1 and 2 copied the system prompt out of conversation 0's entry
+    assert copied[1:] == [copied[0]] * 3  # every second turn took its own entry: nothing copied
+    stats = engine.stats()
+    assert stats.prefix_cache_hit_tokens_total == 2 * shared + sum(len(p) + len(a) - 1 for p, a in zip(first, answers))
+    assert runtime.moves == 6 + 3  # six parks, three continuations
+    check_physical_books(engine, runtime)
+    assert sorted(runtime.cached_sequences().values()) == sorted(
+        p + runtime.greedy_reference(p, 8)[:-1] for p in seconds)
+
+
+def test_the_last_route_to_a_shared_prefix_is_copied_not_taken() -> None:
+    """A leaf whose parent has no other child is the only way to the parent's KV: a continuation copies it."""
+    engine, runtime = cached_engine(False)
+    system = runtime.tokenizer.encode("S" * 60)
+    a, b = system + list(b"user a: what is the weather like?\n"), system + list(b"user b: and tomorrow?\n")
+
+    async def body(e: Engine) -> tuple[list[int], int]:
+        answer_a = await ask(e, a)
+        await ask(e, b)  # entry b beside entry a, below their shared system-prompt node
+        # Continue both at once: the first takes its entry, the second finds its parent with one child left.
+        results = await generate_all(e, {"ca": a + answer_a + list(b"more\n"), "cb": b + list(b"x")}, GREEDY)
+        return results["ca"].token_ids, runtime.copied_cells
+
+    run_result = run_engine(engine, body)
+    check_physical_books(engine, runtime)
+    _, copied = run_result
+    # b's first turn copied the shared part; "cb" copied all of b's prompt (its answer's first token differs).
+    assert copied == len(system) + len(b"user ") + len(b)
+
+
 def test_cache_off_computes_everything() -> None:
     engine, runtime = cached_engine(True, prefix_cache=False)
     prompt = runtime.tokenizer.encode("abc" * 20)

@@ -26,12 +26,14 @@ def run_step(s: Scheduler) -> list[tuple[str, int, int, bool]]:
 def test_prefill_is_chunked_and_decodes_go_first() -> None:
     s, _ = make()
     s.add(Sequence("a", list(range(20)), SamplingParams()))
-    assert run_step(s) == [("a", 8, 0, False)]
+    assert run_step(s) == [("a", 16, 0, False)]  # nothing decodes: a prompt alone takes the whole budget
     s.add(Sequence("b", list(range(5)), SamplingParams()))
-    assert run_step(s) == [("a", 8, 8, False), ("b", 5, 0, True)]
-    assert run_step(s) == [("b", 1, 5, True), ("a", 4, 16, True)]
-    assert run_step(s) == [("a", 1, 20, True), ("b", 1, 6, True)]
-    assert s.kv.used == (20 + 1) + (5 + 2)  # prompt cells plus one per decode fed
+    assert run_step(s) == [("a", 4, 16, True), ("b", 5, 0, True)]
+    s.add(Sequence("c", list(range(20)), SamplingParams()))
+    # Decodes go first, and a step that decodes caps each prompt's slice at prefill_chunk (8).
+    assert run_step(s) == [("a", 1, 20, True), ("b", 1, 5, True), ("c", 8, 0, False)]
+    assert run_step(s) == [("a", 1, 21, True), ("b", 1, 6, True), ("c", 8, 8, False)]
+    assert s.kv.used == (20 + 2) + (5 + 2) + 16  # prompt cells plus one per decode fed
 
 
 def test_admission_waits_for_kv_room_in_fifo_order() -> None:

@@ -1,0 +1,92 @@
+"""Per-sequence streams laid out for one pass (runtimes/llama_cpp/stream_order.py), and move_kv renaming.
+
+llama.cpp decodes a step over streams in one pass only when its sequence ids are consecutive and
+increasing; the runtime sorts the step, pads holes with throwaway tokens and puts the logits rows back
+in the engine's order. These tests check the layout itself and that, on a real GGUF, a shuffled step
+with holes gives every sequence the logits it gets decoded alone, leaving no padding behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runtimes.base import StepInput
+from runtimes.llama_cpp import LlamaCppRuntime, load_gguf
+from runtimes.llama_cpp.stream_order import PAD_TOKEN, lay_out
+from tests.runtimes.test_llama_cpp import LOGIT_TOLERANCE, THREADS
+from tests.runtimes.test_llama_cpp_prefix import prompt_ids
+
+
+@pytest.fixture(scope="module")
+def gguf_path(tiny_gguf_factory) -> Path:
+    return tiny_gguf_factory("llama-gqa", "F16")
+
+
+def test_layout_sorts_pads_holes_and_restores_the_row_order() -> None:
+    held = {0: 10, 1: 3, 2: 0, 3: 7, 4: 512, 5: 9}  # stream 4 is full: it cannot take a padding token
+    stream_of = [5, 0, 3, 1, 2, 4]  # engine id -> stream
+    batch = [StepInput(0, [11], 9, True),  # stream 5
+             StepInput(1, [12, 13], 10, False, all_logits=True),  # stream 0, two rows
+             StepInput(2, [14], 7, True)]  # stream 3
+    laid = lay_out(batch, stream_of, held.__getitem__, stream_cells=512, capacity=64)
+    assert [item.slot for item in laid.inputs] == [0, 1, 2, 3, 5]
+    assert laid.padding == [(1, 3), (2, 0)]
+    assert all(item.tokens == [PAD_TOKEN] and not item.want_logits for item in laid.inputs if item.slot in (1, 2))
+    # Decoded rows: stream 0's two, then stream 3's, then stream 5's; the engine's order is 5, 0, 0, 3.
+    assert laid.row_order.tolist() == [3, 0, 1, 2]
+
+
+def test_layout_pads_no_further_than_the_batch_buffer() -> None:
+    batch = [StepInput(0, [1], 4, True), StepInput(1, [1], 4, True)]
+    laid = lay_out(batch, [0, 9], lambda stream: 4, stream_cells=256, capacity=5)
+    assert [stream for stream, _ in laid.padding] == [1, 2, 3]  # 2 real tokens + 3 pads fill the buffer of 5
+
+
+def open_streams(path: Path, slots: int = 6, cache_slots: int = 2) -> LlamaCppRuntime:
+    return load_gguf(path, kv_capacity_tokens=(slots + cache_slots) * 256, max_slots=slots, max_batch_tokens=128,
+                     threads=THREADS, n_gpu_layers=0, cache_slots=cache_slots, context_length=256,
+                     kv_layout="streams")
+
+
+def test_a_shuffled_step_with_holes_gives_each_sequence_its_own_logits(gguf_path: Path) -> None:
+    runtime, alone = open_streams(gguf_path), open_streams(gguf_path)
+    try:
+        prompts = [prompt_ids(runtime, f"def f{i}(x):\n    return x * {i}\n") for i in range(6)]
+        for slot, prompt in enumerate(prompts):
+            runtime.step([StepInput(slot, prompt, 0, False)])
+        # Slots 1 and 4 sit this step out (holes); the rest come in shuffled order.
+        order = [5, 0, 3, 2]
+        rows = runtime.step([StepInput(slot, [7 + slot], len(prompts[slot]), True) for slot in order])
+        for row, slot in zip(rows, order):
+            want = alone.step([StepInput(0, prompts[slot] + [7 + slot], 0, True)])[0]
+            alone.release(0)
+            assert float(np.max(np.abs(row - want))) <= LOGIT_TOLERANCE, slot
+        # The holes' throwaway tokens are gone; the stepped sequences hold one more position.
+        assert [runtime.held_tokens(slot) for slot in range(6)] == [
+            len(p) + (slot in order) for slot, p in enumerate(prompts)]
+    finally:
+        runtime.close()
+        alone.close()
+
+
+@pytest.mark.parametrize("layout", ["unified", "streams"])
+def test_move_kv_renames_a_sequence_and_it_goes_on(gguf_path: Path, layout: str) -> None:
+    runtime = load_gguf(gguf_path, kv_capacity_tokens=4 * 256, max_slots=2, max_batch_tokens=128, threads=THREADS,
+                        n_gpu_layers=0, cache_slots=2, context_length=256, kv_layout=layout)
+    try:
+        prompt = prompt_ids(runtime, "class Queue:\n    def put(self, item):\n")
+        full = runtime.step([StepInput(0, prompt, 0, True)])[0]
+        runtime.step([StepInput(0, prompt[:0] + [int(np.argmax(full))], len(prompt), False)])
+        runtime.move_kv(0, 3)  # into a cache id, as parking does
+        assert (runtime.held_tokens(0), runtime.held_tokens(3)) == (0, len(prompt) + 1)
+        runtime.move_kv(3, 1)  # and back into another slot, as a continuation does
+        runtime.trim(1, len(prompt) - 1)
+        again = runtime.step([StepInput(1, prompt[-1:], len(prompt) - 1, True)])[0]
+        assert float(np.max(np.abs(again - full))) <= LOGIT_TOLERANCE
+        runtime.step([StepInput(0, prompt, 0, False)])  # the emptied name takes a new sequence
+        assert runtime.held_tokens(0) == len(prompt) and runtime.held_tokens(1) == len(prompt)
+    finally:
+        runtime.close()
