@@ -11,7 +11,7 @@ alternating for ``--rounds`` rounds so that load from other processes hits both 
 * 16 concurrent streamed completions x 128 tokens: aggregate decode tok/s;
 * 1 stream: decode tok/s;
 * multi-turn TTFT (chat, max_tokens 1): a cold ~1,000-token system prompt, the same conversation's
-  second turn, a new conversation with the same system prompt.
+  second turn, a new conversation with the same system prompt (median of ``--chats`` conversations).
 
 llama-server runs with ``-np 16`` and its defaults except ``-c``: its default context (the model's
 2,048) split over 16 slots leaves 256 cells a slot, too few for the multi-turn prompt, so each slot
@@ -134,24 +134,26 @@ def load_with_cpu(server: LaunchedServer, model: str, streams: int, requests: in
     return result
 
 
-def measure(server: LaunchedServer, model: str, tag: str, max_tokens: int) -> dict[str, Any]:
+def measure(server: LaunchedServer, model: str, tag: str, max_tokens: int, chats: int) -> dict[str, Any]:
     asyncio.run(run_load(server.base_url, model, 1, 1, 32, 4))  # warm-up: page faults, graph reservation
     many = load_with_cpu(server, model, SLOTS, SLOTS, max_tokens)
     one = load_with_cpu(server, model, 1, 1, max_tokens)  # one request: no keep-alive reuse to race with
+    # TTFTs are single requests of ~0.15 s: the median of several conversations, each on its own system prompt.
+    turns = [multi_turn(server.base_url, model, f"{tag}-{i}") for i in range(chats)]
     return {"decode_16": many.decode_tokens_per_s, "decode_1": one.decode_tokens_per_s,
             "cpu_ms_per_token_16": many.cpu_ms_per_token, "cpu_ms_per_token_1": one.cpu_ms_per_token,
-            **multi_turn(server.base_url, model, tag)}
+            **{key: statistics.median(turn[key] for turn in turns) for key in turns[0]}}
 
 
 def run_round(binary: Path, bundle: Path, gguf: Path, threads: int, round_no: int, args: argparse.Namespace,
               model: str) -> dict[str, dict[str, Any]]:
     out = {}
     with llama_server(binary, gguf, threads, args.work / "llama-server.log") as server:
-        out["llama-server"] = measure(server, model, f"llama-{round_no}", args.max_tokens)
+        out["llama-server"] = measure(server, model, f"llama-{round_no}", args.max_tokens, args.chats)
     serve_args = ["--no-verify", "--max-concurrency", str(SLOTS), "--memory", args.memory, *args.serve_arg]
     with launched_server(bundle, threads=threads, extra_args=serve_args,
                          log_path=args.work / "edgeopt-serve.log") as server:
-        out["edgeopt"] = measure(server, model, f"edgeopt-{round_no}", args.max_tokens)
+        out["edgeopt"] = measure(server, model, f"edgeopt-{round_no}", args.max_tokens, args.chats)
     return out
 
 
@@ -205,6 +207,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--chats", type=int, default=3, help="multi-turn conversations per server per round")
     parser.add_argument("--memory", default="2GiB", help="edgeopt serve --memory")
     parser.add_argument("--serve-arg", action="append", default=[], help="extra edgeopt serve argument")
     parser.add_argument("--llama-server", type=Path, help="a built llama-server (default: build it)")
