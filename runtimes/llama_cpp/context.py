@@ -167,9 +167,9 @@ class LlamaCppRuntime(Runtime):
             if item.start_pos != 0:
                 continue
             mine = self._stream[item.slot]
+            # (A pending copy's target is never empty: its cells are tagged when the copy is asked for.)
             lowest = next(s for s in range(len(self._stream))
-                          if s == mine or (s not in in_batch and self._held_stream(s) == 0
-                                           and s not in self._pending_copies))
+                          if s == mine or (s not in in_batch and self._held_stream(s) == 0))
             if lowest != mine:
                 other = self._stream.index(lowest)
                 self._stream[item.slot], self._stream[other] = lowest, mine
