@@ -1,14 +1,25 @@
-"""Per-sequence grammar state and the batch's token masks, computed beside the forward pass.
+"""Per-sequence grammar state and the batch's token masks: checked after sampling where that is exact,
+computed beside the forward pass where it is not.
 
-A :class:`TokenConstraint` follows one sequence: it says which tokens may come next (a mask) and is
-advanced with every token the sequence samples. Once the grammar can take no further token
-(``is_finished``), the engine ends the sequence with finish_reason "stop".
+A :class:`TokenConstraint` follows one sequence: it says which tokens may come next (a mask, or whether
+one token may: :meth:`TokenConstraint.allows`) and is advanced with every token the sequence samples.
+Once the grammar can take no further token (``is_finished``), the engine ends the sequence with
+finish_reason "stop".
 
-:class:`MaskComputer` fills the masks of every constrained sequence of a step in one llguidance call
-(``fill_next_token_bitmask_par``: the work is spread over llguidance's own threads and runs without the
-GIL) on a helper thread, started *before* the runtime's forward pass and collected after it. A mask
-depends only on the tokens already sampled, so it is ready when the logits are: the mask costs wall time
-only when it takes longer than the forward itself, and unconstrained sequences never wait for it.
+A full mask over a 151k vocabulary costs 0.1-0.7 ms of llguidance work per row; checking one token costs
+microseconds. So, as llama.cpp's ``common_sampler_sample`` does, rows whose draw stays exact that way
+(:func:`edgeopt.engine.sampler.mask_can_wait`: greedy, or plain temperature without logprobs) sample from
+their unmasked logits first; :meth:`MaskComputer.refused_picks` asks each grammar about its row's pick,
+and only the refused rows get their mask (:meth:`MaskComputer.redo_masks`, one call for all of them) and
+are drawn again under it. Greedy: the unmasked argmax, when allowed, is the masked argmax. Temperature:
+one unmasked draw kept when allowed, else a draw under the mask, gives each allowed token
+p(t) + (1 - p(A)) * p(t) / p(A) = p(t) / p(A), the masked distribution exactly.
+
+Rows that need the whole masked distribution (top-k / top-p / min-p truncate it, logprobs report it)
+keep eager masks: :class:`MaskComputer` fills them in one llguidance call (``fill_next_token_bitmask_par``:
+spread over llguidance's own threads, without the GIL) on a helper thread started *before* the runtime's
+forward pass and collected after it. A mask depends only on the tokens already sampled, so it is ready
+when the logits are; unconstrained sequences never wait for it.
 """
 
 from __future__ import annotations
@@ -38,6 +49,15 @@ class TokenConstraint:
     def is_finished(self) -> bool:
         """No token but end-of-generation can follow: the output is complete."""
         return self.matcher.is_stopped()
+
+    def allows(self, token: int) -> bool:
+        """Whether this step's mask would allow ``token``, without computing the mask (one parser check).
+        llguidance's ``validate_tokens`` refuses end-of-generation tokens, which the mask allows exactly
+        when the grammar is accepting, so those are answered from ``is_accepting`` (the two agree bit for
+        bit: tests/engine/test_lazy_masks.py)."""
+        if token in self.grammar.eos_token_ids:
+            return self.matcher.is_accepting()
+        return self.matcher.validate_tokens([token]) == 1
 
     def advance(self, token: int) -> None:
         """Record a sampled token; the mask made it legal, so a refusal is an engine bug."""
@@ -73,8 +93,10 @@ class MaskComputer:
         # Both made on the first constrained step: a server that never sees a grammar starts no thread.
         self._executor: llguidance.LLExecutor | None = None
         self._thread: ThreadPoolExecutor | None = None
-        self.steps = 0  # steps with at least one constrained row
-        self.compute_seconds = 0.0  # spent in compute(), on the helper thread
+        self.compute_seconds = 0.0  # spent in compute(): eager masks (helper thread) and redone ones
+        self.redo_seconds = 0.0  # of which redo_masks(), on the engine thread after the forward pass
+        self.checked_total = 0  # picks drawn without a mask and checked against their grammar
+        self.refused_total = 0  # of those, picks the grammar refused (drawn again under the mask)
 
     def start(self, constraints: list[TokenConstraint | None]) -> Future[StepMasks] | None:
         """Begin the masks for one step's sampled rows (None: unconstrained row). None when no row is
@@ -96,9 +118,28 @@ class MaskComputer:
         llnp.fill_next_token_bitmask_par(self._executor, rows, bitmask)
         # Unconstrained rows keep the allocation's all-ones bits: every token allowed.
         masks = StepMasks(bitmask, [_grammar_error(c) for c in constraints])
-        self.steps += 1
         self.compute_seconds += time.perf_counter() - start
         return masks
+
+    def refused_picks(self, constraints: list[TokenConstraint | None], picks: list[int | Exception]) -> list[int]:
+        """The rows whose pick, drawn without a mask, their grammar refuses (None: a row not checked this
+        way; an Exception pick: that row failed already). A grammar in its error state refuses every pick,
+        so its row reaches redo_masks, which reports the error."""
+        checked = [(i, c, pick) for i, (c, pick) in enumerate(zip(constraints, picks))
+                   if c is not None and isinstance(pick, int)]
+        refused = [i for i, constraint, pick in checked if not constraint.allows(pick)]
+        self.checked_total += len(checked)
+        self.refused_total += len(refused)
+        return refused
+
+    def redo_masks(self, constraints: list[TokenConstraint | None]) -> StepMasks:
+        """The masks of the rows whose pick was refused, now, on the engine thread: the forward pass is
+        over, so this work has both cores (llama.cpp's threads are idle) instead of competing with it."""
+        start = time.perf_counter()
+        try:
+            return self.compute(constraints)
+        finally:
+            self.redo_seconds += time.perf_counter() - start
 
     def close(self) -> None:
         if self._thread is not None:

@@ -37,6 +37,19 @@ def is_plain_greedy(params: SamplingParams) -> bool:
     return params.temperature == 0.0 and not needs_logit_processing(params)
 
 
+def mask_can_wait(params: SamplingParams) -> bool:
+    """Whether a constrained row may be drawn from its unmasked logits, keeping the pick when the grammar
+    allows it and drawing again under the mask when not (edgeopt.engine.constraint explains why that is
+    exact): greedy, or temperature over the whole vocabulary. Not with top-k / top-p / min-p, whose cut
+    depends on which tokens the mask leaves, nor with logprobs, which report the masked distribution.
+    (The draw's e^-30 negligible-logit cut is relative to the best candidate, so it may keep a few more
+    allowed tokens under the mask than without it: a difference below 1e-13 in probability.)"""
+    if params.logprobs is not None:
+        return False
+    truncates = 0 < params.top_k or params.top_p < 1.0 or params.min_p > 0.0
+    return params.temperature == 0.0 or not truncates
+
+
 def sample_next_tokens(logits: np.ndarray, seqs: list[Sequence], bitmask: np.ndarray | None = None) -> list[int]:
     """One token per row of ``logits`` (shape: len(seqs) x vocab). ``bitmask``, when given, holds each row's
     grammar mask packed as llguidance fills it (see edgeopt.engine.token_bitmask; all ones for unconstrained
