@@ -33,7 +33,7 @@ from edgeopt.engine.logprobs import extend_prompt_logprobs, log_softmax, token_l
 from edgeopt.engine.outputs import RequestTracker, describe_failure, engine_stopped_message
 from edgeopt.engine.prefix_cache import PrefixCache
 from edgeopt.engine.registry import RequestRegistry
-from edgeopt.engine.sampler import mask_can_wait, processed_logits, sample_next_tokens
+from edgeopt.engine.sampler import mask_can_wait, processed_logits, sample_masked_row, sample_next_tokens
 from edgeopt.engine.token_bitmask import allowed_tokens
 from edgeopt.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from edgeopt.engine.sequence import Sequence, SequenceState
@@ -239,17 +239,19 @@ class Engine:
         refused = self._masks.refused_picks(waited, tokens)
         if not refused:
             return
+        masks: StepMasks | Exception
         try:
             masks = self._masks.redo_masks([waited[i] for i in refused])
         except Exception as exc:
             log.exception("computing grammar masks failed")
-            for i in refused:
-                failures[i] = exc
-            return
-        redrawn = self._sample(logits[refused], [sampled[i] for i in refused], masks.bitmask)
+            masks = exc
         for row, i in enumerate(refused):
-            tokens[i] = redrawn[row]
-            failures[i] = redrawn[row] if isinstance(redrawn[row], Exception) else masks.errors[row]
+            failures[i] = masks if isinstance(masks, Exception) else masks.errors[row]
+            if isinstance(masks, StepMasks) and failures[i] is None:
+                try:
+                    tokens[i] = sample_masked_row(logits[i], sampled[i], masks.bitmask[row])
+                except Exception as exc:  # row by row: a failure stays with its request
+                    failures[i] = exc
 
     @staticmethod
     def _sampling_rows(chunks: list[ScheduledChunk], logits: np.ndarray) -> np.ndarray:
