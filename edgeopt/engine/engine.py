@@ -184,9 +184,9 @@ class Engine:
             return out
         batch = [StepInput(c.seq.slot, c.tokens, c.start_pos, c.want_logits, c.all_logits) for c in out.chunks]
         sampled = [c.seq for c in out.chunks if c.want_logits]
-        # Rows whose mask can wait (their pick is checked after sampling) start nothing here; the others'
-        # masks are computed on a helper thread while the runtime runs the forward pass.
-        pending_masks = self._masks.start([None if _mask_waits(s) else s.constraint for s in sampled])
+        # Rows whose pick is checked after sampling start nothing here; the other constrained rows' masks are
+        # computed on a helper thread while the runtime runs the forward pass (edgeopt.engine.constraint).
+        pending_masks = self._masks.start([s.constraint for s in sampled], [mask_can_wait(s.params) for s in sampled])
         try:
             logits = self.runtime.step(batch)
         except Exception as exc:
@@ -393,8 +393,8 @@ class Engine:
 
 
 def _mask_waits(seq: Sequence) -> bool:
-    """A constrained row drawn without its mask first (see edgeopt.engine.constraint)."""
-    return seq.constraint is not None and mask_can_wait(seq.params)
+    """A constrained row drawn without its mask this step (see edgeopt.engine.constraint)."""
+    return seq.constraint is not None and seq.constraint.checks_pick
 
 
 def _grammar_failure(masks: StepMasks | Exception | None, row: int, seq: Sequence) -> Exception | None:

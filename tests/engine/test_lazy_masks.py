@@ -13,7 +13,8 @@ import pytest
 
 import llguidance.numpy as llnp
 from edgeopt.engine import SamplingParams
-from edgeopt.engine.constraint import TokenConstraint
+from edgeopt.engine import constraint as constraint_module
+from edgeopt.engine.constraint import PROBE_EVERY, TokenConstraint
 from edgeopt.engine.grammar import GrammarCompiler, GrammarSpec
 from edgeopt.engine.sampler import mask_can_wait
 from edgeopt.engine.token_bitmask import allowed_tokens
@@ -76,10 +77,16 @@ def test_which_rows_wait_for_their_pick() -> None:
         assert not mask_can_wait(needs_the_mask)
 
 
-def test_greedy_outputs_are_the_same_with_waiting_and_eager_masks(compiler: GrammarCompiler) -> None:
+@pytest.mark.parametrize("adaptive", [False, True], ids=["every-pick-checked", "adaptive"])
+def test_greedy_outputs_are_the_same_with_waiting_and_eager_masks(compiler: GrammarCompiler, adaptive: bool,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The same 50 schemas twice: with logprobs (eager masks, computed beside the forward pass) and without
-    (picks checked after sampling). Half the requests carry a repetition penalty (the pick is made on
-    processed logits). A refused pick kept, or an allowed one redrawn, changes the text."""
+    (picks checked after sampling; every pick, or as TokenConstraint.plan_step decides: the fake model's
+    picks are mostly refused, so its sequences soon go eager and check every 8th pick). Half the requests
+    carry a repetition penalty (the pick is made on processed logits). A refused pick kept, or an allowed
+    one redrawn, changes the text."""
+    if not adaptive:
+        monkeypatch.setattr(constraint_module, "EAGER_ABOVE_REFUSED_SHARE", 1.0)
     schemas = random_schemas(50, seed=11, numbers=False)
 
     def params(i: int, logprobs: int | None) -> SamplingParams:
@@ -98,7 +105,11 @@ def test_greedy_outputs_are_the_same_with_waiting_and_eager_masks(compiler: Gram
     assert eager_stats.grammar_checked_total == 0  # every eager row had its mask before sampling
     # Both branches ran: picks kept as drawn, and refused picks drawn again under their mask.
     assert 0 < lazy_stats.grammar_refused_total < lazy_stats.grammar_checked_total
-    assert lazy_stats.grammar_checked_total == sum(out.completion_tokens for out in lazy.values())
+    tokens = sum(out.completion_tokens for out in lazy.values())
+    if adaptive:
+        assert lazy_stats.grammar_checked_total < tokens / 2
+    else:
+        assert lazy_stats.grammar_checked_total == tokens
     assert lazy_stats.grammar_redo_seconds_total > 0 and eager_stats.grammar_redo_seconds_total == 0
 
 
@@ -126,3 +137,19 @@ def test_temperature_draws_follow_the_masked_distribution(compiler: GrammarCompi
     assert stats.grammar_checked_total == draws
     refused_share = stats.grammar_refused_total / draws
     assert abs(refused_share - (1 - probs[allowed].sum())) < 0.05  # the unmasked draws did land outside
+
+
+def test_a_sequence_whose_picks_keep_being_refused_gets_its_masks_beside_the_forward(compiler: GrammarCompiler) -> None:
+    """Three refusals in a row switch a sequence to eager masks, with a checked pick every PROBE_EVERY-th
+    step; agreeing picks switch it back. Rows where a checked pick would not be exact never check."""
+    constraint = TokenConstraint(compiler.compile(GrammarSpec.json_object()))
+    assert not constraint.plan_step(exact_unmasked=False)
+    for _ in range(2):
+        assert constraint.plan_step(exact_unmasked=True)
+        constraint.record_check(False)
+    assert constraint.plan_step(exact_unmasked=True)  # two refusals in a row are not enough ...
+    constraint.record_check(False)  # ... the third is
+    eager_run = [constraint.plan_step(exact_unmasked=True) for _ in range(2 * PROBE_EVERY)]
+    assert eager_run == ([False] * (PROBE_EVERY - 1) + [True]) * 2  # probes: the pick is still refused ...
+    constraint.record_check(True)  # ... until picks agree with the grammar again
+    assert constraint.plan_step(exact_unmasked=True) and constraint.checks_pick
