@@ -5,9 +5,11 @@ the schema, back to back (which goes first alternates), so a slow moment of a bu
 halves of a round. The figure is
 the median over rounds of each round's constrained / free decode tokens/s (target >= 0.9), counted in
 tokens (``usage``), not text chunks. The server's grammar
-counters (/metrics) say where the constrained time goes: the masks are computed on a helper thread
-beside the forward pass, so only the *wait* after the forward (plus applying the mask in the sampler)
-slows decoding; the compute time per step shows how close the masks are to becoming the bottleneck.
+counters (/metrics) say where the constrained time goes. Greedy and plain-temperature rows are drawn
+without a mask and their pick checked: only refused picks get a mask, computed after the forward pass
+(the "redo" time, part of "applied"); how many picks were refused per step is what that costs. Rows that
+need a full mask (top-k/top-p/min-p, logprobs) get it on a helper thread beside the forward pass, so only
+the *wait* after the forward slows decoding; "masks" is all mask computing, both kinds.
 
 Choose a schema whose shortest valid output is longer than --max-tokens (e.g. an array with a large
 ``minItems``): a request that completes its schema early stops early and measures less decoding.
@@ -30,7 +32,8 @@ from edgeopt.errors import ConfigError
 
 ROUNDS = 5
 GRAMMAR_COUNTERS = ("edgeopt_grammar_steps", "edgeopt_grammar_mask_seconds", "edgeopt_grammar_wait_seconds",
-                    "edgeopt_grammar_apply_seconds")
+                    "edgeopt_grammar_apply_seconds", "edgeopt_grammar_redo_seconds", "edgeopt_grammar_checked",
+                    "edgeopt_grammar_refused")
 
 
 def read_schema(path: Path) -> dict[str, Any]:
@@ -68,13 +71,19 @@ def compare_with_schema(url: str, model: str, streams: int, requests: int, promp
     after = grammar_counters(url)
     steps = after["edgeopt_grammar_steps"] - before["edgeopt_grammar_steps"]
     per_step = {name: (after[name] - before[name]) / steps * 1e3 if steps else 0.0 for name in GRAMMAR_COUNTERS[1:]}
+    checked = after["edgeopt_grammar_checked"] - before["edgeopt_grammar_checked"]
+    refused = after["edgeopt_grammar_refused"] - before["edgeopt_grammar_refused"]
     paired = [bound / free for free, bound in zip(free_tps, schema_tps) if free > 0]
     return {"streams": streams, "rounds": ROUNDS, "free_decode_tokens_per_s": free_tps,
             "schema_decode_tokens_per_s": schema_tps, "round_ratios": [round(r, 3) for r in paired],
             "schema_over_free": round(statistics.median(paired), 3) if paired else None,
             "grammar_steps": int(steps), "mask_ms_per_step": round(per_step["edgeopt_grammar_mask_seconds"], 3),
             "wait_ms_per_step": round(per_step["edgeopt_grammar_wait_seconds"], 3),
-            "apply_ms_per_step": round(per_step["edgeopt_grammar_apply_seconds"], 3)}
+            "apply_ms_per_step": round(per_step["edgeopt_grammar_apply_seconds"], 3),
+            "redo_ms_per_step": round(per_step["edgeopt_grammar_redo_seconds"], 3),
+            "checked_per_step": round(checked / steps, 2) if steps else 0.0,
+            "refused_per_step": round(refused / steps, 2) if steps else 0.0,
+            "refused_share": round(refused / checked, 3) if checked else None}
 
 
 def grammar_counters(url: str) -> dict[str, float]:

@@ -119,7 +119,8 @@ def schema_comparison(cfg: ServeBenchConfig, model: str, streams: int, report: C
     report(f"  decode tok/s with schema / without: {result['schema_over_free']} (median of {result['round_ratios']}); "
            f"per constrained step: masks {result['mask_ms_per_step']} ms beside the forward pass, "
            f"{result['wait_ms_per_step']} ms waited for, {result['apply_ms_per_step']} ms applying them and "
-           "advancing the grammars")
+           f"advancing the grammars (of which {result['redo_ms_per_step']} ms masks for the "
+           f"{result['refused_per_step']} of {result['checked_per_step']} picks refused)")
     return result
 
 

@@ -114,7 +114,9 @@ def print_table(result: dict) -> None:
         typer.echo(f"decode tok/s, with --json-schema / without:   {schema['schema_over_free']}  (median of "
                    f"{schema['rounds']} paired rounds at {schema['streams']} streams; per step: masks "
                    f"{schema['mask_ms_per_step']} ms beside the forward, {schema['wait_ms_per_step']} ms waited, "
-                   f"{schema['apply_ms_per_step']} ms applied)")
+                   f"{schema['apply_ms_per_step']} ms applied incl. {schema['redo_ms_per_step']} ms masks of refused "
+                   f"picks; picks refused: {schema['refused_per_step']} of {schema['checked_per_step']} checked "
+                   f"per step, share {schema['refused_share']})")
     rss, limit = result["server_rss_bytes"], result["rss_limit_bytes"]
     typer.echo(f"server RSS: {rss / 2**20:.0f} MiB; bundle + KV + 120 MB = {limit / 2**20:.0f} MiB "
                f"({'within' if rss <= limit else 'OVER'} budget)")

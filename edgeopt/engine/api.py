@@ -112,6 +112,11 @@ class EngineStats:
     grammar_mask_seconds_total: float = 0.0
     grammar_wait_seconds_total: float = 0.0
     grammar_apply_seconds_total: float = 0.0  # masking the logits and advancing the grammars (engine thread)
+    # Rows whose mask waits for their pick (edgeopt.engine.constraint): picks checked, picks refused (those
+    # rows' masks were computed after the forward pass: seconds, included in mask and apply seconds).
+    grammar_checked_total: int = 0
+    grammar_refused_total: int = 0
+    grammar_redo_seconds_total: float = 0.0
 
     @property
     def kv_usage_ratio(self) -> float:

@@ -33,7 +33,7 @@ from edgeopt.engine.logprobs import extend_prompt_logprobs, log_softmax, token_l
 from edgeopt.engine.outputs import RequestTracker, describe_failure, engine_stopped_message
 from edgeopt.engine.prefix_cache import PrefixCache
 from edgeopt.engine.registry import RequestRegistry
-from edgeopt.engine.sampler import processed_logits, sample_next_tokens
+from edgeopt.engine.sampler import mask_can_wait, processed_logits, sample_masked_row, sample_next_tokens
 from edgeopt.engine.token_bitmask import allowed_tokens
 from edgeopt.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from edgeopt.engine.sequence import Sequence, SequenceState
@@ -57,6 +57,7 @@ class Engine:
         self._scheduler = self._new_scheduler()
         self._requests = RequestRegistry(runtime.tokenizer, runtime.info.eos_token_ids)
         self._masks = MaskComputer(runtime.info.vocab_size)
+        self._grammar_steps = 0  # steps with at least one constrained row
         self._mask_wait_s = 0.0  # engine-thread time blocked on masks after the forward pass
         self._mask_apply_s = 0.0  # engine-thread time sampling and appending in steps that had masks
         # ("add", tracker) | ("abort", request_id) | ("call", (work, future of its result))
@@ -140,8 +141,10 @@ class Engine:
             prefix_cache_queries_total=cache.queries, prefix_cache_hits_total=cache.hits,
             prefix_cache_query_tokens_total=cache.query_tokens, prefix_cache_hit_tokens_total=cache.hit_tokens,
             prefix_cache_evicted_tokens_total=sched.cache.evicted_total if sched.cache is not None else 0,
-            grammar_steps_total=self._masks.steps, grammar_mask_seconds_total=self._masks.compute_seconds,
+            grammar_steps_total=self._grammar_steps, grammar_mask_seconds_total=self._masks.compute_seconds,
             grammar_wait_seconds_total=self._mask_wait_s, grammar_apply_seconds_total=self._mask_apply_s,
+            grammar_checked_total=self._masks.checked_total, grammar_refused_total=self._masks.refused_total,
+            grammar_redo_seconds_total=self._masks.redo_seconds,
         )
 
     def active_requests(self) -> list[ActiveRequest]:
@@ -181,8 +184,9 @@ class Engine:
             return out
         batch = [StepInput(c.seq.slot, c.tokens, c.start_pos, c.want_logits, c.all_logits) for c in out.chunks]
         sampled = [c.seq for c in out.chunks if c.want_logits]
-        # Grammar masks are computed on a helper thread while the runtime runs the forward pass.
-        pending_masks = self._masks.start([s.constraint for s in sampled])
+        # Rows whose pick is checked after sampling start nothing here; the other constrained rows' masks are
+        # computed on a helper thread while the runtime runs the forward pass (edgeopt.engine.constraint).
+        pending_masks = self._masks.start([s.constraint for s in sampled], [mask_can_wait(s.params) for s in sampled])
         try:
             logits = self.runtime.step(batch)
         except Exception as exc:
@@ -201,7 +205,9 @@ class Engine:
                                          if len(c.tokens) > 1 or c.start_pos < len(c.seq.prompt_ids))
         started = time.perf_counter()
         self._sample_and_append(sampled, logits, masks)
-        if masks is not None:  # with grammars: sampling under masks + advancing them (both include plain work)
+        if any(s.constraint is not None for s in sampled):
+            # Sampling, checking picks, redone masks and advancing the grammars (all including plain work).
+            self._grammar_steps += 1
             self._mask_apply_s += time.perf_counter() - started
         self._requests.flush()
         return out
@@ -210,10 +216,13 @@ class Engine:
                            masks: StepMasks | Exception | None) -> None:
         """One token per sampling sequence (under its grammar mask), appended and streamed."""
         bitmask = masks.bitmask if isinstance(masks, StepMasks) else None
-        for i, (seq, token) in enumerate(zip(sampled, self._sample(logits, sampled, bitmask))):
-            failure = token if isinstance(token, Exception) else _grammar_failure(masks, i, seq)
-            if failure is not None:
-                self._fail(seq, failure)
+        tokens = self._sample(logits, sampled, bitmask)
+        failures = [token if isinstance(token, Exception) else _grammar_failure(masks, i, seq)
+                    for i, (seq, token) in enumerate(zip(sampled, tokens))]
+        self._redraw_refused(logits, sampled, tokens, failures)
+        for i, (seq, token, failure) in enumerate(zip(sampled, tokens, failures)):
+            if failure is not None or isinstance(token, Exception):  # a failed draw is among the failures
+                self._fail(seq, failure or token)  # type: ignore[arg-type]
                 continue
             try:
                 row_mask = bitmask[i] if bitmask is not None and seq.constraint is not None else None
@@ -221,6 +230,28 @@ class Engine:
             except Exception as exc:  # detokenizer / stop-string matcher / grammar: only this request fails
                 log.exception("finishing token %d of request %s failed", token, seq.request_id)
                 self._fail(seq, exc)
+
+    def _redraw_refused(self, logits: np.ndarray, sampled: list[Sequence], tokens: list[int | Exception],
+                        failures: list[Exception | None]) -> None:
+        """Rows whose mask waited were drawn unmasked: each grammar checks its row's pick, and the rows it
+        refuses get their masks (one call for all) and are drawn again under them, in place."""
+        waited = [s.constraint if _mask_waits(s) else None for s in sampled]
+        refused = self._masks.refused_picks(waited, tokens)
+        if not refused:
+            return
+        masks: StepMasks | Exception
+        try:
+            masks = self._masks.redo_masks([waited[i] for i in refused])
+        except Exception as exc:
+            log.exception("computing grammar masks failed")
+            masks = exc
+        for row, i in enumerate(refused):
+            failures[i] = masks if isinstance(masks, Exception) else masks.errors[row]
+            if isinstance(masks, StepMasks) and failures[i] is None:
+                try:
+                    tokens[i] = sample_masked_row(logits[i], sampled[i], masks.bitmask[row])
+                except Exception as exc:  # row by row: a failure stays with its request
+                    failures[i] = exc
 
     @staticmethod
     def _sampling_rows(chunks: list[ScheduledChunk], logits: np.ndarray) -> np.ndarray:
@@ -361,9 +392,14 @@ class Engine:
         return len(self._scheduler.waiting) + sum(1 for kind, _ in list(self._inbox) if kind == "add")
 
 
+def _mask_waits(seq: Sequence) -> bool:
+    """A constrained row drawn without its mask this step (see edgeopt.engine.constraint)."""
+    return seq.constraint is not None and seq.constraint.checks_pick
+
+
 def _grammar_failure(masks: StepMasks | Exception | None, row: int, seq: Sequence) -> Exception | None:
-    """Why ``seq`` (row ``row``) cannot take this step's token: its grammar failed, or the whole mask
-    computation did (which only concerns constrained sequences)."""
+    """Why ``seq`` (row ``row``) cannot take this step's token: its grammar failed, or the whole eager mask
+    computation did (which only concerns the rows whose masks it computed)."""
     if isinstance(masks, StepMasks):
         return masks.errors[row]
-    return masks if masks is not None and seq.constraint is not None else None
+    return masks if masks is not None and seq.constraint is not None and not _mask_waits(seq) else None

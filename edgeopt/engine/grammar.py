@@ -86,9 +86,11 @@ class Grammar:
     """A spec compiled for one vocabulary. Immutable once built; :meth:`new_matcher` gives each sequence
     its own parser state (a cheap copy of the compiled one)."""
 
-    def __init__(self, spec: GrammarSpec, matcher: llguidance.LLMatcher, vocab_size: int) -> None:
+    def __init__(self, spec: GrammarSpec, matcher: llguidance.LLMatcher, vocab_size: int,
+                 eos_token_ids: frozenset[int]) -> None:
         self.spec = spec
         self.vocab_size = vocab_size
+        self.eos_token_ids = eos_token_ids  # as llguidance sees them: the mask allows them once the grammar accepts
         self._pristine = matcher  # never advanced: only copied
 
     def new_matcher(self) -> llguidance.LLMatcher:
@@ -146,7 +148,7 @@ class GrammarCompiler:
         if matcher.is_error():
             raise UnsupportedGrammarError(f"the {_describe(spec)} cannot be enforced: {matcher.get_error()}",
                                           _HINTS[spec.kind], param=spec.param)
-        return Grammar(spec, matcher, self._info.vocab_size)
+        return Grammar(spec, matcher, self._info.vocab_size, frozenset(tokenizer.eos_tokens))
 
 
 _HINTS: dict[GrammarKind, str] = {

@@ -37,6 +37,20 @@ def is_plain_greedy(params: SamplingParams) -> bool:
     return params.temperature == 0.0 and not needs_logit_processing(params)
 
 
+def mask_can_wait(params: SamplingParams) -> bool:
+    """Whether a constrained row may be drawn from its unmasked logits, keeping the pick when the grammar
+    allows it and drawing again under the mask when not (edgeopt.engine.constraint explains why that is
+    exact): greedy, or temperature over the whole vocabulary. Not with top-k / top-p / min-p, whose cut
+    depends on which tokens the mask leaves, nor with logprobs, which report the masked distribution.
+    (The draw's negligible-logit cut is relative to the best candidate, so the masked draw may keep allowed
+    tokens the unmasked one dropped, each below e^-30 of the unmasked best: the two distributions differ by
+    under 1e-13 per token, as the cut itself already differs from the untruncated softmax.)"""
+    if params.logprobs is not None:
+        return False
+    truncates = 0 < params.top_k or params.top_p < 1.0 or params.min_p > 0.0
+    return params.temperature == 0.0 or not truncates
+
+
 def sample_next_tokens(logits: np.ndarray, seqs: list[Sequence], bitmask: np.ndarray | None = None) -> list[int]:
     """One token per row of ``logits`` (shape: len(seqs) x vocab). ``bitmask``, when given, holds each row's
     grammar mask packed as llguidance fills it (see edgeopt.engine.token_bitmask; all ones for unconstrained
@@ -56,6 +70,15 @@ def sample_next_tokens(logits: np.ndarray, seqs: list[Sequence], bitmask: np.nda
         return tokens.tolist()
     return [sample_row(logits[i], seq, None if bitmask is None or seq.constraint is None
                        else allowed_tokens(bitmask[i], vocab)) for i, seq in enumerate(seqs)]
+
+
+def sample_masked_row(row: np.ndarray, seq: Sequence, packed_mask: np.ndarray) -> int:
+    """Draw ``row`` again under its packed grammar mask, for a row whose unmasked pick the grammar refused:
+    a view of the batch's row goes in (no copy of the batch), and a greedy row skips the argmax it already
+    knows is forbidden."""
+    if is_plain_greedy(seq.params):
+        return masked_greedy(row, packed_mask)
+    return sample_row(row, seq, allowed_tokens(packed_mask, row.shape[0]))
 
 
 def processed_logits(row: np.ndarray, seq: Sequence, allowed: np.ndarray | None = None) -> np.ndarray:

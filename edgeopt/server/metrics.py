@@ -81,6 +81,12 @@ def _grammar_counters(stats: EngineStats | None) -> Iterator[Metric]:
          stats.grammar_wait_seconds_total if stats else 0.0),
         ("edgeopt_grammar_apply_seconds", "Seconds sampling, appending and advancing in steps with grammar masks.",
          stats.grammar_apply_seconds_total if stats else 0.0),
+        ("edgeopt_grammar_checked", "Constrained picks drawn without a mask, then checked against the grammar.",
+         stats.grammar_checked_total if stats else 0),
+        ("edgeopt_grammar_refused", "Of the checked picks, those the grammar refused (drawn again under the mask).",
+         stats.grammar_refused_total if stats else 0),
+        ("edgeopt_grammar_redo_seconds", "Seconds computing the masks of refused picks (after the forward pass).",
+         stats.grammar_redo_seconds_total if stats else 0.0),
     ]:
         family = CounterMetricFamily(name, doc)
         family.add_metric([], float(value))

@@ -22,6 +22,9 @@ def test_comparison_reports_paired_ratios_and_grammar_costs(serve_fake):  # noqa
     assert len(result["round_ratios"]) == result["rounds"] and result["schema_over_free"] > 0
     assert result["grammar_steps"] >= result["rounds"] * 11  # every constrained decode step computed masks
     assert result["mask_ms_per_step"] > 0 and result["wait_ms_per_step"] >= 0 and result["apply_ms_per_step"] > 0
+    # The load is greedy: every constrained pick is checked after sampling, the refused ones get masks.
+    assert 0 < result["refused_per_step"] <= result["checked_per_step"] <= 2
+    assert 0 < result["redo_ms_per_step"] <= result["apply_ms_per_step"] and 0 < result["refused_share"] <= 1
 
 
 def test_a_schema_the_server_refuses_stops_the_comparison(serve_fake):  # noqa: F811

@@ -137,8 +137,9 @@ def test_a_failing_mask_computation_fails_only_the_constrained_requests(compiler
 
 def test_masks_are_computed_while_the_runtime_runs_its_forward_pass(compiler: GrammarCompiler,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each step's masks are computed beside that step's forward pass: a mask taking 30 ms finishes while
-    the (60 ms) forward it belongs to is under way, and the engine then barely waits for it."""
+    """A row that needs its whole mask (logprobs report the masked distribution) has each step's mask
+    computed beside that step's forward pass: a mask taking 30 ms finishes while the (60 ms) forward it
+    belongs to is under way, and the engine then barely waits for it."""
     from edgeopt.engine.constraint import MaskComputer
 
     runtime = FakeRuntime(step_delay_s=0.06)
@@ -160,7 +161,7 @@ def test_masks_are_computed_while_the_runtime_runs_its_forward_pass(compiler: Gr
     digits = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "minItems": 50}
     grammar = compiler.compile(GrammarSpec.json_schema(digits))  # longer than max_tokens: 8 steps
     engine, _ = make_engine(runtime)
-    generate(engine, {"json": (PROMPT, SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True,
+    generate(engine, {"json": (PROMPT, SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, logprobs=0,
                                                       grammar=grammar))})
     assert forwards_started == list(range(1, 9))  # mask k ended during forward k, not before it began
     stats = engine.stats()
