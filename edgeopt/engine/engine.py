@@ -29,13 +29,13 @@ import numpy as np
 from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, SamplingParams, TokenLogprob
 from edgeopt.engine.constraint import MaskComputer, StepMasks
 from edgeopt.engine.engine_config import check_config
-from edgeopt.engine.logprobs import extend_prompt_logprobs, log_softmax, token_logprob
+from edgeopt.engine.logprobs import log_softmax, sampling_rows, token_logprob
 from edgeopt.engine.outputs import RequestTracker, describe_failure, engine_stopped_message
 from edgeopt.engine.prefix_cache import PrefixCache
 from edgeopt.engine.registry import RequestRegistry
 from edgeopt.engine.sampler import mask_can_wait, processed_logits, sample_masked_row, sample_next_tokens
 from edgeopt.engine.token_bitmask import allowed_tokens
-from edgeopt.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
+from edgeopt.engine.scheduler import Scheduler, SchedulerOutput
 from edgeopt.engine.sequence import Sequence, SequenceState
 from edgeopt.engine.stream import RequestStream
 from edgeopt.engine.validation import check_runtime_supports, validate_request
@@ -198,7 +198,7 @@ class Engine:
         finally:
             masks = self._collect_masks(pending_masks)
         self._steps_total += 1
-        logits = self._sampling_rows(out.chunks, logits)
+        logits = sampling_rows(out.chunks, logits)
         self._scheduler.mark_computed(out.chunks)
         # Prefill work: prompt chunks and recomputation after preemption (anything but a 1-token decode).
         self.prefill_tokens_total += sum(len(c.tokens) for c in out.chunks
@@ -252,25 +252,6 @@ class Engine:
                     tokens[i] = sample_masked_row(logits[i], sampled[i], masks.bitmask[row])
                 except Exception as exc:  # row by row: a failure stays with its request
                     failures[i] = exc
-
-    @staticmethod
-    def _sampling_rows(chunks: list[ScheduledChunk], logits: np.ndarray) -> np.ndarray:
-        """One row per chunk that samples. Chunks with all_logits brought a row per token: those feed
-        their sequence's prompt logprobs, and their last row (if it samples) is the one kept."""
-        if not any(c.all_logits for c in chunks):
-            return logits
-        keep: list[int] = []
-        at = 0
-        for chunk in chunks:
-            rows = len(chunk.tokens) if chunk.all_logits else int(chunk.want_logits)
-            seq = chunk.seq
-            if chunk.all_logits and seq.prompt_logprobs is not None and seq.params.prompt_logprobs is not None:
-                extend_prompt_logprobs(seq.prompt_logprobs, seq.prompt_ids, chunk.start_pos, logits[at:at + rows],
-                                       seq.params.prompt_logprobs)
-            if chunk.want_logits:
-                keep.append(at + rows - 1)
-            at += rows
-        return logits[keep]
 
     def _collect_masks(self, pending: Future[StepMasks] | None) -> StepMasks | Exception | None:
         """The step's masks (None: no row is constrained), or what computing them raised: then the

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeopt.engine.api import TokenLogprob
+from edgeopt.engine.scheduler import ScheduledChunk
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit for top_logprobs (chat) and logprobs (completions: 5, we allow 20)
 
@@ -56,3 +57,22 @@ def extend_prompt_logprobs(entries: list[TokenLogprob | None], prompt_ids: list[
         target = start_pos + j + 1
         if target == len(entries) and target < len(prompt_ids):
             entries.append(token_logprob(log_softmax(row), prompt_ids[target], top))
+
+
+def sampling_rows(chunks: list[ScheduledChunk], logits: np.ndarray) -> np.ndarray:
+    """One row per chunk that samples. Chunks with all_logits brought a row per token: those feed
+    their sequence's prompt logprobs, and their last row (if it samples) is the one kept."""
+    if not any(c.all_logits for c in chunks):
+        return logits
+    keep: list[int] = []
+    at = 0
+    for chunk in chunks:
+        rows = len(chunk.tokens) if chunk.all_logits else int(chunk.want_logits)
+        seq = chunk.seq
+        if chunk.all_logits and seq.prompt_logprobs is not None and seq.params.prompt_logprobs is not None:
+            extend_prompt_logprobs(seq.prompt_logprobs, seq.prompt_ids, chunk.start_pos, logits[at:at + rows],
+                                   seq.params.prompt_logprobs)
+        if chunk.want_logits:
+            keep.append(at + rows - 1)
+        at += rows
+    return logits[keep]
