@@ -190,15 +190,15 @@ class PrefixCache:
         rest from the slot, so tokens the slot computed again (another request cached them meanwhile)
         are not kept twice: they are freed with the slot. KV depends only on the tokens and positions,
         so either copy of them serves. Copies: the slot's KV whole, renamed (the slot is released next)."""
-        if self.shares_cells and match.tokens > 0:
+        if not self.shares_cells:
+            self._storage.move_kv(slot, cache_id)
+        elif match.tokens > 0:
             source = self._leaf_below(match.node).cache_id
             assert source is not None
             self._storage.share_kv(source, cache_id, 0, match.tokens)
             self._storage.share_kv(slot, cache_id, match.tokens, end)
-        elif self.shares_cells:
-            self._storage.share_kv(slot, cache_id, 0, end)
         else:
-            self._storage.move_kv(slot, cache_id)
+            self._storage.share_kv(slot, cache_id, 0, end)
 
     # --- entries that outlive the process (prompt_state.py) ------------------------------------------------
 

@@ -35,7 +35,7 @@ from runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id
 from runtimes.llama_cpp.batch import NumpyBatch, split_by_outputs
 from runtimes.llama_cpp.kv_type import configure_kv_cache
 from runtimes.llama_cpp.model import ModelFacts
-from runtimes.llama_cpp.stream_order import PAD_TOKEN, lay_out
+from runtimes.llama_cpp.stream_order import PAD_TOKEN, lay_out, renamed
 from runtimes.llama_cpp.threads import ThreadGovernor
 from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
@@ -145,8 +145,7 @@ class LlamaCppRuntime(Runtime):
             laid = lay_out(batch, self._stream, self._held_stream, self._stream_cells, self.max_batch_tokens)
             inputs, padding, row_order = laid.inputs, laid.padding, laid.row_order
         else:  # one pool: any order decodes in one pass
-            inputs = [StepInput(self._stream[item.slot], item.tokens, item.start_pos, item.want_logits,
-                                item.all_logits) for item in batch]
+            inputs = renamed(batch, self._stream)
         outputs = self._batch.fill(inputs)
         code = llama_cpp.llama_decode(self._ctx, self._batch.struct)
         self.decode_calls += 1

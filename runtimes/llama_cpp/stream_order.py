@@ -20,7 +20,7 @@ micro-batch the same number of tokens (llama-server decodes the same way).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,8 +40,7 @@ def lay_out(batch: list[StepInput], stream_of: list[int], held: Callable[[int], 
             capacity: int) -> StreamStep:
     """``batch`` (engine sequence ids) as one pass over consecutive streams, as far as room allows.
     ``held(stream)``: positions the stream holds; ``capacity``: most tokens one decode may carry."""
-    translated = [StepInput(stream_of[item.slot], item.tokens, item.start_pos, item.want_logits, item.all_logits)
-                  for item in batch]
+    translated = renamed(batch, stream_of)
     order = sorted(range(len(batch)), key=lambda i: translated[i].slot)
     used = {item.slot for item in translated}
     room = capacity - sum(len(item.tokens) for item in translated)
@@ -57,6 +56,11 @@ def lay_out(batch: list[StepInput], stream_of: list[int], held: Callable[[int], 
     pads = [StepInput(stream, [PAD_TOKEN], position, False) for stream, position in padding]
     inputs = sorted([translated[i] for i in order] + pads, key=lambda item: item.slot)
     return StreamStep(inputs, padding, _row_order(batch, order))
+
+
+def renamed(batch: list[StepInput], stream_of: list[int]) -> list[StepInput]:
+    """``batch`` with each engine sequence id replaced by llama.cpp's (``stream_of[id]``)."""
+    return [replace(item, slot=stream_of[item.slot]) for item in batch]
 
 
 def _row_order(batch: list[StepInput], order: list[int]) -> np.ndarray:
