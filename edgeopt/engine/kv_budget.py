@@ -37,6 +37,12 @@ class KvBudget:
         self.used -= tokens
         return tokens
 
+    def hand_over(self, slot: int, tokens: int) -> None:
+        """``tokens`` of the cells the slot holds are now the prefix cache's (shared with the slot)."""
+        assert 0 <= tokens <= self._held.get(slot, 0), (slot, tokens, self._held.get(slot, 0))
+        self._held[slot] = self._held.get(slot, 0) - tokens
+        self.used -= tokens
+
     def held(self, slot: int) -> int:
         return self._held.get(slot, 0)
 

@@ -172,8 +172,44 @@ class PrefixCache:
         if not self._free_id_by_eviction(keep=match.node):
             return False
         match = self._match(tokens)  # eviction may have reshaped the tree
+        self._fill(self._free_ids[-1], slot, match, len(tokens))  # first: if the runtime fails, nothing changed
+        node = self._attach(tokens, match)
+        self._touch(node)
+        self._recount()
+        return True
+
+    def snapshot(self, slot: int, tokens: list[int], hit: PrefixHit) -> PrefixHit | None:
+        """Cache the KV of ``tokens``, the first positions of the *running* ``slot`` (which keeps them), so
+        that prompts arriving while it runs borrow them (``hit``: what the slot borrowed when admitted).
+
+        Shared cells: the running sequence becomes a borrower of the new entry like any other; its new hit
+        is returned (the caller stops charging the slot for those cells). Only done when the tree holds no
+        more of ``tokens`` than the slot borrowed from it: beyond that the slot's cells are its own
+        computation of tokens the tree also holds, and the entry would hold neither copy whole.
+        Copies: the entry is a copy of the slot's positions and ``hit`` is returned unchanged.
+        None when nothing was cached (nothing new, the condition above, or no cache id can be freed)."""
+        match = self._match(tokens)
+        if match.tokens == len(tokens) or (self.shares_cells and match.tokens != hit.tokens):
+            return None
+        if not self._free_id_by_eviction(keep=match.node):
+            return None
+        match = self._match(tokens)  # eviction may have reshaped the tree (never the pinned path the slot borrowed)
         cache_id = self._free_ids[-1]
-        self._fill(cache_id, slot, match, len(tokens))  # first: if the runtime fails, nothing changed
+        if self.shares_cells:
+            self._fill(cache_id, slot, match, len(tokens))
+        else:
+            self._storage.share_kv(slot, cache_id, 0, len(tokens))
+        node = self._attach(tokens, match)
+        self._touch(node)
+        if self.shares_cells:
+            self._pin(node, +1)
+            self._pin(hit.node, -1)
+            hit = PrefixHit(len(tokens), node, True)
+        self._recount()
+        return hit
+
+    def _attach(self, tokens: list[int], match: _Match) -> _Node:
+        """Add the leaf for ``tokens`` below where ``match`` ends, holding the next free cache id (filled)."""
         parent = self._split(match.node, match.tokens)
         node = _Node(list(tokens[match.tokens:]), parent, len(tokens), cache_id=self._free_ids.pop())
         if parent.cache_id is not None:  # the parent was a leaf: the new leaf's KV covers its path
@@ -181,9 +217,7 @@ class PrefixCache:
             self._free_ids.append(parent.cache_id)
             parent.cache_id = None
         parent.children[node.tokens[0]] = node
-        self._touch(node)
-        self._recount()
-        return True
+        return node
 
     def _fill(self, cache_id: int, slot: int, match: _Match, end: int) -> None:
         """Give the new entry its KV. Shared cells: the matched part from the tree's own cells, only the
@@ -255,7 +289,7 @@ class PrefixCache:
             child = node.children.get(tokens[matched])
             if child is None:
                 break
-            common = _common_length(child.tokens, tokens[matched:])
+            common = common_prefix_length(child.tokens, tokens[matched:])
             node, matched = child, matched + common
             unpinned += len(child.tokens) if child.refs == 0 else 0
             if common < len(child.tokens):
@@ -345,9 +379,17 @@ class PrefixCache:
         self.evictable = evictable if self.shares_cells else cells
 
 
-def _common_length(a: list[int], b: list[int]) -> int:
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix of two token lists. Slices compare in C: a bisection over them beats a
+    Python loop over thousands of tokens, which the scheduler runs for every waiting prompt each step."""
     n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    if a[:n] == b[:n]:
+        return n
+    low, high = 0, n  # a[:low] == b[:low], a[:high] != b[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle
+    return low

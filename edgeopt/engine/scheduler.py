@@ -8,7 +8,9 @@ Each step, within ``step_token_budget`` tokens:
    token), the whole budget when nothing decodes (one prompt alone prefills in as few passes as
    llama-server's n_batch would take: every pass re-reads the weights);
 3. then waiting sequences are admitted in arrival order while a slot is free and the KV cells left,
-   after what admitted prompts still need, hold the newcomer's whole prompt (admission control).
+   after what admitted prompts still need, hold the newcomer's whole prompt (admission control). A
+   waiting prompt that shares a long prefix with a running sequence's prompt waits until that prefix is
+   computed and then borrows it through the prefix cache (others behind it may go first meanwhile).
 
 When a running sequence needs a KV cell and none is free, the prefix cache gives back its least
 recently used cells first; only then is the *newest* running sequence preempted (its KV is dropped and
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 
 from edgeopt.engine.api import EngineConfig
 from edgeopt.engine.kv_budget import KvBudget, SlotPool
-from edgeopt.engine.prefix_cache import NO_HIT, PrefixCache
+from edgeopt.engine.prefix_cache import NO_HIT, PrefixCache, common_prefix_length
 from edgeopt.engine.sequence import Sequence, SequenceState
 
 
@@ -44,6 +46,10 @@ class ScheduledChunk:
     all_logits: bool = False  # every position's logits (prompt logprobs); see StepInput.all_logits
 
 log = logging.getLogger(__name__)
+# A waiting prompt shares a running sequence's prefix when it has at least this many tokens in common with
+# it beyond what the cache holds: fewer are cheaper to compute than a cache entry (on copying runtimes a
+# copy of the whole stream) and a wait for them.
+MIN_SHARED_TOKENS = 32
 
 
 @dataclass
@@ -103,8 +109,15 @@ class Scheduler:
                 chunk = min(chunk, self._free)
                 out.chunks.append(self._take(seq, chunk))
                 budget -= chunk
-        while budget > 0 and self.waiting and self._can_admit(self.waiting[0]):
-            seq = self._admit(self.waiting.popleft())
+        for seq in list(self.waiting):
+            if budget == 0 or not self._slot_free():
+                break
+            if self._waits_for_running_prefix(seq):
+                continue  # a running sequence is computing this prompt's prefix: borrow it once computed
+            if not self._can_admit(seq):
+                break
+            self.waiting.remove(seq)
+            self._admit(seq)
             chunk = min(cap, budget, seq.num_pending)
             self._evict_cached(chunk)
             out.chunks.append(self._take(seq, chunk))
@@ -195,9 +208,46 @@ class Scheduler:
         self.waiting.appendleft(seq)
         out.preempted.append(seq)
 
-    def _can_admit(self, seq: Sequence) -> bool:
-        if len(self.running) >= self.config.max_running or self.slots.available == 0:
+    def _slot_free(self) -> bool:
+        return len(self.running) < self.config.max_running and self.slots.available > 0
+
+    def _waits_for_running_prefix(self, seq: Sequence) -> bool:
+        """Share the prefix ``seq`` has in common with a running sequence, beyond what the cache holds (a
+        burst of conversations on one system prompt): True while that sequence is still computing it
+        (``seq`` waits rather than compute it again), else the computed prefix goes into the cache, where
+        ``seq`` borrows it when admitted. llama-server's slots each compute such a prompt in full."""
+        if self.cache is None or seq.wants_position_logits:
             return False
+        limit = seq.num_tokens - 1  # the last token is always fed
+        cached = self.cache.preview(seq.all_ids, limit).lent
+        owner, shared = None, cached + MIN_SHARED_TOKENS - 1
+        for other in self.running:
+            common = min(common_prefix_length(seq.prompt_ids, other.prompt_ids), limit)
+            if common > shared or (common == shared and owner is not None and other.num_computed > owner.num_computed):
+                owner, shared = other, common
+        if owner is None:
+            return False
+        if owner.num_computed < shared:
+            return True
+        self._cache_running_prefix(owner, shared)
+        return False
+
+    def _cache_running_prefix(self, owner: Sequence, tokens: int) -> None:
+        assert self.cache is not None and owner.slot is not None
+        if not self.cache.shares_cells:  # the entry is a copy: new cells
+            self._evict_cached(tokens)
+            if self._free < tokens:
+                return
+        try:
+            hit = self.cache.snapshot(owner.slot, owner.prompt_ids[:tokens], owner.prefix_hit)
+        except Exception:  # noqa: BLE001 - the waiting prompt then computes the prefix itself
+            log.exception("caching the prefix of running %s failed", owner.request_id)
+            return
+        if hit is not None and self.cache.shares_cells:  # the owner now borrows these cells from the entry
+            self.kv.hand_over(owner.slot, hit.tokens - owner.borrowed_cells)
+            owner.prefix_hit = hit
+
+    def _can_admit(self, seq: Sequence) -> bool:
         # Cells that admitted sequences still need before they produce a token stay spoken for
         # (tokens without a cell yet: cells of chunks scheduled this step are already allocated).
         promised = sum(s.num_tokens - self.kv.held(s.slot) - s.borrowed_cells

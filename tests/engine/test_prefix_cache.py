@@ -131,6 +131,58 @@ def test_the_last_route_to_a_shared_prefix_is_copied_not_taken() -> None:
     assert copied == len(system) + len(b"user ") + len(b)
 
 
+@pytest.mark.parametrize("shares", [True, False], ids=["shared-cells", "copied-cells"])
+def test_a_burst_of_conversations_on_one_system_prompt_computes_it_once(shares: bool) -> None:
+    """Four conversations arrive together (nothing cached yet): the first computes the system prompt, the
+    others wait for it and borrow it from the cache while it still runs (llama-server's slots would
+    each compute it)."""
+    engine, runtime = cached_engine(shares, step_token_budget=32, prefill_chunk=16)
+    system = runtime.tokenizer.encode("You are terse and exact. " * 8)
+    prompts = {f"c{i}": system + list(f"user {i}: and the weather?\n".encode()) for i in range(4)}
+
+    results = run_engine(engine, lambda e: generate_all(e, prompts, GREEDY), autostart=False)  # all queued first
+    for rid, prompt in prompts.items():
+        assert results[rid].token_ids == runtime.greedy_reference(prompt, 8)
+    shared = len(system) + len(b"user ")
+    stats = engine.stats()
+    assert stats.prefix_cache_hits_total == 3 and stats.prefix_cache_hit_tokens_total == 3 * shared
+    assert stats.prefill_tokens_total == sum(len(p) for p in prompts.values()) - 3 * shared
+    if not shares:  # one copy of a running sequence's prefix for each of the others, handed over (renamed)
+        assert runtime.copied_cells == 3 * shared
+    check_physical_books(engine, runtime)
+
+
+def test_a_prompt_waiting_for_a_running_prefix_lets_others_go_first() -> None:
+    engine, runtime = cached_engine(True, step_token_budget=16, prefill_chunk=8)
+    system = runtime.tokenizer.encode("S" * 80)
+    prompts = {"first": system + list(b"a?"), "same-system": system + list(b"b?"),
+               "other": runtime.tokenizer.encode("an unrelated question?")}
+    fed: list[tuple[int, int, list[int]]] = []  # (slot, start position, tokens) of every chunk, in order
+    step = runtime.step
+
+    def recording_step(batch):
+        fed.extend((item.slot, item.start_pos, item.tokens) for item in batch)
+        return step(batch)
+
+    runtime.step = recording_step  # type: ignore[method-assign]
+    results = run_engine(engine, lambda e: generate_all(e, prompts, GREEDY), autostart=False)  # all queued first
+    assert all(results[rid].token_ids == runtime.greedy_reference(p, 8) for rid, p in prompts.items())
+    # Each request's slot, from the first chunk it was fed (all three run at once: no slot is reused).
+    slot_of = {}
+    for slot, start, tokens in fed:
+        if slot not in slot_of.values():
+            rid = ("same-system" if start == len(system) else "other" if tokens[:4] == prompts["other"][:4]
+                   else "first")
+            slot_of[rid] = slot
+    first_fed = {rid: next(i for i, (slot, _, _) in enumerate(fed) if slot == slot_of[rid]) for rid in prompts}
+    assert first_fed["first"] < first_fed["other"] < first_fed["same-system"]
+    # "same-system" computed only its own tail, after "first" had computed the whole system prompt.
+    assert [start for slot, start, _ in fed if slot == slot_of["same-system"]][0] == len(system)
+    system_done = max(i for i, (slot, start, _) in enumerate(fed) if slot == slot_of["first"] and start < len(system))
+    assert first_fed["same-system"] > system_done
+    check_physical_books(engine, runtime)
+
+
 def test_cache_off_computes_everything() -> None:
     engine, runtime = cached_engine(True, prefix_cache=False)
     prompt = runtime.tokenizer.encode("abc" * 20)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
+from edgeopt.engine.prefix_cache import common_prefix_length
 from edgeopt.errors import BackendError
 from runtimes.base import StepInput
 from runtimes.llama_cpp import LlamaCppRuntime, load_gguf
@@ -113,6 +114,12 @@ def run_conversations(runtime: LlamaCppRuntime, prefix_cache: bool, turns: int =
     return run_engine(engine, body), engine.stats()
 
 
+def shared_system(turns: list[tuple[list[int], list[int]]]) -> int:
+    """Tokens the three first turns of run_conversations have in common (the system prompt and "User ")."""
+    first = [prompt for prompt, _ in turns[:3]]
+    return min(common_prefix_length(first[0], other) for other in first[1:])
+
+
 def test_multi_turn_greedy_outputs_match_without_the_cache(gguf_path: Path) -> None:
     uncached_rt, cached_rt = open_runtime(gguf_path), open_runtime(gguf_path)
     reference = open_runtime(gguf_path, slots=1, cache_slots=0, batch=1024)
@@ -120,10 +127,12 @@ def test_multi_turn_greedy_outputs_match_without_the_cache(gguf_path: Path) -> N
         plain_turns, plain = run_conversations(uncached_rt, prefix_cache=False)
         cached_turns, stats = run_conversations(cached_rt, prefix_cache=True)
         assert plain.prefix_cache_queries_total == 0 and plain.kv_cached_tokens == 0
-        # First turns start together (nothing cached yet); every later turn borrows its whole conversation.
-        assert stats.prefix_cache_hits_total == 6
-        # Turn t+1 borrows turn t's prompt and answer, all but the answer's last token (never fed).
-        assert stats.prefix_cache_hit_tokens_total == sum(len(p) + len(a) - 1 for p, a in cached_turns[:6])
+        # First turns start together: the first computes the system prompt, the other two wait for it and
+        # borrow it. Every later turn borrows its whole conversation: turn t's prompt and answer, all but
+        # the answer's last token (never fed).
+        assert stats.prefix_cache_hits_total == 2 + 6
+        assert stats.prefix_cache_hit_tokens_total == (2 * shared_system(cached_turns)
+                                                       + sum(len(p) + len(a) - 1 for p, a in cached_turns[:6]))
         for prompt, answer in cached_turns + plain_turns:
             want, rows = greedy_alone(reference, prompt, len(answer))
             assert_same_greedy(want, answer, rows)
@@ -134,9 +143,9 @@ def test_multi_turn_greedy_outputs_match_without_the_cache(gguf_path: Path) -> N
 
 
 def test_eviction_preemption_and_aborts_keep_outputs_and_books(gguf_path: Path) -> None:
-    """A KV of 384 cells under 12 requests over shared prefixes, some aborted: every finished answer is
+    """A KV of 288 cells under 12 requests over shared prefixes, some aborted: every finished answer is
     the lone greedy answer, and afterwards the cache holds exactly the cells it is charged for."""
-    runtime = open_runtime(gguf_path, kv=384, slots=3, cache_slots=4)
+    runtime = open_runtime(gguf_path, kv=288, slots=3, cache_slots=4)
     reference = open_runtime(gguf_path, kv=512, slots=1, cache_slots=0, batch=512)
     rng = random.Random(5)
     stems = [prompt_ids(runtime, f"# module {k}\n" + "import os\n" * 12) for k in range(3)]
@@ -167,7 +176,7 @@ def test_eviction_preemption_and_aborts_keep_outputs_and_books(gguf_path: Path) 
         assert stats.prefix_cache_hits_total > 0 and stats.preemptions_total > 0
         assert stats.prefix_cache_evicted_tokens_total > 0
         assert stats.kv_used_tokens == 0 and runtime.kv_cells_used() == 0
-        assert stats.kv_cached_tokens <= 384
+        assert stats.kv_cached_tokens <= 288
         assert engine.clear_prefix_cache() > 0
         cache_ids = range(runtime.info.max_slots, runtime.info.max_slots + runtime.info.cache_slots)
         assert all(runtime.held_tokens(i) == 0 for i in cache_ids)

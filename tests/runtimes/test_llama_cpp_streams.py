@@ -14,7 +14,8 @@ from edgeopt.errors import ConfigError
 from runtimes.base import StepInput
 from runtimes.llama_cpp import STREAM_ALIGN, LlamaCppRuntime, load_gguf, stream_layout
 from tests.runtimes.test_llama_cpp import LOGIT_TOLERANCE, THREADS, assert_same_greedy, greedy_alone
-from tests.runtimes.test_llama_cpp_prefix import check_shared_prefix_logits, prompt_ids, run_conversations
+from tests.runtimes.test_llama_cpp_prefix import (check_shared_prefix_logits, prompt_ids, run_conversations,
+                                                  shared_system)
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +71,11 @@ def test_streams_greedy_outputs_match_unified(gguf_path: Path, prefix_cache: boo
     try:
         unified_turns, _ = run_conversations(unified, prefix_cache=prefix_cache)
         streams_turns, stats = run_conversations(streams, prefix_cache=prefix_cache)
-        if prefix_cache:  # every turn after the first borrows its conversation, copied from a cache stream
-            assert stats.prefix_cache_hits_total == 6
-            assert stats.prefix_cache_hit_tokens_total == sum(len(p) + len(a) - 1 for p, a in streams_turns[:6])
+        if prefix_cache:  # two first turns borrow the system prompt, copied from a cache stream while the
+            # first one runs; every later turn borrows its conversation
+            assert stats.prefix_cache_hits_total == 2 + 6
+            assert stats.prefix_cache_hit_tokens_total == (2 * shared_system(streams_turns)
+                                                           + sum(len(p) + len(a) - 1 for p, a in streams_turns[:6]))
         else:
             assert stats.prefix_cache_queries_total == 0
         # Equal prompts give equal answers except at a near-tie (llama.cpp's kernels differ with the batch
