@@ -45,7 +45,7 @@ def conversation(runtime, prefix_cache: bool, kv: int) -> tuple[list[list[int]],
     config = EngineConfig(kv_capacity_tokens=kv, max_running=3, context_length=256, prefix_cache=prefix_cache,
                           step_token_budget=64, prefill_chunk=32)
     engine = Engine(runtime, config)
-    system = runtime.tokenizer.encode("You answer in code.\n" * 3)
+    system = runtime.tokenizer.encode("You answer in code.\n" * 6)  # over 32 tokens: first turns share it
 
     async def body(e: Engine) -> list[list[int]]:
         histories = [system + runtime.tokenizer.encode(f"task {i}\n", add_special=False) for i in range(3)]
@@ -69,6 +69,8 @@ def test_multi_turn_outputs_match_without_the_cache(onnx_fp32_bundle, kv: int) -
         got, stats = conversation(cached_rt, True, kv)
         assert got == expected
         assert plain.prefix_cache_queries_total == 0 and stats.prefix_cache_hits_total >= 6
+        if kv == 2048:  # two first turns borrow the system prompt the first one computed; every later turn
+            assert stats.prefix_cache_hits_total == 2 + 6  # borrows its conversation
         assert stats.kv_used_tokens == 0 and stats.kv_cached_tokens <= kv
         assert (stats.prefix_cache_evicted_tokens_total > 0) == (kv == 300)
         cache_ids = range(3, 3 + cached_rt.info.cache_slots)
