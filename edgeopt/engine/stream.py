@@ -1,17 +1,19 @@
 """The async side of a request: an iterator of :class:`RequestOutput` living on the caller's event loop.
 
 The engine thread never touches asyncio objects directly; it hands a whole step's outputs to the loop
-with one ``call_soon_threadsafe`` (see :class:`OutputDispatcher`), so a busy step costs the event loop
-one wake-up, not one per request.
+in one call (see :class:`OutputDispatcher`), so a busy step costs the event loop one wake-up, not one
+per request, and it wakes the loop without releasing the GIL (:mod:`edgeopt.engine.loop_wakeup`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Callable
 
 from edgeopt.engine.api import RequestOutput
+from edgeopt.engine.loop_wakeup import LoopWakeup, wakeup_for
 
 
 class RequestStream:
@@ -59,6 +61,14 @@ class OutputDispatcher:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[asyncio.AbstractEventLoop, list[tuple[RequestStream, RequestOutput]]] = {}
+        self._wakeups: dict[asyncio.AbstractEventLoop, LoopWakeup | None] = {}
+
+    def register(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Called on ``loop``'s thread before outputs are pushed for it: sets up its wake-up."""
+        if loop not in self._wakeups:
+            wakeup = wakeup_for(loop)
+            with self._lock:
+                self._wakeups[loop] = wakeup
 
     def push(self, stream: RequestStream, output: RequestOutput) -> None:
         with self._lock:
@@ -67,10 +77,16 @@ class OutputDispatcher:
     def flush(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
-        for loop, items in pending.items():
+            wakeups = [self._wakeups.get(loop) for loop in pending]
+        for (loop, items), wakeup in zip(pending.items(), wakeups):
+            if loop.is_closed():  # its server is gone, nobody is listening
+                continue
+            if wakeup is not None:
+                wakeup.post(functools.partial(_deliver, items))
+                continue
             try:
                 loop.call_soon_threadsafe(_deliver, items)
-            except RuntimeError:  # the loop is closed: its server is gone, nobody is listening
+            except RuntimeError:  # closed meanwhile
                 pass
 
 
