@@ -8,9 +8,9 @@ before it can start the next forward pass. A :class:`LoopWakeup` writes its wake
 pass (whose C call releases the GIL) and the server's work overlaps the computation. Measured on a ~200M
 GGUF, `edgeopt serve`, 16 streams x 128 tokens, 2 threads, three A/B runs of 4-5 alternating rounds on a
 noisy 2-core AMD EPYC (the first two with an equivalent prototype): server CPU per token 0.90-0.96x that
-of call_soon_threadsafe, aggregate decode rate +1% to +12% (medians); one stream unchanged within noise. (Waking the loop only right before the
-next forward pass was measured too and was no better: the server's work then contends with the
-forward pass's own threads from its first operation.)
+of call_soon_threadsafe, aggregate decode rate +1% to +12% (medians); one stream unchanged within
+noise. (Waking the loop only right before the next forward pass was measured too and was no better:
+the server's work then contends with the forward pass's own threads from its first operation.)
 
 The loop's side is a plain reader callback on a non-blocking pipe (``loop.add_reader``, POSIX selector
 loops); where either half is missing (Windows' proactor loop), :func:`wakeup_for` returns None and the

@@ -40,7 +40,6 @@ class RequestRegistry:
         engine's abort) when its consumer leaves early. A request id already in flight is refused."""
         loop = asyncio.get_running_loop()  # raises RuntimeError off an event loop: a caller bug
         stream = RequestStream(request_id, loop, on_close=on_close)
-        self._dispatcher.register(loop)
         tracker = RequestTracker(Sequence(request_id, prompt_ids, params), stream, self._tokenizer,
                                  self._eos_token_ids)
         with self._lock:

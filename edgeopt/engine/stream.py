@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 
 from edgeopt.engine.api import RequestOutput
-from edgeopt.engine.loop_wakeup import LoopWakeup, wakeup_for
+from edgeopt.engine.loop_wakeup import wakeup_for
 
 
 class RequestStream:
@@ -22,6 +22,7 @@ class RequestStream:
     def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop, on_close: Callable[[str], None]) -> None:
         self.request_id = request_id
         self.loop = loop
+        self.wakeup = wakeup_for(loop)  # made here, on the loop's thread (None: call_soon_threadsafe instead)
         self._queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
         self._on_close = on_close  # aborts the request if the consumer leaves before the end
         self.finished = False
@@ -61,14 +62,6 @@ class OutputDispatcher:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[asyncio.AbstractEventLoop, list[tuple[RequestStream, RequestOutput]]] = {}
-        self._wakeups: dict[asyncio.AbstractEventLoop, LoopWakeup | None] = {}
-
-    def register(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Called on ``loop``'s thread before outputs are pushed for it: sets up its wake-up."""
-        if loop not in self._wakeups:
-            wakeup = wakeup_for(loop)
-            with self._lock:
-                self._wakeups[loop] = wakeup
 
     def push(self, stream: RequestStream, output: RequestOutput) -> None:
         with self._lock:
@@ -77,10 +70,10 @@ class OutputDispatcher:
     def flush(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
-            wakeups = [self._wakeups.get(loop) for loop in pending]
-        for (loop, items), wakeup in zip(pending.items(), wakeups):
+        for loop, items in pending.items():
             if loop.is_closed():  # its server is gone, nobody is listening
                 continue
+            wakeup = items[0][0].wakeup  # every stream of a loop has the loop's one wake-up
             if wakeup is not None:
                 wakeup.post(functools.partial(_deliver, items))
                 continue
