@@ -59,10 +59,9 @@ class LoopWakeup:
         _WRITE(self._write_fd, b"\0", 1)
 
     def _run_posted(self) -> None:
-        try:
-            while os.read(self._read_fd, 4096):
-                pass
-        except BlockingIOError:
+        try:  # one read: bytes left over (more than 4096 posts) make the reader fire again
+            os.read(self._read_fd, 4096)
+        except BlockingIOError:  # woken with nothing to read
             pass
         while self._calls:
             self._calls.popleft()()
