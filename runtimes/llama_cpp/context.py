@@ -35,7 +35,7 @@ from runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id
 from runtimes.llama_cpp.batch import NumpyBatch, split_by_outputs
 from runtimes.llama_cpp.kv_type import configure_kv_cache
 from runtimes.llama_cpp.model import ModelFacts
-from runtimes.llama_cpp.stream_order import PAD_TOKEN, lay_out, renamed
+from runtimes.llama_cpp.stream_order import PAD_TOKEN, hole_moves, lay_out, renamed
 from runtimes.llama_cpp.threads import ThreadGovernor
 from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
@@ -77,6 +77,7 @@ class LlamaCppRuntime(Runtime):
         # n_threads is then the most threads; the governor lowers it while other processes use our cores.
         self._governor = ThreadGovernor(self._set_threads, n_threads) if adaptive_threads else None
         self.decode_calls = 0
+        self.streams_moved = 0  # long cached prefixes moved out of a step's range of streams (diagnostics)
         self._pending_copies: set[int] = set()  # stream copy targets whose data llama.cpp moves at the next decode
         self._stream_cells = n_ctx_seq
         # Engine sequence id -> llama.cpp sequence id (= its stream when not unified); move_kv swaps entries.
@@ -142,6 +143,7 @@ class LlamaCppRuntime(Runtime):
         row_order = None
         if self.kv_layout == "streams":
             self._place_new_sequences(batch)
+            self._move_long_holes_out(batch)
             laid = lay_out(batch, self._stream, self._held_stream, self._stream_cells, self.max_batch_tokens)
             inputs, padding, row_order = laid.inputs, laid.padding, laid.row_order
         else:  # one pool: any order decodes in one pass
@@ -159,21 +161,51 @@ class LlamaCppRuntime(Runtime):
         return outputs, row_order
 
     def _place_new_sequences(self, batch: list[StepInput]) -> None:
-        """A sequence starting at position 0 holds nothing yet: give it the lowest empty stream (swapping
-        names with the empty sequence id that had it), so running sequences stay on consecutive streams."""
+        """A sequence starting at position 0 holds nothing yet: give it a low stream (_claim_low_stream)."""
         in_batch = {self._stream[item.slot] for item in batch}
         for item in batch:
-            if item.start_pos != 0:
+            if item.start_pos == 0:
+                in_batch.discard(self._stream[item.slot])
+                in_batch.add(self._claim_low_stream(item.slot, in_batch))
+
+    def _claim_low_stream(self, slot: int, busy: set[int]) -> int:
+        """Give the empty sequence ``slot`` the lowest stream that no running sequence (and nothing in
+        ``busy``) holds, so running sequences stay on consecutive streams with cached prefixes above them.
+        An empty stream is taken by swapping names; a cached prefix there is first moved to the highest
+        empty stream (one whole-stream copy, made at the next decode before its batch is computed): left
+        in place, it would be a hole that pads the running streams' attention to its length
+        (stream_order.hole_moves). Returns the slot's stream."""
+        mine = self._stream[slot]
+        for stream in range(len(self._stream)):
+            if stream == mine:
+                return mine
+            owner = self._stream.index(stream)
+            held = self._held_stream(stream)
+            if stream in busy or (held > 0 and owner < self.info.max_slots):  # a running sequence's
                 continue
-            mine = self._stream[item.slot]
-            # (A pending copy's target is never empty: its cells are tagged when the copy is asked for.)
-            lowest = next(s for s in range(len(self._stream))
-                          if s == mine or (s not in in_batch and self._held_stream(s) == 0))
-            if lowest != mine:
-                other = self._stream.index(lowest)
-                self._stream[item.slot], self._stream[other] = lowest, mine
-                in_batch.discard(mine)
-                in_batch.add(lowest)
+            if held > 0:  # a cached prefix: move it up out of the way
+                top = max(s for s in range(len(self._stream)) if s not in busy and self._held_stream(s) == 0)
+                self._move_stream(stream, top)
+            self._swap_names(slot, self._stream.index(stream))
+            return stream
+        return mine
+
+    def _move_stream(self, source: int, target: int) -> None:
+        """Move a stream's KV into the empty ``target`` stream; its sequence id goes with it."""
+        llama_cpp.llama_memory_seq_cp(self._memory, source, target, -1, -1)
+        llama_cpp.llama_memory_seq_rm(self._memory, source, -1, -1)
+        self._pending_copies.add(target)
+        self._swap_names(self._stream.index(source), self._stream.index(target))
+        self.streams_moved += 1
+
+    def _swap_names(self, a: int, b: int) -> None:
+        self._stream[a], self._stream[b] = self._stream[b], self._stream[a]
+
+    def _move_long_holes_out(self, batch: list[StepInput]) -> None:
+        """Move each long cached prefix sitting between the step's streams to an empty stream outside them
+        (stream_order.hole_moves)."""
+        for hole, empty in hole_moves(renamed(batch, self._stream), self._held_stream, len(self._stream)):
+            self._move_stream(hole, empty)
 
     @property
     def threads(self) -> int:
@@ -197,7 +229,7 @@ class LlamaCppRuntime(Runtime):
             if source == target or self._held(target) != 0:
                 raise BackendError(f"move_kv({source} -> {target}): the target holds {self._held(target)} positions",
                                    "an engine bug; please report")
-            self._stream[source], self._stream[target] = self._stream[target], self._stream[source]
+            self._swap_names(source, target)
 
     def share_kv(self, source: int, target: int, start: int, end: int) -> None:
         check_sequence_id(self.info, source)
@@ -212,6 +244,8 @@ class LlamaCppRuntime(Runtime):
                 # Same stream (kv_unified): adds the target's tag to the source's cells, copies no KV data.
                 llama_cpp.llama_memory_seq_cp(self._memory, self._stream[source], self._stream[target], start, end)
             else:
+                if start == 0:  # a new sequence: it starts running on a low stream
+                    self._claim_low_stream(target, set())
                 self._copy_stream(source, target, end)
 
     def _copy_stream(self, source: int, target: int, end: int) -> None:
@@ -284,6 +318,12 @@ class LlamaCppRuntime(Runtime):
         with self._lock:
             self._check_open()
             return self._held(seq_id)
+
+    def stream_of(self, seq_id: int) -> int:
+        """The llama.cpp sequence id (in the streams layout: the stream) ``seq_id`` lives in now: for tests
+        and diagnostics."""
+        check_sequence_id(self.info, seq_id)
+        return self._stream[seq_id]
 
     def _held(self, seq_id: int) -> int:
         return self._held_stream(self._stream[seq_id])

@@ -1,12 +1,17 @@
 """Issue-14 comparison: llama-server and `edgeopt serve` on the same ~200M Q8_0 GGUF, in one run.
 
-    .venv/bin/python tests/bench/bench_vs_llama_server.py [--work /tmp/edgeopt-bench-200m] [--rounds 2]
+    .venv/bin/python tests/bench/bench_vs_llama_server.py [--work /tmp/edgeopt-bench-200m] [--rounds 8]
     .venv/bin/python tests/bench/bench_vs_llama_server.py --layouts --threads 1   (edgeopt unified vs streams)
 
 llama-server is built from the llama.cpp inside llama-cpp-python's source distribution of the
 installed version (scripts/build_llama_server.sh, cached under ~/.cache/edgeopt). Both servers get
-the same threads and are driven by the same client (edgeopt.bench.loadgen), one server at a time,
-alternating for ``--rounds`` rounds so that load from other processes hits both alike. Figures:
+the same threads and are driven by the same client (edgeopt.bench.loadgen). Both servers stay up for
+the whole run (an idle one sleeps) and are measured one after the other in each of ``--rounds`` rounds,
+in alternating order, so that every figure comes in pairs taken seconds apart: the ratio reported is the
+median of the per-round ratios, with a bootstrap 90% interval over the rounds. On a shared host whose
+speed drifts by 10-20% within minutes, pairs cancel the drift that comparing two separately measured
+medians does not. A target counts as met when the whole interval is on its side of 1.0 and as parity
+when the interval straddles 1.0. Figures:
 
 * 16 concurrent streamed completions x 128 tokens: aggregate decode tok/s;
 * 1 stream: decode tok/s;
@@ -28,6 +33,7 @@ import argparse
 import asyncio
 import json
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -170,16 +176,22 @@ def measure(server: LaunchedServer, model: str, tag: str, max_tokens: int, chats
             **asyncio.run(burst(server.base_url, model, tag))}
 
 
-def run_round(binary: Path, bundle: Path, gguf: Path, threads: int, round_no: int, args: argparse.Namespace,
-              model: str) -> dict[str, dict[str, Any]]:
-    out = {}
-    with llama_server(binary, gguf, threads, args.work / "llama-server.log") as server:
-        out["llama-server"] = measure(server, model, f"llama-{round_no}", args.max_tokens, args.chats)
+def run_rounds(binary: Path, bundle: Path, gguf: Path, model: str, args: argparse.Namespace) -> list[dict[str, dict[str, Any]]]:
+    """Both servers up at once; each round measures one then the other, the order alternating."""
     serve_args = ["--no-verify", "--max-concurrency", str(SLOTS), "--memory", args.memory, *args.serve_arg]
-    with launched_server(bundle, threads=threads, extra_args=serve_args,
-                         log_path=args.work / "edgeopt-serve.log") as server:
-        out["edgeopt"] = measure(server, model, f"edgeopt-{round_no}", args.max_tokens, args.chats)
-    return out
+    rounds = []
+    with llama_server(binary, gguf, args.threads, args.work / "llama-server.log") as theirs, \
+            launched_server(bundle, threads=args.threads, extra_args=serve_args,
+                            log_path=args.work / "edgeopt-serve.log") as ours:
+        servers = {"llama-server": theirs, "edgeopt": ours}
+        for round_no in range(args.rounds):
+            order = list(servers) if round_no % 2 == 0 else list(reversed(servers))
+            rounds.append({name: measure(servers[name], model, f"{name}-{round_no}", args.max_tokens, args.chats)
+                           for name in order})
+            print(f"round {round_no + 1}/{args.rounds}: " + ", ".join(
+                f"{key} {rounds[-1]['edgeopt'][key] / rounds[-1]['llama-server'][key]:.3f}" for key, _, _ in FIGURES),
+                flush=True)
+    return rounds
 
 
 FIGURES = [  # key, label, higher is better
@@ -195,14 +207,32 @@ FIGURES = [  # key, label, higher is better
 ]
 
 
+def bootstrap_interval(values: list[float], level: float = 0.9, draws: int = 4000) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median of ``values`` (fixed seed: the same data, the same answer)."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    tail = (1 - level) / 2
+    return medians[int(tail * draws)], medians[min(draws - 1, int((1 - tail) * draws))]
+
+
+def verdict(low: float, high: float, higher_is_better: bool) -> str:
+    if (low >= 1.0) if higher_is_better else (high <= 1.0):
+        return "met"
+    if (high < 1.0) if higher_is_better else (low > 1.0):
+        return "NOT met"
+    return "parity"  # the interval straddles 1.0: no difference this run can resolve
+
+
 def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     table = {}
     for key, label, higher in FIGURES:
         ours = [r["edgeopt"][key] for r in rounds]
         theirs = [r["llama-server"][key] for r in rounds]
-        ratio = statistics.median(ours) / statistics.median(theirs)
-        table[key] = {"label": label, "edgeopt": ours, "llama-server": theirs, "ratio": round(ratio, 3),
-                      "target_met": ratio >= 1.0 if higher else ratio <= 1.0}
+        ratios = [a / b for a, b in zip(ours, theirs)]
+        low, high = bootstrap_interval(ratios)
+        table[key] = {"label": label, "edgeopt": ours, "llama-server": theirs,
+                      "ratio": round(statistics.median(ratios), 3), "interval_90": [round(low, 3), round(high, 3)],
+                      "target": verdict(low, high, higher)}
     return table
 
 
@@ -232,7 +262,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/edgeopt-bench-200m"))
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=8, help="paired rounds (--layouts: alternating rounds)")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--chats", type=int, default=3, help="multi-turn conversations per server per round")
     parser.add_argument("--memory", default="2GiB", help="edgeopt serve --memory")
@@ -247,14 +277,16 @@ def main() -> None:
     gguf = next(bundle.glob("*.gguf"))
     binary = args.llama_server or llama_server_binary()
     model = model_names(bundle, load_bundle(bundle, verify=False))[0]
-    rounds = [run_round(binary, bundle, gguf, args.threads, i, args, model) for i in range(args.rounds)]
+    rounds = run_rounds(binary, bundle, gguf, model, args)
     table = summarize(rounds)
-    print(f"CPU: {cpu_model()}, threads {args.threads}, {args.rounds} alternating rounds (medians)")
-    print(f"{'figure':<66} {'llama-server':>14} {'edgeopt':>14} {'ratio':>7}  target")
+    print(f"CPU: {cpu_model()}, threads {args.threads}, {args.rounds} rounds, both servers up, order alternating; "
+          "values: medians; ratio: median of the per-round ratios edgeopt / llama-server, 90% bootstrap interval")
+    print(f"{'figure':<66} {'llama-server':>13} {'edgeopt':>9} {'ratio':>6} {'interval':>13}  target")
     for row in table.values():
         theirs, ours = statistics.median(row["llama-server"]), statistics.median(row["edgeopt"])
-        print(f"{row['label']:<66} {theirs:>14.3f} {ours:>14.3f} {row['ratio']:>7.3f}  "
-              f"{'met' if row['target_met'] else 'NOT met'}")
+        low, high = row["interval_90"]
+        print(f"{row['label']:<66} {theirs:>13.3f} {ours:>9.3f} {row['ratio']:>6.3f} {low:>6.3f}-{high:<6.3f}  "
+              f"{row['target']}")
     result = {"cpu": cpu_model(), "threads": args.threads, "rounds": rounds, "table": table}
     (args.work / "vs-llama-server.json").write_text(json.dumps(result, indent=2))
 

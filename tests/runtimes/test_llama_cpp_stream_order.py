@@ -15,7 +15,7 @@ import pytest
 
 from runtimes.base import StepInput
 from runtimes.llama_cpp import LlamaCppRuntime, load_gguf
-from runtimes.llama_cpp.stream_order import PAD_TOKEN, lay_out
+from runtimes.llama_cpp.stream_order import PAD_TOKEN, hole_moves, lay_out
 from tests.runtimes.test_llama_cpp import LOGIT_TOLERANCE, THREADS
 from tests.runtimes.test_llama_cpp_prefix import prompt_ids
 
@@ -88,5 +88,70 @@ def test_move_kv_renames_a_sequence_and_it_goes_on(gguf_path: Path, layout: str)
         assert float(np.max(np.abs(again - full))) <= LOGIT_TOLERANCE
         runtime.step([StepInput(0, prompt, 0, False)])  # the emptied name takes a new sequence
         assert runtime.held_tokens(0) == len(prompt) and runtime.held_tokens(1) == len(prompt)
+    finally:
+        runtime.close()
+
+
+def test_hole_moves_picks_long_holes_and_empty_streams_outside_the_step() -> None:
+    held = {0: 40, 1: 900, 2: 0, 3: 300, 4: 41, 5: 30, 6: 0, 7: 0, 8: 700}
+    step = [StepInput(0, [1], 40, True), StepInput(4, [1], 41, True)]  # streams 0 and 4: span 256 cells
+    # Stream 1 (900) and 3 (300) would lengthen the pass; stream 2 is empty. Longest first, to the highest
+    # empty streams outside 0..4; 8 is held, so 7 and 6.
+    assert hole_moves(step, held.__getitem__, 9) == [(1, 7), (3, 6)]
+    assert hole_moves(step, {**held, 6: 5, 7: 5}.__getitem__, 9) == []  # nowhere to go: left (padded)
+    # A hole no longer than the step's own longest stream (rounded up to 256) costs nothing: left.
+    assert hole_moves([StepInput(0, [1], 280, True), StepInput(4, [1], 41, True)], held.__getitem__, 9) == [(1, 7)]
+
+
+def test_new_sequences_take_the_low_streams_and_cached_prefixes_move_up_intact(gguf_path: Path) -> None:
+    """Cached prefixes parked on low streams (a finished request's KV is renamed, not moved) are moved up
+    when new sequences arrive, so the running ones decode on consecutive low streams; what moved still
+    continues exactly as before, and every running sequence gets its own logits."""
+    runtime, alone = open_streams(gguf_path, slots=4, cache_slots=4), open_streams(gguf_path, slots=4, cache_slots=4)
+    try:
+        long = [prompt_ids(runtime, f"def handler_{i}(event, context):\n    return {{'status': {i}}}\n")
+                for i in range(3)]
+        last_rows = runtime.step([StepInput(slot, prompt, 0, True) for slot, prompt in enumerate(long)])
+        for slot in range(3):  # three finished requests, parked as cache entries 4, 5, 6
+            runtime.move_kv(slot, 4 + slot)
+        assert [runtime.stream_of(4 + i) for i in range(3)] == [0, 1, 2]
+        short = [prompt_ids(runtime, f"x = {i}\n") for i in range(3)]
+        runtime.share_kv(5, 1, 0, 4)  # slot 1 borrows the first 4 positions of entry 5, as the prefix cache does
+        batch = [StepInput(0, short[0], 0, True), StepInput(1, long[1][4:8], 4, True), StepInput(2, short[2], 0, True)]
+        rows = runtime.step(batch)
+        assert sorted(runtime.stream_of(slot) for slot in range(3)) == [0, 1, 2]
+        assert runtime.streams_moved == 3
+        for row, prompt in zip(rows, [short[0], long[1][:8], short[2]]):
+            want = alone.step([StepInput(0, prompt, 0, True)])[0]
+            alone.release(0)
+            assert float(np.max(np.abs(row - want))) <= LOGIT_TOLERANCE
+        for i, prompt in enumerate(long):  # the moved entries: intact, and they go on as before
+            assert runtime.held_tokens(4 + i) == len(prompt)
+            runtime.move_kv(4 + i, 3)
+            runtime.trim(3, len(prompt) - 1)
+            again = runtime.step([StepInput(3, prompt[-1:], len(prompt) - 1, True)])[0]
+            assert float(np.max(np.abs(again - last_rows[i]))) <= LOGIT_TOLERANCE, i
+            runtime.release(3)
+    finally:
+        runtime.close()
+        alone.close()
+
+
+def test_a_long_prefix_parked_between_running_sequences_moves_out_of_their_way(gguf_path: Path) -> None:
+    runtime = load_gguf(gguf_path, kv_capacity_tokens=8 * 512, max_slots=4, max_batch_tokens=128, threads=THREADS,
+                        n_gpu_layers=0, cache_slots=4, context_length=512, kv_layout="streams")
+    try:
+        short = [prompt_ids(runtime, "x = 1\n"), prompt_ids(runtime, "y = 2\n")]
+        long = prompt_ids(runtime, "def f(a, b):\n    return a + b\n" * 40)[:300]  # > 256 cells: a longer pass
+        rows = runtime.step([StepInput(0, short[0], 0, True), StepInput(1, long[:100], 0, False),
+                             StepInput(2, short[1], 0, True)])
+        for start in (100, 200):
+            runtime.step([StepInput(1, long[start:start + 100], start, False)])
+        assert [runtime.stream_of(slot) for slot in range(3)] == [0, 1, 2]
+        runtime.move_kv(1, 4)  # the long one finishes: parked where it ran, between the other two
+        nxt = [int(np.argmax(row)) for row in rows]
+        runtime.step([StepInput(0, [nxt[0]], len(short[0]), True), StepInput(2, [nxt[1]], len(short[1]), True)])
+        assert runtime.stream_of(4) == 7 and runtime.held_tokens(4) == len(long)  # moved up, whole
+        assert runtime.held_tokens(0) == len(short[0]) + 1 and runtime.held_tokens(2) == len(short[1]) + 1
     finally:
         runtime.close()
