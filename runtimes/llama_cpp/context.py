@@ -77,7 +77,7 @@ class LlamaCppRuntime(Runtime):
         # n_threads is then the most threads; the governor lowers it while other processes use our cores.
         self._governor = ThreadGovernor(self._set_threads, n_threads) if adaptive_threads else None
         self.decode_calls = 0
-        self.streams_moved = 0  # long cached prefixes moved out of a step's range of streams (diagnostics)
+        self.streams_moved = 0  # cached prefixes moved out of the running sequences' way (diagnostics)
         self._pending_copies: set[int] = set()  # stream copy targets whose data llama.cpp moves at the next decode
         self._stream_cells = n_ctx_seq
         # Engine sequence id -> llama.cpp sequence id (= its stream when not unified); move_kv swaps entries.
@@ -244,7 +244,7 @@ class LlamaCppRuntime(Runtime):
                 # Same stream (kv_unified): adds the target's tag to the source's cells, copies no KV data.
                 llama_cpp.llama_memory_seq_cp(self._memory, self._stream[source], self._stream[target], start, end)
             else:
-                if start == 0:  # a new sequence: it starts running on a low stream
+                if start == 0 and target < self.info.max_slots:  # a new running sequence: on a low stream
                     self._claim_low_stream(target, set())
                 self._copy_stream(source, target, end)
 

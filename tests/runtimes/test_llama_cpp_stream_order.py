@@ -155,3 +155,18 @@ def test_a_long_prefix_parked_between_running_sequences_moves_out_of_their_way(g
         assert runtime.held_tokens(0) == len(short[0]) + 1 and runtime.held_tokens(2) == len(short[1]) + 1
     finally:
         runtime.close()
+
+
+def test_a_copy_into_a_cache_entry_stays_where_it_is(gguf_path: Path) -> None:
+    """Only running sequences claim low streams: a running prefix copied into a cache id (the prefix cache's
+    snapshot) stays on the cache id's own stream."""
+    runtime = open_streams(gguf_path, slots=4, cache_slots=4)
+    try:
+        prompt = prompt_ids(runtime, "def area(r):\n    return 3.14159 * r * r\n")
+        runtime.step([StepInput(0, prompt, 0, True)])
+        before = runtime.stream_of(6)
+        runtime.share_kv(0, 6, 0, len(prompt) - 2)
+        assert runtime.stream_of(6) == before and runtime.held_tokens(6) == len(prompt) - 2
+        assert runtime.streams_moved == 0
+    finally:
+        runtime.close()
