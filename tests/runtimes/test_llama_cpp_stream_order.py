@@ -103,38 +103,54 @@ def test_hole_moves_picks_long_holes_and_empty_streams_outside_the_step() -> Non
     assert hole_moves([StepInput(0, [1], 280, True), StepInput(4, [1], 41, True)], held.__getitem__, 9) == [(1, 7)]
 
 
-def test_new_sequences_take_the_low_streams_and_cached_prefixes_move_up_intact(gguf_path: Path) -> None:
-    """Cached prefixes parked on low streams (a finished request's KV is renamed, not moved) are moved up
-    when new sequences arrive, so the running ones decode on consecutive low streams; what moved still
-    continues exactly as before, and every running sequence gets its own logits."""
+def test_a_new_sequence_lands_next_to_the_running_ones_and_a_cached_prefix_moves_up_intact(gguf_path: Path) -> None:
+    """Finished requests are parked where they ran (renamed, not moved). A new sequence takes the lowest
+    empty stream when that leaves no cached prefix between it and the running ones; otherwise the stream
+    of a cached prefix, which moves up first. The moved prefix continues exactly as before, and every
+    running sequence gets its own logits."""
     runtime, alone = open_streams(gguf_path, slots=4, cache_slots=4), open_streams(gguf_path, slots=4, cache_slots=4)
     try:
-        long = [prompt_ids(runtime, f"def handler_{i}(event, context):\n    return {{'status': {i}}}\n")
-                for i in range(3)]
-        last_rows = runtime.step([StepInput(slot, prompt, 0, True) for slot, prompt in enumerate(long)])
-        for slot in range(3):  # three finished requests, parked as cache entries 4, 5, 6
-            runtime.move_kv(slot, 4 + slot)
-        assert [runtime.stream_of(4 + i) for i in range(3)] == [0, 1, 2]
-        short = [prompt_ids(runtime, f"x = {i}\n") for i in range(3)]
-        runtime.share_kv(5, 1, 0, 4)  # slot 1 borrows the first 4 positions of entry 5, as the prefix cache does
-        batch = [StepInput(0, short[0], 0, True), StepInput(1, long[1][4:8], 4, True), StepInput(2, short[2], 0, True)]
-        rows = runtime.step(batch)
-        assert sorted(runtime.stream_of(slot) for slot in range(3)) == [0, 1, 2]
-        assert runtime.streams_moved == 3
-        for row, prompt in zip(rows, [short[0], long[1][:8], short[2]]):
+        prompts = [prompt_ids(runtime, f"def handler_{i}(event, context):\n    return {{'status': {i}}}\n")
+                   for i in range(3)]
+        last_rows = runtime.step([StepInput(slot, prompt, 0, True) for slot, prompt in enumerate(prompts)])
+        runtime.move_kv(0, 4)  # requests 0 and 2 finish: parked on streams 0 and 2; request 1 runs on stream 1
+        runtime.move_kv(2, 6)
+        assert [runtime.stream_of(i) for i in (4, 1, 6)] == [0, 1, 2] and runtime.streams_moved == 0
+        # The lowest empty stream (3) would leave the entry on stream 2 between 1 and 3: the new sequence
+        # takes stream 0 instead, and entry 4 moves to the highest empty stream.
+        short = prompt_ids(runtime, "x = 0\n")
+        nxt = int(np.argmax(last_rows[1]))
+        rows = runtime.step([StepInput(0, short, 0, True), StepInput(1, [nxt], len(prompts[1]), True)])
+        assert (runtime.stream_of(0), runtime.stream_of(1), runtime.stream_of(4)) == (0, 1, 7)
+        assert runtime.streams_moved == 1
+        for row, prompt in zip(rows, [short, prompts[1] + [nxt]]):
             want = alone.step([StepInput(0, prompt, 0, True)])[0]
             alone.release(0)
             assert float(np.max(np.abs(row - want))) <= LOGIT_TOLERANCE
-        for i, prompt in enumerate(long):  # the moved entries: intact, and they go on as before
-            assert runtime.held_tokens(4 + i) == len(prompt)
-            runtime.move_kv(4 + i, 3)
-            runtime.trim(3, len(prompt) - 1)
-            again = runtime.step([StepInput(3, prompt[-1:], len(prompt) - 1, True)])[0]
-            assert float(np.max(np.abs(again - last_rows[i]))) <= LOGIT_TOLERANCE, i
+        runtime.release(0)
+        runtime.release(1)
+        for entry, i in ((4, 0), (6, 2)):  # the moved entry and the one left alone: intact, and they go on
+            assert runtime.held_tokens(entry) == len(prompts[i])
+            runtime.move_kv(entry, 3)
+            runtime.trim(3, len(prompts[i]) - 1)
+            again = runtime.step([StepInput(3, prompts[i][-1:], len(prompts[i]) - 1, True)])[0]
+            assert float(np.max(np.abs(again - last_rows[i]))) <= LOGIT_TOLERANCE, entry
             runtime.release(3)
     finally:
         runtime.close()
         alone.close()
+
+
+def test_a_lone_new_sequence_takes_the_lowest_empty_stream_without_copying(gguf_path: Path) -> None:
+    runtime = open_streams(gguf_path, slots=4, cache_slots=4)
+    try:
+        prompt = prompt_ids(runtime, "def area(r):\n    return 3.14159 * r * r\n")
+        runtime.step([StepInput(0, prompt, 0, True)])
+        runtime.move_kv(0, 4)  # parked on stream 0
+        runtime.share_kv(4, 1, 0, 6)  # a new conversation on the same prefix: nothing else runs
+        assert runtime.stream_of(1) == 1 and runtime.streams_moved == 0
+    finally:
+        runtime.close()
 
 
 def test_a_long_prefix_parked_between_running_sequences_moves_out_of_their_way(gguf_path: Path) -> None:
