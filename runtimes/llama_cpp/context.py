@@ -172,12 +172,12 @@ class LlamaCppRuntime(Runtime):
         """Give the empty sequence ``slot`` a stream next to the running sequences' (and ``busy``) streams, so
         that no cached prefix sits between them: such a hole would pad every running stream's attention to
         its length (stream_order.hole_moves). Usually the lowest empty stream; when that would leave cached
-        prefixes in the way, the stream of one of them instead, moved first to the highest empty stream (one
-        whole-stream copy, made at the next decode before its batch is computed; ~1% of a short prompt's
-        time to first token, so it is made only when it leaves fewer holes). Returns the slot's stream."""
+        prefixes in the way, the stream of one of them instead, moved first to the highest empty stream: one
+        whole-stream copy, made at the next decode before its batch is computed, which the new sequence's
+        first token waits for, so it is made only when it leaves fewer holes. Returns the slot's stream."""
         mine = self._stream[slot]
         held = [self._held_stream(s) for s in range(len(self._stream))]
-        running = set(busy) | {self._stream[s] for s in range(self.info.max_slots) if s != slot and held[self._stream[s]]}
+        running = set(busy) | {self._stream[s] for s in range(self.info.max_slots) if held[self._stream[s]]}
         running.discard(mine)
         empty = next(s for s in range(len(held)) if s == mine or (s not in running and held[s] == 0))
         cached = [s for s in range(len(held)) if held[s] and s not in running]
@@ -207,7 +207,7 @@ class LlamaCppRuntime(Runtime):
     def _move_long_holes_out(self, batch: list[StepInput]) -> None:
         """Move each long cached prefix sitting between the step's streams to an empty stream outside them
         (stream_order.hole_moves)."""
-        for hole, empty in hole_moves(renamed(batch, self._stream), self._held_stream, len(self._stream)):
+        for hole, empty in hole_moves(batch, self._stream, self._held_stream, len(self._stream)):
             self._move_stream(hole, empty)
 
     @property

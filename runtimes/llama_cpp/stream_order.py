@@ -20,9 +20,10 @@ A pass attends, in every one of its streams, over as many cells as its *longest*
 ``n_kv``, rounded up to 256). A hole held by a long cached prefix (a 1,000-token conversation parked where
 its request ran) would make the throwaway token, and with it all sixteen short sequences, attend over
 1,000+ cells: measured on the bench model, 16 streams x 128 tokens after a few multi-turn chats ran at
-0.43x the speed of a fresh server (server CPU per token 2.2x). :func:`hole_moves` picks such holes and an
-empty stream outside the step's range for each; the runtime moves them there (one whole-stream copy
-each, once) before laying the step out.
+0.43x the speed of a fresh server (server CPU per token 2.2x). The runtime places a new sequence so that
+no cached prefix is left between it and the running ones (moving one up when it must), and before laying
+a step out moves what is still in the way (:func:`hole_moves`) to empty streams outside the step's range
+(one whole-stream copy each, once).
 """
 
 from __future__ import annotations
@@ -67,15 +68,16 @@ def lay_out(batch: list[StepInput], stream_of: list[int], held: Callable[[int], 
     return StreamStep(inputs, padding, _row_order(batch, order))
 
 
-def hole_moves(translated: list[StepInput], held: Callable[[int], int], streams: int) -> list[tuple[int, int]]:
-    """(hole, empty) pairs of streams: each hole of the step (``translated``: slots are streams) whose padding
-    token would lengthen the whole pass's attention span, longest first, with an empty stream outside the
-    step's range to move it to. Holes left over when fewer streams out there are empty stay (padded)."""
-    used = {item.slot for item in translated}
-    if len(used) < 2:
+def hole_moves(batch: list[StepInput], stream_of: list[int], held: Callable[[int], int],
+               streams: int) -> list[tuple[int, int]]:
+    """(hole, empty) pairs of streams: each hole of the step whose padding token would lengthen the whole
+    pass's attention span, longest first, with an empty stream outside the step's range to move it to.
+    Holes left over when fewer streams out there are empty stay (padded)."""
+    if len(batch) < 2:
         return []
+    used = {stream_of[item.slot] for item in batch}
     low, high = min(used), max(used)
-    span = _span(max(item.start_pos + len(item.tokens) for item in translated))
+    span = _span(max(item.start_pos + len(item.tokens) for item in batch))
     long = sorted((s for s in range(low + 1, high) if s not in used and _span(held(s) + 1) > span), key=held,
                   reverse=True)
     if not long:

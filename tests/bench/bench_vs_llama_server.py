@@ -176,7 +176,8 @@ def measure(server: LaunchedServer, model: str, tag: str, max_tokens: int, chats
             **asyncio.run(burst(server.base_url, model, tag))}
 
 
-def run_rounds(binary: Path, bundle: Path, gguf: Path, model: str, args: argparse.Namespace) -> list[dict[str, dict[str, Any]]]:
+def run_rounds(binary: Path, bundle: Path, gguf: Path, model: str,
+               args: argparse.Namespace) -> list[dict[str, dict[str, Any]]]:
     """Both servers up at once; each round measures one then the other, the order alternating."""
     serve_args = ["--no-verify", "--max-concurrency", str(SLOTS), "--memory", args.memory, *args.serve_arg]
     rounds = []

@@ -154,8 +154,10 @@ def test_eviction_preemption_and_aborts_keep_outputs_and_books(gguf_path: Path) 
         engine = Engine(runtime, engine_config_for(runtime, prefix_cache=True))
 
         async def client(e: Engine, i: int) -> tuple[list[int], str]:
-            await asyncio.sleep(rng.random() * 0.2)
-            stream = e.add_request(f"r{i}", prompts[i], SamplingParams(max_tokens=64, temperature=0.0,
+            # The first six arrive together: three run side by side from the start and outgrow the 288 cells
+            # even on one shared stem (~35 + 3 x (5 + 80) tokens), so preemption does not hang on timing.
+            await asyncio.sleep(0 if i < 6 else rng.random() * 0.2)
+            stream = e.add_request(f"r{i}", prompts[i], SamplingParams(max_tokens=80, temperature=0.0,
                                                                        ignore_eos=True))
             tokens, reason = [], ""
             async for out in stream:

@@ -97,10 +97,15 @@ def test_hole_moves_picks_long_holes_and_empty_streams_outside_the_step() -> Non
     step = [StepInput(0, [1], 40, True), StepInput(4, [1], 41, True)]  # streams 0 and 4: span 256 cells
     # Stream 1 (900) and 3 (300) would lengthen the pass; stream 2 is empty. Longest first, to the highest
     # empty streams outside 0..4; 8 is held, so 7 and 6.
-    assert hole_moves(step, held.__getitem__, 9) == [(1, 7), (3, 6)]
-    assert hole_moves(step, {**held, 6: 5, 7: 5}.__getitem__, 9) == []  # nowhere to go: left (padded)
+    names = list(range(9))  # engine id = stream here
+    assert hole_moves(step, names, held.__getitem__, 9) == [(1, 7), (3, 6)]
+    assert hole_moves(step, names, {**held, 6: 5, 7: 5}.__getitem__, 9) == []  # nowhere to go: left (padded)
     # A hole no longer than the step's own longest stream (rounded up to 256) costs nothing: left.
-    assert hole_moves([StepInput(0, [1], 280, True), StepInput(4, [1], 41, True)], held.__getitem__, 9) == [(1, 7)]
+    longer = [StepInput(0, [1], 280, True), StepInput(4, [1], 41, True)]
+    assert hole_moves(longer, names, held.__getitem__, 9) == [(1, 7)]
+    # Engine ids are names: the same step with ids 2 and 3 living in streams 0 and 4.
+    assert hole_moves([StepInput(2, [1], 40, True), StepInput(3, [1], 41, True)], [5, 6, 0, 4, 1, 2, 3, 7, 8],
+                      held.__getitem__, 9) == [(1, 7), (3, 6)]
 
 
 def test_a_new_sequence_lands_next_to_the_running_ones_and_a_cached_prefix_moves_up_intact(gguf_path: Path) -> None:
