@@ -11,7 +11,9 @@ in alternating order, so that every figure comes in pairs taken seconds apart: t
 median of the per-round ratios, with a bootstrap 90% interval over the rounds. On a shared host whose
 speed drifts by 10-20% within minutes, pairs cancel the drift that comparing two separately measured
 medians does not. A target counts as met when the whole interval is on its side of 1.0 and as parity
-when the interval straddles 1.0. Figures:
+when the interval straddles 1.0. Later rounds run on servers whose caches earlier rounds filled, as a
+long-running deployment's are (that is how parked prefixes slowing 16 streams to 0.43x showed up).
+Figures:
 
 * 16 concurrent streamed completions x 128 tokens: aggregate decode tok/s;
 * 1 stream: decode tok/s;
