@@ -176,6 +176,7 @@ class LlamaCppRuntime(Runtime):
         whole-stream copy, made at the next decode before its batch is computed, which the new sequence's
         first token waits for, so it is made only when it leaves fewer holes. Returns the slot's stream."""
         mine = self._stream[slot]
+        # held == 0 means empty: a pending copy's target has its cells tagged as soon as the copy is asked for.
         held = [self._held_stream(s) for s in range(len(self._stream))]
         running = set(busy) | {self._stream[s] for s in range(self.info.max_slots) if held[self._stream[s]]}
         running.discard(mine)
