@@ -2,7 +2,9 @@
 
 Each request streams /v1/completions with ``ignore_eos`` so it produces exactly ``max_tokens`` tokens;
 TTFT is request start to the first text chunk, ITL the gaps between chunks (spread over the tokens a
-chunk carries), end-to-end start to ``[DONE]``. Aggregate tokens/s is all completion tokens divided
+chunk carries), end-to-end start to ``[DONE]``. A chunk may carry several tokens (a detokenizer holding
+back a partial character, a server sending text at most every few ms: ``edgeopt serve
+--stream-interval-ms``); a request's tokens after its first are counted as spread evenly over its chunks. Aggregate tokens/s is all completion tokens divided
 by the wall time of the whole run (prefill included); *decode* tokens/s counts the tokens after each
 request's first one over the time during which at least one request was decoding, which is the figure
 comparable with llama.cpp's raw batched decode (no prefill in it).
@@ -34,6 +36,11 @@ class RequestSample:
     completion_tokens: int
     first_at: float = 0.0  # perf_counter() of the first text chunk
     end_at: float = 0.0  # perf_counter() of [DONE]
+
+    @property
+    def tokens_per_chunk(self) -> float:
+        """Tokens after the first over the chunks after the first (usage counts them, chunks do not)."""
+        return (self.completion_tokens - 1) / len(self.itl_s) if self.itl_s else 1.0
 
     def arrivals(self) -> list[float]:
         """perf_counter() of every text chunk after the first."""
@@ -75,16 +82,17 @@ class LoadResult:
         """Tokens/s while every request of the level is decoding (no prefill in the window).
 
         When the requests ran side by side, the window is from the last first token to the first end
-        and counts the chunks (>= 1 token each) arriving in it; when they never all overlapped (one
-        request at a time), it is every token after each first one over the time spent decoding.
+        and counts the tokens of the chunks arriving in it (each chunk weighs its request's
+        ``tokens_per_chunk``); when they never all overlapped (one request at a time), it is every token
+        after each first one over the time spent decoding.
         """
         decoding = [s for s in self.samples if s.completion_tokens > 1]
         if not decoding:
             return 0.0
         start, end = max(s.first_at for s in decoding), min(s.end_at for s in decoding)
         if len(decoding) > 1 and end > start:
-            arrivals = [t for s in decoding for t in s.arrivals() if start < t <= end]
-            return len(arrivals) / (end - start)
+            tokens = sum(s.tokens_per_chunk for s in decoding for t in s.arrivals() if start < t <= end)
+            return tokens / (end - start)
         covered = covered_seconds([(s.first_at, s.end_at) for s in decoding])
         return sum(s.completion_tokens - 1 for s in decoding) / covered if covered > 0 else 0.0
 
@@ -105,7 +113,7 @@ class LoadResult:
             "completion_tokens": self.completion_tokens, "tokens_per_s": round(self.tokens_per_s, 2),
             "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
             "ttft": summarize([s.ttft_s for s in self.samples]),
-            "itl": summarize([gap for s in self.samples for gap in s.itl_s]),
+            "itl": summarize([gap / s.tokens_per_chunk for s in self.samples for gap in s.itl_s]),
             "e2e": summarize([s.e2e_s for s in self.samples]),
         }
 

@@ -71,6 +71,11 @@ def serve(
              "~25% with idle cached prefixes), cached prefixes are copies in streams of their own. auto: "
              "streams when memory holds a --context stream per sequence and (prefix cache on) as many for "
              "cached prefixes, else unified.")] = "auto",
+    stream_interval_ms: Annotated[float, typer.Option(
+        "--stream-interval-ms", min=0,
+        help="Send a stream's new text at most this often when tokens come faster (a request's first and last "
+             "token go at once). Sending every token costs the server ~5% of one stream's speed on a 2-core "
+             "CPU; 0 sends every token.")] = 50.0,
     warm: Annotated[Optional[Path], typer.Option(
         "--warm", exists=True, dir_okay=False,
         help="A text file holding a system prompt: its KV is computed once, saved beside it (FILE.kvstate) and "
@@ -90,5 +95,6 @@ def serve(
                            insecure_no_auth=insecure_no_auth, header_timeout_s=header_timeout,
                            max_connections=max_connections,
                            parse_special_in_content=parse_special_in_content, kv_type=kv_type,
-                           prefix_cache=prefix_cache, warm_file=warm, kv_layout=kv_layout)
+                           prefix_cache=prefix_cache, warm_file=warm, kv_layout=kv_layout,
+                           stream_interval_ms=stream_interval_ms)
     serve_bundle(bundle, options)

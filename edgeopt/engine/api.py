@@ -88,6 +88,10 @@ class EngineConfig:
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK  # longest prefill slice of one sequence in a step that also decodes
     context_length: int = 4096  # longest sequence (prompt + output)
     prefix_cache: bool = True  # reuse cached prompt prefixes when the runtime offers cache slots
+    # Wake the caller's event loop at most this often with new text, unless an output is a request's first or
+    # last (edgeopt.engine.stream): 0 sends every token at once; `edgeopt serve` uses 50 ms. (The torch paged
+    # engine delivers what transformers' manager hands it as it comes.)
+    stream_interval_s: float = 0.0
 
 
 @dataclass(frozen=True)

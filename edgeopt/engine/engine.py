@@ -55,7 +55,7 @@ class Engine:
         self.config = config
         self.context_tokens = min(config.context_length, config.kv_capacity_tokens, runtime.info.context_length)
         self._scheduler = self._new_scheduler()
-        self._requests = RequestRegistry(runtime.tokenizer, runtime.info.eos_token_ids)
+        self._requests = RequestRegistry(runtime.tokenizer, runtime.info.eos_token_ids, config.stream_interval_s)
         self._masks = MaskComputer(runtime.info.vocab_size)
         self._grammar_steps = 0  # steps with at least one constrained row
         self._mask_wait_s = 0.0  # engine-thread time blocked on masks after the forward pass
@@ -160,6 +160,7 @@ class Engine:
                     self._wakeup.clear()
                     self._drain_inbox()
                     if not self._scheduler.has_work:
+                        self._requests.flush(hold=False)  # nothing else is coming to carry held text
                         self._wakeup.wait(_IDLE_WAIT_S)
                         continue
                     self.step()
@@ -183,6 +184,8 @@ class Engine:
             assert not self._scheduler.running, "running sequences but nothing scheduled"
             return out
         batch = [StepInput(c.seq.slot, c.tokens, c.start_pos, c.want_logits, c.all_logits) for c in out.chunks]
+        if len(batch) < sum(len(item.tokens) for item in batch):
+            self._requests.flush(hold=False)  # a step with prefill is long: send held text before it
         sampled = [c.seq for c in out.chunks if c.want_logits]
         # Rows whose pick is checked after sampling start nothing here; the other constrained rows' masks are
         # computed on a helper thread while the runtime runs the forward pass (edgeopt.engine.constraint).

@@ -34,6 +34,7 @@ def check_config(config: EngineConfig, runtime: Runtime) -> None:
         (config.prefill_chunk >= 1, "prefill_chunk", config.prefill_chunk, ">= 1"),
         (config.max_waiting >= 0, "max_waiting", config.max_waiting, ">= 0"),
         (config.context_length >= 2, "context_length", config.context_length, ">= 2"),
+        (config.stream_interval_s >= 0, "stream_interval_s", config.stream_interval_s, ">= 0"),
     ]
     max_batch = runtime.max_batch_tokens  # runtimes with a fixed batch buffer
     if max_batch is not None:

@@ -26,12 +26,13 @@ from runtimes.base import Tokenizer
 
 
 class RequestRegistry:
-    def __init__(self, tokenizer: Tokenizer, eos_token_ids: frozenset[int]) -> None:
+    def __init__(self, tokenizer: Tokenizer, eos_token_ids: frozenset[int], stream_interval_s: float = 0.0) -> None:
         self._tokenizer = tokenizer
         self._eos_token_ids = eos_token_ids
         self._lock = threading.Lock()
         self._trackers: dict[str, RequestTracker] = {}
-        self._dispatcher = OutputDispatcher()
+        self._dispatcher = OutputDispatcher(stream_interval_s)
+        self._coalesce = stream_interval_s > 0
         self.generated_tokens_total = 0
 
     def open(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
@@ -39,7 +40,7 @@ class RequestRegistry:
         """Register a new request; its stream lives on the running event loop and calls ``on_close`` (the
         engine's abort) when its consumer leaves early. A request id already in flight is refused."""
         loop = asyncio.get_running_loop()  # raises RuntimeError off an event loop: a caller bug
-        stream = RequestStream(request_id, loop, on_close=on_close)
+        stream = RequestStream(request_id, loop, on_close=on_close, coalesce=self._coalesce)
         tracker = RequestTracker(Sequence(request_id, prompt_ids, params), stream, self._tokenizer,
                                  self._eos_token_ids)
         with self._lock:
@@ -84,15 +85,16 @@ class RequestRegistry:
         """End every open request (an engine stopping or failing as a whole) and deliver at once."""
         for tracker in self.trackers():
             self.end(tracker, reason, error)
-        self.flush()
+        self.flush(hold=False)
 
     def forget(self, request_id: str) -> None:
         with self._lock:
             self._trackers.pop(request_id, None)
 
-    def flush(self) -> None:
-        """Hand every output queued since the last flush to its event loop."""
-        self._dispatcher.flush()
+    def flush(self, hold: bool = True) -> None:
+        """Hand the outputs queued since the last flush to their event loops; with ``hold`` (and a stream
+        interval) a loop woken less than an interval ago gets them later, unless one is a first or last."""
+        self._dispatcher.flush(hold)
 
     def active_requests(self, state_of: Callable[[Sequence], str] = Sequence.display_state) -> list[ActiveRequest]:
         now = time.monotonic()

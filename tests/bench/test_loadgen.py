@@ -66,11 +66,21 @@ def test_decode_rate_of_requests_one_at_a_time_is_tokens_over_time_decoding():
     assert result.decode_tokens_per_s == pytest.approx(14 / 3.0)
 
 
-def test_decoded_tokens_count_usage_not_chunks():
-    """Two requests side by side, 11 tokens each but only 3 text chunks (bytes held back mid-character):
-    decoded_tokens_per_s counts the 20 tokens after the first ones over the 2 s of decoding."""
+def test_decode_rates_count_tokens_not_chunks():
+    """Two requests side by side, 11 tokens each but only 3 text chunks (bytes held back mid-character, or a
+    server sending text every few ms): both rates count the 20 tokens after the first ones over the 2 s."""
     samples = [RequestSample(ttft_s=0.1, itl_s=[1.0, 1.0], e2e_s=2.1, prompt_tokens=1, completion_tokens=11,
                              first_at=10.0, end_at=12.0) for _ in range(2)]
     result = LoadResult(concurrency=2, requests=2, wall_s=2.1, samples=samples)
     assert result.decoded_tokens_per_s == pytest.approx(20 / 2.0)
-    assert result.decode_tokens_per_s < result.decoded_tokens_per_s  # chunks: 2 x 2 arrivals in the window
+    assert result.decode_tokens_per_s == pytest.approx(20 / 2.0)
+    assert result.to_dict()["itl"]["p50_ms"] == pytest.approx(1000 / 5)  # a 1 s gap between chunks of 5 tokens
+
+
+def test_window_rate_weighs_each_chunk_by_its_requests_tokens_per_chunk():
+    """One request sends every token, the other every fifth: in the window where both decode (from the later
+    first token to the earlier end) each chunk counts its own request's tokens."""
+    every = RequestSample(0.1, [0.1] * 20, 2.6, 1, 21, first_at=0.0, end_at=2.5)
+    fifths = RequestSample(0.1, [0.5] * 4, 2.6, 1, 21, first_at=0.0, end_at=2.5)
+    result = LoadResult(concurrency=2, requests=2, wall_s=2.6, samples=[every, fifths])
+    assert result.decode_tokens_per_s == pytest.approx((20 * 1 + 4 * 5) / 2.5)

@@ -12,7 +12,7 @@ from tests.fixtures.fake_runtime import FakeRuntime
 T = TypeVar("T")
 
 
-def make_engine(runtime: FakeRuntime | None = None, **config: int) -> tuple[Engine, FakeRuntime]:
+def make_engine(runtime: FakeRuntime | None = None, **config: float) -> tuple[Engine, FakeRuntime]:
     runtime = runtime or FakeRuntime()
     defaults = dict(kv_capacity_tokens=runtime.info.kv_capacity_tokens, max_running=runtime.info.max_slots,
                     context_length=runtime.info.context_length)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 
@@ -41,6 +42,22 @@ def test_streamed_completion_equals_the_non_streamed_one(serve_fake):
     assert "".join(c.choices[0].text for c in chunks) == whole.choices[0].text
     assert chunks[-1].choices[0].finish_reason == "length"
     assert chunks[-1].usage.completion_tokens == 20
+
+
+def test_a_stream_interval_sends_the_first_token_alone_and_the_held_ones_with_the_last(serve_fake):
+    """With an interval longer than the request, the client sees the first token at once and everything else
+    in the final chunk: the same text, usage, and one inter-token gap per token in /metrics."""
+    live = serve_fake(engine=dict(stream_interval_s=3600.0))
+    client = client_for(live)
+    whole = client.completions.create(model=MODEL, prompt="abc", max_tokens=20, temperature=0)
+    chunks = list(client.completions.create(model=MODEL, prompt="abc", max_tokens=20, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    texts = [c.choices[0].text for c in chunks if c.choices]
+    assert len(texts) == 2 and chunks[-2].choices[0].finish_reason == "length"
+    assert "".join(texts) == whole.choices[0].text and chunks[-1].usage.completion_tokens == 20
+    itl = [line for line in httpx.get(f"{live.url}/metrics").text.splitlines()
+           if line.startswith("edgeopt_inter_token_latency_seconds_count")]
+    assert itl == [f"edgeopt_inter_token_latency_seconds_count {2 * 19}.0"]  # both requests: 19 gaps each
 
 
 def test_chat_uses_the_template_and_reports_usage(serve_fake):
