@@ -18,7 +18,11 @@ Figures:
 * 16 concurrent streamed completions x 128 tokens: aggregate decode tok/s;
 * 1 stream: decode tok/s;
 * multi-turn TTFT (chat, max_tokens 1): a cold ~1,000-token system prompt, the same conversation's
-  second turn, a new conversation with the same system prompt (median of ``--chats`` conversations);
+  second turn, a new conversation with the same system prompt, then the first conversation's third turn
+  (median of ``--chats`` conversations). llama-server gives the new conversation the slot holding the
+  first one (the longest common prefix) and cuts that slot's cache back to the system prompt, so the
+  first conversation's next turn computes its earlier turns again; edgeopt copies the system prompt for
+  the new conversation and keeps both;
 * a burst: 8 new conversations on one new ~1,000-token system prompt sent at once, median and last TTFT
   (llama-server computes the prompt in each slot; edgeopt computes it once and shares it).
 
@@ -115,17 +119,21 @@ def chat_seconds(url: str, model: str, messages: list[dict[str, str]]) -> tuple[
 
 
 def multi_turn(url: str, model: str, tag: str) -> dict[str, float]:
-    """Cold prompt, its second turn, a new conversation on the same system prompt. ``tag`` makes the system
-    prompt new for every call of this function, so "cold" is cold on a server that already served others."""
+    """Cold prompt, its second turn, a new conversation on the same system prompt, then the first
+    conversation's third turn (two users of one server taking turns). ``tag`` makes the system prompt new
+    for every call of this function, so "cold" is cold on a server that already served others."""
     system = {"role": "system", "content": f"[session {tag}] " + system_prompt()}
     first = [system, {"role": "user", "content": "Which screwdriver fits the M3 screws?"}]
     cold, answer, prompt_tokens = chat_seconds(url, model, first)
     second = first + [{"role": "assistant", "content": answer},
                       {"role": "user", "content": "And for the M4 ones?"}]
-    turn2, _, _ = chat_seconds(url, model, second)
+    turn2, answer2, _ = chat_seconds(url, model, second)
     other = [system, {"role": "user", "content": "Do you sell soldering irons?"}]
     fresh, _, _ = chat_seconds(url, model, other)
-    return {"prompt_tokens": prompt_tokens, "cold_s": cold, "second_turn_s": turn2, "same_system_s": fresh}
+    third = second + [{"role": "assistant", "content": answer2}, {"role": "user", "content": "And the M5 ones?"}]
+    turn3, _, _ = chat_seconds(url, model, third)
+    return {"prompt_tokens": prompt_tokens, "cold_s": cold, "second_turn_s": turn2, "same_system_s": fresh,
+            "returning_s": turn3}
 
 
 async def burst(url: str, model: str, tag: str, conversations: int = BURST) -> dict[str, float]:
@@ -205,6 +213,7 @@ FIGURES = [  # key, label, higher is better
     ("cold_s", "chat, ~1k-token system prompt, cold TTFT s", False),
     ("second_turn_s", "same conversation, second turn TTFT s", False),
     ("same_system_s", "new conversation, same system prompt TTFT s", False),
+    ("returning_s", "first conversation's third turn, after the new one, TTFT s", False),
     ("burst_median_s", f"{BURST} new conversations at once, one system prompt, median TTFT s", False),
     ("burst_last_s", f"{BURST} new conversations at once, one system prompt, last TTFT s", False),
 ]
