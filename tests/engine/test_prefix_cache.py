@@ -16,9 +16,10 @@ from tests.fixtures.fake_runtime import FakeRuntime
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 
 
-def cached_engine(shares: bool = True, capacity: int = 4096, slots: int = 4, cache_slots: int = 8, **config):
+def cached_engine(shares: bool = True, capacity: int = 4096, slots: int = 4, cache_slots: int = 8,
+                  step_delay_s: float = 0.0, **config):
     runtime = FakeRuntime(kv_capacity_tokens=capacity, max_slots=slots, context_length=1024,
-                          cache_slots=cache_slots, shares_kv_cells=shares)
+                          cache_slots=cache_slots, shares_kv_cells=shares, step_delay_s=step_delay_s)
     return make_engine(runtime, **config)
 
 
@@ -113,7 +114,10 @@ def test_a_conversation_continues_its_entry_without_copying_and_others_copy_once
 
 def test_the_last_route_to_a_shared_prefix_is_copied_not_taken() -> None:
     """A leaf whose parent has no other child is the only way to the parent's KV: a continuation copies it."""
-    engine, runtime = cached_engine(False)
+    # Steps of 10 ms: "ca" must still be running when "cb" is admitted. With instant steps the engine thread
+    # could finish and park "ca" within one GIL slice, before the loop thread queued "cb" (seen under load:
+    # the parent then had a child again and "cb" took its entry without a copy).
+    engine, runtime = cached_engine(False, step_delay_s=0.01)
     system = runtime.tokenizer.encode("S" * 60)
     a, b = system + list(b"user a: what is the weather like?\n"), system + list(b"user b: and tomorrow?\n")
 
