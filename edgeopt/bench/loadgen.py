@@ -4,10 +4,11 @@ Each request streams /v1/completions with ``ignore_eos`` so it produces exactly 
 TTFT is request start to the first text chunk, ITL the gaps between chunks (spread over the tokens a
 chunk carries), end-to-end start to ``[DONE]``. A chunk may carry several tokens (a detokenizer holding
 back a partial character, a server sending text at most every few ms: ``edgeopt serve
---stream-interval-ms``); a request's tokens after its first are counted as spread evenly over its chunks. Aggregate tokens/s is all completion tokens divided
-by the wall time of the whole run (prefill included); *decode* tokens/s counts the tokens after each
-request's first one over the time during which at least one request was decoding, which is the figure
-comparable with llama.cpp's raw batched decode (no prefill in it).
+--stream-interval-ms``); a request's tokens after its first are counted as spread evenly over its
+chunks. Aggregate tokens/s is all completion tokens divided by the wall time of the whole run (prefill
+included); *decode* tokens/s counts the tokens after each request's first one over the time during which
+at least one request was decoding, which is the figure comparable with llama.cpp's raw batched decode
+(no prefill in it).
 """
 
 from __future__ import annotations
