@@ -14,6 +14,8 @@ every logit is -inf/NaN (a defined, reproducible choice; the runtime produced no
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from edgeopt.engine.api import SamplingParams
@@ -65,9 +67,9 @@ def sample_next_tokens(logits: np.ndarray, seqs: list[Sequence], bitmask: np.nda
             # The raw row's first best token, when the grammar allows it, is also the masked row's first
             # best token (masking only lowers other logits): one bit test per row. Only the rows whose pick
             # is forbidden pay for unpacking their mask and a masked argmax.
-            for i in np.flatnonzero(~tokens_allowed(bitmask, tokens)):
+            for i in np.flatnonzero(~tokens_allowed(bitmask, np.array(tokens))):
                 tokens[i] = masked_greedy(logits[i], bitmask[i])
-        return tokens.tolist()
+        return tokens
     return [sample_row(logits[i], seq, None if bitmask is None or seq.constraint is None
                        else allowed_tokens(bitmask[i], vocab)) for i, seq in enumerate(seqs)]
 
@@ -148,12 +150,13 @@ def apply_penalties_and_bias(row: np.ndarray, seq: Sequence) -> np.ndarray:
     return row
 
 
-def _batch_argmax(logits: np.ndarray) -> np.ndarray:
-    tokens = np.argmax(logits, axis=1)
-    # np.argmax stops at the first NaN of a row, so a NaN pick marks exactly the rows that hold one.
-    chosen = logits[np.arange(logits.shape[0]), tokens]
-    for i in np.flatnonzero(np.isnan(chosen)):
-        tokens[i] = greedy(logits[i])
+def _batch_argmax(logits: np.ndarray) -> list[int]:
+    """Each row's first best token. Few numpy calls: this runs on every decode step, right after a forward
+    pass has flushed the caches, where each call costs tens of microseconds."""
+    tokens: list[int] = logits.argmax(axis=1).tolist()
+    for i, token in enumerate(tokens):
+        if math.isnan(logits[i, token]):  # np.argmax stops at a row's first NaN: exactly the rows holding one
+            tokens[i] = greedy(logits[i])
     return tokens
 
 

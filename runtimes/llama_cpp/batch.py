@@ -40,6 +40,15 @@ class NumpyBatch:
         outputs = 0
         for item in inputs:
             n = len(item.tokens)
+            if n == 1:  # a decode token: scalar writes cost far less than slices on a step's cold caches
+                self.tokens[offset] = item.tokens[0]
+                self.positions[offset] = item.start_pos
+                self.seq_values[offset] = item.slot
+                wants = item.want_logits or item.all_logits
+                self.logits[offset] = wants
+                outputs += wants
+                offset += 1
+                continue
             end = offset + n
             self.tokens[offset:end] = item.tokens
             self.positions[offset:end] = np.arange(item.start_pos, item.start_pos + n, dtype=np.int32)

@@ -71,6 +71,8 @@ class LlamaCppRuntime(Runtime):
             saves_prefix_state=cache_slots > 0, position_logits=True,
         )
         self._max_outputs = max_slots  # the context's n_outputs_max
+        self._logits_address: int | None = None  # where the view of llama.cpp's logits buffer points
+        self._logits = np.zeros((0, self.info.vocab_size), dtype=np.float32)
         self.max_batch_tokens: int = int(llama_cpp.llama_n_batch(self._ctx))  # fixed batch buffer (n_batch)
         self._batch = NumpyBatch(self.max_batch_tokens)
         self._lock = threading.Lock()  # step/release/close come from the engine thread; close may not
@@ -119,8 +121,19 @@ class LlamaCppRuntime(Runtime):
             return np.zeros((0, self.info.vocab_size), dtype=np.float32)
         # Rows come back in decode order of the tokens that asked for logits; copy out of llama.cpp's
         # buffer, which the next decode overwrites (fancy indexing copies too).
-        rows = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(outputs, self.info.vocab_size))
+        rows = self._logits_view()[:outputs]
         return rows.copy() if row_order is None else rows[row_order]
+
+    def _logits_view(self) -> np.ndarray:
+        """llama.cpp's logits buffer as an array of n_outputs_max rows. Remade only when llama.cpp moved the
+        buffer: making it costs more than the copy on a decode step, whose Python runs with caches the
+        forward pass just flushed."""
+        pointer = llama_cpp.llama_get_logits(self._ctx)
+        address = ctypes.addressof(pointer.contents)
+        if address != self._logits_address:
+            self._logits = np.ctypeslib.as_array(pointer, shape=(self._max_outputs, self.info.vocab_size))
+            self._logits_address = address
+        return self._logits
 
     def decode_only(self, batch: list[StepInput]) -> None:
         """One ``llama_decode`` over ``batch``, waited for, with no logits copied out: llama.cpp's raw batched

@@ -29,7 +29,7 @@ a step out moves what is still in the way (:func:`hole_moves`) to empty streams 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,7 +43,7 @@ KV_PAD = 256  # llama.cpp rounds a pass's attention span up to a multiple of thi
 class StreamStep:
     inputs: list[StepInput]  # what llama.cpp decodes: ``slot`` is the stream, sorted, holes padded
     padding: list[tuple[int, int]]  # (stream, position) of every throwaway token
-    row_order: np.ndarray  # engine-order logits rows = decoded rows[row_order]
+    row_order: np.ndarray | None  # engine-order logits rows = decoded rows[row_order]; None: already in order
 
 
 def lay_out(batch: list[StepInput], stream_of: list[int], held: Callable[[int], int], stream_cells: int,
@@ -92,12 +92,16 @@ def _span(cells: int) -> int:
 
 def renamed(batch: list[StepInput], stream_of: list[int]) -> list[StepInput]:
     """``batch`` with each engine sequence id replaced by llama.cpp's (``stream_of[id]``)."""
-    return [replace(item, slot=stream_of[item.slot]) for item in batch]
+    return [StepInput(stream_of[item.slot], item.tokens, item.start_pos, item.want_logits, item.all_logits)
+            for item in batch]  # not dataclasses.replace: this runs every step, and replace costs 10x more
 
 
-def _row_order(batch: list[StepInput], order: list[int]) -> np.ndarray:
+def _row_order(batch: list[StepInput], order: list[int]) -> np.ndarray | None:
     """Rows come back in decode order (one per want_logits input, len(tokens) per all_logits input);
-    the index array that puts them back in the engine's order."""
+    the index array that puts them back in the engine's order, None when they already are (a lone
+    sequence, streams taken in order: no fancy-indexing copy on the common decode step)."""
+    if all(i == k for k, i in enumerate(order)):
+        return None
     rows = [len(item.tokens) if item.all_logits else int(item.want_logits) for item in batch]
     decoded_start = {}
     start = 0

@@ -39,6 +39,12 @@ def test_layout_sorts_pads_holes_and_restores_the_row_order() -> None:
     assert laid.row_order.tolist() == [3, 0, 1, 2]
 
 
+def test_layout_of_sequences_already_in_stream_order_keeps_the_rows_as_decoded() -> None:
+    batch = [StepInput(0, [11], 9, True), StepInput(1, [12], 4, True)]
+    laid = lay_out(batch, [2, 3], lambda stream: 9, stream_cells=512, capacity=64)
+    assert [item.slot for item in laid.inputs] == [2, 3] and laid.row_order is None
+
+
 def test_layout_pads_no_further_than_the_batch_buffer() -> None:
     batch = [StepInput(0, [1], 4, True), StepInput(1, [1], 4, True)]
     laid = lay_out(batch, [0, 9], lambda stream: 4, stream_cells=256, capacity=5)
