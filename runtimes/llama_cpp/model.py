@@ -67,7 +67,9 @@ def load_model(path: Path, n_gpu_layers: int) -> llama_cpp.llama_model_p:
     init_backend()
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = n_gpu_layers
-    params.use_mmap = True  # weights stay in the page cache, shared with any other process
+    # The default load mode (AUTO) memory-maps the file wherever every device can, so the weights stay in
+    # the page cache, shared with any other process. (This llama.cpp has no use_mmap field: setting one on
+    # the ctypes struct, as this line once did, only added a Python attribute.)
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
     if not model:
         raise BackendError(f"llama.cpp could not load {path}", "check that it is a GGUF this llama-cpp-python "
