@@ -112,7 +112,7 @@ class OutputDispatcher:
 
     def _due(self, loop: asyncio.AbstractEventLoop, items: list[tuple[RequestStream, RequestOutput]],
              now: float) -> bool:
-        return (now - self._last_wake.get(loop, -self._interval_s) >= self._interval_s
+        return (now - self._last_wake.get(loop, float("-inf")) >= self._interval_s  # a loop never woken is due
                 or any(_urgent(output) for _, output in items))
 
 
