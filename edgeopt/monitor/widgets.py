@@ -151,6 +151,7 @@ class MemoryPanel(Vertical):
         self.query_one("#cached", UsageBar).show(figures.prefix_cached_tokens, figures.kv_capacity_tokens)
         self.query_one("#prefix", Figure).show(self._prefix_line(figures))
         self.query_one("#rss", UsageBar).show(figures.rss_bytes, figures.memory_budget_bytes)
+        self.border_subtitle = f"KV {figures.kv_cache_kind}" if figures.kv_cache_kind else ""
 
     @staticmethod
     def _prefix_line(figures: Figures) -> str:

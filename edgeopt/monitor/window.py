@@ -54,6 +54,7 @@ class Figures:
     prefix_cached_tokens: float | None = None  # KV cells the prefix cache keeps
     prefix_hit_tokens_total: float | None = None  # prompt tokens served from it since the server started
     prefix_query_tokens_total: float | None = None  # prompt tokens looked up in it
+    kv_cache_kind: str | None = None  # "f16 · streams": the KV cache's element type and layout (info metric)
     problems: tuple[str, ...] = ()
 
     @property
@@ -137,6 +138,7 @@ class MetricsWindow:
             prefix_cached_tokens=snapshot.value("edgeopt_prefix_cache_tokens"),
             prefix_hit_tokens_total=snapshot.value("edgeopt_prefix_cache_hit_tokens_total"),
             prefix_query_tokens_total=snapshot.value("edgeopt_prefix_cache_query_tokens_total"),
+            kv_cache_kind=_kv_cache_kind(snapshot),
             problems=snapshot.problems,
         )
         self.history.record(figures)
@@ -146,6 +148,15 @@ class MetricsWindow:
         # Keep the newest scrape that is at least window_s old as the base, so the window is full.
         while len(self._scrapes) > 2 and self._scrapes[1][0] <= now - self.window_s:
             self._scrapes.popleft()
+
+
+def _kv_cache_kind(snapshot: MetricsSnapshot) -> str | None:
+    """edgeopt_kv_cache_info's labels as one line: "kv_type=q8_0,layout=streams" -> "q8_0 · streams"."""
+    info = snapshot.by_label.get("edgeopt_kv_cache_info")
+    if not info:
+        return None
+    labels = dict(pair.partition("=")[::2] for pair in next(iter(info)).split(","))
+    return " · ".join(labels[name] for name in ("kv_type", "layout") if labels.get(name)) or None
 
 
 def _restarted(earlier: MetricsSnapshot, later: MetricsSnapshot) -> bool:

@@ -219,17 +219,20 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     manifest = load_bundle(bundle_dir, verify=options.verify)
     kv_type = served_kv_type(manifest, options.kv_type)  # refuses --kv-type on onnx/torch before anything loads
     served_kv_layout(manifest, options, None)  # and --kv-layout streams
+    kv_layout: str | None = None
     if manifest.kind == "causal-lm":
         sizing: KvSizing | None = size_kv(bundle_dir, manifest, options)
-        log.info("KV sizing (%s KV cache, %s layout): %s", kv_type, served_kv_layout(manifest, options, sizing),
-                 sizing.to_dict())
+        if backends.backend(manifest.format).kv_layouts:  # a layout only where the runtime has a choice
+            kv_layout = served_kv_layout(manifest, options, sizing)
+        log.info("KV sizing (%s KV cache, %s layout): %s", kv_type, kv_layout or "the runtime's", sizing.to_dict())
         budget = sizing.usable_memory_bytes
     elif manifest.kind == "embedding":
-        sizing, budget = None, options.memory_bytes or 0
+        sizing, budget, kv_type = None, options.memory_bytes or 0, None
     else:
         raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served", "servable kinds: causal-lm, embedding")
     settings = ServerSettings(model_names=model_names(bundle_dir, manifest), kind=manifest.kind, api_key=api_key,
-                              memory_budget_bytes=budget, parse_special_in_content=options.parse_special_in_content)
+                              memory_budget_bytes=budget, parse_special_in_content=options.parse_special_in_content,
+                              kv_type=kv_type, kv_layout=kv_layout)
     failures: list[BaseException] = []
     server: uvicorn.Server | None = None
 

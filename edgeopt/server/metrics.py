@@ -3,7 +3,8 @@
 Two kinds of values: what the HTTP layer sees per request (latency histograms, token and request
 counters, error counts), recorded as requests flow; and what the engine owns (running/waiting, KV use,
 preemptions) plus process RSS, read from ``engine.stats()`` at scrape time by a custom collector, so
-they are never stale and the engine thread is never asked to push anything.
+they are never stale and the engine thread is never asked to push anything. The KV cache's type and
+layout, fixed when the server starts, are an info metric (``edgeopt_kv_cache_info``, value 1).
 
 The metric names are a contract with ``edgeopt monitor``; do not rename them.
 """
@@ -27,9 +28,11 @@ E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
 class _EngineCollector(Collector):
-    def __init__(self, stats: Callable[[], EngineStats | None], memory_budget_bytes: int) -> None:
+    def __init__(self, stats: Callable[[], EngineStats | None], memory_budget_bytes: int,
+                 kv_labels: dict[str, str]) -> None:
         self._stats = stats
         self._budget = memory_budget_bytes
+        self._kv_labels = kv_labels
         self._process = psutil.Process()
 
     def collect(self) -> Iterator[Metric]:
@@ -40,6 +43,11 @@ class _EngineCollector(Collector):
         yield _gauge("edgeopt_kv_cache_capacity_tokens", "KV cells the runtime holds.",
                      stats and stats.kv_capacity_tokens)
         yield _gauge("edgeopt_kv_cache_usage_ratio", "Used / capacity KV cells.", stats and stats.kv_usage_ratio)
+        if self._kv_labels:  # an info metric (value 1): what the figures above are counted in
+            info = GaugeMetricFamily("edgeopt_kv_cache_info", "The KV cache's element type and layout.",
+                                     labels=list(self._kv_labels))
+            info.add_metric(list(self._kv_labels.values()), 1.0)
+            yield info
         yield _gauge("edgeopt_prefix_cache_tokens", "KV cells the prefix cache keeps for reuse (evicted first).",
                      stats and stats.kv_cached_tokens)
         yield from _prefix_cache_counters(stats)
@@ -98,7 +106,8 @@ def _gauge(name: str, doc: str, value: float | None) -> GaugeMetricFamily:
 
 
 class ServerMetrics:
-    def __init__(self, stats: Callable[[], EngineStats | None], memory_budget_bytes: int = 0) -> None:
+    def __init__(self, stats: Callable[[], EngineStats | None], memory_budget_bytes: int = 0,
+                 kv_labels: dict[str, str] | None = None) -> None:
         self.registry = CollectorRegistry()
         reg = self.registry
         self.ttft = Histogram("edgeopt_time_to_first_token_seconds", "Request arrival to first generated token.",
@@ -111,7 +120,7 @@ class ServerMetrics:
         self.generation_tokens = Counter("edgeopt_generation_tokens", "Tokens generated.", registry=reg)
         self.requests = Counter("edgeopt_requests", "Finished generation requests.", ["finish_reason"], registry=reg)
         self.errors = Counter("edgeopt_request_errors", "Requests answered with an error.", ["status"], registry=reg)
-        reg.register(_EngineCollector(stats, memory_budget_bytes))
+        reg.register(_EngineCollector(stats, memory_budget_bytes, kv_labels or {}))
 
     def count_error(self, status: int) -> None:
         self.errors.labels(status=str(status)).inc()

@@ -31,6 +31,14 @@ class ServerSettings:
     # False (default): control-token text inside chat messages is tokenized as plain text, so a user
     # cannot forge a system turn; True restores the old behaviour (edgeopt serve --parse-special-in-content).
     parse_special_in_content: bool = False
+    # The KV cache the launcher chose (shown in /metrics as edgeopt_kv_cache_info): its element type
+    # (edgeopt.kv_types) and, where the runtime has a choice (llama.cpp), its layout; None: not known.
+    kv_type: str | None = None
+    kv_layout: str | None = None
+
+    @property
+    def kv_labels(self) -> dict[str, str]:
+        return {name: value for name, value in (("kv_type", self.kv_type), ("layout", self.kv_layout)) if value}
 
 
 @dataclass
@@ -79,7 +87,7 @@ class ServerState:
         self.served: ServedModel | None = None
         self.load_error: str | None = None
         self.created = int(time.time())
-        self.metrics = ServerMetrics(self.engine_stats, settings.memory_budget_bytes)
+        self.metrics = ServerMetrics(self.engine_stats, settings.memory_budget_bytes, settings.kv_labels)
         self.prompt_worker = PromptWorker()  # rendering and tokenizing, off the event loop
 
     @property

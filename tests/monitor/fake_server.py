@@ -36,6 +36,7 @@ class FakeMetrics:
         gauges = ("requests_running", "requests_waiting", "kv_cache_used_tokens", "kv_cache_capacity_tokens",
                   "kv_cache_usage_ratio", "process_rss_bytes", "memory_budget_bytes", "prefix_cache_tokens")
         self.gauges = {name: Gauge(f"edgeopt_{name}", name, registry=reg) for name in gauges}
+        self.kv_info = Gauge("edgeopt_kv_cache_info", "kv cache", ["kv_type", "layout"], registry=reg)
 
     def finish_request(self, prompt: int, generated: int, ttft: float, itl: float, reason: str = "stop") -> None:
         self.prompt_tokens.inc(prompt)
@@ -49,6 +50,9 @@ class FakeMetrics:
     def reuse_prefix(self, looked_up: int, reused: int) -> None:
         self.prefix_query_tokens.inc(looked_up)
         self.prefix_hit_tokens.inc(reused)
+
+    def kv_cache(self, kv_type: str, layout: str) -> None:
+        self.kv_info.labels(kv_type=kv_type, layout=layout).set(1)
 
     def set(self, **values: float) -> None:
         for name, value in values.items():

@@ -33,6 +33,7 @@ async def play_busy_scene(pilot: Pilot) -> None:
     assert isinstance(app, MonitorApp)
     metrics = FakeMetrics()
     metrics.set(memory_budget_bytes=2 * 2**30, kv_cache_capacity_tokens=4096)
+    metrics.kv_cache("q8_0", "streams")
     for step in range(POLLS):
         for request in range(step % 3 + 1):
             metrics.finish_request(prompt=60 + 10 * request, generated=24 + step, ttft=0.02 + 0.015 * step,

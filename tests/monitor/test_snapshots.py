@@ -14,6 +14,7 @@ EVERYWHERE = (
     "Latency · last 10s", "TTFT p50", "ITL  p50", "E2E  p50", "p95",
     "gen tok/s", "running 3  waiting 1", "done 24  errors 0  preempted 0",
     "KV cache", "/ 4,096 tok", "cached", "prefix cache served 38% of 1,600 prompt tok", "RSS", "/ 2.0 GiB",
+    "KV q8_0 · streams",
     "cmpl-7f3a9c01", "prefilling", "4 active",
     "q Quit", "p Pause", "r Reset",
 )
@@ -28,8 +29,9 @@ def check_visible(screens: list[str], extra: tuple[str, ...] = ()) -> None:
 def test_layout_at_80x24(snap_compare) -> None:
     """80x24, a busy server: the status line (connected + URL); TTFT, ITL and E2E with p50 and p95 each
     followed by a sparkline; generated tokens/s with its sparkline; running/waiting and prompt tokens/s;
-    done/errors/preempted; KV cache, prefix-cache ("cached") and RSS bars with used/capacity and percent, and
-    the share of prompt tokens the prefix cache served; the active-requests table
+    done/errors/preempted; KV cache, prefix-cache ("cached") and RSS bars with used/capacity and percent,
+    the share of prompt tokens the prefix cache served, and the KV type and layout under the memory panel; the
+    active-requests table
     with its header and all four rows (two decoding, one prefilling, one waiting); the footer keys q p r.
     """
     screens: list[str] = []

@@ -25,6 +25,13 @@ def test_first_scrape_shows_gauges_but_no_rates_or_recent_latency() -> None:
     assert figures.generation_tokens_per_s is None
     assert figures.ttft.p50 is None  # old observations are not "recent"
     assert figures.requests_total == 1
+    assert figures.kv_cache_kind is None  # a server that does not say
+
+
+def test_the_kv_cache_kind_comes_from_the_info_metric_labels() -> None:
+    metrics = FakeMetrics()
+    metrics.kv_cache("q8_0", "streams")
+    assert MetricsWindow(window_s=10).add(scrape(metrics), now=0.0).kv_cache_kind == "q8_0 · streams"
 
 
 def test_percentiles_cover_only_observations_since_the_window_base() -> None:

@@ -6,6 +6,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from edgeopt.server.metrics import ServerMetrics
+from edgeopt.server.state import ServerSettings
 from tests.server.conftest import MODEL
 
 pytestmark = pytest.mark.timeout(120)
@@ -109,3 +111,14 @@ def test_prefix_cache_metrics_and_the_clear_endpoint(serve_fake):
     after = scrape(live)
     assert after["edgeopt_prefix_cache_tokens"] == 0 and live.runtime.kv_cells_total == 0
     assert after["edgeopt_prefix_cache_evicted_tokens_total"] == cached
+
+
+def test_kv_cache_info_names_the_type_and_layout_the_launcher_chose():
+    settings = ServerSettings(model_names=(MODEL,), kv_type="q8_0", kv_layout="streams")
+    text = ServerMetrics(lambda: None, 0, settings.kv_labels).render()[0].decode()
+    [info] = [f for f in text_string_to_metric_families(text) if f.name == "edgeopt_kv_cache_info"]
+    assert [(s.labels, s.value) for s in info.samples] == [({"kv_type": "q8_0", "layout": "streams"}, 1.0)]
+    # A runtime with no choice of layout (ONNX, torch) shows none; a server that knows neither, no family.
+    assert ServerSettings(model_names=(MODEL,), kv_type="f16").kv_labels == {"kv_type": "f16"}
+    bare = ServerMetrics(lambda: None, 0, ServerSettings(model_names=(MODEL,)).kv_labels).render()[0].decode()
+    assert "edgeopt_kv_cache_info" not in bare

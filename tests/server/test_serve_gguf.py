@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from edgeopt.bundle import load_bundle
-from edgeopt.server.launcher import ServeOptions, size_kv
+from edgeopt.server.launcher import ServeOptions, served_kv_layout, size_kv
 from tests.server.gguf_bundle import make_gguf_bundle
 from tests.server.live import free_port
 
@@ -67,6 +67,10 @@ def test_serve_gguf_bundle_end_to_end_without_torch(gguf_bundle: Path, tmp_path:
     proc = subprocess.Popen([sys.executable, "-c", WRAPPER, str(report), "serve", str(gguf_bundle), *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    manifest = load_bundle(gguf_bundle)
+    options = ServeOptions(memory_bytes=2**30, max_concurrency=4, context=256)
+    sizing = size_kv(gguf_bundle, manifest, options)
+    served_layout = served_kv_layout(manifest, options, sizing)
     try:
         wait_healthy(url, proc)
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0, timeout=60)
@@ -84,6 +88,9 @@ def test_serve_gguf_bundle_end_to_end_without_torch(gguf_bundle: Path, tmp_path:
                                          extra_body={"min_p": 0.1})
         assert tiny.choices[0].text == text.choices[0].text  # temperature -> 0 is greedy
         assert httpx.get(f"{url}/health").status_code == 200
+        # What the launcher chose is in /metrics: the bundle's KV type and the layout its budget allows.
+        metrics = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer k"}).text
+        assert f'edgeopt_kv_cache_info{{kv_type="f16",layout="{served_layout}"}} 1.0' in metrics, metrics
         rss = psutil.Process(proc.pid).memory_info().rss
         proc.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + 10
@@ -96,8 +103,6 @@ def test_serve_gguf_bundle_end_to_end_without_torch(gguf_bundle: Path, tmp_path:
     assert proc.returncode in (0, -signal.SIGTERM), output[-2000:]
     assert json.loads(report.read_text()) == [], "serving a GGUF bundle imported heavy packages"
 
-    manifest = load_bundle(gguf_bundle)
-    sizing = size_kv(gguf_bundle, manifest, ServeOptions(memory_bytes=2**30, max_concurrency=4, context=256))
     bundle_bytes = sum(f["bytes"] for f in manifest.files.values())
     kv_bytes = sizing.kv_capacity_tokens * sizing.kv_bytes_per_token
     print(f"\nserve RSS {rss / MIB:.1f} MiB; bundle {bundle_bytes / MIB:.1f} MiB + KV {kv_bytes / MIB:.1f} MiB")
