@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError, DoesNotFitError, UnsupportedArchitectureError
+from edgeopt.kv_layout import auto_kv_layout
 from edgeopt.kv_types import check_head_dims, head_dims_fit, kv_element_bytes, kv_element_bytes_for
 from edgeopt.memory_budget import MIB, KvFacts, MemoryPool, after_margin, memory_pool, size_kv
 from edgeopt.model_spec import ModelSpec
@@ -41,6 +42,9 @@ class Candidate:
     quant: str
     weight_bytes: int
     kv_type: str | None  # gguf: f16, q8_0 or q4_0 (edgeopt.kv_types); None: the format's one fixed KV dtype
+    # gguf: the KV layout `serve` picks by default (--kv-layout auto, prefix cache on; edgeopt.kv_layout);
+    # None: the format has one
+    kv_layout: str | None
     kv_bytes_per_token: int
     overhead_bytes: int
     kv_budget_bytes: int
@@ -105,9 +109,12 @@ def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str
     sizing = size_kv(facts, pool, kv_element_bytes=kv_element_bytes_for(fmt, quant, kv_type), context=context,
                      max_sequences=concurrency)
     fits = sizing.kv_budget_bytes >= 0 if spec.is_encoder else sizing.kv_fit_tokens >= context * concurrency
+    kv_layout = None
+    if entry.kv_layouts and not spec.is_encoder:
+        kv_layout = auto_kv_layout(sizing.kv_fit_tokens, sizing.max_sequences, sizing.context_length, prefix_cache=True)
     # Encoders keep no KV cache: their capacity is meaningless, fitting is weights + overhead alone.
     return Candidate(
-        format=fmt, quant=quant, weight_bytes=facts.weights_bytes, kv_type=kv_type,
+        format=fmt, quant=quant, weight_bytes=facts.weights_bytes, kv_type=kv_type, kv_layout=kv_layout,
         kv_bytes_per_token=sizing.kv_bytes_per_token,
         overhead_bytes=facts.runtime_overhead_bytes, kv_budget_bytes=sizing.kv_budget_bytes,
         kv_token_capacity=sizing.kv_fit_tokens, max_concurrency=sizing.kv_fit_tokens // context, fits=fits,

@@ -40,11 +40,13 @@ def print_plan(result: Plan, params: int) -> None:
                   f"{result.usable_memory_bytes / MIB:.0f} MiB usable, context {result.context}, "
                   f"concurrency {result.concurrency}")
     table = Table()
-    for col in ("candidate", "weights MiB", "KV type", "KV/token KiB", "KV capacity tok", "max seqs @ctx", "fits"):
+    for col in ("candidate", "weights MiB", "KV type", "KV layout", "KV/token KiB", "KV capacity tok", "max seqs @ctx",
+                "fits"):
         table.add_column(col, justify="right")
     for c in result.candidates:
         mark = "*" if result.recommended == c else ""
-        table.add_row(mark + c.label, f"{c.weight_bytes / MIB:.1f}", c.kv_type or "fixed", f"{c.kv_bytes_per_token / 1024:.2f}",
+        table.add_row(mark + c.label, f"{c.weight_bytes / MIB:.1f}", c.kv_type or "fixed", c.kv_layout or "-",
+                      f"{c.kv_bytes_per_token / 1024:.2f}",
                       str(c.kv_token_capacity), str(c.max_concurrency), "yes" if c.fits else "[red]no[/]")
     console.print(table)
     if result.candidates and all(c.kv_bytes_per_token == 0 for c in result.candidates):

@@ -21,6 +21,7 @@ from edgeopt import backends, memory_budget
 from edgeopt.engine import Engine, EngineConfig, engine_config_for
 from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ConfigError
+from edgeopt.kv_layout import auto_kv_layout
 from edgeopt.server.auth import check_exposure
 from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_protocol
@@ -125,11 +126,9 @@ KV_LAYOUT_CHOICES = ("auto", "unified", "streams")
 
 
 def served_kv_layout(manifest: Manifest, options: ServeOptions, sizing: KvSizing | None) -> str:
-    """The llama.cpp KV layout to serve with. ``auto`` picks ``streams`` when the memory budget holds a
-    full --context stream for every slot and (prefix cache on) as many again for cached prefixes:
-    measured on a ~200M Q8_0 model at 16 streams, streams cost 0.90x unified's CPU per decode step and
-    0.75x with 4 idle cached 1,000-token prefixes (tests/bench/bench_step_cost.py). Tighter budgets get
-    ``unified``: there a sequence may use the cells the others leave and cached prefixes share cells."""
+    """The llama.cpp KV layout to serve with; ``auto``: :func:`edgeopt.kv_layout.auto_kv_layout` (streams when
+    memory holds them: measured on a ~200M Q8_0 model at 16 streams, streams cost 0.90x unified's CPU per
+    decode step and 0.75x with 4 idle cached 1,000-token prefixes, tests/bench/bench_step_cost.py)."""
     if options.kv_layout not in KV_LAYOUT_CHOICES:
         raise ConfigError(f"--kv-layout {options.kv_layout!r} is not a KV layout",
                           f"use one of {', '.join(KV_LAYOUT_CHOICES)}")
@@ -140,15 +139,7 @@ def served_kv_layout(manifest: Manifest, options: ServeOptions, sizing: KvSizing
         return "unified"
     if options.kv_layout != "auto" or sizing is None:
         return "unified" if options.kv_layout == "auto" else options.kv_layout
-    from runtimes.llama_cpp import STREAM_ALIGN, stream_layout  # only GGUF bundles load llama.cpp
-
-    slots = sizing.max_sequences
-    cache_streams = slots if options.prefix_cache else 0  # a cached prefix per slot, as unified would keep
-    if sizing.kv_fit_tokens < slots * STREAM_ALIGN:
-        return "unified"
-    layout = stream_layout(sizing.kv_fit_tokens, slots, cache_streams, sizing.context_length)
-    fits = layout.stream_cells >= sizing.context_length and layout.cache_slots >= cache_streams
-    return "streams" if fits else "unified"
+    return auto_kv_layout(sizing.kv_fit_tokens, sizing.max_sequences, sizing.context_length, options.prefix_cache)
 
 
 def runtime_kv_layout(manifest: Manifest, options: ServeOptions, sizing: KvSizing) -> tuple[int, dict[str, str]]:

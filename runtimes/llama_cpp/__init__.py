@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import llama_cpp
 
 from edgeopt.errors import ConfigError
+from edgeopt.kv_layout import STREAM_ALIGN, stream_cells
 from edgeopt.kv_types import check_head_dims
 from profiles import DeviceProfile, load_profile
 from profiles.host import usable_cpu_count
@@ -55,7 +56,6 @@ LLAMA_MAX_SEQ = 256  # llama-cparams.h: the most sequence ids one context accept
 # 600 KB on a 151k vocabulary), never KV: the cached cells live inside n_ctx.
 MIN_CACHE_SLOTS = 8
 KV_LAYOUTS = ("unified", "streams")
-STREAM_ALIGN = 256  # llama-context.cpp pads a stream's cells (n_ctx_seq) up to a multiple of 256
 
 
 def load(bundle_dir: Path, manifest: Manifest, **options: Any) -> LlamaCppRuntime:
@@ -126,7 +126,7 @@ def stream_layout(memory_cells: int, max_slots: int, cache_slots: int, context: 
     """Per-sequence streams within ``memory_cells`` (what the memory budget holds): a ``context``-long
     stream per slot, then up to ``cache_slots`` more for cached prefixes. When the slots alone do not fit,
     each gets an equal share rounded down to STREAM_ALIGN (a shorter context) and the cache none."""
-    wanted = -(-context // STREAM_ALIGN) * STREAM_ALIGN
+    wanted = stream_cells(context)
     if wanted * max_slots <= memory_cells:
         return StreamLayout(wanted, max_slots, min(cache_slots, memory_cells // wanted - max_slots))
     share = memory_cells // max_slots // STREAM_ALIGN * STREAM_ALIGN
