@@ -50,9 +50,21 @@ class Backend:
     # device (torch brings transformers' paged engine on CUDA only), so the loaded Runtime states them
     # (Runtime.max_batch_tokens, Runtime.create_engine in runtimes/base.py).
     embeddings: bool = False  # the format can hold an encoder served on /v1/embeddings
+    # The runtime's memory that grows with the model, beside runtime_overhead_bytes (0: the fixed cost covers it).
+    overhead_per_vocab_entry: int = 0  # the runtime's own tables of the vocabulary
+    overhead_per_ffn_unit: int = 0  # its compute buffer, per unit of the feed-forward width
+    logits_rows_per_sequence: int = 0  # f32 rows of vocabulary width it reserves per sequence
 
     def kv_element_bytes_for(self, quant: str) -> float:
         return self.kv_element_bytes_by_quant.get(quant, self.kv_element_bytes)
+
+    def model_overhead_bytes(self, vocab_size: int, intermediate_size: int) -> int:
+        """The runtime's memory beside weights, KV and the sequences' logits rows, for one model."""
+        return (self.runtime_overhead_bytes + vocab_size * self.overhead_per_vocab_entry
+                + intermediate_size * self.overhead_per_ffn_unit)
+
+    def logits_bytes_per_sequence(self, vocab_size: int) -> int:
+        return self.logits_rows_per_sequence * vocab_size * 4
 
     @property
     def serves_encoders(self) -> bool:
@@ -68,7 +80,16 @@ _BUILTIN = (
         kv_element_bytes=2,  # llama.cpp's default f16 KV cache
         kv_cache_types=("f16", "q8_0", "q4_0"),  # llama.cpp's type_k/type_v (quantized: with flash attention)
         kv_layouts=("unified", "streams"),  # llama.cpp's kv_unified true / false
-        runtime_overhead_bytes=100 * MIB,
+        # Measured (RSS of `edgeopt serve` under load, llama.cpp's own buffer sizes) on random models of
+        # Qwen2.5-0.5B's and Llama-3.2-1B's shapes with their real 151k / 128k vocabularies: the Python
+        # server and libraries ~64 MiB; llama.cpp's vocabulary ~300 bytes a token (43 MiB at 151k); its
+        # compute buffer for a 512-token ubatch 4.5 f32 activations of the feed-forward width a token
+        # (72 MiB at Llama-3.2-1B's 8,192); one logits row per sequence id (a running slot and its prefix
+        # cache id) in its output buffer and one in the graph (which outweighs the feed-forward activations
+        # when the vocabulary is large and the model narrow). A flat 100 MiB left the 0.5B model at
+        # --memory 1GiB 27 MiB over its budget; tests/server/test_memory_real_vocab.py checks the total.
+        runtime_overhead_bytes=80 * MIB, overhead_per_vocab_entry=300, overhead_per_ffn_unit=512 * 18,
+        logits_rows_per_sequence=4,
     ),
     Backend(
         format="onnx", runtime="onnxruntime", exporter_module="exporters.onnx.exporter",

@@ -3,6 +3,8 @@ sizes come from, on the one memory pool (:func:`memory_pool`), so that a plan th
 
     KV bytes/token = 2 (K and V) x layers x kv_heads x head_dim x bytes(KV element)
     budget         = pool x (1 - safety margin) - weights - runtime overhead
+    runtime overhead = the runtime's fixed cost + what grows with the model's vocabulary and width
+                       + its logits rows for every sequence asked for (edgeopt.backends.Backend)
     fits           = budget // KV bytes/token          (tokens, shared by all sequences)
     capacity       = fits, capped at max_sequences x context (no use holding more)
 
@@ -70,7 +72,8 @@ class KvFacts:
     weights_bytes: int
     kv_elements_per_token: int  # 0 for an encoder: it keeps no KV cache
     context_length: int  # the model's own window
-    runtime_overhead_bytes: int
+    runtime_overhead_bytes: int  # Backend.model_overhead_bytes
+    runtime_bytes_per_sequence: int = 0  # Backend.logits_bytes_per_sequence: counted for every sequence asked for
 
 
 @dataclass(frozen=True)
@@ -107,15 +110,16 @@ def size_kv(facts: KvFacts, memory: MemoryPool, *, kv_element_bytes: float, cont
         raise ConfigError(f"max_sequences={max_sequences} is invalid", "pass --max-sequences >= 1")
     per_token = kv_bytes_per_token(facts.kv_elements_per_token, kv_element_bytes)
     room = after_margin(memory.bytes)
-    budget = room - facts.weights_bytes - facts.runtime_overhead_bytes
+    wanted = max_sequences or DEFAULT_MAX_SEQUENCES
+    # Per-sequence runtime memory for the most sequences this can admit (fewer may fit; never more).
+    overhead = facts.runtime_overhead_bytes + wanted * facts.runtime_bytes_per_sequence
+    budget = room - facts.weights_bytes - overhead
     fits_tokens = max(budget, 0) // per_token if per_token else 0
     context = min(context, fits_tokens) if per_token else context
-    wanted = max_sequences or DEFAULT_MAX_SEQUENCES
     affordable = max(1, fits_tokens // max(1, min(context, MIN_TOKENS_PER_SEQUENCE)))
     sequences = wanted if max_sequences is not None else min(wanted, affordable)
-    return KvSizing(memory.source, memory.bytes, facts.weights_bytes, facts.runtime_overhead_bytes,
-                    memory.bytes - room, per_token, budget, fits_tokens, min(fits_tokens, sequences * context),
-                    sequences, context)
+    return KvSizing(memory.source, memory.bytes, facts.weights_bytes, overhead, memory.bytes - room, per_token,
+                    budget, fits_tokens, min(fits_tokens, sequences * context), sequences, context)
 
 
 def require_kv_room(sizing: KvSizing) -> KvSizing:

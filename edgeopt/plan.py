@@ -100,7 +100,9 @@ def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str
     the rule of :func:`choose_kv_type`. Other formats keep their one KV dtype (``Candidate.kv_type`` None)."""
     entry = backends.backend(fmt)
     facts = KvFacts(weights_bytes=weight_bytes(spec, fmt, quant), kv_elements_per_token=spec.kv_elements_per_token,
-                    context_length=spec.max_position_embeddings, runtime_overhead_bytes=entry.runtime_overhead_bytes)
+                    context_length=spec.max_position_embeddings,
+                    runtime_overhead_bytes=entry.model_overhead_bytes(spec.vocab_size, spec.intermediate_size),
+                    runtime_bytes_per_sequence=entry.logits_bytes_per_sequence(spec.vocab_size))
     pool = memory_pool(profile, memory_bytes)
     if entry.kv_cache_types and not spec.is_encoder:
         kv_type = kv_type or choose_kv_type(spec, profile, facts, pool, entry.kv_cache_types, context, concurrency)
@@ -116,7 +118,7 @@ def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str
     return Candidate(
         format=fmt, quant=quant, weight_bytes=facts.weights_bytes, kv_type=kv_type, kv_layout=kv_layout,
         kv_bytes_per_token=sizing.kv_bytes_per_token,
-        overhead_bytes=facts.runtime_overhead_bytes, kv_budget_bytes=sizing.kv_budget_bytes,
+        overhead_bytes=sizing.overhead_bytes, kv_budget_bytes=sizing.kv_budget_bytes,
         kv_token_capacity=sizing.kv_fit_tokens, max_concurrency=sizing.kv_fit_tokens // context, fits=fits,
     )
 

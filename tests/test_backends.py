@@ -45,3 +45,16 @@ def test_built_in_formats_cannot_be_unregistered() -> None:
 def test_torch_keeps_its_kv_in_the_checkpoints_dtype() -> None:
     torch = backends.backend("torch")
     assert (torch.kv_element_bytes_for("fp32"), torch.kv_element_bytes_for("bf16")) == (4, 2)
+
+
+def test_llama_cpp_overhead_grows_with_the_model_and_others_stay_fixed() -> None:
+    """A 151k vocabulary and a wide feed-forward cost llama.cpp memory (tables, compute buffer, logits rows);
+    the flat cost of ONNX Runtime and torch already covers theirs."""
+    gguf = backends.backend("gguf")
+    small, qwen = gguf.model_overhead_bytes(1000, 512), gguf.model_overhead_bytes(151936, 4864)
+    assert small < 100 * 2**20 < qwen  # the 0.5B model needs more than the old flat 100 MiB
+    assert gguf.logits_bytes_per_sequence(151936) == 4 * 151936 * 4
+    for fmt in ("onnx", "torch"):
+        entry = backends.backend(fmt)
+        assert entry.model_overhead_bytes(151936, 4864) == entry.runtime_overhead_bytes
+        assert entry.logits_bytes_per_sequence(151936) == 0

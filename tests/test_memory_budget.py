@@ -84,3 +84,16 @@ def test_bad_inputs_are_refused_with_their_values() -> None:
         size_kv(facts(0, 1), memory_pool(None, GIB), kv_element_bytes=0, context=8)
     with pytest.raises(ConfigError, match="max_sequences=0"):
         size_kv(facts(0, 1), memory_pool(None, GIB), kv_element_bytes=2, context=8, max_sequences=0)
+
+
+@pytest.mark.parametrize(("asked", "counted"), [(None, 16), (3, 3)])
+def test_per_sequence_runtime_memory_is_counted_for_every_sequence_asked_for(asked, counted) -> None:  # noqa: ANN001
+    """llama.cpp reserves logits rows per sequence id: the most sequences serve may admit are charged, so
+    fewer fitting never leaves their rows unpaid."""
+    per_sequence = 2 * MIB
+    with_rows = dataclasses.replace(facts(100 * MIB, 1024), runtime_bytes_per_sequence=per_sequence)
+    pool = memory_pool(None, 2 * GIB)
+    plain = size_kv(facts(100 * MIB, 1024), pool, kv_element_bytes=2, context=4096, max_sequences=asked)
+    charged = size_kv(with_rows, pool, kv_element_bytes=2, context=4096, max_sequences=asked)
+    assert charged.overhead_bytes == LLAMA_CPP_OVERHEAD + counted * per_sequence
+    assert plain.kv_budget_bytes - charged.kv_budget_bytes == counted * per_sequence

@@ -49,7 +49,11 @@ def test_mha_f16_gguf_size_and_capacity():
     assert q8.weight_bytes - metadata == q8_data
     assert 0 < metadata < 128 * 1024
     usable = 3 * GIB
-    budget = usable - int(usable * 0.05) - cand.weight_bytes - 100 * MIB  # the 5% safety margin
+    # llama.cpp's overhead: 80 MiB fixed, 300 bytes a vocabulary entry, 9,216 per unit of the feed-forward
+    # width, and 4 logits rows (4 bytes x vocabulary) for each of the 2 sequences asked for.
+    overhead = 80 * MIB + 1000 * 300 + 512 * 9216 + 2 * 4 * 1000 * 4
+    assert cand.overhead_bytes == overhead
+    budget = usable - int(usable * 0.05) - cand.weight_bytes - overhead  # the 5% safety margin
     assert cand.kv_budget_bytes == budget
     assert cand.kv_token_capacity == budget // 2048
     assert cand.max_concurrency == budget // 2048 // 1024
@@ -80,9 +84,9 @@ def test_recommendation_prefers_profile_default_then_smaller():
     spec = spec_from_config(QWEN_05B, "qwen")
     roomy = make_plan(spec, profile(8, 1.5), context=4096, concurrency=4, formats=("gguf",))
     assert roomy.recommended is not None and roomy.recommended.quant == "Q8_0"
-    # 1.1 GiB usable: Q8_0 (~500 MiB) + 100 MiB overhead + 12 x 4096 x 12 KiB f16 KV (576 MiB) does not fit,
-    # so with the KV cache held at f16 the planner steps down to the largest candidate that does.
-    tight = make_plan(spec, profile(1.6, 0.5), context=4096, concurrency=12, formats=("gguf",), kv_type="f16")
+    # 1.1 GiB usable: Q8_0 (~500 MiB) + ~190 MiB llama.cpp overhead + 10 x 4096 x 12 KiB f16 KV (480 MiB) does
+    # not fit, so with the KV cache held at f16 the planner steps down to the largest candidate that does.
+    tight = make_plan(spec, profile(1.6, 0.5), context=4096, concurrency=10, formats=("gguf",), kv_type="f16")
     q8 = next(c for c in tight.candidates if c.quant == "Q8_0")
     assert not q8.fits
     fitting = [c for c in tight.candidates if c.fits]

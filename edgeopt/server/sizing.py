@@ -37,8 +37,11 @@ def bundle_kv_facts(bundle_dir: Path, manifest: Manifest) -> KvFacts:
     """The sizing facts of a causal-LM bundle: the manifest's, else from the bundle's config.json."""
     entry = backends.backend(manifest.format)
     elements, context = kv_elements_and_context(Path(bundle_dir), manifest)
+    spec = bundle_model_spec(Path(bundle_dir), manifest)
     return KvFacts(weights_bytes=weights_bytes(bundle_dir, manifest), kv_elements_per_token=elements,
-                   context_length=context, runtime_overhead_bytes=entry.runtime_overhead_bytes)
+                   context_length=context,
+                   runtime_overhead_bytes=entry.model_overhead_bytes(spec.vocab_size, spec.intermediate_size),
+                   runtime_bytes_per_sequence=entry.logits_bytes_per_sequence(spec.vocab_size))
 
 
 def kv_elements_and_context(bundle_dir: Path, manifest: Manifest) -> tuple[int, int]:

@@ -23,7 +23,7 @@ def bundle(demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 def test_streams_fit_the_memory_budget_and_keep_the_context(bundle: Path) -> None:
     manifest = load_bundle(bundle)
-    options = ServeOptions(memory_bytes=memory_for_f16_sequences(bundle, 8.2, 256), context=256, threads=1,
+    options = ServeOptions(memory_bytes=memory_for_f16_sequences(bundle, 8.2, 256, 8), context=256, threads=1,
                            max_concurrency=8, kv_layout="streams")
     sizing = size_kv(bundle, manifest, options)
     assert sizing.kv_fit_tokens // 256 == 15  # q8_0 KV: 8.2 f16 contexts x 2 / (34 / 32)
@@ -49,7 +49,7 @@ def test_serve_refuses_streams_for_an_onnx_bundle_before_loading(onnx_fp32_bundl
 def test_auto_picks_streams_when_memory_holds_a_stream_per_slot_and_cache_entry(
         bundle: Path, slots: int, prefix_cache: bool, layout: str) -> None:
     manifest = load_bundle(bundle)
-    options = ServeOptions(memory_bytes=memory_for_f16_sequences(bundle, 8.2, 256), context=256, max_concurrency=slots,
+    options = ServeOptions(memory_bytes=memory_for_f16_sequences(bundle, 8.2, 256, slots), context=256, max_concurrency=slots,
                            prefix_cache=prefix_cache)
     sizing = size_kv(bundle, manifest, options)  # q8_0: 15 streams of 256 cells fit
     assert served_kv_layout(manifest, options, sizing) == layout

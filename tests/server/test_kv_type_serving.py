@@ -10,11 +10,10 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from edgeopt import backends
-from edgeopt.memory_budget import SAFETY_MARGIN
+from edgeopt.memory_budget import DEFAULT_MAX_SEQUENCES, SAFETY_MARGIN
 from edgeopt.pipeline import OptimizeOptions, resolve
 from edgeopt.server.launcher import ServeOptions, load_served_model, serve_bundle, size_kv
-from edgeopt.server.sizing import weights_bytes
+from edgeopt.server.sizing import bundle_kv_facts
 from tests.fixtures.demo_gguf import optimize_demo_gguf
 
 F16_BYTES_PER_TOKEN = 2 * 4 * 2 * 64 * 2  # K and V x 4 layers x 2 KV heads x head_dim 64 x 2 bytes
@@ -25,11 +24,14 @@ def q8_bundle(demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return optimize_demo_gguf(demo_model_dir, tmp_path_factory.mktemp("kv-serve") / "demo-q8kv", "q8_0")
 
 
-def memory_for_f16_sequences(bundle: Path, sequences: float, context: int) -> int:
-    """Memory in which an f16 cache holds ``sequences`` full contexts beside the weights and runtime."""
+def memory_for_f16_sequences(bundle: Path, sequences: float, context: int,
+                             asked_sequences: int = DEFAULT_MAX_SEQUENCES) -> int:
+    """Memory in which an f16 cache holds ``sequences`` full contexts beside the weights and the runtime's
+    overhead for ``asked_sequences`` (--max-concurrency; the server's default when not given)."""
+    facts = bundle_kv_facts(bundle, load_bundle(bundle))
+    overhead = facts.runtime_overhead_bytes + asked_sequences * facts.runtime_bytes_per_sequence
     kv = int(sequences * context * F16_BYTES_PER_TOKEN)
-    return int((weights_bytes(bundle, load_bundle(bundle)) + backends.backend("gguf").runtime_overhead_bytes + kv)
-               / (1 - SAFETY_MARGIN))
+    return int((facts.weights_bytes + overhead + kv) / (1 - SAFETY_MARGIN))
 
 
 @pytest.mark.parametrize("context", [256, 2048])
