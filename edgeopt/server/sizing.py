@@ -34,7 +34,8 @@ def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:
 
 
 def bundle_kv_facts(bundle_dir: Path, manifest: Manifest) -> KvFacts:
-    """The sizing facts of a causal-LM bundle: the manifest's, else from the bundle's config.json."""
+    """The sizing facts of a causal-LM bundle: KV shape from the manifest (else config.json), the runtime's
+    memory from the model's vocabulary and width in config.json."""
     entry = backends.backend(manifest.format)
     elements, context = kv_elements_and_context(Path(bundle_dir), manifest)
     spec = bundle_model_spec(Path(bundle_dir), manifest)
@@ -85,7 +86,7 @@ def bundle_model_spec(bundle_dir: Path, manifest: Manifest) -> ModelSpec:
                   model_path.parent / "config.json")
     path = next((p for p in candidates if p.is_file()), None)
     if path is None:
-        raise BundleError(f"{bundle_dir} records no kv_bytes_per_token/context_length and has no config.json",
+        raise BundleError(f"{bundle_dir} has no config.json to size the model's KV cache and runtime memory from",
                           "re-run edgeopt optimize with this version")
     try:
         return spec_from_config(json.loads(path.read_text()), str(path))
