@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import ConfigError, DoesNotFitError
 from profiles import GIB, DeviceProfile, load_profile
+
+if TYPE_CHECKING:  # profiles imports backends, and model_spec imports this module
+    from edgeopt.backends import Backend
+    from edgeopt.model_spec import ModelSpec
 
 MIB = 1024**2
 SAFETY_MARGIN = 0.05  # of usable memory, for fragmentation and the Python process itself
@@ -75,6 +79,20 @@ class KvFacts:
     runtime_overhead_bytes: int  # Backend.model_overhead_bytes
     runtime_bytes_per_sequence: int = 0  # Backend.logits_bytes_per_sequence: counted for every sequence asked for
 
+    def overhead_bytes(self, sequences: int) -> int:
+        """The runtime's memory beside weights and KV when ``sequences`` sequences are asked for."""
+        return self.runtime_overhead_bytes + sequences * self.runtime_bytes_per_sequence
+
+
+def model_kv_facts(entry: Backend, spec: ModelSpec, weights_bytes: int, kv_elements_per_token: int,
+                   context_length: int) -> KvFacts:
+    """What sizing needs of ``spec`` in ``entry``'s format: its weights and KV shape as given, and the
+    runtime's memory for the model's vocabulary and width."""
+    return KvFacts(weights_bytes=weights_bytes, kv_elements_per_token=kv_elements_per_token,
+                   context_length=context_length,
+                   runtime_overhead_bytes=entry.model_overhead_bytes(spec.vocab_size, spec.intermediate_size),
+                   runtime_bytes_per_sequence=entry.logits_bytes_per_sequence(spec.vocab_size))
+
 
 @dataclass(frozen=True)
 class KvSizing:
@@ -112,7 +130,7 @@ def size_kv(facts: KvFacts, memory: MemoryPool, *, kv_element_bytes: float, cont
     room = after_margin(memory.bytes)
     wanted = max_sequences or DEFAULT_MAX_SEQUENCES
     # Per-sequence runtime memory for the most sequences this can admit (fewer may fit; never more).
-    overhead = facts.runtime_overhead_bytes + wanted * facts.runtime_bytes_per_sequence
+    overhead = facts.overhead_bytes(wanted)
     budget = room - facts.weights_bytes - overhead
     fits_tokens = max(budget, 0) // per_token if per_token else 0
     context = min(context, fits_tokens) if per_token else context

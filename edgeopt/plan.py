@@ -31,7 +31,7 @@ from edgeopt import backends
 from edgeopt.errors import ConfigError, DoesNotFitError, UnsupportedArchitectureError
 from edgeopt.kv_layout import auto_kv_layout
 from edgeopt.kv_types import check_head_dims, head_dims_fit, kv_element_bytes, kv_element_bytes_for
-from edgeopt.memory_budget import MIB, KvFacts, MemoryPool, after_margin, memory_pool, size_kv
+from edgeopt.memory_budget import MIB, KvFacts, MemoryPool, after_margin, memory_pool, model_kv_facts, size_kv
 from edgeopt.model_spec import ModelSpec
 from profiles import DeviceProfile
 
@@ -99,10 +99,8 @@ def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str
     """Size one format:quant. ``kv_type`` applies to formats with several KV cache types (gguf); None there:
     the rule of :func:`choose_kv_type`. Other formats keep their one KV dtype (``Candidate.kv_type`` None)."""
     entry = backends.backend(fmt)
-    facts = KvFacts(weights_bytes=weight_bytes(spec, fmt, quant), kv_elements_per_token=spec.kv_elements_per_token,
-                    context_length=spec.max_position_embeddings,
-                    runtime_overhead_bytes=entry.model_overhead_bytes(spec.vocab_size, spec.intermediate_size),
-                    runtime_bytes_per_sequence=entry.logits_bytes_per_sequence(spec.vocab_size))
+    facts = model_kv_facts(entry, spec, weight_bytes(spec, fmt, quant), spec.kv_elements_per_token,
+                           spec.max_position_embeddings)
     pool = memory_pool(profile, memory_bytes)
     if entry.kv_cache_types and not spec.is_encoder:
         kv_type = kv_type or choose_kv_type(spec, profile, facts, pool, entry.kv_cache_types, context, concurrency)

@@ -17,7 +17,7 @@ from edgeopt import backends
 from edgeopt.bundle import Manifest
 from edgeopt.errors import BundleError, EdgeoptError
 from edgeopt.kv_types import kv_element_bytes_for, parse_kv_type
-from edgeopt.memory_budget import KvFacts, kv_bytes_per_token
+from edgeopt.memory_budget import KvFacts, kv_bytes_per_token, model_kv_facts
 from edgeopt.model_spec import ModelSpec, spec_from_config
 
 
@@ -36,13 +36,10 @@ def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:
 def bundle_kv_facts(bundle_dir: Path, manifest: Manifest) -> KvFacts:
     """The sizing facts of a causal-LM bundle: KV shape from the manifest (else config.json), the runtime's
     memory from the model's vocabulary and width in config.json."""
-    entry = backends.backend(manifest.format)
     elements, context = kv_elements_and_context(Path(bundle_dir), manifest)
     spec = bundle_model_spec(Path(bundle_dir), manifest)
-    return KvFacts(weights_bytes=weights_bytes(bundle_dir, manifest), kv_elements_per_token=elements,
-                   context_length=context,
-                   runtime_overhead_bytes=entry.model_overhead_bytes(spec.vocab_size, spec.intermediate_size),
-                   runtime_bytes_per_sequence=entry.logits_bytes_per_sequence(spec.vocab_size))
+    return model_kv_facts(backends.backend(manifest.format), spec, weights_bytes(bundle_dir, manifest), elements,
+                          context)
 
 
 def kv_elements_and_context(bundle_dir: Path, manifest: Manifest) -> tuple[int, int]:

@@ -29,9 +29,8 @@ def memory_for_f16_sequences(bundle: Path, sequences: float, context: int,
     """Memory in which an f16 cache holds ``sequences`` full contexts beside the weights and the runtime's
     overhead for ``asked_sequences`` (--max-concurrency; the server's default when not given)."""
     facts = bundle_kv_facts(bundle, load_bundle(bundle))
-    overhead = facts.runtime_overhead_bytes + asked_sequences * facts.runtime_bytes_per_sequence
     kv = int(sequences * context * F16_BYTES_PER_TOKEN)
-    return int((facts.weights_bytes + overhead + kv) / (1 - SAFETY_MARGIN))
+    return int((facts.weights_bytes + facts.overhead_bytes(asked_sequences) + kv) / (1 - SAFETY_MARGIN))
 
 
 @pytest.mark.parametrize("context", [256, 2048])
