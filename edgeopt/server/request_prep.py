@@ -109,8 +109,9 @@ def check_text_fits(pieces: list[PromptPiece], served: ServedModel, param: str) 
 
 
 def output_budget(requested: int | None, prompt_len: int, context: int, default: int | None,
-                  prompt_param: str) -> int:
-    """max_tokens to use: the request's, or a default that fits what the context leaves after the prompt."""
+                  prompt_param: str, output_param: str = "max_tokens") -> int:
+    """max_tokens to use: the request's, or a default that fits what the context leaves after the prompt.
+    ``prompt_param`` / ``output_param``: the request's names of the prompt and of its output limit."""
     if prompt_len >= context:
         raise ContextOverflowError(f"prompt is {prompt_len} tokens, longer than the context of {context} tokens "
                                    "(it must leave room for at least one generated token)",
@@ -120,9 +121,10 @@ def output_budget(requested: int | None, prompt_len: int, context: int, default:
     if requested is None:
         return room if default is None else min(default, room)
     if requested > room:
-        raise ContextOverflowError(f"prompt ({prompt_len} tokens) + max_tokens ({requested}) = "
+        raise ContextOverflowError(f"prompt ({prompt_len} tokens) + {output_param} ({requested}) = "
                                    f"{prompt_len + requested} tokens exceeds the context of {context} tokens",
-                                   f"ask for at most max_tokens={room}, or shorten the prompt", param="max_tokens")
+                                   f"ask for at most {output_param}={room}, or shorten the prompt",
+                                   param=output_param)
     return requested
 
 

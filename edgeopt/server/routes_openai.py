@@ -10,21 +10,17 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from edgeopt.engine.api import RequestOutput, SamplingParams
-from edgeopt.engine.validation import chat_logprob_count
 from edgeopt.errors import BackendError, EdgeoptError, RequestError
-from edgeopt.server.errors import error_body
+from edgeopt.server.chat_prep import prepare_chat
 from edgeopt.server.choice_format import ChoiceFormat
+from edgeopt.server.errors import error_body
 from edgeopt.server.openai_format import ResponseShape, usage
-from edgeopt.server.request_prep import (COMPLETIONS_DEFAULT_MAX_TOKENS, chat_prompt_ids, check_chat_request,
-                                         check_model_name, completion_prompt_ids, output_budget,
-                                         refuse_media_parts, sampling_params)
+from edgeopt.server.request_prep import (COMPLETIONS_DEFAULT_MAX_TOKENS, check_model_name, completion_prompt_ids,
+                                         output_budget, sampling_params)
 from edgeopt.server.response_format import compile_grammar, response_grammar_spec
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServerState
 from edgeopt.server.streaming import DONE, ClientGone, Generation, collect, sse, start_generation
-from edgeopt.server.tool_grammar import tool_call_grammar
-from edgeopt.server.tool_output import ToolCallOutput
-from edgeopt.server.tool_request import plan_tools
 
 router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
 
@@ -51,27 +47,10 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     state: ServerState = request.app.state.server
-    served = state.ready_model()
-    check_model_name(state, body.model)
-    refuse_media_parts(body)
-    check_chat_request(served, body)
-    top_logprobs = chat_logprob_count(body.logprobs, body.top_logprobs)
-    tools = plan_tools(body, served.chat_template)
-    grammar_spec = response_grammar_spec(body.response_format)
-    if tools is not None and tools.enforced:
-        grammar_spec = tool_call_grammar(tools, served.tokenizer.control_token_ids())
-    parse_special = state.settings.parse_special_in_content
-    prompt_ids, grammar = await state.prompt_worker.run(
-        lambda: (chat_prompt_ids(served, body, parse_special, tools), compile_grammar(served, grammar_spec)))
-    # Chat has no small default: the reply may use whatever the context leaves after the prompt.
-    max_tokens = output_budget(body.output_limit(), len(prompt_ids), served.context_length, None,
-                               prompt_param="messages")
-    params = sampling_params(body, max_tokens, served.runtime.info.vocab_size, grammar=grammar,
-                             logprobs=top_logprobs)
+    prepared = await prepare_chat(state, body)
     shape = ResponseShape(chat=True, request_id=f"chatcmpl-{uuid.uuid4().hex}", model=body.model)
-    choice = ChoiceFormat(shape, served, prompt_ids, echo=False, logprobs=top_logprobs is not None,
-                          tools=None if tools is None else ToolCallOutput(tools))
-    return await _respond(state, request, choice, params, body.stream, body.include_usage_chunk())
+    return await _respond(state, request, prepared.choice_format(state, shape), prepared.params, body.stream,
+                          body.include_usage_chunk())
 
 
 async def _respond(state: ServerState, request: Request, choice: ChoiceFormat, params: SamplingParams,
