@@ -60,6 +60,12 @@ class RuntimeInfo:
     # The runtime can save a cache entry's KV to a file and load it back (edgeopt serve --warm).
     saves_prefix_state: bool = False
     position_logits: bool = False  # step() honours StepInput.all_logits (prompt logprobs)
+    # trim() works on running slots too, not only on cache entries: the engine can feed guessed tokens
+    # (speculative decoding) and drop the KV of those the model did not agree with.
+    trims_kv: bool = False
+    # One pass carries the same number of tokens of every sequence in it (llama.cpp's per-sequence streams):
+    # a step mixing a 1-token decode with a longer input costs more than one pass over the weights.
+    splits_mixed_lengths: bool = False
 
 
 class Tokenizer(Protocol):
@@ -100,6 +106,8 @@ class Runtime(Protocol):
     # Fixed batch buffer: one step may carry at most this many tokens (llama.cpp's n_batch), so the engine's
     # step_token_budget must not exceed it. None: the runtime takes a step of any size.
     max_batch_tokens: int | None = None
+    # Logits rows one step returns without splitting the pass (llama.cpp's n_outputs_max). None: any number.
+    max_logit_rows: int | None = None
 
     def step(self, batch: list[StepInput]) -> np.ndarray:
         """Run one forward pass over every input; return float32 logits of shape (rows, vocab_size), in

@@ -92,6 +92,10 @@ class EngineConfig:
     # last (edgeopt.engine.stream): 0 sends every token at once; `edgeopt serve` uses 50 ms. (The torch paged
     # engine delivers what transformers' manager hands it as it comes.)
     stream_interval_s: float = 0.0
+    # Speculative decoding (edgeopt.engine.speculation): "off", "ngram" (prompt lookup) or "auto" (the best
+    # source the runtime offers: today n-gram lookup), under the adaptive controller either way. Off unless
+    # asked for (an engine driven by hand steps one token at a time); `edgeopt serve` asks for "auto".
+    speculative: str = "off"
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,9 @@ class EngineStats:
     grammar_checked_total: int = 0
     grammar_refused_total: int = 0
     grammar_redo_seconds_total: float = 0.0
+    # Speculative decoding, per drafting source: tokens sent for verification, and of those, tokens emitted.
+    speculative_drafted_total: dict[str, int] = field(default_factory=dict)
+    speculative_accepted_total: dict[str, int] = field(default_factory=dict)
 
     @property
     def kv_usage_ratio(self) -> float:

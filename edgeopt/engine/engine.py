@@ -35,7 +35,9 @@ from edgeopt.engine.prefix_cache import PrefixCache
 from edgeopt.engine.registry import RequestRegistry
 from edgeopt.engine.sampler import mask_can_wait, processed_logits, sample_masked_row, sample_next_tokens
 from edgeopt.engine.token_bitmask import allowed_tokens
-from edgeopt.engine.scheduler import Scheduler, SchedulerOutput
+from edgeopt.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput, Speculation
+from edgeopt.engine.speculation import SpeculationController, SpeculationCounters
+from edgeopt.engine.speculation.verify import draft_blocks, verify_block
 from edgeopt.engine.sequence import Sequence, SequenceState
 from edgeopt.engine.stream import RequestStream
 from edgeopt.engine.validation import check_runtime_supports, validate_request
@@ -54,6 +56,8 @@ class Engine:
         self.runtime = runtime
         self.config = config
         self.context_tokens = min(config.context_length, config.kv_capacity_tokens, runtime.info.context_length)
+        self._speculation = self._speculation_for(config.speculative)
+        self.speculation_counters = SpeculationCounters()
         self._scheduler = self._new_scheduler()
         self._requests = RequestRegistry(runtime.tokenizer, runtime.info.eos_token_ids, config.stream_interval_s)
         self._masks = MaskComputer(runtime.info.vocab_size)
@@ -133,6 +137,7 @@ class Engine:
     def stats(self) -> EngineStats:
         sched = self._scheduler
         cache = sched.cache_counters
+        spec = self.speculation_counters.snapshot()
         return EngineStats(
             running=len(sched.running), waiting=self._num_waiting(), kv_used_tokens=sched.kv.used,
             kv_capacity_tokens=sched.kv.capacity, preemptions_total=sched.preemptions_total,
@@ -145,6 +150,8 @@ class Engine:
             grammar_wait_seconds_total=self._mask_wait_s, grammar_apply_seconds_total=self._mask_apply_s,
             grammar_checked_total=self._masks.checked_total, grammar_refused_total=self._masks.refused_total,
             grammar_redo_seconds_total=self._masks.redo_seconds,
+            speculative_drafted_total={k: v[0] for k, v in spec.items()},
+            speculative_accepted_total={k: v[1] for k, v in spec.items()},
         )
 
     def active_requests(self) -> list[ActiveRequest]:
@@ -186,10 +193,11 @@ class Engine:
         batch = [StepInput(c.seq.slot, c.tokens, c.start_pos, c.want_logits, c.all_logits) for c in out.chunks]
         if len(batch) < sum(len(item.tokens) for item in batch):
             self._requests.flush(hold=False)  # a step with prefill is long: send held text before it
-        sampled = [c.seq for c in out.chunks if c.want_logits]
+        sampled = [c.seq for c in out.chunks if c.want_logits and not c.draft]  # drafted chunks: _verify
         # Rows whose pick is checked after sampling start nothing here; the other constrained rows' masks are
         # computed on a helper thread while the runtime runs the forward pass (edgeopt.engine.constraint).
         pending_masks = self._masks.start([s.constraint for s in sampled], [mask_can_wait(s.params) for s in sampled])
+        started = time.perf_counter()
         try:
             logits = self.runtime.step(batch)
         except Exception as exc:
@@ -201,13 +209,20 @@ class Engine:
         finally:
             masks = self._collect_masks(pending_masks)
         self._steps_total += 1
+        if self._speculation is not None:
+            self._speculation.controller.observe_step(out.num_tokens, time.perf_counter() - started)
+        drafted = [c for c in out.chunks if c.draft]
+        blocks = draft_blocks(out.chunks, logits) if drafted else []
         logits = sampling_rows(out.chunks, logits)
         self._scheduler.mark_computed(out.chunks)
         # Prefill work: prompt chunks and recomputation after preemption (anything but a 1-token decode).
+        # (A drafted chunk's guesses are decode work, counted by the speculation counters.)
         self.prefill_tokens_total += sum(len(c.tokens) for c in out.chunks
-                                         if len(c.tokens) > 1 or c.start_pos < len(c.seq.prompt_ids))
+                                         if not c.draft and (len(c.tokens) > 1 or c.start_pos < len(c.seq.prompt_ids)))
         started = time.perf_counter()
         self._sample_and_append(sampled, logits, masks)
+        for chunk, block in zip(drafted, blocks):
+            self._verify(chunk, block)
         if any(s.constraint is not None for s in sampled):
             # Sampling, checking picks, redone masks and advancing the grammars (all including plain work).
             self._grammar_steps += 1
@@ -233,6 +248,39 @@ class Engine:
             except Exception as exc:  # detokenizer / stop-string matcher / grammar: only this request fails
                 log.exception("finishing token %d of request %s failed", token, seq.request_id)
                 self._fail(seq, exc)
+
+    def _verify(self, chunk: ScheduledChunk, block: np.ndarray) -> None:
+        """Emit the target's tokens from a drafted chunk's rows (edgeopt.engine.speculation.verify)."""
+        seq = chunk.seq
+        if seq.state.is_done:  # the step failed it already
+            return
+        assert self._speculation is not None
+        try:
+            accepted = verify_block(seq, chunk.draft, block, self._draw, self._scheduler.keep_drafted,
+                                    self._scheduler.drop_drafted, self._append_token)
+        except Exception as exc:  # a grammar, detokenizer or stop-string failure: only this request fails
+            log.exception("verifying the draft of request %s failed", seq.request_id)
+            if not seq.state.is_done:
+                self._fail(seq, exc)
+            return
+        self._speculation.controller.record(seq, len(chunk.draft), accepted)
+        self.speculation_counters.record(self._speculation.controller.source, len(chunk.draft), accepted)
+
+    def _draw(self, row: np.ndarray, seq: Sequence) -> tuple[int, TokenLogprob | None]:
+        """One token from one row, as an ordinary step draws it: the grammar's mask when the pick needs it
+        (checked first where that is exact, see edgeopt.engine.constraint), the same generator."""
+        constraint = seq.constraint
+        mask = None
+        token = -1
+        if constraint is None or mask_can_wait(seq.params):
+            token = sample_next_tokens(row[None, :], [seq])[0]
+        if constraint is not None and (token < 0 or not constraint.allows(token)):
+            masks = self._masks.compute([constraint])
+            if masks.errors[0] is not None:
+                raise masks.errors[0]
+            mask = masks.bitmask[0]
+            token = sample_masked_row(row, seq, mask)
+        return token, self._logprob(row, seq, mask, token)
 
     def _redraw_refused(self, logits: np.ndarray, sampled: list[Sequence], tokens: list[int | Exception],
                         failures: list[Exception | None]) -> None:
@@ -328,6 +376,16 @@ class Engine:
         except Exception as exc:  # e.g. a runtime that cannot drop cells: the caller hears why
             done.set_exception(exc)
 
+    def _speculation_for(self, mode: str) -> Speculation | None:
+        """Speculation when asked for and the runtime can return every position's logits and drop a
+        running slot's tail; None otherwise (see RuntimeInfo.trims_kv)."""
+        info = self.runtime.info
+        controller = SpeculationController(mode)
+        if not controller.enabled or not (info.trims_kv and info.position_logits):
+            return None
+        return Speculation(controller, self.runtime.trim, self.runtime.max_logit_rows,
+                           info.splits_mixed_lengths, self.context_tokens)
+
     def _new_scheduler(self) -> Scheduler:
         """A scheduler with a prefix cache when the config asks for one and the runtime has cache slots."""
         info = self.runtime.info
@@ -335,7 +393,8 @@ class Engine:
         if self.config.prefix_cache and info.cache_slots > 0:
             cache = PrefixCache(self.runtime, range(info.max_slots, info.max_slots + info.cache_slots),
                                 shares_cells=info.shares_kv_cells)
-        return Scheduler(self.config, release_slot=self.runtime.release, cache=cache)
+        return Scheduler(self.config, release_slot=self.runtime.release, cache=cache,
+                         speculation=self._speculation)
 
     def _finish(self, seq: Sequence, state: SequenceState, reason: str, error: str | None = None) -> None:
         tracker = self._tracker(seq)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeopt.engine.api import DEFAULT_PREFILL_CHUNK, EngineConfig
+from edgeopt.engine.speculation.controller import check_mode
 from edgeopt.errors import ConfigError
 from runtimes.base import Runtime
 
@@ -36,6 +37,7 @@ def check_config(config: EngineConfig, runtime: Runtime) -> None:
         (config.context_length >= 2, "context_length", config.context_length, ">= 2"),
         (config.stream_interval_s >= 0, "stream_interval_s", config.stream_interval_s, ">= 0"),
     ]
+    check_mode(config.speculative)
     max_batch = runtime.max_batch_tokens  # runtimes with a fixed batch buffer
     if max_batch is not None:
         problems.append((config.step_token_budget <= max_batch, "step_token_budget", config.step_token_budget,

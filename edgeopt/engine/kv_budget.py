@@ -37,6 +37,12 @@ class KvBudget:
         self.used -= tokens
         return tokens
 
+    def give_back(self, slot: int, tokens: int) -> None:
+        """The slot no longer holds ``tokens`` of its cells (rejected drafted tokens' KV was dropped)."""
+        assert 0 <= tokens <= self._held.get(slot, 0), (slot, tokens, self._held.get(slot, 0))
+        self._held[slot] -= tokens
+        self.used -= tokens
+
     def hand_over(self, slot: int, tokens: int) -> None:
         """``tokens`` of the cells the slot holds are now the prefix cache's (shared with the slot)."""
         assert 0 <= tokens <= self._held.get(slot, 0), (slot, tokens, self._held.get(slot, 0))

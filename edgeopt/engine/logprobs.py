@@ -61,7 +61,8 @@ def extend_prompt_logprobs(entries: list[TokenLogprob | None], prompt_ids: list[
 
 def sampling_rows(chunks: list[ScheduledChunk], logits: np.ndarray) -> np.ndarray:
     """One row per chunk that samples. Chunks with all_logits brought a row per token: those feed
-    their sequence's prompt logprobs, and their last row (if it samples) is the one kept."""
+    their sequence's prompt logprobs, and their last row (if it samples) is the one kept; a chunk with a
+    draft keeps none (edgeopt.engine.speculation.verify reads its rows)."""
     if not any(c.all_logits for c in chunks):
         return logits
     keep: list[int] = []
@@ -69,10 +70,10 @@ def sampling_rows(chunks: list[ScheduledChunk], logits: np.ndarray) -> np.ndarra
     for chunk in chunks:
         rows = len(chunk.tokens) if chunk.all_logits else int(chunk.want_logits)
         seq = chunk.seq
-        if chunk.all_logits and seq.prompt_logprobs is not None and seq.params.prompt_logprobs is not None:
+        if chunk.all_logits and not chunk.draft and seq.prompt_logprobs is not None and seq.params.prompt_logprobs is not None:
             extend_prompt_logprobs(seq.prompt_logprobs, seq.prompt_ids, chunk.start_pos, logits[at:at + rows],
                                    seq.params.prompt_logprobs)
-        if chunk.want_logits:
+        if chunk.want_logits and not chunk.draft:  # a drafted chunk's rows are verified, not sampled here
             keep.append(at + rows - 1)
         at += rows
     return logits[keep]

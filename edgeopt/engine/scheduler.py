@@ -30,11 +30,15 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from edgeopt.engine.api import EngineConfig
 from edgeopt.engine.kv_budget import KvBudget, SlotPool
 from edgeopt.engine.prefix_cache import NO_HIT, PrefixCache, common_prefix_length
 from edgeopt.engine.sequence import Sequence, SequenceState
+
+if TYPE_CHECKING:
+    from edgeopt.engine.speculation import SpeculationController
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,9 @@ class ScheduledChunk:
     start_pos: int
     want_logits: bool
     all_logits: bool = False  # every position's logits (prompt logprobs); see StepInput.all_logits
+    # Speculation: tokens[1:] are guesses fed after the pending token, each with its logits row (all_logits);
+    # edgeopt.engine.speculation.verify keeps the ones the target agrees with.
+    draft: tuple[int, ...] = ()
 
 log = logging.getLogger(__name__)
 # A waiting prompt shares a running sequence's prefix when it has at least this many tokens in common with
@@ -70,10 +77,22 @@ class SchedulerOutput:
         return sum(len(c.tokens) for c in self.chunks)
 
 
+@dataclass(frozen=True)
+class Speculation:
+    """What the scheduler needs to let decode steps carry drafts."""
+
+    controller: SpeculationController
+    trim_slot: Callable[[int, int], None]  # the runtime's trim(): drop a slot's positions from the given one
+    max_rows: int | None  # logits rows one pass can return (None: unbounded)
+    splits_mixed_lengths: bool  # see RuntimeInfo.splits_mixed_lengths
+    context_tokens: int  # no drafted token may sit at this position or past it
+
+
 class Scheduler:
     def __init__(self, config: EngineConfig, release_slot: Callable[[int], None],
-                 cache: PrefixCache | None = None) -> None:
+                 cache: PrefixCache | None = None, speculation: Speculation | None = None) -> None:
         self.config = config
+        self.speculation = speculation
         self.kv = KvBudget(config.kv_capacity_tokens)
         self.cache = cache
         self.cache_counters = PrefixCacheCounters()
@@ -122,18 +141,42 @@ class Scheduler:
             self._evict_cached(chunk)
             out.chunks.append(self._take(seq, chunk))
             budget -= chunk
+        if self.speculation is not None and budget > 0:
+            self._attach_drafts(out, budget)
         return out
 
     def mark_computed(self, chunks: list[ScheduledChunk]) -> None:
-        """The runtime wrote these chunks' KV."""
+        """The runtime wrote these chunks' KV. A drafted token's KV counts as computed only once the target
+        agrees with it (keep_drafted); until then it is the sequence's ``draft_cells``."""
         for chunk in chunks:
-            chunk.seq.num_computed += len(chunk.tokens)
+            chunk.seq.num_computed += len(chunk.tokens) - len(chunk.draft)
+            chunk.seq.draft_cells = len(chunk.draft)
+
+    def keep_drafted(self, seq: Sequence) -> None:
+        """The next drafted token was emitted: its KV is the sequence's own."""
+        assert seq.draft_cells > 0, seq
+        seq.num_computed += 1
+        seq.draft_cells -= 1
+
+    def drop_drafted(self, seq: Sequence) -> None:
+        """Forget the KV of the drafted tokens not (yet) kept: the runtime drops their positions and the
+        cells are free again."""
+        if seq.draft_cells == 0 or seq.slot is None:
+            seq.draft_cells = 0
+            return
+        cells, seq.draft_cells = seq.draft_cells, 0
+        self.kv.give_back(seq.slot, cells)
+        assert self.speculation is not None
+        self.speculation.trim_slot(seq.slot, seq.num_computed)
 
     def finish(self, seq: Sequence, state: SequenceState, reason: str) -> None:
         """Retire a sequence (finished or aborted), wherever it is, and free its slot. Its computed KV is
         parked in the prefix cache unless it failed ("error": its KV may be what failed)."""
         if seq.is_running:
             self.running.remove(seq)
+            if reason != "error":
+                self.drop_drafted(seq)  # the prefix cache gets the emitted tokens' KV only
+            seq.draft_cells = 0
             if self.cache is not None and reason != "error" and seq.num_computed > 0:
                 self._park(seq)
             self._free_slot(seq)
@@ -183,6 +226,29 @@ class Scheduler:
         return ScheduledChunk(seq, ids, seq.num_computed, want_logits=tokens == seq.num_pending,
                               all_logits=seq.wants_position_logits)
 
+    def _attach_drafts(self, out: SchedulerOutput, budget: int) -> None:
+        """Extend decode chunks with drafted tokens, within the step's leftover token budget, the free KV
+        cells (a draft never evicts or preempts anything), the logits rows one pass returns and the context."""
+        assert self.speculation is not None
+        spec = self.speculation
+        decoding = [i for i, c in enumerate(out.chunks) if len(c.tokens) == 1 and c.want_logits and not c.all_logits]
+        if not decoding:
+            return
+        other_tokens = out.num_tokens - len(decoding)
+        rows = sum(len(c.tokens) if c.all_logits else int(c.want_logits) for c in out.chunks)
+        row_room = spec.max_rows - rows if spec.max_rows is not None else budget
+        seqs = [out.chunks[i].seq for i in decoding]
+        drafts = spec.controller.propose(seqs, other_tokens, min(budget, self._free), row_room, spec.splits_mixed_lengths)
+        for i, seq, draft in zip(decoding, seqs, drafts):
+            draft = draft[:max(0, spec.context_tokens - seq.num_tokens)]
+            if not draft:
+                continue
+            chunk = out.chunks[i]
+            assert seq.slot is not None and len(draft) <= self._free
+            self.kv.allocate(seq.slot, len(draft))
+            out.chunks[i] = ScheduledChunk(seq, chunk.tokens + draft, chunk.start_pos, want_logits=True,
+                                           all_logits=True, draft=tuple(draft))
+
     def _make_room(self, seq: Sequence, tokens: int, out: SchedulerOutput) -> bool:
         """Preempt the newest running sequences until ``tokens`` cells are free; False if ``seq`` itself
         had to go. Sequences already scheduled this step are never victims (their chunks are built)."""
@@ -202,6 +268,7 @@ class Scheduler:
         self.running.remove(seq)
         self._free_slot(seq)
         seq.num_computed = 0
+        seq.draft_cells = 0
         seq.state = SequenceState.PREEMPTED
         seq.preemptions += 1
         self.preemptions_total += 1

@@ -58,6 +58,10 @@ class Sequence:
         # Grammar state, advanced with each output token; kept through preemption (the output is kept too).
         self.constraint = TokenConstraint(params.grammar) if params.grammar is not None else None
         # echo + logprobs: one entry per prompt token, filled from the prefill's logits (the first has none)
+        # Speculation: cells past num_computed holding drafted tokens' KV, kept until the target agrees with
+        # them (edgeopt.engine.speculation.verify); and the drafter's state (its n-gram index).
+        self.draft_cells = 0
+        self.draft_state: object | None = None
         self.prompt_logprobs: list[TokenLogprob | None] | None = [None] if params.prompt_logprobs is not None else None
 
     @property

@@ -68,9 +68,11 @@ class LlamaCppRuntime(Runtime):
             context_length=min(context_length or facts.context_train, n_ctx_seq),
             eos_token_ids=self.tokenizer.eog_token_ids(), bos_token_id=bos if bos >= 0 else None,
             add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)), cache_slots=cache_slots, shares_kv_cells=unified,
-            saves_prefix_state=cache_slots > 0, position_logits=True,
+            saves_prefix_state=cache_slots > 0, position_logits=True, trims_kv=True,
+            splits_mixed_lengths=not unified,
         )
-        self._max_outputs = max_slots  # the context's n_outputs_max
+        self._max_outputs = max_slots + cache_slots  # the context's n_outputs_max
+        self.max_logit_rows: int | None = self._max_outputs
         self._logits_address: int | None = None  # where the view of llama.cpp's logits buffer points
         self._logits = np.zeros((0, self.info.vocab_size), dtype=np.float32)
         self.max_batch_tokens: int = int(llama_cpp.llama_n_batch(self._ctx))  # fixed batch buffer (n_batch)

@@ -1,0 +1,14 @@
+"""Speculative decoding inside the engine's step: guessed tokens ride in the same forward pass as the other
+sequences' decode tokens, and only the tokens the target model itself draws are emitted.
+
+* :mod:`.ngram` drafts from the sequence's own prompt and output (prompt lookup);
+* :mod:`.controller` decides, per step and per sequence, how many drafted tokens are worth verifying;
+* :mod:`.verify` walks a verified block of logits rows: draws each token from the target's processed
+  distribution and keeps drafted KV only as long as the draws agree with the draft;
+* :mod:`.counters` counts drafted and accepted tokens per drafting source (for /metrics).
+"""
+
+from edgeopt.engine.speculation.controller import SPECULATIVE_MODES, SpeculationController
+from edgeopt.engine.speculation.counters import SpeculationCounters
+
+__all__ = ["SPECULATIVE_MODES", "SpeculationController", "SpeculationCounters"]

@@ -1,0 +1,129 @@
+"""Which sequences speculate this step, and how many drafted tokens each verifies.
+
+Per sequence, acceptance is the share of drafted tokens the target agreed with (decayed counts, so a
+sequence that moves from quoting to free text is noticed within a few steps). Drafting k tokens whose
+acceptance rate is a gains, in expectation, a + a^2 + ... + a^k tokens (a drafted token is only emitted if
+every one before it was). It costs k more tokens in the pass (:class:`StepCostModel`). A step producing B
+tokens over a pass of fixed + per_token * N takes that long for B tokens; a draft is worth its tokens when its
+expected gain per unit of added time beats that rate. So a lone stream on a memory-bound CPU speculates
+readily, and a full batch, whose pass is already mostly per-token work, does not at all.
+
+A sequence that stopped drafting (its acceptance fell) still verifies a short draft every PROBE_EVERY steps,
+so that it notices when it starts quoting again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edgeopt.engine.sequence import Sequence
+from edgeopt.engine.speculation.ngram import NgramIndex
+from edgeopt.engine.speculation.step_cost import StepCostModel
+from edgeopt.errors import ConfigError
+
+SPECULATIVE_MODES = ("off", "ngram", "auto")  # auto: the best source available (today: n-gram lookup)
+MAX_DRAFT_TOKENS = 10
+ACCEPTANCE_DECAY = 0.8  # weight of past draft outcomes per new verification
+PRIOR_ACCEPTED, PRIOR_REJECTED = 1.0, 1.0  # a new sequence's acceptance starts at 0.5 on little evidence
+PROBE_EVERY = 16
+PROBE_TOKENS = 2
+
+
+@dataclass
+class DraftState:
+    """One sequence's drafting state: its n-gram index and decayed outcome counts."""
+
+    index: NgramIndex
+    accepted: float = PRIOR_ACCEPTED
+    rejected: float = PRIOR_REJECTED
+    idle_steps: int = 0  # decode steps since it last verified a draft
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / (self.accepted + self.rejected)
+
+
+def check_mode(mode: str) -> None:
+    if mode not in SPECULATIVE_MODES:
+        raise ConfigError(f"--speculative {mode!r} is not a speculation mode",
+                          f"use one of {', '.join(SPECULATIVE_MODES)}")
+
+
+def expected_gain(acceptance: float, tokens: int) -> float:
+    """Expected drafted tokens emitted out of ``tokens``: a + a^2 + ... + a^tokens."""
+    return sum(acceptance ** i for i in range(1, tokens + 1))
+
+
+class SpeculationController:
+    source = "ngram"
+
+    def __init__(self, mode: str) -> None:
+        check_mode(mode)
+        self.mode = mode
+        self.cost = StepCostModel()
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+    def propose(self, decoding: list[Sequence], other_tokens: int, token_room: int, row_room: int,
+                splits_mixed_lengths: bool) -> list[list[int]]:
+        """Drafts for ``decoding`` (sequences feeding their one pending token this step; [] for those that do
+        not speculate), using at most ``token_room`` more tokens and ``row_room`` more logits rows.
+        ``other_tokens``: the pass's tokens besides those decode tokens (prefill chunks).
+        ``splits_mixed_lengths``: the runtime runs sequences of different lengths in separate passes."""
+        drafts: list[list[int]] = [[] for _ in decoding]
+        if not self.enabled or not decoding:
+            return drafts
+        if splits_mixed_lengths and (len(decoding) > 1 or other_tokens):
+            return drafts  # every draft would add a whole pass over the weights
+        ratio = self.cost.per_token_ratio()
+        tokens = len(decoding) + other_tokens
+        produced = float(len(decoding))
+        room = min(token_room, row_room)
+        for i, seq in sorted(enumerate(decoding), key=lambda e: -self._state(e[1]).acceptance):
+            state = self._state(seq)
+            limit = min(room, MAX_DRAFT_TOKENS, _tokens_left(seq))
+            if limit <= 0:
+                state.idle_steps += 1
+                continue
+            rate = produced / (1.0 + ratio * tokens)  # tokens per unit of fixed pass cost, now
+            best_k, best_net = 0, 0.0
+            for k in range(1, limit + 1):
+                net = expected_gain(state.acceptance, k) - rate * ratio * k
+                if net > best_net:
+                    best_k, best_net = k, net
+            if best_k == 0 and state.idle_steps >= PROBE_EVERY:
+                best_k = min(PROBE_TOKENS, limit)
+            draft = state.index.draft(seq.all_ids, best_k) if best_k else []
+            if seq.constraint is not None and draft:  # a token the grammar refuses ends the draft
+                draft = draft[:seq.constraint.matcher.validate_tokens(draft)]
+            if not draft:
+                state.idle_steps += 1
+                continue
+            state.idle_steps = 0
+            drafts[i] = draft
+            room -= len(draft)
+            tokens += len(draft)
+            produced += expected_gain(state.acceptance, len(draft))
+        return drafts
+
+    def record(self, seq: Sequence, drafted: int, accepted: int) -> None:
+        """The target agreed with the first ``accepted`` of ``drafted`` tokens."""
+        state = self._state(seq)
+        state.accepted = state.accepted * ACCEPTANCE_DECAY + accepted
+        state.rejected = state.rejected * ACCEPTANCE_DECAY + (drafted > accepted)
+
+    def observe_step(self, tokens: int, seconds: float) -> None:
+        self.cost.observe(tokens, seconds)
+
+    @staticmethod
+    def _state(seq: Sequence) -> DraftState:
+        if seq.draft_state is None:
+            seq.draft_state = DraftState(NgramIndex())
+        return seq.draft_state  # type: ignore[return-value]
+
+
+def _tokens_left(seq: Sequence) -> int:
+    """Drafted tokens that could still be emitted: one token of every step is the target's own draw."""
+    return seq.params.max_tokens - len(seq.output_ids) - 1

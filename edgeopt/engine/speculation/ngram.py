@@ -1,0 +1,45 @@
+"""Prompt-lookup drafting: guess the next tokens by finding the sequence's latest n-gram earlier in its own
+prompt and output, and proposing what followed it there.
+
+Agents paste documents and tool results and the answers quote them, so a continuation seen before is often
+the continuation now. The index costs one dict entry per (position, n) of the sequence (no model, no KV),
+and is extended incrementally as tokens arrive, so a lookup is O(MAX_NGRAM) dictionary probes.
+"""
+
+from __future__ import annotations
+
+MAX_NGRAM = 4  # the longest context matched: longer matches are tried first (they predict better)
+MIN_NGRAM = 2  # a single repeated token predicts too little to pay for its verification
+
+
+class NgramIndex:
+    """For each n-gram of one token list, the position right after its latest occurrence that has at least
+    one token after it (where a continuation can be read)."""
+
+    def __init__(self) -> None:
+        self._after: dict[tuple[int, ...], int] = {}
+        self._indexed = 0  # n-grams ending before this position are in the index
+
+    def draft(self, ids: list[int], max_tokens: int) -> list[int]:
+        """Up to ``max_tokens`` tokens that followed the latest earlier occurrence of ``ids``' longest
+        matching tail n-gram; [] when no tail n-gram occurred before."""
+        if max_tokens <= 0:
+            return []
+        self._extend(ids)
+        end = len(ids)
+        for n in range(min(MAX_NGRAM, end - 1), MIN_NGRAM - 1, -1):
+            start = self._after.get(tuple(ids[end - n:end]))
+            if start is not None:
+                return ids[start:start + max_tokens]
+        return []
+
+    def _extend(self, ids: list[int]) -> None:
+        """Index every n-gram ending at positions up to len(ids) - 1 (each must have a token after it)."""
+        last = len(ids) - 1
+        if last < self._indexed:  # the list was cut (never happens to a sequence's ids: rebuild to be safe)
+            self._after.clear()
+            self._indexed = 0
+        for end in range(max(self._indexed, MIN_NGRAM), last + 1):
+            for n in range(MIN_NGRAM, min(MAX_NGRAM, end) + 1):
+                self._after[tuple(ids[end - n:end])] = end
+        self._indexed = max(self._indexed, last + 1)

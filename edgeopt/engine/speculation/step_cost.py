@@ -1,0 +1,44 @@
+"""How long a forward pass takes as a function of the tokens it carries, learned from the steps the engine
+runs: t(n) = fixed + per_token * n.
+
+On a CPU a decode step re-reads every weight once whatever it carries (the fixed part), and each token adds
+its matrix products (the per-token part). Their ratio decides whether verifying k guessed tokens pays: on a
+small model on two cores the per-token part is far from negligible, on a large model it nearly is. The fit is
+a least-squares line over exponentially decayed sums, so it follows a host whose load changes; until the
+steps have varied enough in size to fit a slope, a prior ratio stands in.
+"""
+
+from __future__ import annotations
+
+PRIOR_PER_TOKEN_RATIO = 0.15  # per-token cost / fixed cost before any fit (a ~100M-parameter model on a CPU)
+DECAY = 0.99  # weight of past steps per new step (an effective window of ~100 steps)
+MIN_SPREAD = 0.5  # variance of token counts needed before the fitted slope is trusted
+
+
+class StepCostModel:
+    def __init__(self) -> None:
+        self._w = self._n = self._t = self._nn = self._nt = 0.0
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        d = DECAY
+        self._w = self._w * d + 1.0
+        self._n = self._n * d + tokens
+        self._t = self._t * d + seconds
+        self._nn = self._nn * d + tokens * tokens
+        self._nt = self._nt * d + tokens * seconds
+
+    def per_token_ratio(self) -> float:
+        """per_token / fixed: the cost of one more token in a pass, in units of the pass's fixed cost."""
+        if self._w < 1.0:
+            return PRIOR_PER_TOKEN_RATIO
+        mean_n, mean_t = self._n / self._w, self._t / self._w
+        spread = self._nn / self._w - mean_n * mean_n
+        if spread < MIN_SPREAD:
+            return PRIOR_PER_TOKEN_RATIO
+        slope = (self._nt / self._w - mean_n * mean_t) / spread
+        fixed = mean_t - slope * mean_n
+        if slope <= 0.0:
+            return 0.0  # extra tokens cost nothing measurable
+        if fixed <= 0.0:
+            return float("inf")  # all of the pass is per-token work: speculation cannot pay
+        return slope / fixed

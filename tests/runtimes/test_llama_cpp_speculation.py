@@ -1,0 +1,125 @@
+"""Speculative decoding on llama.cpp (tiny real GGUF), both KV layouts: drafted tokens are verified in the
+same llama_decode as the other sequences' tokens, rejected ones leave no KV, and the output is plain
+greedy decoding's, with grammars, stop strings, penalties and logprobs.
+
+llama.cpp may use other kernels for a verify pass (several tokens of one sequence) than for a one-token
+decode, so the reference comparison allows near-ties, as tests/runtimes/test_llama_cpp.py does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeopt.engine import Engine, RequestOutput, SamplingParams, engine_config_for
+from edgeopt.engine.grammar import GrammarCompiler, GrammarSpec
+from runtimes.llama_cpp import LlamaCppRuntime, load_gguf
+from tests.engine.helpers import run_engine
+from tests.runtimes.test_llama_cpp import LOGIT_TOLERANCE, THREADS, assert_same_greedy, greedy_alone
+
+TEXTS = [f"def function_{i}(value):\n    return value * {i} + {'1' * (i % 5 + 1)}\n" * 3 for i in range(10)]
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+          "required": ["name", "n"]}
+
+
+@pytest.fixture(scope="module")
+def gguf_path(tiny_gguf_factory) -> Path:
+    return tiny_gguf_factory("llama-gqa", "F16")
+
+
+def open_runtime(path: Path, layout: str, cache_slots: int = 8) -> LlamaCppRuntime:
+    # Per-sequence streams run a step mixing lengths in several passes, so the controller speculates there
+    # only for a sequence decoding alone: one slot makes every step such a step.
+    slots = 4 if layout == "unified" else 1
+    return load_gguf(path, kv_capacity_tokens=8192, max_slots=slots, max_batch_tokens=128, threads=THREADS,
+                     n_gpu_layers=0, cache_slots=cache_slots, context_length=1024, kv_layout=layout)
+
+
+def serve(runtime: LlamaCppRuntime, speculative: str,
+          requests: dict[str, tuple[list[int], SamplingParams]]) -> tuple[dict[str, RequestOutput], Engine]:
+    engine = Engine(runtime, engine_config_for(runtime, speculative=speculative))
+
+    async def body(e: Engine) -> dict[str, RequestOutput]:
+        streams = {rid: e.add_request(rid, ids, params) for rid, (ids, params) in requests.items()}
+        e.start()
+        return dict(zip(streams, await asyncio.gather(*(s.collect() for s in streams.values()))))
+
+    return run_engine(engine, body, autostart=False), engine
+
+
+@pytest.mark.parametrize("layout", ["unified", "streams"])
+def test_greedy_outputs_are_plain_decoding_s_in_both_layouts(gguf_path: Path, layout: str) -> None:
+    runtime = open_runtime(gguf_path, layout)
+    reference = load_gguf(gguf_path, kv_capacity_tokens=2048, max_slots=1, max_batch_tokens=512, threads=THREADS,
+                          n_gpu_layers=0, cache_slots=0)
+    try:
+        prompts = {f"r{i}": runtime.tokenizer.encode(text) for i, text in enumerate(TEXTS)}
+        greedy = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
+        results, engine = serve(runtime, "ngram", {rid: (ids, greedy) for rid, ids in prompts.items()})
+        stats = engine.stats()
+        assert 0 < stats.speculative_accepted_total["ngram"] < stats.speculative_drafted_total["ngram"]
+        for rid, ids in prompts.items():
+            want, rows = greedy_alone(reference, ids, 48)
+            assert_same_greedy(want, results[rid].token_ids, rows)
+        # Rejected guesses left no KV: running slots hold nothing, each parked answer exactly its emitted
+        # tokens (all but the last, which was never fed), and emptying the cache empties every sequence.
+        assert runtime.kv_cells_used() == 0 and stats.kv_used_tokens == 0
+        cache = engine.with_scheduler(lambda s: s.cache)
+        parked = [prompts[rid] + results[rid].token_ids[:-1] for rid in prompts]
+        found = [(cid, len(tokens)) for tokens in parked if (cid := cache.entry_holding(tokens)) is not None]
+        assert len(found) >= 4 and all(runtime.held_tokens(cid) == n for cid, n in found)
+        engine.clear_prefix_cache()
+        assert all(runtime.held_tokens(s) == 0 for s in range(runtime.info.max_slots + runtime.info.cache_slots))
+    finally:
+        runtime.close()
+        reference.close()
+
+
+@pytest.mark.parametrize("layout", ["unified", "streams"])
+def test_every_feature_gives_the_same_output_with_speculation(gguf_path: Path, layout: str) -> None:
+    off_rt, on_rt = open_runtime(gguf_path, layout), open_runtime(gguf_path, layout)
+    try:
+        grammar = GrammarCompiler(on_rt.tokenizer, on_rt.info).compile(GrammarSpec.json_schema(SCHEMA))
+        # Logprobs on every request: where the two runs' tokens part, the parting must be a near-tie.
+        base = dict(max_tokens=40, temperature=0.0, logprobs=2)
+        variants = {
+            "json": SamplingParams(**base, grammar=grammar),
+            "stop": SamplingParams(**base, ignore_eos=True, stop=["value *", "+ 1"]),
+            "penalties": SamplingParams(**base, ignore_eos=True, repetition_penalty=1.1, frequency_penalty=0.3,
+                                        presence_penalty=0.2, logit_bias={5: 2.0}),
+            "seeded": SamplingParams(max_tokens=40, temperature=0.7, top_k=40, seed=5, ignore_eos=True, logprobs=2),
+        }
+        requests = {f"{name}{i}": (on_rt.tokenizer.encode(TEXTS[i] + ('{"name": "function_%d", "n": ' % i)), params)
+                    for name, params in variants.items() for i in range(3)}
+        off, _ = serve(off_rt, "off", requests)
+        on, engine = serve(on_rt, "ngram", requests)
+        assert engine.stats().speculative_accepted_total["ngram"] > 0
+        identical = 0
+        for rid in requests:
+            assert on[rid].finish_reason != "error" != off[rid].finish_reason, rid
+            identical += assert_same_up_to_a_near_tie(on[rid], off[rid], sampled=rid.startswith("seeded"))
+            if rid.startswith("json") and on[rid].finish_reason == "stop":
+                json.loads(on[rid].text)
+        assert identical >= len(requests) - 2
+        assert on_rt.kv_cells_used() == 0
+    finally:
+        off_rt.close()
+        on_rt.close()
+
+
+def assert_same_up_to_a_near_tie(on: RequestOutput, off: RequestOutput, sampled: bool) -> bool:
+    """The same tokens and logprobs (within LOGIT_TOLERANCE), or the same up to a token where plain decoding's
+    two best candidates were within it; True when identical."""
+    assert on.logprobs is not None and off.logprobs is not None
+    for k, (a, b) in enumerate(zip(on.logprobs, off.logprobs)):
+        if a.token_id != b.token_id:
+            alternatives = dict(b.top)
+            assert not sampled and a.token_id in alternatives, (k, a, b)
+            assert b.logprob - alternatives[a.token_id] <= LOGIT_TOLERANCE, f"token {k} parted without a near-tie"
+            return False
+        assert abs(a.logprob - b.logprob) < LOGIT_TOLERANCE, (k, a, b)
+    assert on.token_ids == off.token_ids and on.finish_reason == off.finish_reason
+    return True
