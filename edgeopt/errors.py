@@ -99,6 +99,12 @@ class ModelNameError(RequestError):
     error_type = "model_not_found"
 
 
+class UnknownResponseError(RequestError):
+    """A stored response id the server does not hold (never stored, or evicted): OpenAI answers 404."""
+
+    status_code = 404
+
+
 class AuthenticationError(RequestError):
     status_code = 401
     error_type = "authentication_error"

@@ -14,6 +14,7 @@ from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.embedding_batcher import EmbeddingBatcher
 from edgeopt.server.metrics import ServerMetrics
 from edgeopt.server.prompt_worker import PromptWorker
+from edgeopt.server.responses_store import DEFAULT_STORE_BYTES, ResponseStore
 from runtimes.base import EmbeddingRuntime, Runtime, Tokenizer
 from runtimes.control_text import ControlTextFinder
 
@@ -35,6 +36,8 @@ class ServerSettings:
     # (edgeopt.kv_types) and, where the runtime has a choice (llama.cpp), its layout; None: not known.
     kv_type: str | None = None
     kv_layout: str | None = None
+    # Bytes of stored /v1/responses kept for previous_response_id and GET (edgeopt.server.responses_store).
+    responses_store_bytes: int = DEFAULT_STORE_BYTES
 
     @property
     def kv_labels(self) -> dict[str, str]:
@@ -89,6 +92,8 @@ class ServerState:
         self.created = int(time.time())
         self.metrics = ServerMetrics(self.engine_stats, settings.memory_budget_bytes, settings.kv_labels)
         self.prompt_worker = PromptWorker()  # rendering and tokenizing, off the event loop
+        self.responses = ResponseStore(settings.responses_store_bytes)
+        self.metrics.watch_store(self.responses)
 
     @property
     def model_id(self) -> str:

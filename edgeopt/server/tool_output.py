@@ -19,19 +19,20 @@ class ToolCallOutput:
 
     def stream_step(self, text: str, finished: bool) -> tuple[str, list[dict[str, Any]]]:
         """Content text and ``delta.tool_calls`` entries for one output's text."""
-        deltas = self._deltas(text, finished)
+        deltas = self.deltas(text, finished)
         content = "".join(d.text for d in deltas if isinstance(d, ContentDelta))
         return content, _chunk_tool_calls([d for d in deltas if isinstance(d, ToolCallDelta)])
 
     def whole(self, text: str) -> tuple[str | None, list[dict[str, Any]]]:
         """The message's content (None when it only calls tools) and its ``tool_calls``."""
-        content, calls = collect(self._deltas(text, finished=True))
+        content, calls = collect(self.deltas(text, finished=True))
         return (content or None) if calls else content, calls
 
     def finish_reason(self, engine_reason: str | None) -> str | None:
         return "tool_calls" if self._parser.calls and engine_reason == "stop" else engine_reason
 
-    def _deltas(self, text: str, finished: bool) -> list[Delta]:
+    def deltas(self, text: str, finished: bool) -> list[Delta]:
+        """The parser's content and call deltas for one output's text (the Responses API shapes its own)."""
         deltas = self._parser.feed(text)
         return deltas + self._parser.finish() if finished else deltas
 

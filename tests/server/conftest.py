@@ -30,13 +30,15 @@ def fake_served_model(runtime: FakeRuntime, **engine_config: Any) -> ServedModel
 
 @pytest.fixture
 def serve_fake() -> Iterator[Callable[..., LiveServer]]:
-    """``serve_fake(runtime_kwargs..., engine=dict(...), api_key=...)`` -> a running LiveServer."""
+    """``serve_fake(runtime_kwargs..., engine=dict(...), api_key=..., settings=dict(...))`` -> a running
+    LiveServer (``settings``: more ServerSettings fields)."""
     started: list[LiveServer] = []
 
     def make(engine: dict | None = None, api_key: str | None = None, max_body_bytes: int | None = None,
-             **runtime_kwargs: Any) -> LiveServer:
+             settings: dict | None = None, **runtime_kwargs: Any) -> LiveServer:
         runtime = FakeRuntime(**runtime_kwargs)
         extra = {"max_body_bytes": max_body_bytes} if max_body_bytes else {}
+        extra.update(settings or {})
         settings = ServerSettings(model_names=(MODEL, "alias"), api_key=api_key,
                                   memory_budget_bytes=1 << 30, **extra)
         app = create_app(settings, served=fake_served_model(runtime, **(engine or {})))

@@ -1,0 +1,153 @@
+"""POST /v1/responses, GET and DELETE /v1/responses/{id}: OpenAI's Responses API over the chat path.
+
+The request is translated into a chat request (edgeopt.server.responses_input) and prepared by
+edgeopt.server.chat_prep like any chat, so templates, tool calls, constrained decoding and the prefix cache
+behave the same; only the output is shaped differently (edgeopt.server.responses_output). ``store``
+(true by default, as OpenAI's) keeps the response and its conversation (edgeopt.server.responses_store)
+for ``previous_response_id`` and GET.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import TypeAdapter
+
+from edgeopt.errors import BackendError, EdgeoptError, RequestError, UnknownResponseError
+from edgeopt.server.chat_prep import PreparedChat, prepare_chat
+from edgeopt.server.choice_format import ChoiceFormat
+from edgeopt.server.openai_format import ResponseShape
+from edgeopt.server.responses_input import LOGPROBS_INCLUDE, input_messages, translate
+from edgeopt.server.responses_output import Event, ResponseBuilder, new_id, response_usage
+from edgeopt.server.responses_schema import InputItem, ResponsesRequest
+from edgeopt.server.responses_store import ResponseStore
+from edgeopt.server.state import ServerState
+from edgeopt.server.streaming import ClientGone, Generation, collect, start_generation
+from edgeopt.server.tool_parser import ContentDelta, Delta
+
+router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
+_ITEMS = TypeAdapter(list[InputItem])
+
+
+@router.post("/v1/responses")
+async def create_response(body: ResponsesRequest, request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    store = state.responses
+    history: list[dict[str, Any]] = []
+    if body.previous_response_id is not None:
+        history = _stored(store, body.previous_response_id, param="previous_response_id").conversation
+    translation = translate(body, history)
+    prepared = await prepare_chat(state, translation.request, prompt_param="input", output_param="max_output_tokens")
+    if not prepared.prompt_ids:
+        raise RequestError("the prompt is empty (0 tokens)", "send some input text", param="input")
+    response_id = new_id("resp")
+    shape = ResponseShape(chat=True, request_id=response_id, model=body.model)
+    run = _Run(state, body, prepared, prepared.choice_format(state, shape), translation.conversation)
+    generation = start_generation(state.ready_model().engine, response_id, prepared.prompt_ids, prepared.params,
+                                  run.tracker, request)
+    run.tracker.admitted(len(prepared.prompt_ids))
+    if body.stream:
+        return StreamingResponse(run.events(generation), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    try:
+        last = await collect(generation, request)
+    except ClientGone:
+        state.metrics.count_error(499)  # nginx's "client closed request": nobody reads this reply
+        return Response(status_code=499)
+    if last.finish_reason == "error":
+        raise BackendError(f"the model runtime failed while generating: {last.error}", "see the server log")
+    run.builder.start()
+    run.builder.step(run.deltas(last, first=True, finished=True), run.logprobs)
+    run.builder.finish(last.finish_reason, run.usage(last))
+    return JSONResponse(run.keep())
+
+
+@router.get("/v1/responses/{response_id}")
+async def get_response(response_id: str, request: Request) -> JSONResponse:
+    return JSONResponse(_stored(request.app.state.server.responses, response_id).response)
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(response_id: str, request: Request) -> JSONResponse:
+    store = request.app.state.server.responses
+    _stored(store, response_id)
+    store.delete(response_id)
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+def _stored(store: ResponseStore, response_id: str, param: str | None = None):  # noqa: ANN202
+    entry = store.get(response_id)
+    if entry is None:
+        raise UnknownResponseError(f"no stored response has the id {response_id!r} (never stored: store was "
+                                   "false, or another server made it; or evicted: the store keeps the most "
+                                   f"recently used responses within {store.budget_bytes} bytes)",
+                                   "send the whole conversation as input instead, or raise the server's "
+                                   "--responses-store", param=param)
+    return entry
+
+
+class _Run:
+    """One response being generated: the builder, the parsers, and what is stored at the end."""
+
+    def __init__(self, state: ServerState, body: ResponsesRequest, prepared: PreparedChat, choice: ChoiceFormat,
+                 conversation: list[dict[str, Any]]) -> None:
+        self.state = state
+        self.body = body
+        self.prompt_len = len(prepared.prompt_ids)
+        self.choice = choice
+        self.builder = ResponseBuilder(body, choice.shape.request_id, logprobs=body.wants(LOGPROBS_INCLUDE))
+        self.conversation = conversation
+        self.tracker = state.metrics.track()
+        self.logprobs: list[dict[str, Any]] | None = None
+
+    def deltas(self, out: Any, first: bool, finished: bool) -> list[Delta]:
+        text, logprobs = self.choice.content(out, first)
+        self.logprobs = logprobs["content"] if logprobs else None
+        if self.choice.tools is None:
+            return [ContentDelta(text)]
+        return self.choice.tools.deltas(text, finished)
+
+    def usage(self, out: Any) -> dict[str, Any]:
+        return response_usage(self.prompt_len, out.completion_tokens, out.cached_tokens)
+
+    def keep(self) -> dict[str, Any]:
+        """The final response object, stored (with its conversation) when the request asked."""
+        response = self.builder.response()
+        if self.body.store and self.builder.status != "failed":
+            answer = input_messages(_ITEMS.validate_python(response["output"]))
+            self.state.responses.put(response["id"], response, [*self.conversation, *answer])
+        return response
+
+    async def events(self, generation: Generation) -> AsyncIterator[bytes]:
+        builder = self.builder
+        first = True
+        try:
+            yield _sse(builder.start())
+            async for out in generation:
+                if out.finish_reason == "error":
+                    events = builder.finish(None, self.usage(out), f"the model runtime failed: {out.error}")
+                    yield _sse(events)
+                    return
+                events = builder.step(self.deltas(out, first, out.finished), self.logprobs)
+                first = False
+                if out.finished:
+                    events += builder.finish(out.finish_reason, self.usage(out))
+                    self.keep()
+                if events:
+                    yield _sse(events)
+        except ClientGone:
+            return
+        except EdgeoptError as exc:  # the engine failed mid-stream: say so in-band, then end cleanly
+            yield _sse(builder.finish(None, None, str(exc)))
+        finally:
+            await generation.aclose()
+
+
+def _sse(events: list[Event]) -> bytes:
+    """Server-sent events as OpenAI frames them: ``event:`` names the type, ``data:`` holds the event."""
+    return b"".join(f"event: {e['type']}\ndata: ".encode()
+                    + json.dumps(e, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n" for e in events)
