@@ -1,9 +1,10 @@
-"""A validated chat request -> what the engine and the reply need: prompt ids, SamplingParams, tool plan.
+"""A validated chat request -> what the engine and the reply need: prompt ids, SamplingParams, tool plan,
+and where a thinking model's reply starts.
 
 Every API face that chats (/v1/chat/completions, /v1/responses, /v1/messages, Ollama's /api/chat)
 translates its body into a :class:`ChatCompletionRequest` and calls :func:`prepare_chat`, so template
 rendering, tool calling, constrained decoding and the prefix cache follow one path whatever the wire
-format; each face only shapes the output differently.
+format; each face only shapes the output differently, reading it with :meth:`PreparedChat.reply_parser`.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ from dataclasses import dataclass
 
 from edgeopt.engine.api import SamplingParams
 from edgeopt.engine.validation import chat_logprob_count
+from edgeopt.server.chat_output import ChatOutput
 from edgeopt.server.choice_format import ChoiceFormat
 from edgeopt.server.openai_format import ResponseShape
+from edgeopt.server.reply_parser import ReasoningStart, ReplyParser
 from edgeopt.server.request_prep import (chat_prompt_ids, check_chat_request, check_model_name, output_budget,
-                                         refuse_media_parts, sampling_params)
+                                         reasoning_start, refuse_media_parts, sampling_params)
 from edgeopt.server.response_format import compile_grammar, response_grammar_spec
 from edgeopt.server.schemas import ChatCompletionRequest
 from edgeopt.server.state import ServerState
 from edgeopt.server.tool_grammar import tool_call_grammar
-from edgeopt.server.tool_output import ToolCallOutput
 from edgeopt.server.tool_request import ToolPlan, plan_tools
 
 
@@ -30,14 +32,17 @@ class PreparedChat:
     params: SamplingParams
     tools: ToolPlan | None  # None: no tools, or tool_choice="none" (the output is not read for calls)
     top_logprobs: int | None  # None: no logprobs asked
+    reasoning: ReasoningStart | None = None  # None: the model does not think (its output is all answer)
 
-    def tool_output(self) -> ToolCallOutput | None:
-        """A fresh reader of this reply's tool calls (it keeps state: one per reply)."""
-        return None if self.tools is None else ToolCallOutput(self.tools)
+    def reply_parser(self) -> ReplyParser:
+        """A fresh reader of this reply's thinking, answer and tool calls (it keeps state: one per reply)."""
+        return ReplyParser(None if self.tools is None else self.tools.parser(), self.reasoning)
 
     def choice_format(self, state: ServerState, shape: ResponseShape) -> ChoiceFormat:
+        reads = self.tools is not None or self.reasoning is not None
         return ChoiceFormat(shape, state.ready_model(), self.prompt_ids, echo=False,
-                            logprobs=self.top_logprobs is not None, tools=self.tool_output())
+                            logprobs=self.top_logprobs is not None,
+                            output=ChatOutput(self.reply_parser()) if reads else None)
 
 
 async def prepare_chat(state: ServerState, body: ChatCompletionRequest, prompt_param: str = "messages",
@@ -51,6 +56,7 @@ async def prepare_chat(state: ServerState, body: ChatCompletionRequest, prompt_p
     check_chat_request(served, body)
     top_logprobs = chat_logprob_count(body.logprobs, body.top_logprobs)
     tools = plan_tools(body, served.chat_template)
+    reasoning = reasoning_start(served, body)
     grammar_spec = response_grammar_spec(body.response_format)
     if tools is not None and tools.enforced:
         grammar_spec = tool_call_grammar(tools, served.tokenizer.control_token_ids())
@@ -62,4 +68,4 @@ async def prepare_chat(state: ServerState, body: ChatCompletionRequest, prompt_p
                                prompt_param=prompt_param, output_param=output_param)
     params = sampling_params(body, max_tokens, served.runtime.info.vocab_size, grammar=grammar,
                              logprobs=top_logprobs)
-    return PreparedChat(prompt_ids, params, tools, top_logprobs)
+    return PreparedChat(prompt_ids, params, tools, top_logprobs, reasoning)

@@ -9,14 +9,14 @@ from edgeopt.engine.api import RequestOutput, TokenLogprob
 from edgeopt.server.logprobs_format import ChoiceLogprobs, TokenTexts
 from edgeopt.server.openai_format import ResponseShape
 from edgeopt.server.state import ServedModel
-from edgeopt.server.tool_output import ToolCallOutput
+from edgeopt.server.chat_output import ChatOutput
 
 
 class ChoiceFormat:
     def __init__(self, shape: ResponseShape, served: ServedModel, prompt_ids: list[int], echo: bool,
-                 logprobs: bool, prompt_text: str | None = None, tools: ToolCallOutput | None = None) -> None:
+                 logprobs: bool, prompt_text: str | None = None, output: ChatOutput | None = None) -> None:
         self.shape = shape
-        self.tools = tools  # a chat with tools: the text is read for tool calls
+        self.output = output  # a chat with tools or thinking: the text is read for calls and reasoning
         self.prompt_ids = prompt_ids
         self._echo = echo
         self._texts = TokenTexts(served.tokenizer)

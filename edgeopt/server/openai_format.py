@@ -29,10 +29,13 @@ class ResponseShape:
         return {"id": self.request_id, "object": obj, "created": self.created, "model": self.model}
 
     def full(self, text: str | None, finish_reason: str | None, counts: dict[str, int],
-             logprobs: dict[str, Any] | None = None, tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+             logprobs: dict[str, Any] | None = None, tool_calls: list[dict[str, Any]] | None = None,
+             reasoning: str = "") -> dict[str, Any]:
         body = self._envelope(streaming=False)
         if self.chat:
             message: dict[str, Any] = {"role": "assistant", "content": text}
+            if reasoning:
+                message.update(_reasoning_fields(reasoning))
             if tool_calls:
                 message["tool_calls"] = tool_calls
             choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
@@ -44,12 +47,14 @@ class ResponseShape:
 
     def chunk(self, text: str, finish_reason: str | None = None, counts: dict[str, int] | None = None,
               first: bool = False, logprobs: dict[str, Any] | None = None,
-              tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+              tool_calls: list[dict[str, Any]] | None = None, reasoning: str = "") -> dict[str, Any]:
         body = self._envelope(streaming=True)
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {}
             if text and not first:
                 delta["content"] = text
+            if reasoning:
+                delta.update(_reasoning_fields(reasoning))
             if tool_calls:
                 delta["tool_calls"] = tool_calls
             choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
@@ -66,3 +71,9 @@ class ResponseShape:
         body["choices"] = []
         body["usage"] = counts
         return body
+
+
+def _reasoning_fields(text: str) -> dict[str, str]:
+    """The thinking under both names clients read: llama-server's ``reasoning_content``, and ``reasoning``
+    (vLLM, Ollama's OpenAI layer, OpenRouter)."""
+    return {"reasoning_content": text, "reasoning": text}

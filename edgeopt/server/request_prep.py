@@ -18,6 +18,7 @@ from edgeopt.engine.grammar import Grammar
 from edgeopt.engine.validation import parse_logit_bias
 from edgeopt.errors import ContextOverflowError, ModelNameError, RequestError
 from edgeopt.server.chat_tokens import PromptPiece, chat_prompt_pieces
+from edgeopt.server.reply_parser import ReasoningStart
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationFields
 from edgeopt.server.state import ServedModel, ServerState
 from edgeopt.server.tool_request import ToolPlan
@@ -72,13 +73,23 @@ def chat_prompt_ids(served: ServedModel, body: ChatCompletionRequest, parse_spec
 
 def template_variables(body: ChatCompletionRequest) -> dict[str, object]:
     """``reasoning_effort`` for templates that read it (gpt-oss); ``"none"`` also turns Qwen3's thinking off
-    (its ``enable_thinking``). Templates that read neither ignore both."""
+    and any other effort on (its ``enable_thinking``). Templates that read neither ignore both."""
     if body.reasoning_effort is None:
         return {}
-    variables: dict[str, object] = {"reasoning_effort": body.reasoning_effort}
-    if body.reasoning_effort == "none":
-        variables["enable_thinking"] = False
-    return variables
+    return {"reasoning_effort": body.reasoning_effort, "enable_thinking": body.reasoning_effort != "none"}
+
+
+def reasoning_start(served: ServedModel, body: ChatCompletionRequest) -> ReasoningStart | None:
+    """Where this request's reply begins for a thinking model (None: the model does not think). A template
+    that always thinks (DeepSeek-R1's: no ``enable_thinking``) cannot honour ``reasoning_effort="none"``."""
+    reasoning = served.reasoning
+    if reasoning is None:
+        return None
+    if body.reasoning_effort == "none" and not reasoning.syntax.can_switch_off:
+        raise RequestError("reasoning_effort='none' asks for no thinking, but this model's chat template always "
+                           "thinks (it has no enable_thinking switch)", "leave reasoning_effort unset: the thinking "
+                           "comes back apart from the answer, in reasoning_content", param="reasoning_effort")
+    return ReasoningStart(reasoning.syntax, reasoning.reply_starts_in_reasoning(template_variables(body)))
 
 
 def completion_prompt_ids(served: ServedModel, body: CompletionRequest) -> list[int]:

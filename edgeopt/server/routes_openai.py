@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from edgeopt.engine.api import RequestOutput, SamplingParams
 from edgeopt.errors import BackendError, EdgeoptError, RequestError
+from edgeopt.server.chat_output import ChatStep
 from edgeopt.server.chat_prep import prepare_chat
 from edgeopt.server.choice_format import ChoiceFormat
 from edgeopt.server.errors import error_body
@@ -76,11 +77,12 @@ async def _respond(state: ServerState, request: Request, choice: ChoiceFormat, p
         raise BackendError(f"the model runtime failed while generating: {last.error}", "see the server log")
     counts = usage(len(prompt_ids), last.completion_tokens, last.cached_tokens)
     text, logprobs = choice.content(last, first=True)
-    if choice.tools is None:
+    if choice.output is None:
         return JSONResponse(shape.full(text, last.finish_reason, counts, logprobs))
-    content, tool_calls = choice.tools.whole(text)
-    return JSONResponse(shape.full(content, choice.tools.finish_reason(last.finish_reason), counts, logprobs,
-                                   tool_calls))
+    reply = choice.output.whole(text)
+    content = (reply.content or None) if reply.tool_calls else reply.content  # None: the message only calls
+    return JSONResponse(shape.full(content, choice.output.finish_reason(last.finish_reason), counts, logprobs,
+                                   reply.tool_calls, reply.reasoning))
 
 
 async def _sse_events(generation: Generation, choice: ChoiceFormat, include_usage: bool) -> AsyncIterator[bytes]:
@@ -95,13 +97,12 @@ async def _sse_events(generation: Generation, choice: ChoiceFormat, include_usag
                 break
             text, logprobs = choice.content(out, first)
             first = False
-            calls: list[dict[str, Any]] = []
-            if choice.tools is not None:
-                text, calls = choice.tools.stream_step(text, out.finished)
+            step = ChatStep(text) if choice.output is None else choice.output.stream_step(text, out.finished)
             if out.finished:
-                yield _final_chunk(choice, out, text, logprobs, calls, include_usage)
-            elif text or logprobs or calls:
-                yield sse(shape.chunk(text, logprobs=logprobs, tool_calls=calls))
+                yield _final_chunk(choice, out, step, logprobs, include_usage)
+            elif step.content or step.reasoning or logprobs or step.tool_calls:
+                yield sse(shape.chunk(step.content, logprobs=logprobs, tool_calls=step.tool_calls,
+                                      reasoning=step.reasoning))
         yield DONE
     except ClientGone:
         return
@@ -112,12 +113,13 @@ async def _sse_events(generation: Generation, choice: ChoiceFormat, include_usag
         await generation.aclose()
 
 
-def _final_chunk(choice: ChoiceFormat, out: RequestOutput, text: str, logprobs: dict[str, Any] | None,
-                 tool_calls: list[dict[str, Any]], include_usage: bool) -> bytes:
+def _final_chunk(choice: ChoiceFormat, out: RequestOutput, step: ChatStep, logprobs: dict[str, Any] | None,
+                 include_usage: bool) -> bytes:
     shape = choice.shape
     counts = usage(len(choice.prompt_ids), out.completion_tokens, out.cached_tokens)
-    reason = out.finish_reason if choice.tools is None else choice.tools.finish_reason(out.finish_reason)
-    data = sse(shape.chunk(text, reason, counts, logprobs=logprobs, tool_calls=tool_calls))
+    reason = out.finish_reason if choice.output is None else choice.output.finish_reason(out.finish_reason)
+    data = sse(shape.chunk(step.content, reason, counts, logprobs=logprobs, tool_calls=step.tool_calls,
+                           reasoning=step.reasoning))
     if include_usage:
         data += sse(shape.usage_chunk(counts))
     return data

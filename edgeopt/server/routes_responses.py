@@ -21,13 +21,13 @@ from edgeopt.errors import BackendError, EdgeoptError, RequestError, UnknownResp
 from edgeopt.server.chat_prep import PreparedChat, prepare_chat
 from edgeopt.server.choice_format import ChoiceFormat
 from edgeopt.server.openai_format import ResponseShape
+from edgeopt.server.reply_parser import ReplyDelta
 from edgeopt.server.responses_input import LOGPROBS_INCLUDE, input_messages, translate
 from edgeopt.server.responses_output import Event, ResponseBuilder, new_id, response_usage
 from edgeopt.server.responses_schema import InputItem, ResponsesRequest
 from edgeopt.server.responses_store import ResponseStore
 from edgeopt.server.state import ServerState
 from edgeopt.server.streaming import ClientGone, Generation, collect, start_generation
-from edgeopt.server.tool_parser import ContentDelta, Delta
 
 router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
 _ITEMS = TypeAdapter(list[InputItem])
@@ -99,17 +99,16 @@ class _Run:
         self.body = body
         self.prompt_len = len(prepared.prompt_ids)
         self.choice = choice
+        self.reply = prepared.reply_parser()  # thinking, answer and tool calls, as every face reads them
         self.builder = ResponseBuilder(body, choice.shape.request_id, logprobs=body.wants(LOGPROBS_INCLUDE))
         self.conversation = conversation
         self.tracker = state.metrics.track()
         self.logprobs: list[dict[str, Any]] | None = None
 
-    def deltas(self, out: Any, first: bool, finished: bool) -> list[Delta]:
+    def deltas(self, out: Any, first: bool, finished: bool) -> list[ReplyDelta]:
         text, logprobs = self.choice.content(out, first)
         self.logprobs = logprobs["content"] if logprobs else None
-        if self.choice.tools is None:
-            return [ContentDelta(text)]
-        return self.choice.tools.deltas(text, finished)
+        return self.reply.step(text, finished)
 
     def usage(self, out: Any) -> dict[str, Any]:
         return response_usage(self.prompt_len, out.completion_tokens, out.cached_tokens)

@@ -14,6 +14,7 @@ from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.embedding_batcher import EmbeddingBatcher
 from edgeopt.server.metrics import ServerMetrics
 from edgeopt.server.prompt_worker import PromptWorker
+from edgeopt.server.reasoning_syntax import ReasoningFormat, reasoning_format
 from edgeopt.server.responses_store import DEFAULT_STORE_BYTES, ResponseStore
 from runtimes.base import EmbeddingRuntime, Runtime, Tokenizer
 from runtimes.control_text import ControlTextFinder
@@ -69,6 +70,11 @@ class ServedModel:
     def control_text(self) -> ControlTextFinder:
         """Where the tokenizer's control-token texts occur in a string (built once per model)."""
         return ControlTextFinder(self.tokenizer.control_token_texts())
+
+    @cached_property
+    def reasoning(self) -> ReasoningFormat | None:
+        """How this model thinks before answering, read from its chat template (None: it does not)."""
+        return reasoning_format(self.chat_template)
 
     @cached_property
     def grammars(self) -> GrammarCompiler:

@@ -110,7 +110,7 @@ class ToolCallParser:
         marker = self._syntax.open_marker
         at = self._pending.find(marker) if marker else -1
         if at < 0:
-            keep = _held_prefix_length(self._pending, marker) if marker else 0
+            keep = held_prefix_length(self._pending, marker) if marker else 0
             text = self._pending[:len(self._pending) - keep]
             decided = text.rstrip(WHITESPACE)
             self._content(decided)
@@ -175,7 +175,7 @@ class ToolCallParser:
         marker = self._syntax.close_marker or ""
         at = self._pending.find(marker)
         if at < 0:
-            keep = _held_prefix_length(self._pending, marker)
+            keep = held_prefix_length(self._pending, marker)
             self._pending = self._pending[len(self._pending) - keep:]
             return False
         self._pending = self._pending[at + len(marker):]
@@ -321,7 +321,7 @@ class ToolCallParser:
         return out
 
 
-def _held_prefix_length(text: str, marker: str) -> int:
+def held_prefix_length(text: str, marker: str) -> int:
     """Length of the longest end of ``text`` that is the beginning of ``marker`` (may still become it)."""
     for size in range(min(len(marker) - 1, len(text)), 0, -1):
         if marker.startswith(text[-size:]):
