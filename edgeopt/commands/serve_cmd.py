@@ -76,6 +76,12 @@ def serve(
         help="Send a stream's new text at most this often when tokens come faster (a request's first and last "
              "token go at once). Sending every token costs the server ~5% of one stream's speed on a 2-core "
              "CPU; 0 sends every token.")] = 50.0,
+    speculative: Annotated[str, typer.Option(
+        "--speculative",
+        help="Speculative decoding: guessed tokens verified in the same forward pass, the output unchanged "
+             "(docs/speculative_decoding.md). auto: the best drafting source available (today n-gram lookup in "
+             "the request's own prompt and output), drafting only where it pays (a lone stream, text that "
+             "quotes its prompt) and not when the batch is full. ngram: n-gram lookup. off: none.")] = "auto",
     warm: Annotated[Optional[Path], typer.Option(
         "--warm", exists=True, dir_okay=False,
         help="A text file holding a system prompt: its KV is computed once, saved beside it (FILE.kvstate) and "
@@ -84,8 +90,10 @@ def serve(
     """Serve a bundle behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /metrics)."""
     import logging
 
+    from edgeopt.engine.speculation.controller import check_mode as check_speculative_mode
     from edgeopt.server.launcher import ServeOptions, serve_bundle
 
+    check_speculative_mode(speculative)
     if port < 0 or port > 65535:
         raise ConfigError(f"--port {port} is out of range", "use 1..65535, or 0 for any free port")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -96,5 +104,5 @@ def serve(
                            max_connections=max_connections,
                            parse_special_in_content=parse_special_in_content, kv_type=kv_type,
                            prefix_cache=prefix_cache, warm_file=warm, kv_layout=kv_layout,
-                           stream_interval_ms=stream_interval_ms)
+                           stream_interval_ms=stream_interval_ms, speculative=speculative)
     serve_bundle(bundle, options)

@@ -41,7 +41,7 @@ from edgeopt.engine.speculation.verify import draft_blocks, verify_block
 from edgeopt.engine.sequence import Sequence, SequenceState
 from edgeopt.engine.stream import RequestStream
 from edgeopt.engine.validation import check_runtime_supports, validate_request
-from edgeopt.errors import BackendError, OverloadedError
+from edgeopt.errors import BackendError, ConfigError, OverloadedError
 from runtimes.base import Runtime, StepInput
 
 log = logging.getLogger(__name__)
@@ -381,7 +381,15 @@ class Engine:
         running slot's tail; None otherwise (see RuntimeInfo.trims_kv)."""
         info = self.runtime.info
         controller = SpeculationController(mode)
-        if not controller.enabled or not (info.trims_kv and info.position_logits):
+        if not controller.enabled:
+            return None
+        if not (info.trims_kv and info.position_logits):
+            if mode != "auto":  # asked for by name: refusing beats serving without it unannounced
+                raise ConfigError(f"speculative decoding {mode!r} needs a runtime that returns every position's "
+                                  f"logits and drops a running sequence's KV tail; {type(self.runtime).__name__} "
+                                  "does not", "use --speculative auto (off where unsupported) or off")
+            log.info("speculative decoding is off: %s cannot drop a running sequence's KV tail",
+                     type(self.runtime).__name__)
             return None
         return Speculation(controller, self.runtime.trim, self.runtime.max_logit_rows,
                            info.splits_mixed_lengths, self.context_tokens)

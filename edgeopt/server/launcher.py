@@ -57,6 +57,7 @@ class ServeOptions:
     warm_file: Path | None = None  # --warm: a system prompt whose KV is stored and loaded (prompt_store)
     kv_layout: str = "auto"  # llama.cpp (gguf) only: unified, streams, or auto (served_kv_layout)
     stream_interval_ms: float = 50.0  # streamed text at most this often when tokens come faster (engine.stream)
+    speculative: str = "auto"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto
 
 
 def size_kv(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> KvSizing:
@@ -177,7 +178,8 @@ def engine_config(runtime: Runtime, sizing: KvSizing, options: ServeOptions,
     return engine_config_for(runtime, kv_capacity_tokens=min(kv_tokens, info.kv_capacity_tokens),
                              max_running=min(sizing.max_sequences, info.max_slots), max_waiting=options.max_waiting,
                              context_length=min(sizing.context_length, info.context_length),
-                             prefix_cache=options.prefix_cache, stream_interval_s=options.stream_interval_ms / 1000)
+                             prefix_cache=options.prefix_cache, stream_interval_s=options.stream_interval_ms / 1000,
+                             speculative=options.speculative)
 
 
 def model_names(bundle_dir: Path, manifest: Manifest) -> tuple[str, ...]:

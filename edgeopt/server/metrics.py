@@ -56,6 +56,7 @@ class _EngineCollector(Collector):
         preempt.add_metric([], float(stats.preemptions_total if stats else 0))
         yield preempt
         yield from _grammar_counters(stats)
+        yield from _speculation_counters(stats)
         yield _gauge("edgeopt_process_rss_bytes", "Resident memory of the server process.",
                      self._process.memory_info().rss)
         yield _gauge("edgeopt_memory_budget_bytes", "Memory the server was sized to.", self._budget)
@@ -125,6 +126,19 @@ def _grammar_counters(stats: EngineStats | None) -> Iterator[Metric]:
         family = CounterMetricFamily(name, doc)
         family.add_metric([], float(value))
         yield family
+
+
+def _speculation_counters(stats: EngineStats | None) -> Iterator[Metric]:
+    """Speculative decoding per drafting source: acceptance = accepted / drafted."""
+    drafted = CounterMetricFamily("edgeopt_speculative_drafted_tokens", "Drafted tokens sent for verification.",
+                                  labels=["source"])
+    accepted = CounterMetricFamily("edgeopt_speculative_accepted_tokens",
+                                   "Drafted tokens the model agreed with (emitted).", labels=["source"])
+    for source, count in (stats.speculative_drafted_total if stats else {}).items():
+        drafted.add_metric([source], float(count))
+        accepted.add_metric([source], float(stats.speculative_accepted_total.get(source, 0) if stats else 0))
+    yield drafted
+    yield accepted
 
 
 def _gauge(name: str, doc: str, value: float | None) -> GaugeMetricFamily:

@@ -4,6 +4,7 @@ process never imports torch/transformers/optimum, and its RSS stays within bundl
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -89,7 +90,12 @@ def test_serve_gguf_bundle_end_to_end_without_torch(gguf_bundle: Path, tmp_path:
         assert tiny.choices[0].text == text.choices[0].text  # temperature -> 0 is greedy
         assert httpx.get(f"{url}/health").status_code == 200
         # What the launcher chose is in /metrics: the bundle's KV type and the layout its budget allows.
+        # Speculation is on by default (n-gram lookup): a prompt the model's answer repeats drafts tokens.
+        client.completions.create(model=model, prompt="def f():\n    return 1\n" * 6, max_tokens=40, temperature=0)
         metrics = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer k"}).text
+        drafted = re.search(r'edgeopt_speculative_drafted_tokens_total\{source="ngram"\} (\S+)', metrics)
+        assert drafted and float(drafted.group(1)) > 0, metrics
+        assert 'edgeopt_speculative_accepted_tokens_total{source="ngram"}' in metrics
         assert f'edgeopt_kv_cache_info{{kv_type="f16",layout="{served_layout}"}} 1.0' in metrics, metrics
         rss = psutil.Process(proc.pid).memory_info().rss
         proc.send_signal(signal.SIGUSR1)
