@@ -38,6 +38,7 @@ app.command("serve")(__import__("edgeopt.commands.serve_cmd", fromlist=["serve"]
 app.add_typer(__import__("edgeopt.commands.bench_cmd", fromlist=["bench_app"]).bench_app, name="bench")
 app.command("eval")(__import__("edgeopt.commands.eval_cmd", fromlist=["eval_bundle"]).eval_bundle)
 app.command("demo-model")(__import__("edgeopt.commands.demo_cmd", fromlist=["demo_model"]).demo_model)
+app.command("import")(__import__("edgeopt.commands.import_cmd", fromlist=["import_gguf"]).import_gguf)
 app.command("monitor")(__import__("edgeopt.commands.monitor_cmd", fromlist=["monitor"]).monitor)
 
 

@@ -14,5 +14,7 @@ JsonOut = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 JsonFile = Annotated[Optional[Path], typer.Option("--json", help="Write the full results to this file.")]
 Threads = Annotated[Optional[int], typer.Option("--threads", min=1, help="CPU threads for the runtime.")]
 BundleArg = Annotated[Path, typer.Argument(help="Bundle directory written by edgeopt optimize.")]
-ModelArg = Annotated[str, typer.Argument(help="Hugging Face hub id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or local checkpoint directory.")]
+BundleOrGguf = Annotated[Path, typer.Argument(help="Bundle directory written by edgeopt optimize, or a GGUF model file "
+                                                   "(llama.cpp's, a hub download) served from its own metadata.")]
+ModelArg = Annotated[str, typer.Argument(help="Hugging Face hub id (e.g. Qwen/Qwen2.5-0.5B-Instruct), local checkpoint directory, or (plan) a GGUF file.")]
 KvType = Annotated[Optional[str], typer.Option("--kv-type", help="llama.cpp (gguf) KV cache type: f16, q8_0 (1.9x the tokens in the same memory) or q4_0 (3.6x). Default in plan/optimize: f16, or the profile's tight_memory_kv_type when an f16 cache would not hold --concurrency x --context; in serve: the bundle's.")]

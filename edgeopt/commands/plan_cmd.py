@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -8,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from edgeopt.cli_options import Concurrency, Context, JsonOut, KvType, ModelArg, Target
+from edgeopt.gguf_metadata import is_gguf_file
 from edgeopt.kv_types import parse_kv_type
 from edgeopt.model_spec import load_model_spec
 from edgeopt.plan import MIB, Plan, make_plan
@@ -23,15 +25,27 @@ def plan(
     kv_type: KvType = None,
     as_json: JsonOut = False,
 ) -> None:
-    """Predict weight and KV sizes per format/quant from the model's config alone, and recommend one."""
+    """Predict weight and KV sizes per format/quant from the model's config alone, and recommend one (a GGUF
+    file: its own size and shape, as serve will size it)."""
     profile = load_profile(target)
-    spec = load_model_spec(model)
-    result = make_plan(spec, profile, context, concurrency, memory_bytes=memory_mb * MIB if memory_mb else None,
-                       kv_type=parse_kv_type(kv_type, "gguf") if kv_type else None)
+    if is_gguf_file(Path(model)):  # a GGUF file: its own quant and shape, sized as serve will size it
+        from edgeopt.gguf_model import gguf_metadata
+        from edgeopt.plan_gguf import plan_gguf_file
+
+        meta = gguf_metadata(Path(model))
+        params = meta.parameter_count
+        result = plan_gguf_file(Path(model), profile, context, concurrency,
+                                memory_bytes=memory_mb * MIB if memory_mb else None,
+                                kv_type=parse_kv_type(kv_type, "gguf") if kv_type else None)
+    else:
+        spec = load_model_spec(model)
+        params = spec.num_parameters
+        result = make_plan(spec, profile, context, concurrency, memory_bytes=memory_mb * MIB if memory_mb else None,
+                           kv_type=parse_kv_type(kv_type, "gguf") if kv_type else None)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return
-    print_plan(result, spec.num_parameters)
+    print_plan(result, params)
 
 
 def print_plan(result: Plan, params: int) -> None:

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgeopt.cli_options import BundleArg, Context, KvType, Target, Threads
+from edgeopt.cli_options import BundleOrGguf, Context, KvType, Target, Threads
 from edgeopt.errors import ConfigError
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S
 
@@ -32,7 +32,7 @@ def parse_memory(text: str) -> int:
 
 
 def serve(
-    bundle: BundleArg,
+    bundle: BundleOrGguf,
     host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 exposes the server to the network.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="EDGEOPT_API_KEY", show_envvar=True,
@@ -87,7 +87,8 @@ def serve(
         help="A text file holding a system prompt: its KV is computed once, saved beside it (FILE.kvstate) and "
              "loaded on later starts, so the first chat using that system prompt is already a cache hit (GGUF).")] = None,
 ) -> None:
-    """Serve a bundle behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /metrics)."""
+    """Serve a bundle or a GGUF file behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions,
+    /metrics)."""
     import logging
 
     from edgeopt.engine.speculation.controller import check_mode as check_speculative_mode

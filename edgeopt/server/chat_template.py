@@ -62,10 +62,12 @@ class ChatTemplate:
                                     "alternation)", param="messages") from exc
 
     @classmethod
-    def from_bundle(cls, bundle_dir: Path, chat_template: str | None, tokenizer_dir: str) -> ChatTemplate | None:
-        """The bundle's template, or None when it has none (then only /v1/completions can be used)."""
+    def from_bundle(cls, bundle_dir: Path, chat_template: str | None, tokenizer_dir: str,
+                    special_tokens: dict[str, str] | None = None) -> ChatTemplate | None:
+        """The bundle's template, or None when it has none (then only /v1/completions can be used).
+        ``special_tokens``: bos_token/eos_token texts where no tokenizer_config.json exists (a GGUF file's)."""
         tok_dir = Path(bundle_dir) / tokenizer_dir
-        config = _read_tokenizer_config(tok_dir)
+        config = {**(special_tokens or {}), **_read_tokenizer_config(tok_dir)}
         source = chat_template or chat_template_in(tok_dir, config)
         if not source:
             return None

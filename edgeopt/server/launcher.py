@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeopt.bundle import Manifest, load_bundle
+from edgeopt.bundle import Manifest
+from edgeopt.model_source import bundle_model_names, open_model_source
 from edgeopt import backends, memory_budget
 from edgeopt.engine import Engine, EngineConfig, engine_config_for
 from edgeopt.engine.api import ServingEngine
@@ -104,7 +105,8 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, sizing: KvSizing | N
         # A runtime that brings its own scheduler (torch on CUDA: transformers' paged continuous batching)
         # offers an engine with our Engine API; every other runtime runs under our engine.
         engine: ServingEngine = runtime.create_engine(config) or Engine(runtime, config)
-        template = ChatTemplate.from_bundle(bundle_dir, manifest.chat_template, manifest.tokenizer_dir)
+        template = ChatTemplate.from_bundle(bundle_dir, manifest.chat_template, manifest.tokenizer_dir,
+                                            manifest.export.get("special_tokens"))
     except BaseException:
         runtime.close()
         raise
@@ -184,8 +186,7 @@ def engine_config(runtime: Runtime, sizing: KvSizing, options: ServeOptions,
 
 def model_names(bundle_dir: Path, manifest: Manifest) -> tuple[str, ...]:
     """The bundle's directory name is the model id; the source model's id is accepted as an alias."""
-    names = [Path(bundle_dir).resolve().name, manifest.source_model]
-    return tuple(dict.fromkeys(n for n in names if n))
+    return bundle_model_names(bundle_dir, manifest)
 
 
 def uvicorn_config(app: Any, options: ServeOptions) -> Any:
@@ -198,7 +199,8 @@ def uvicorn_config(app: Any, options: ServeOptions) -> Any:
 
 
 def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
-    """Serve until interrupted (Ctrl-C / SIGTERM)."""
+    """Serve a bundle directory, or a GGUF file where it lies (edgeopt.model_source), until interrupted
+    (Ctrl-C / SIGTERM)."""
     import uvicorn
 
     from edgeopt.server.app import create_app
@@ -208,8 +210,8 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     if options.parse_special_in_content:  # an operator must be able to see from the log that this is off
         log.warning("--parse-special-in-content: control-token text in chat messages becomes control tokens, "
                     "so a user message can forge a system turn")
-    bundle_dir = Path(bundle_dir)
-    manifest = load_bundle(bundle_dir, verify=options.verify)
+    source = open_model_source(bundle_dir, verify=options.verify)
+    bundle_dir, manifest = source.bundle_dir, source.manifest
     kv_type = served_kv_type(manifest, options.kv_type)  # refuses --kv-type on onnx/torch before anything loads
     served_kv_layout(manifest, options, None)  # and --kv-layout streams
     kv_layout: str | None = None
@@ -223,7 +225,7 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
         sizing, budget, kv_type = None, options.memory_bytes or 0, None
     else:
         raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served", "servable kinds: causal-lm, embedding")
-    settings = ServerSettings(model_names=model_names(bundle_dir, manifest), kind=manifest.kind, api_key=api_key,
+    settings = ServerSettings(model_names=source.names, kind=manifest.kind, api_key=api_key,
                               memory_budget_bytes=budget, parse_special_in_content=options.parse_special_in_content,
                               kv_type=kv_type, kv_layout=kv_layout)
     failures: list[BaseException] = []

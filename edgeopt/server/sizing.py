@@ -16,6 +16,7 @@ from pathlib import Path
 from edgeopt import backends
 from edgeopt.bundle import Manifest
 from edgeopt.errors import BundleError, EdgeoptError
+from edgeopt.gguf_model import gguf_metadata, gguf_model_spec, is_gguf_only
 from edgeopt.kv_types import kv_element_bytes_for, parse_kv_type
 from edgeopt.memory_budget import KvFacts, kv_bytes_per_token, model_kv_facts
 from edgeopt.model_spec import ModelSpec, spec_from_config
@@ -77,10 +78,13 @@ def kv_shape(bundle_dir: Path, manifest: Manifest, kv_type: str | None = None) -
 
 def bundle_model_spec(bundle_dir: Path, manifest: Manifest) -> ModelSpec:
     """The ModelSpec of the bundle's model, from the config.json it carries (beside the tokenizer, and
-    beside the model files for ONNX and torch bundles)."""
+    beside the model files for ONNX and torch bundles); a GGUF that came without one (served as a file, or
+    bundled by ``edgeopt import``) from its own metadata."""
     model_path = bundle_dir / manifest.model_file
     candidates = (bundle_dir / manifest.tokenizer_dir / "config.json", model_path / "config.json",
                   model_path.parent / "config.json")
+    if is_gguf_only(manifest):  # a GGUF without its checkpoint: its own metadata (never a config.json near it)
+        return gguf_model_spec(gguf_metadata(model_path))
     path = next((p for p in candidates if p.is_file()), None)
     if path is None:
         raise BundleError(f"{bundle_dir} has no config.json to size the model's KV cache and runtime memory from",

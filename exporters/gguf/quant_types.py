@@ -10,6 +10,7 @@ at their base type only (their mixes depend on an importance matrix we do not co
 
 from __future__ import annotations
 
+from edgeopt.gguf_metadata import FTYPE_IDS as GGUF_FTYPE_IDS
 from edgeopt.model_spec import ModelSpec, TensorInfo
 
 # ggml block types: bytes per block and weights per block.
@@ -33,14 +34,8 @@ FILE_TYPES = {
     "IQ1_M": "IQ1_M", "IQ1_S": "IQ1_S", "TQ1_0": "TQ1_0", "TQ2_0": "TQ2_0",
 }
 
-# llama_ftype enum values (llama.h).
-FTYPE_IDS = {
-    "F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10,
-    "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17,
-    "Q6_K": 18, "IQ2_XXS": 19, "IQ2_XS": 20, "Q2_K_S": 21, "IQ3_XS": 22, "IQ3_XXS": 23, "IQ1_S": 24,
-    "IQ4_NL": 25, "IQ3_S": 26, "IQ3_M": 27, "IQ2_S": 28, "IQ2_M": 29, "IQ4_XS": 30, "IQ1_M": 31,
-    "BF16": 32, "TQ1_0": 36, "TQ2_0": 37,
-}
+# llama_ftype enum values (llama.h): one table, beside the GGUF reader that names a file's type by it.
+FTYPE_IDS = GGUF_FTYPE_IDS
 
 # llama.cpp refuses these without an importance matrix.
 NEEDS_IMATRIX = frozenset({"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "Q2_K_S"})

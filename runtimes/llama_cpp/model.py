@@ -67,6 +67,7 @@ def load_model(path: Path, n_gpu_layers: int) -> llama_cpp.llama_model_p:
     init_backend()
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = n_gpu_layers
+    params.use_extra_bufts = not _cpu_has_amx()
     # The default load mode (AUTO) memory-maps the file wherever every device can, so the weights stay in
     # the page cache, shared with any other process. (This llama.cpp has no use_mmap field: setting one on
     # the ctypes struct, as this line once did, only added a Python attribute.)
@@ -75,6 +76,14 @@ def load_model(path: Path, n_gpu_layers: int) -> llama_cpp.llama_model_p:
         raise BackendError(f"llama.cpp could not load {path}", "check that it is a GGUF this llama-cpp-python "
                            "supports (pip install -U llama-cpp-python) and not truncated")
     return model
+
+
+def _cpu_has_amx() -> bool:
+    """Whether this build drives Intel AMX. Its AMX weight buffers crash llama_decode (SIGSEGV, in
+    llama.cpp's own high-level API too) on the real SmolLM2-135M-Instruct Q4_1 GGUF with this llama-cpp-python
+    on this AMX-capable Xeon (the dev and CI host); with them off (use_extra_bufts) the file decodes. CPUs without AMX (every
+    edge board) keep llama.cpp's repacked weight layouts."""
+    return b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info()
 
 
 def model_facts(model: llama_cpp.llama_model_p, path: Path) -> ModelFacts:

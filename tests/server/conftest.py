@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,3 +51,22 @@ def serve_fake() -> Iterator[Callable[..., LiveServer]]:
     yield make
     for live in started:
         live.stop()
+
+
+@pytest.fixture(scope="session")
+def qwen2_checkpoint(tmp_path_factory) -> Path:
+    """A tiny random Qwen2 with the real Qwen2 tokenizer (151k tokens) and a ChatML template: a tokenizer
+    llama.cpp's converter recognises (it refuses our own trained test tokenizer)."""
+    from tests.exporters.conformance_models import CASES, build_conformance_checkpoint, build_tokenizer_files
+
+    work = tmp_path_factory.mktemp("qwen2")
+    tokenizer = build_tokenizer_files("qwen2", work / "tokenizer")
+    return build_conformance_checkpoint(work / "model", CASES["qwen2"], tokenizer)
+
+
+@pytest.fixture(scope="session")
+def reference_gguf(qwen2_checkpoint: Path, tmp_path_factory) -> Path:
+    """That checkpoint converted by llama.cpp's own converter (f32), not by edgeopt."""
+    from tests.exporters.reference_converter import convert_with_reference
+
+    return convert_with_reference(qwen2_checkpoint, tmp_path_factory.mktemp("ref") / "tiny-ref.gguf")
