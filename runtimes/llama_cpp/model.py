@@ -80,9 +80,9 @@ def load_model(path: Path, n_gpu_layers: int) -> llama_cpp.llama_model_p:
 
 def _cpu_has_amx() -> bool:
     """Whether this build drives Intel AMX. Its AMX weight buffers crash llama_decode (SIGSEGV, in
-    llama.cpp's own high-level API too) on the real SmolLM2-135M-Instruct Q4_1 GGUF with this llama-cpp-python
-    on this AMX-capable Xeon (the dev and CI host); with them off (use_extra_bufts) the file decodes. CPUs without AMX (every
-    edge board) keep llama.cpp's repacked weight layouts."""
+    llama-cpp-python's high-level Llama too) on the real SmolLM2-135M-Instruct Q4_1 GGUF and on tiny Q8_0
+    files, on the AMX-capable Xeon that develops and tests edgeopt; with them off (use_extra_bufts) both
+    decode. CPUs without AMX (every edge board) keep llama.cpp's repacked weight layouts."""
     return b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info()
 
 
