@@ -35,6 +35,10 @@ class ChatTranslation:
 def translate(body: ResponsesRequest, history: list[dict[str, Any]]) -> ChatTranslation:
     """``history``: the stored conversation ``previous_response_id`` names ([] without one)."""
     conversation = [*history, *input_messages(body.input)]
+    if not conversation and not body.instructions:
+        raise RequestError("input has no items and there are no instructions: there is nothing to answer",
+                           'send input as a string or a list of items such as {"role": "user", "content": ...}',
+                           param="input")
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     logprobs = body.wants(LOGPROBS_INCLUDE)
     if body.top_logprobs is not None and not logprobs:
@@ -59,7 +63,7 @@ def translate(body: ResponsesRequest, history: list[dict[str, Any]]) -> ChatTran
         choice = body.tool_choice
         fields["tool_choice"] = choice if isinstance(choice, str) else {"type": "function",
                                                                          "function": {"name": choice.name}}
-    if body.text is not None and body.text.format is not None:
+    if body.text is not None and body.text.format is not None and not _forces_a_call(body):
         fields["response_format"] = body.text.format.chat_response_format()
     if body.reasoning is not None and body.reasoning.effort is not None:
         fields["reasoning_effort"] = body.reasoning.effort
@@ -70,6 +74,13 @@ def translate(body: ResponsesRequest, history: list[dict[str, Any]]) -> ChatTran
         raise RequestError(f"the request does not translate into a chat: {message}",
                            "check the input items and tools", param=param) from None
     return ChatTranslation(request, conversation)
+
+
+def _forces_a_call(body: ResponsesRequest) -> bool:
+    """``tool_choice`` "required" or a named function: this turn's output is a call, so ``text.format``
+    (the shape of a text answer) has nothing to shape. Agents send both: the Agents SDK forces the first
+    call and keeps its output type's format for the answer that follows the tool's result."""
+    return bool(body.tools) and body.tool_choice not in (None, "auto", "none")
 
 
 def input_messages(items: str | list[Any]) -> list[dict[str, Any]]:

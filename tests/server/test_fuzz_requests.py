@@ -1,5 +1,5 @@
-"""Fuzz the OpenAI routes (issue 12): hypothesis builds completions and chat bodies from every field of the
-schemas, with valid values, values at and past their ranges, wrong types, huge and non-finite numbers,
+"""Fuzz the OpenAI routes (issue 12): hypothesis builds completions, chat and Responses bodies from every
+field of the schemas, with valid values, values at and past their ranges, wrong types, huge and non-finite numbers,
 odd Unicode (lone surrogates included) and whole bodies that are not objects or not JSON. For every case:
 no 5xx, a 4xx is an OpenAI error body, a 200 is a well-formed reply, and a normal request is still
 served right after. Bounded to seconds (max_examples), against the real app, engine and uvicorn over the
@@ -134,13 +134,71 @@ CHAT_FIELDS = {
 }
 
 
+input_part = st.fixed_dictionaries({"type": st.sampled_from(["input_text", "output_text"]), "text": plain_text})
+input_item = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "developer", "assistant"]),
+                           "content": st.one_of(plain_text, st.lists(input_part, max_size=2))},
+                          optional={"type": st.just("message")}),
+    st.fixed_dictionaries({"type": st.just("function_call"), "call_id": st.sampled_from(["c1", "c2"]),
+                           "name": st.sampled_from(["f", "g"]), "arguments": st.sampled_from(["{}", '{"a": 1}', "x"])}),
+    st.fixed_dictionaries({"type": st.just("function_call_output"), "call_id": st.sampled_from(["c1", "c3"]),
+                           "output": plain_text}),
+    st.fixed_dictionaries({"type": st.just("reasoning"), "summary": st.lists(st.fixed_dictionaries(
+        {"type": st.just("summary_text"), "text": plain_text}), max_size=1)}))
+odd_item = st.one_of(st.fixed_dictionaries({"type": st.sampled_from(["web_search_call", "item_reference", "computer_call",
+                                                                     "message", "function_call"])}),
+                     st.fixed_dictionaries({"role": st.just("user"), "content": st.lists(st.fixed_dictionaries(
+                         {"type": st.sampled_from(["input_image", "input_file", "input_text"]),
+                          "text": odd_text}), min_size=1, max_size=2)}), odd_message, any_json)
+response_tool = st.fixed_dictionaries({"type": st.just("function"), "name": st.sampled_from(["f", "g"])},
+                                      optional={"description": plain_text, "parameters": small_schemas,
+                                                "strict": st.booleans()})
+RESPONSES_FIELDS: dict[str, tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]] = {
+    "model": GENERATION_FIELDS["model"],
+    "input": (st.one_of(plain_text.filter(bool), st.lists(input_item, min_size=1, max_size=4)),
+              st.one_of(st.lists(st.one_of(input_item, odd_item), min_size=1, max_size=4), st.just([]), any_json)),
+    "instructions": anything(st.one_of(st.none(), plain_text)),
+    "tools": (st.one_of(st.none(), st.lists(response_tool, max_size=2)),
+              st.one_of(st.lists(st.fixed_dictionaries({"type": st.sampled_from(
+                  ["web_search", "local_shell", "custom", "mcp", "function"])}), min_size=1, max_size=2), any_json)),
+    "tool_choice": (st.one_of(st.sampled_from([None, "none", "auto", "required"]), st.fixed_dictionaries(
+        {"type": st.just("function"), "name": st.sampled_from(["f", "nope"])})), st.one_of(odd_text, any_json)),
+    "parallel_tool_calls": anything(st.booleans()),
+    "text": (st.one_of(st.none(), st.fixed_dictionaries({}, optional={"format": st.sampled_from([
+        {"type": "text"}, {"type": "json_object"},
+        {"type": "json_schema", "name": "r", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}]),
+        "verbosity": st.just("medium")})),
+        st.one_of(st.fixed_dictionaries({"format": st.fixed_dictionaries({"type": st.just("json_schema"), "name": st.just(
+            "r"), "schema": any_json})}), st.fixed_dictionaries({"verbosity": any_json}), any_json)),
+    "max_output_tokens": (st.one_of(st.none(), st.integers(1, 12)),
+                          st.one_of(st.integers(-2, 0), huge_ints, any_json)),
+    "temperature": GENERATION_FIELDS["temperature"],
+    "top_p": GENERATION_FIELDS["top_p"],
+    "seed": GENERATION_FIELDS["seed"],
+    "reasoning": (st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+        "effort": st.sampled_from(["none", "minimal", "low", "medium", "high"]),
+        "summary": st.sampled_from(["auto", "concise", "detailed"])})), any_json),
+    "metadata": GENERATION_FIELDS["metadata"],
+    "store": anything(st.booleans()),
+    "stream": anything(st.booleans()),
+    "include": (st.one_of(st.none(), st.lists(st.sampled_from(["reasoning.encrypted_content",
+                                                               "web_search_call.results"]), max_size=2)),
+                st.one_of(st.lists(odd_text, min_size=1, max_size=2), any_json)),
+    "previous_response_id": (st.none(), st.one_of(st.sampled_from(["resp_nope", ""]), any_json)),
+    "top_logprobs": (st.none(), st.one_of(st.integers(-1, 30), any_json)),
+    "truncation": (st.sampled_from([None, "disabled"]), st.one_of(st.just("auto"), any_json)),
+    "user": GENERATION_FIELDS["user"],
+    "unknown_field": GENERATION_FIELDS["unknown_field"],
+}
+
+
 @st.composite
-def bodies(draw: st.DrawFn, required: str, fields: dict) -> Any:
+def bodies(draw: st.DrawFn, required: str, fields: dict, base: dict | None = None) -> Any:
     """A valid body with a few fields, where (two times in three) one field holds an odd value; or, now
-    and then, a body that is no object at all."""
+    and then, a body that is no object at all. ``base``: the shared fields (GENERATION_FIELDS by default)."""
     if draw(st.integers(0, 9)) == 0:
         return draw(any_json)
-    every = {**GENERATION_FIELDS, **fields}
+    every = {**(GENERATION_FIELDS if base is None else base), **fields}
     chosen = draw(st.lists(st.sampled_from(sorted(set(every) - {"model", required, "unknown_field"})),
                            max_size=5, unique=True))
     body = {name: draw(every[name][0]) for name in ["model", required, *chosen]}
@@ -169,6 +227,23 @@ def check_reply(response: httpx.Response, body: Any) -> None:
     else:
         reply = response.json()
         assert reply["choices"][0]["finish_reason"] in ("stop", "length"), reply
+
+
+def check_response_reply(response: httpx.Response, body: Any) -> None:
+    """/v1/responses: an error body, a response object, or a stream of events the openai client parses."""
+    from tests.server.responses_events import EVENT
+
+    assert response.status_code < 500, (body, response.status_code, response.text)
+    if response.status_code != 200:
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"} and error["message"], response.text
+        return
+    if response.headers["content-type"].startswith("text/event-stream"):
+        events = [EVENT.validate_json(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        assert events[-1].type in ("response.completed", "response.incomplete"), response.text
+    else:
+        assert response.json()["status"] in ("completed", "incomplete"), response.text
 
 
 def still_serving(client: httpx.Client, url: str) -> None:
@@ -201,11 +276,19 @@ def test_fuzzed_chat_completions_never_5xx_and_the_server_keeps_serving(fuzz_ser
 
 
 @FUZZ_SETTINGS
+@given(body=bodies("input", RESPONSES_FIELDS, base={}))
+def test_fuzzed_responses_never_5xx_and_the_server_keeps_serving(fuzz_server, body: Any) -> None:
+    live, client = fuzz_server
+    check_response_reply(send(client, "/v1/responses", body), body)
+    still_serving(client, live.url)
+
+
+@FUZZ_SETTINGS
 @given(raw=st.one_of(st.binary(max_size=64), st.text(max_size=40).map(str.encode),
                      st.sampled_from([b"", b"{", b'{"model": "fake-model",,}', b"\xff\xfe\x00", b"NaN", b"[]"])))
 def test_fuzzed_raw_bytes_are_4xx_and_the_server_keeps_serving(fuzz_server, raw: bytes) -> None:
     live, client = fuzz_server
-    for path in ("/v1/completions", "/v1/chat/completions"):
+    for path in ("/v1/completions", "/v1/chat/completions", "/v1/responses"):
         response = client.post(path, content=raw, headers={"content-type": "application/json"})
         check_reply(response, raw)
         assert response.status_code != 200, response.text
