@@ -63,6 +63,7 @@ class RequestOutput:
     cached_tokens: int = 0  # prompt tokens the prefix cache served when the request was first admitted
     logprobs: list[TokenLogprob] | None = None  # one per token_ids entry, when the request asked
     prompt_logprobs: list[TokenLogprob | None] | None = None  # first output only: one per prompt token
+    stop_string: str | None = None  # with finish_reason="stop": the stop string that ended it (None: an end token)
 
     @classmethod
     def merge(cls, outputs: list[RequestOutput]) -> RequestOutput:
@@ -73,7 +74,7 @@ class RequestOutput:
                    [t for out in outputs for t in out.token_ids], finished=last.finished,
                    finish_reason=last.finish_reason, prompt_tokens=last.prompt_tokens,
                    completion_tokens=last.completion_tokens, error=last.error, cached_tokens=last.cached_tokens,
-                   logprobs=logprobs, prompt_logprobs=outputs[0].prompt_logprobs)
+                   logprobs=logprobs, prompt_logprobs=outputs[0].prompt_logprobs, stop_string=last.stop_string)
 
 
 DEFAULT_PREFILL_CHUNK = 256

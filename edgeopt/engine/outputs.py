@@ -44,7 +44,9 @@ class RequestTracker:
         logprobs = [logprob] if logprob is not None else None
         text = self._stops.feed(self._detok.add(token))
         if self._stops.stopped:
-            return self._output(text, [token], "stop", logprobs)
+            out = self._output(text, [token], "stop", logprobs)
+            out.stop_string = self._stops.matched
+            return out
         if grammar_complete:
             return self._output(text + self._flush(), [token], "stop", logprobs)
         if len(seq.output_ids) >= seq.params.max_tokens or seq.num_tokens >= context_tokens:

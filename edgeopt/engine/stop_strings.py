@@ -12,14 +12,16 @@ class StopStringMatcher:
         self._stops = [s for s in stops if s]
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the output (Anthropic reports it)
 
     def feed(self, text: str) -> str:
         """Add a text delta; return the text that is now safe to emit. Sets ``stopped`` on a match."""
         if not self._stops or self.stopped:
             return "" if self.stopped else text
         buffer = self._held + text
-        cut = min((i for i in (buffer.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(at, stop) for stop in self._stops if (at := buffer.find(stop)) >= 0]
+        if found:
+            cut, self.matched = min(found, key=lambda hit: hit[0])
             self.stopped = True
             self._held = ""
             return buffer[:cut]

@@ -28,7 +28,7 @@ from edgeopt.server.state import ServedModel, ServerSettings, ServerState
 log = logging.getLogger("edgeopt.server")
 
 KIND_ROUTERS: dict[str, tuple[str, ...]] = {
-    "causal-lm": ("edgeopt.server.routes_openai", "edgeopt.server.routes_responses"),
+    "causal-lm": ("edgeopt.server.routes_openai", "edgeopt.server.routes_responses", "edgeopt.server.routes_messages"),
     "embedding": ("edgeopt.server.embeddings",),
 }
 

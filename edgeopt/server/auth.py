@@ -4,7 +4,9 @@ The key is checked by a pure ASGI middleware, before any route runs, so an unaut
 learns nothing: a malformed body, an unknown path or /openapi.json all answer 401, not 400 or 404.
 Only the probes (/health, /metrics) stay open. The comparison is on the raw header bytes against the
 key's UTF-8 bytes (HTTP header values are bytes; decoding them as latin-1, as Starlette does, would
-make a non-ASCII key match only when the client sends it latin-1 encoded).
+make a non-ASCII key match only when the client sends it latin-1 encoded). Anthropic's clients send the
+key as ``x-api-key`` (Claude Code with ANTHROPIC_API_KEY) or as a bearer token (ANTHROPIC_AUTH_TOKEN): both
+are accepted on every route.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from edgeopt.errors import AuthenticationError, ConfigError
 from edgeopt.server.errors import request_error_response
 
 log = logging.getLogger("edgeopt.server")
-_HINT = "send the header 'Authorization: Bearer <key>' with the key given to edgeopt serve"
+_HINT = "send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>') with the key given to edgeopt serve"
 
 
 class ApiKeyGuard:
@@ -36,7 +38,7 @@ class ApiKeyGuard:
         if scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
-        token = bearer_token(scope.get("headers") or [])
+        token = request_key(scope.get("headers") or [])
         if token is not None and hmac.compare_digest(token, self.expected):  # time leaks no matched prefix
             await self.app(scope, receive, send)
             return
@@ -46,9 +48,20 @@ class ApiKeyGuard:
         else:
             error, challenge = (AuthenticationError("invalid API key", _HINT),
                                 'Bearer realm="edgeopt", error="invalid_token"')
-        response = request_error_response(error)
+        response = request_error_response(error, scope["path"])
         response.headers["WWW-Authenticate"] = challenge  # RFC 6750 section 3
         await response(scope, receive, send)
+
+
+def request_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The key a request carries: its bearer token, else its ``x-api-key`` header."""
+    token = bearer_token(headers)
+    if token is not None:
+        return token
+    for name, value in headers:
+        if name.lower() == b"x-api-key":
+            return value.strip() or None
+    return None
 
 
 def bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes | None:

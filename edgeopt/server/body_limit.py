@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from edgeopt.server.errors import error_body
+from edgeopt.server.errors import error_response
 
 
 class BodySizeLimit:
@@ -44,9 +43,9 @@ class BodySizeLimit:
 
     async def _refuse(self, size: int, scope: dict, receive: Callable, send: Callable) -> None:
         self.count_error(413)
-        body = error_body(f"request body is {size} bytes or more, above the limit of {self.max_bytes} bytes",
-                          "invalid_request_error", code="request_too_large")
-        await JSONResponse(body, status_code=413)(scope, receive, send)
+        response = error_response(scope["path"], 413, f"request body is {size} bytes or more, above the limit of "
+                                  f"{self.max_bytes} bytes", "invalid_request_error", code="request_too_large")
+        await response(scope, receive, send)
 
 
 class _TooLarge(HTTPException):

@@ -1,4 +1,6 @@
-"""Every failure the server answers becomes an OpenAI-style body: {"error": {message, type, param, code}}.
+"""Every failure the server answers becomes an OpenAI-style body: {"error": {message, type, param, code}};
+on Anthropic's routes (/v1/messages...) Anthropic's: {"type": "error", "error": {type, message}}, the shape
+its clients parse (:func:`error_response` picks by path).
 
 Handlers live here so routes can simply raise :class:`edgeopt.errors.RequestError` subclasses (or let
 FastAPI's validation fail) and the client still gets a 4xx it can read, while the server keeps serving.
@@ -23,10 +25,30 @@ def error_body(message: str, error_type: str, param: str | None = None, code: An
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
-def request_error_response(exc: RequestError) -> JSONResponse:
+ANTHROPIC_PATHS = ("/v1/messages",)
+# Anthropic's error types by status (its API's list); any other 5xx is an "api_error"
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                    503: "overloaded_error", 529: "overloaded_error"}
+
+
+def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def error_response(path: str, status: int, message: str, error_type: str, param: str | None = None,
+                   code: Any = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The error in the shape the route's clients read: Anthropic's under ANTHROPIC_PATHS, else OpenAI's."""
+    if path.startswith(ANTHROPIC_PATHS):
+        return JSONResponse(anthropic_error_body(status, message), status_code=status, headers=headers)
+    return JSONResponse(error_body(message, error_type, param, code), status_code=status, headers=headers)
+
+
+def request_error_response(exc: RequestError, path: str = "") -> JSONResponse:
     message = f"{exc.message}; {exc.hint}" if exc.hint else exc.message
     code = exc.error_type if exc.status_code != 400 else None
-    return JSONResponse(error_body(message, exc.error_type, exc.param, code), status_code=exc.status_code)
+    return error_response(path, exc.status_code, message, exc.error_type, exc.param, code)
 
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
@@ -136,32 +158,31 @@ def install_error_handlers(app: FastAPI, count_error: Any) -> None:
     """``count_error(status)`` feeds the edgeopt_request_errors_total counter."""
 
     @app.exception_handler(RequestError)
-    async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
+    async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
         count_error(exc.status_code)
-        return request_error_response(exc)
+        return request_error_response(exc, request.url.path)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         count_error(400)
         message, param = describe_validation_errors(list(exc.errors()), exc.body)
-        return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
+        return error_response(request.url.path, 400, message, "invalid_request_error", param)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         count_error(exc.status_code)
         message = f"{request.method} {request.url.path}: {exc.detail}"
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_body(message, kind), status_code=exc.status_code, headers=exc.headers)
+        return error_response(request.url.path, exc.status_code, message, kind, headers=exc.headers)
 
     @app.exception_handler(EdgeoptError)
-    async def _backend_error(_: Request, exc: EdgeoptError) -> JSONResponse:
+    async def _backend_error(request: Request, exc: EdgeoptError) -> JSONResponse:
         count_error(500)
         log.error("request failed: %s", exc)
-        return JSONResponse(error_body(str(exc), "server_error"), status_code=500)
+        return error_response(request.url.path, 500, str(exc), "server_error")
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         count_error(500)
         log.exception("unexpected server error")
-        return JSONResponse(error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error"),
-                            status_code=500)
+        return error_response(request.url.path, 500, f"internal error: {type(exc).__name__}: {exc}", "server_error")

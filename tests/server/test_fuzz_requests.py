@@ -293,3 +293,104 @@ def test_fuzzed_raw_bytes_are_4xx_and_the_server_keeps_serving(fuzz_server, raw:
         check_reply(response, raw)
         assert response.status_code != 200, response.text
     still_serving(client, live.url)
+
+
+# -- Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens) --
+
+text_block = st.fixed_dictionaries({"type": st.just("text"), "text": plain_text},
+                                   optional={"cache_control": st.just({"type": "ephemeral"})})
+tool_use_block = st.fixed_dictionaries({"type": st.just("tool_use"), "id": st.sampled_from(["t1", "t2"]),
+                                        "name": st.sampled_from(["f", "g"]),
+                                        "input": st.dictionaries(plain_text, plain_text, max_size=2)})
+tool_result_block = st.fixed_dictionaries({"type": st.just("tool_result"), "tool_use_id": st.sampled_from(["t1", "t9"])},
+                                          optional={"content": st.one_of(plain_text, st.lists(text_block, max_size=2)),
+                                                    "is_error": st.booleans()})
+thinking_block = st.fixed_dictionaries({"type": st.just("thinking"), "thinking": plain_text, "signature": plain_text})
+odd_block = st.one_of(st.fixed_dictionaries({"type": st.sampled_from(["image", "document", "server_tool_use", "video"]),
+                                             "source": st.just({"type": "base64", "data": "AA"})}),
+                      st.fixed_dictionaries({"type": st.sampled_from(["text", "tool_use", "tool_result", "thinking"])}),
+                      st.fixed_dictionaries({"type": st.just("text"), "text": odd_text}), any_json)
+user_turn = st.fixed_dictionaries({"role": st.just("user"), "content": st.one_of(
+    plain_text, st.lists(st.one_of(text_block, tool_result_block), min_size=1, max_size=3))})
+assistant_turn = st.fixed_dictionaries({"role": st.just("assistant"), "content": st.one_of(
+    plain_text, st.lists(st.one_of(text_block, tool_use_block, thinking_block), min_size=1, max_size=3))})
+conversations = st.one_of(st.lists(user_turn, min_size=1, max_size=2),
+                          st.tuples(user_turn, assistant_turn, user_turn).map(list))
+odd_turn = st.fixed_dictionaries({"role": st.one_of(st.sampled_from(["system", "tool", ""]), any_json),
+                                  "content": st.one_of(odd_text, st.lists(odd_block, min_size=1, max_size=2), any_json)})
+anthropic_tool = st.fixed_dictionaries({"name": st.sampled_from(["f", "g", "get_weather"])},
+                                       optional={"description": plain_text, "input_schema": small_schemas,
+                                                 "cache_control": st.just({"type": "ephemeral"})})
+anthropic_tool_choice = st.one_of(st.fixed_dictionaries({"type": st.sampled_from(["auto", "any", "none"])},
+                                                        optional={"disable_parallel_tool_use": st.booleans()}),
+                                  st.fixed_dictionaries({"type": st.just("tool"),
+                                                         "name": st.sampled_from(["f", "nope"])}))
+MESSAGES_FIELDS: dict[str, tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]] = {
+    "model": GENERATION_FIELDS["model"],
+    "max_tokens": (st.integers(1, 12), st.one_of(st.integers(-2, 0), huge_ints, any_json)),
+    "messages": (conversations, st.one_of(st.lists(st.one_of(user_turn, odd_turn), min_size=1, max_size=3),
+                                          st.just([]), st.lists(assistant_turn, min_size=1, max_size=1), any_json)),
+    "system": (st.one_of(plain_text, st.lists(text_block, max_size=2)), st.one_of(st.lists(odd_block, min_size=1,
+                                                                                            max_size=2), any_json)),
+    "stop_sequences": (st.lists(plain_text.filter(bool), max_size=4),
+                       st.one_of(st.just([""]), st.lists(odd_text, min_size=5, max_size=6), any_json)),
+    "stream": anything(st.booleans()),
+    "temperature": GENERATION_FIELDS["temperature"],
+    "top_p": GENERATION_FIELDS["top_p"],
+    "top_k": GENERATION_FIELDS["top_k"],
+    "tools": (st.lists(anthropic_tool, max_size=2),
+              st.one_of(st.lists(st.fixed_dictionaries({"type": st.sampled_from(["web_search_20250305", "bash"]),
+                                                        "name": plain_text}), min_size=1, max_size=1), any_json)),
+    "tool_choice": (anthropic_tool_choice, st.one_of(odd_text, any_json)),
+    "thinking": (st.one_of(st.fixed_dictionaries({"type": st.sampled_from(["enabled", "disabled", "adaptive"])},
+                                                 optional={"budget_tokens": st.integers(1, 4096)})), any_json),
+    "metadata": (st.fixed_dictionaries({}, optional={"user_id": plain_text}), any_json),
+    "output_config": (st.fixed_dictionaries({}, optional={"effort": st.sampled_from(["low", "high", "max"])}),
+                      any_json),
+    "service_tier": anything(st.sampled_from(["auto", "standard_only"])),
+    "unknown_field": (st.nothing(), any_json),
+}
+
+
+@st.composite
+def messages_bodies(draw: st.DrawFn) -> Any:
+    """As ``bodies``, for the Messages API's fields (model, max_tokens and messages always there)."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(any_json)
+    required = ["model", "max_tokens", "messages"]
+    chosen = draw(st.lists(st.sampled_from(sorted(set(MESSAGES_FIELDS) - {*required, "unknown_field"})),
+                           max_size=5, unique=True))
+    body = {name: draw(MESSAGES_FIELDS[name][0]) for name in [*required, *chosen]}
+    if draw(st.integers(0, 2)) > 0:
+        victim = draw(st.sampled_from([*required, *chosen, "unknown_field"]))
+        body[victim] = draw(MESSAGES_FIELDS[victim][1])
+    return body
+
+
+def check_anthropic_reply(response: httpx.Response, body: Any, path: str) -> None:
+    assert response.status_code < 500, (body, response.status_code, response.text)
+    if response.status_code != 200:
+        error = response.json()
+        assert error["type"] == "error" and set(error["error"]) == {"type", "message"}, response.text
+        assert error["error"]["message"], response.text
+        return
+    if path.endswith("count_tokens"):
+        assert response.json()["input_tokens"] > 0, response.text
+    elif response.headers["content-type"].startswith("text/event-stream"):
+        names = [line[7:] for line in response.text.splitlines() if line.startswith("event: ")]
+        assert names[0] == "message_start" and names[-1] == "message_stop" and "error" not in names, response.text
+    else:
+        reply = response.json()
+        assert reply["type"] == "message" and reply["stop_reason"] in ("end_turn", "max_tokens", "stop_sequence",
+                                                                       "tool_use"), reply
+
+
+@FUZZ_SETTINGS
+@given(body=messages_bodies(), path=st.sampled_from(["/v1/messages", "/v1/messages/count_tokens"]))
+def test_fuzzed_messages_never_5xx_and_the_server_keeps_serving(fuzz_server, body: Any, path: str) -> None:
+    live, client = fuzz_server
+    if path.endswith("count_tokens") and isinstance(body, dict):
+        body = {k: v for k, v in body.items() if k in MESSAGES_FIELDS and k not in (
+            "max_tokens", "stop_sequences", "stream", "temperature", "top_p", "top_k", "metadata", "service_tier")}
+    check_anthropic_reply(send(client, path, body), body, path)
+    still_serving(client, live.url)

@@ -1,0 +1,103 @@
+"""POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API over the chat path.
+
+The request is translated into a chat request (edgeopt.server.messages_input) and prepared by
+edgeopt.server.chat_prep like any chat, so templates, tool calls, constrained decoding and the prefix cache
+behave the same; the reply is read by the same parser (thinking, answer, calls) and shaped as Anthropic's
+message (edgeopt.server.messages_output). Errors on these routes take Anthropic's shape
+(edgeopt.server.errors). ``anthropic-version`` and ``anthropic-beta`` headers are accepted and not
+needed: one version of the API is served (docs/api-messages.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from edgeopt.errors import BackendError, EdgeoptError, RequestError
+from edgeopt.server.chat_prep import prepare_chat
+from edgeopt.server.errors import anthropic_error_body
+from edgeopt.server.messages_input import translate
+from edgeopt.server.messages_output import MessageBuilder, new_message_id, sse_event
+from edgeopt.server.messages_schema import CountTokensRequest, MessagesRequest
+from edgeopt.server.reply_parser import ReplyParser
+from edgeopt.server.request_prep import chat_prompt_ids, check_chat_request, check_model_name, reasoning_start
+from edgeopt.server.state import ServerState
+from edgeopt.server.streaming import ClientGone, Generation, collect, start_generation
+from edgeopt.server.tool_request import plan_tools
+
+router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
+
+
+@router.post("/v1/messages")
+async def create_message(body: MessagesRequest, request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    chat = translate(body, state.ready_model().reasoning)
+    prepared = await prepare_chat(state, chat, prompt_param="messages", output_param="max_tokens")
+    if not prepared.prompt_ids:
+        raise RequestError("the prompt is empty (0 tokens)", "send some message text", param="messages")
+    message_id = new_message_id()
+    show_thinking = body.thinking is None or body.thinking.display != "omitted"
+    builder = MessageBuilder(message_id, body.model, len(prepared.prompt_ids), show_thinking)
+    reply = prepared.reply_parser()
+    tracker = state.metrics.track()
+    generation = start_generation(state.ready_model().engine, message_id, prepared.prompt_ids, prepared.params,
+                                  tracker, request)
+    tracker.admitted(len(prepared.prompt_ids))
+    if body.stream:
+        return StreamingResponse(_events(generation, builder, reply), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    try:
+        last = await collect(generation, request)
+    except ClientGone:
+        state.metrics.count_error(499)  # nginx's "client closed request": nobody reads this reply
+        return Response(status_code=499)
+    if last.finish_reason == "error":
+        raise BackendError(f"the model runtime failed while generating: {last.error}", "see the server log")
+    builder.step(reply.step(last.text, finished=True))
+    return JSONResponse(builder.message(last))
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(body: CountTokensRequest, request: Request) -> JSONResponse:
+    """The prompt's length in tokens, exactly as /v1/messages would render and tokenize it (tools, system,
+    thinking switch and all)."""
+    state: ServerState = request.app.state.server
+    served = state.ready_model()
+    chat = translate(body, served.reasoning)
+    check_model_name(state, chat.model)
+    check_chat_request(served, chat)
+    tools = plan_tools(chat, served.chat_template)
+    reasoning_start(served, chat)  # the same refusals as /v1/messages
+    parse_special = state.settings.parse_special_in_content
+    prompt_ids = await state.prompt_worker.run(lambda: chat_prompt_ids(served, chat, parse_special, tools))
+    return JSONResponse({"input_tokens": len(prompt_ids)})
+
+
+async def _events(generation: Generation, builder: MessageBuilder, reply: ReplyParser) -> AsyncIterator[bytes]:
+    started = False
+    try:
+        async for out in generation:
+            if not started:
+                started = True
+                for event in builder.start(out):
+                    yield sse_event(event)
+            if out.finish_reason == "error":
+                yield _error_event(f"the model runtime failed while generating: {out.error}")
+                return
+            events = builder.step(reply.step(out.text, out.finished))
+            if out.finished:
+                events += builder.finish(out)
+            for event in events:
+                yield sse_event(event)
+    except ClientGone:
+        return
+    except EdgeoptError as exc:  # the engine failed mid-stream: tell the client in-band, then end
+        yield _error_event(str(exc))
+    finally:
+        await generation.aclose()
+
+
+def _error_event(message: str) -> bytes:
+    return sse_event(("error", anthropic_error_body(500, message)))
