@@ -68,4 +68,8 @@ async def prepare_chat(state: ServerState, body: ChatCompletionRequest, prompt_p
                                prompt_param=prompt_param, output_param=output_param)
     params = sampling_params(body, max_tokens, served.runtime.info.vocab_size, grammar=grammar,
                              logprobs=top_logprobs)
+    if grammar is not None and reasoning is not None and reasoning.inside:
+        # The constraint (a JSON answer, a forced call) is what the model writes, from its first token: that
+        # is the answer, even where the template's prompt opened a thinking block.
+        reasoning = ReasoningStart(reasoning.syntax, inside=False)
     return PreparedChat(prompt_ids, params, tools, top_logprobs, reasoning)

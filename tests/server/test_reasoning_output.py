@@ -87,3 +87,10 @@ def test_reasoning_effort_none_turns_thinking_off(thinking) -> None:
                                            top_logprobs=0)
     message = reply.choices[0].message
     assert getattr(message, "reasoning_content", None) is None and message.content == _raw(reply)
+
+
+def test_constrained_output_is_the_answer_even_where_the_prompt_opened_thinking(thinking) -> None:
+    client, ask = thinking
+    reply = client.chat.completions.create(**ask, seed=2, response_format={"type": "json_object"})
+    message = reply.choices[0].message
+    assert getattr(message, "reasoning_content", None) is None and message.content.startswith("{")
