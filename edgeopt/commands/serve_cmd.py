@@ -22,13 +22,18 @@ _UNITS = {"": 1024**2, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}  # a
 
 def parse_memory(text: str) -> int:
     """'4GiB', '4G', '512MiB', '1.5g' or a bare number of MiB -> bytes."""
-    match = _SIZE.match(text)
-    if not match:
-        raise ConfigError(f"--memory {text!r} is not a size", "write e.g. 4GiB, 512MiB, or a number of MiB")
-    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    value = parse_size(text, "--memory")
     if value < 1:
         raise ConfigError(f"--memory {text!r} must be positive", "write e.g. 4GiB")
-    return int(value)
+    return value
+
+
+def parse_size(text: str, option: str) -> int:
+    """A size as ``parse_memory`` reads it (0 allowed)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ConfigError(f"{option} {text!r} is not a size", "write e.g. 4GiB, 512MiB, or a number of MiB")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
 def serve(
@@ -82,6 +87,10 @@ def serve(
              "(docs/speculative_decoding.md). auto: the best drafting source available (today n-gram lookup in "
              "the request's own prompt and output), drafting only where it pays (a lone stream, text that "
              "quotes its prompt) and not when the batch is full. ngram: n-gram lookup. off: none.")] = "auto",
+    responses_store: Annotated[str, typer.Option(
+        "--responses-store",
+        help="Memory for responses kept for previous_response_id and GET /v1/responses/{id} (e.g. 64MiB; 0 keeps "
+             "none), least recently used evicted first. Outside --memory's KV budget.")] = "32MiB",
     warm: Annotated[Optional[Path], typer.Option(
         "--warm", exists=True, dir_okay=False,
         help="A text file holding a system prompt: its KV is computed once, saved beside it (FILE.kvstate) and "
@@ -105,5 +114,6 @@ def serve(
                            max_connections=max_connections,
                            parse_special_in_content=parse_special_in_content, kv_type=kv_type,
                            prefix_cache=prefix_cache, warm_file=warm, kv_layout=kv_layout,
-                           stream_interval_ms=stream_interval_ms, speculative=speculative)
+                           stream_interval_ms=stream_interval_ms, speculative=speculative,
+                           responses_store_bytes=parse_size(responses_store, "--responses-store"))
     serve_bundle(bundle, options)

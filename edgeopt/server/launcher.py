@@ -26,6 +26,7 @@ from edgeopt.kv_layout import auto_kv_layout
 from edgeopt.server.auth import check_exposure
 from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_protocol
+from edgeopt.server.responses_store import DEFAULT_STORE_BYTES
 from edgeopt.memory_budget import KvSizing
 from edgeopt.server.sizing import bundle_kv_facts, served_kv_element_bytes, served_kv_type
 from edgeopt.server.state import ServedModel, ServerSettings
@@ -58,6 +59,7 @@ class ServeOptions:
     warm_file: Path | None = None  # --warm: a system prompt whose KV is stored and loaded (prompt_store)
     kv_layout: str = "auto"  # llama.cpp (gguf) only: unified, streams, or auto (served_kv_layout)
     stream_interval_ms: float = 50.0  # streamed text at most this often when tokens come faster (engine.stream)
+    responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses_store)
     speculative: str = "auto"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto
 
 
@@ -227,7 +229,8 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
         raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served", "servable kinds: causal-lm, embedding")
     settings = ServerSettings(model_names=source.names, kind=manifest.kind, api_key=api_key,
                               memory_budget_bytes=budget, parse_special_in_content=options.parse_special_in_content,
-                              kv_type=kv_type, kv_layout=kv_layout)
+                              kv_type=kv_type, kv_layout=kv_layout,
+                              responses_store_bytes=options.responses_store_bytes)
     failures: list[BaseException] = []
     server: uvicorn.Server | None = None
 

@@ -125,5 +125,7 @@ def _assistant_turn(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _reasoning_text(item: ReasoningItem) -> str:
+    """The thinking an earlier response returned: its content, else its summary, else its
+    ``encrypted_content`` (this server's is the thinking as plain text: responses_output says why)."""
     parts = item.content if item.content else item.summary
-    return "".join(part.plain() for part in parts)
+    return "".join(part.plain() for part in parts) or item.encrypted_content or ""

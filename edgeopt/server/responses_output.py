@@ -4,9 +4,17 @@ One builder serves both replies: a stream sends every event as it is made; a non
 the whole text at once and returns only the final response object, so the two never disagree. Events
 follow OpenAI's order: ``response.created``, ``response.in_progress``, then per output item
 ``output_item.added``, (message) ``content_part.added``, ``output_text.delta``..., ``output_text.done``,
-``content_part.done``, or (function call) ``function_call_arguments.delta``..., ``.done``, then
+``content_part.done``, or (function call) ``function_call_arguments.delta``..., ``.done``, or (a thinking
+model's reasoning) ``reasoning_text.delta``... / ``reasoning_summary_text.delta``..., then
 ``output_item.done``; last ``response.completed`` / ``response.incomplete`` / ``response.failed``.
 Every event has a ``sequence_number`` one above the last.
+
+Reasoning: the model's whole thinking, as written (there is no summarizer). It goes in the reasoning
+item's ``content`` (``reasoning_text`` parts, ``response.reasoning_text.*`` events), or, when the request
+asks for a summary (``reasoning.summary``), in its ``summary`` (``summary_text`` parts,
+``response.reasoning_summary_*`` events: what Home Assistant and Codex show). With include
+``reasoning.encrypted_content`` it is also the item's ``encrypted_content`` (not encrypted: a client that
+stores nothing sends it back and the next turn's template sees the thinking again).
 """
 
 from __future__ import annotations
@@ -15,8 +23,12 @@ import time
 import uuid
 from typing import Any
 
+from edgeopt.server.reasoning_parser import ReasoningDelta
+from edgeopt.server.reply_parser import ReplyDelta
 from edgeopt.server.responses_schema import ResponsesRequest
-from edgeopt.server.tool_parser import ContentDelta, Delta, ToolCallDelta
+from edgeopt.server.tool_parser import ContentDelta, ToolCallDelta
+
+ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
 
 Event = dict[str, Any]
 
@@ -31,6 +43,9 @@ class ResponseBuilder:
         self._body = body
         self._created = time.time()
         self._logprobs = logprobs  # output_text parts carry logprobs (include "message.output_text.logprobs")
+        # Where the thinking goes: the summary when one is asked for, else the reasoning item's content.
+        self._summary = body.reasoning is not None and bool(body.reasoning.summary or body.reasoning.generate_summary)
+        self._encrypted = body.wants(ENCRYPTED_INCLUDE)
         self._sequence = 0
         self.output: list[dict[str, Any]] = []  # items as they stand (the open one still growing)
         self._open: dict[str, Any] | None = None  # the item deltas currently go to
@@ -45,11 +60,13 @@ class ResponseBuilder:
         return [self._event("response.created", response=self.response()),
                 self._event("response.in_progress", response=self.response())]
 
-    def step(self, deltas: list[Delta], logprobs: list[dict[str, Any]] | None = None) -> list[Event]:
+    def step(self, deltas: list[ReplyDelta], logprobs: list[dict[str, Any]] | None = None) -> list[Event]:
         """Events for one output's deltas; ``logprobs``: its tokens' entries (text without tools only)."""
         events: list[Event] = []
         for delta in deltas:
-            if isinstance(delta, ContentDelta) and delta.text:
+            if isinstance(delta, ReasoningDelta) and delta.text:
+                events += self._reasoning(delta.text)
+            elif isinstance(delta, ContentDelta) and delta.text:
                 events += self._text(delta.text, logprobs or [])
                 logprobs = None  # one output's tokens go with its first text delta
             elif isinstance(delta, ToolCallDelta):
@@ -88,6 +105,46 @@ class ResponseBuilder:
                                   output_index=len(self.output) - 1, content_index=0, delta=text,
                                   logprobs=logprobs if self._logprobs else []))
         return events
+
+    def _reasoning(self, text: str) -> list[Event]:
+        events: list[Event] = []
+        if self._open is None or self._open["type"] != "reasoning":
+            events += self._close()
+            events += self._open_reasoning()
+        item, index = self._open, len(self.output) - 1
+        if self._summary:
+            item["summary"][0]["text"] += text
+            events.append(self._event("response.reasoning_summary_text.delta", item_id=item["id"],
+                                      output_index=index, summary_index=0, delta=text))
+        else:
+            item["content"][0]["text"] += text
+            events.append(self._event("response.reasoning_text.delta", item_id=item["id"], output_index=index,
+                                      content_index=0, delta=text))
+        return events
+
+    def _open_reasoning(self) -> list[Event]:
+        item: dict[str, Any] = {"id": new_id("rs"), "type": "reasoning", "status": "in_progress", "summary": []}
+        if not self._summary:
+            item["content"] = []
+        self._open = item
+        self.output.append(item)
+        index = len(self.output) - 1
+        events = [self._event("response.output_item.added", output_index=index, item=_copy(item))]
+        if self._summary:
+            part = {"type": "summary_text", "text": ""}
+            item["summary"].append(part)
+            events.append(self._event("response.reasoning_summary_part.added", item_id=item["id"],
+                                      output_index=index, summary_index=0, part=dict(part)))
+        else:
+            part = {"type": "reasoning_text", "text": ""}
+            item["content"].append(part)
+            events.append(self._event("response.content_part.added", item_id=item["id"], output_index=index,
+                                      content_index=0, part=dict(part)))
+        return events
+
+    def reasoning_text(self) -> str:
+        return "".join(part["text"] for item in self.output if item["type"] == "reasoning"
+                       for part in [*item["summary"], *item.get("content", [])])
 
     def _call(self, delta: ToolCallDelta) -> list[Event]:
         events: list[Event] = []
@@ -129,7 +186,9 @@ class ResponseBuilder:
         index = self.output.index(item)
         item["status"] = "incomplete" if self.status == "incomplete" else "completed"
         events: list[Event] = []
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            events += self._close_reasoning(item, index)
+        elif item["type"] == "message":
             part = item["content"][0]
             events.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
                                       content_index=0, text=part["text"], logprobs=part.get("logprobs", [])))
@@ -140,6 +199,21 @@ class ResponseBuilder:
                                       output_index=index, arguments=item["arguments"]))
         events.append(self._event("response.output_item.done", output_index=index, item=_copy(item)))
         return events
+
+    def _close_reasoning(self, item: dict[str, Any], index: int) -> list[Event]:
+        if self._encrypted:
+            item["encrypted_content"] = "".join(p["text"] for p in [*item["summary"], *item.get("content", [])])
+        if self._summary:
+            part = item["summary"][0]
+            return [self._event("response.reasoning_summary_text.done", item_id=item["id"], output_index=index,
+                                summary_index=0, text=part["text"]),
+                    self._event("response.reasoning_summary_part.done", item_id=item["id"], output_index=index,
+                                summary_index=0, part=dict(part))]
+        part = item["content"][0]
+        return [self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,
+                            content_index=0, text=part["text"]),
+                self._event("response.content_part.done", item_id=item["id"], output_index=index,
+                            content_index=0, part=dict(part))]
 
     def _event(self, kind: str, **fields: Any) -> Event:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -184,8 +258,9 @@ def _tool_choice(body: ResponsesRequest) -> Any:
 def _copy(item: dict[str, Any]) -> dict[str, Any]:
     """A snapshot of an item (its content parts are copied too: the open item keeps growing)."""
     snapshot = dict(item)
-    if "content" in snapshot:
-        snapshot["content"] = [dict(part) for part in snapshot["content"]]
+    for parts in ("content", "summary"):
+        if parts in snapshot:
+            snapshot[parts] = [dict(part) for part in snapshot[parts]]
     return snapshot
 
 

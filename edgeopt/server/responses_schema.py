@@ -61,6 +61,8 @@ class MessageItem(BaseModel):
     content: Text | list[TextPart]
     id: Text | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
+    # OpenAI's models label their messages; clients send the label back (Codex does). It names no text.
+    phase: Literal["commentary", "final_answer"] | None = None
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "".join(p.plain() for p in self.content)
@@ -193,6 +195,7 @@ class ResponsesRequest(BaseModel):
     service_tier: Text | None = None
     prompt_cache_key: Text | None = None  # the prefix cache needs no key: any shared prefix is reused
     safety_identifier: Text | None = None
+    client_metadata: dict[str, Text] | None = None  # Codex's telemetry labels for OpenAI's backend
 
     @field_validator("input", mode="before")
     @classmethod

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_STORE_BYTES = 64 * 1024 * 1024
+DEFAULT_STORE_BYTES = 32 * 1024 * 1024  # edgeopt serve --responses-store (its default: 32MiB)
 
 
 @dataclass(frozen=True)

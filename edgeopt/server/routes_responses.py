@@ -111,7 +111,12 @@ class _Run:
         return self.reply.step(text, finished)
 
     def usage(self, out: Any) -> dict[str, Any]:
-        return response_usage(self.prompt_len, out.completion_tokens, out.cached_tokens)
+        """Counted once the reply is read: the thinking's tokens are its text tokenized again (the engine
+        counts tokens, not which of them were thinking)."""
+        thinking = self.builder.reasoning_text()
+        reasoning_tokens = len(self.state.ready_model().tokenizer.encode(thinking, add_special=False)) if thinking else 0
+        return response_usage(self.prompt_len, out.completion_tokens, out.cached_tokens,
+                              min(reasoning_tokens, out.completion_tokens))
 
     def keep(self) -> dict[str, Any]:
         """The final response object, stored (with its conversation) when the request asked."""

@@ -55,15 +55,17 @@ def check_events(events: list[dict[str, Any]]) -> Response:
         assert event.output_index == len(built) - 1
         if kind != "response.output_item.done":
             assert event.item_id == open_item["id"]
-        if kind == "response.content_part.added":
+        if kind in ("response.content_part.added", "response.reasoning_summary_part.added"):
             open_item["parts"] += 1
-        elif kind in ("response.output_text.delta", "response.function_call_arguments.delta"):
+        elif kind in ("response.output_text.delta", "response.function_call_arguments.delta",
+                      "response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
             open_item["text"] += event.delta
-        elif kind == "response.output_text.done":
+        elif kind in ("response.output_text.done", "response.reasoning_text.done",
+                      "response.reasoning_summary_text.done"):
             assert event.text == open_item["text"]
         elif kind == "response.function_call_arguments.done":
             assert event.arguments == open_item["text"]
-        elif kind == "response.content_part.done":
+        elif kind in ("response.content_part.done", "response.reasoning_summary_part.done"):
             assert event.part.text == open_item["text"]
             open_item["parts_done"] += 1
         elif kind == "response.output_item.done":
@@ -78,4 +80,6 @@ def check_events(events: list[dict[str, Any]]) -> Response:
             assert "".join(part.text for part in item.content) == seen["text"]
         elif item.type == "function_call":
             assert item.arguments == seen["text"]
+        elif item.type == "reasoning":
+            assert "".join(part.text for part in [*(item.content or []), *item.summary]) == seen["text"]
     return final

@@ -29,7 +29,8 @@ def test_serving_a_missing_bundle_says_how_to_make_one(tmp_path):
 
 def test_server_modules_and_cli_import_no_heavy_packages():
     assert banned_modules_after("import edgeopt.cli, edgeopt.server.app, edgeopt.server.launcher, "
-                                "edgeopt.server.routes_openai, edgeopt.bench.serve_bench",
+                                "edgeopt.server.routes_openai, edgeopt.server.routes_responses, "
+                                "edgeopt.bench.serve_bench",
                                 must_load=("edgeopt.server.launcher",)) == []
 
 
@@ -48,3 +49,20 @@ def test_prefix_cache_switches_reach_the_launcher(tmp_path, monkeypatch):
     assert [(o.prefix_cache, o.warm_file) for o in seen] == [(False, None), (True, warm)]
     missing = runner.invoke(app, ["serve", str(tmp_path), "--warm", str(tmp_path / "nope.txt")])
     assert missing.exit_code != 0 and "nope.txt" in missing.output
+
+
+def test_responses_store_size_reaches_the_launcher(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from edgeopt.cli import app
+    from edgeopt.server.responses_store import DEFAULT_STORE_BYTES
+
+    seen: list[ServeOptions] = []
+    monkeypatch.setattr("edgeopt.server.launcher.serve_bundle", lambda bundle, options: seen.append(options))
+    runner = CliRunner()
+    assert runner.invoke(app, ["serve", str(tmp_path)]).exit_code == 0
+    assert runner.invoke(app, ["serve", str(tmp_path), "--responses-store", "1GiB"]).exit_code == 0
+    assert runner.invoke(app, ["serve", str(tmp_path), "--responses-store", "0"]).exit_code == 0
+    assert [o.responses_store_bytes for o in seen] == [DEFAULT_STORE_BYTES, 2**30, 0]
+    bad = runner.invoke(app, ["serve", str(tmp_path), "--responses-store", "lots"])
+    assert bad.exit_code != 0 and "--responses-store 'lots'" in str(bad.exception)
