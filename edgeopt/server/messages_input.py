@@ -48,8 +48,9 @@ def translate(body: PromptFields, reasoning: ReasoningFormat | None) -> ChatComp
         fields["response_format"] = {"type": "json_schema", "json_schema": {
             "name": "output", "schema": body.output_config.format.schema_}}
     if isinstance(body, MessagesRequest):
-        fields.update(max_completion_tokens=body.max_tokens, stream=body.stream, temperature=body.temperature,
-                      stop=body.stop_sequences)
+        # No max_completion_tokens: the chat path then allows what the context leaves after the prompt, and
+        # the route caps that at max_tokens (a larger max_tokens is no error: see routes_messages).
+        fields.update(stream=body.stream, temperature=body.temperature, stop=body.stop_sequences)
         if body.top_p is not None:
             fields["top_p"] = body.top_p
         if body.top_k is not None:

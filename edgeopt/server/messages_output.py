@@ -35,10 +35,11 @@ def message_usage(prompt_tokens: int, out: RequestOutput) -> dict[str, int]:
             "cache_read_input_tokens": out.cached_tokens, "cache_creation_input_tokens": 0}
 
 
-def stop_reason(out: RequestOutput, calls: int) -> tuple[str | None, str | None]:
-    """(stop_reason, stop_sequence): the output limit wins (a call cut off is no finished call)."""
+def stop_reason(out: RequestOutput, calls: int, window_bound: bool = False) -> tuple[str | None, str | None]:
+    """(stop_reason, stop_sequence): the output limit wins (a call cut off is no finished call).
+    ``window_bound``: the context, not max_tokens, limited the output."""
     if out.finish_reason == "length":
-        return "max_tokens", None
+        return ("model_context_window_exceeded" if window_bound else "max_tokens"), None
     if calls:
         return "tool_use", None
     if out.stop_string is not None:
@@ -47,8 +48,10 @@ def stop_reason(out: RequestOutput, calls: int) -> tuple[str | None, str | None]
 
 
 class MessageBuilder:
-    def __init__(self, message_id: str, model: str, prompt_tokens: int, show_thinking: bool = True) -> None:
-        """``show_thinking`` False (``thinking.display="omitted"``): thinking blocks come back empty."""
+    def __init__(self, message_id: str, model: str, prompt_tokens: int, show_thinking: bool = True,
+                 window_bound: bool = False) -> None:
+        """``show_thinking`` False (``thinking.display="omitted"``): thinking blocks come back empty;
+        ``window_bound``: max_tokens was more than the context leaves (a length stop is the window's)."""
         self.message_id = message_id
         self.model = model
         self.prompt_tokens = prompt_tokens
@@ -57,11 +60,12 @@ class MessageBuilder:
         self._arguments: list[str] = []  # per block: a tool_use's arguments text so far
         self._open = False
         self._calls = 0
+        self._window_bound = window_bound
 
     # -- the whole message --------------------------------------------------------------------------
 
     def message(self, out: RequestOutput, content: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        reason, sequence = stop_reason(out, self._calls)
+        reason, sequence = stop_reason(out, self._calls, self._window_bound)
         return {"id": self.message_id, "type": "message", "role": "assistant", "model": self.model,
                 "content": self.final_blocks() if content is None else content, "stop_reason": reason,
                 "stop_sequence": sequence, "usage": message_usage(self.prompt_tokens, out)}
@@ -107,7 +111,7 @@ class MessageBuilder:
         return events
 
     def finish(self, out: RequestOutput) -> list[Event]:
-        reason, sequence = stop_reason(out, self._calls)
+        reason, sequence = stop_reason(out, self._calls, self._window_bound)
         return [*self._close(),
                 ("message_delta", {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
                                    "usage": message_usage(self.prompt_tokens, out)}),

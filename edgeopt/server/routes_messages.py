@@ -10,6 +10,7 @@ needed: one version of the API is served (docs/api-messages.md).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
@@ -37,13 +38,19 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
     prepared = await prepare_chat(state, chat, prompt_param="messages", output_param="max_tokens")
     if not prepared.prompt_ids:
         raise RequestError("the prompt is empty (0 tokens)", "send some message text", param="messages")
+    # Claude Code asks for max_tokens=32000 whatever the model's context: as Anthropic's API now does, a
+    # max_tokens beyond what the context leaves is no error; the reply stops at the context's end, with
+    # stop_reason "model_context_window_exceeded".
+    room = prepared.params.max_tokens  # prepared without a limit: all the context leaves after the prompt
+    params = dataclasses.replace(prepared.params, max_tokens=min(body.max_tokens, room))
     message_id = new_message_id()
     show_thinking = body.thinking is None or body.thinking.display != "omitted"
-    builder = MessageBuilder(message_id, body.model, len(prepared.prompt_ids), show_thinking)
+    builder = MessageBuilder(message_id, body.model, len(prepared.prompt_ids), show_thinking,
+                             window_bound=body.max_tokens > room)
     reply = prepared.reply_parser()
     tracker = state.metrics.track()
-    generation = start_generation(state.ready_model().engine, message_id, prepared.prompt_ids, prepared.params,
-                                  tracker, request)
+    generation = start_generation(state.ready_model().engine, message_id, prepared.prompt_ids, params, tracker,
+                                  request)
     tracker.admitted(len(prepared.prompt_ids))
     if body.stream:
         return StreamingResponse(_events(generation, builder, reply), media_type="text/event-stream",

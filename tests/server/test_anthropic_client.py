@@ -1,6 +1,7 @@
 """The official ``anthropic`` client against ``edgeopt serve`` of GGUF bundles whose tokenizers carry real
 chat templates (tests/fixtures/tool_chat_models.py): Qwen2.5's (Hermes tool calls) for tools, and
-DeepSeek-R1-Distill-Qwen's (a thinking template) for thinking.
+DeepSeek-R1-Distill-Qwen's (a thinking template) for thinking; and the real SmolLM2-135M-Instruct
+(tests/fixtures/smollm2.py) where an answer must make sense.
 
 The models are tiny and random: only constrained decoding makes their calls valid, so these tests fail on a
 server that renders tools without enforcing ``tool_choice``. Thinking is judged against
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -21,7 +23,7 @@ import openai
 import pytest
 
 from tests.server.conftest import MODEL
-from tests.server.gguf_bundle import serve_bundle_live
+from tests.server.gguf_bundle import serve_bundle_live, smollm2_bundle
 
 pytestmark = pytest.mark.timeout(600)
 WEATHER = {"name": "get_weather", "description": "Current weather in a city",
@@ -125,3 +127,40 @@ def test_thinking_blocks_hold_what_chat_completions_calls_reasoning(thinking_ser
     thinking_deltas = "".join(e.delta.thinking for e in events if e.type == "content_block_delta"
                               and e.delta.type == "thinking_delta")
     assert thinking_deltas == expected[0]
+
+
+@pytest.fixture(scope="module")
+def smollm2_client(smollm2_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[anthropic.Anthropic]:
+    live = serve_bundle_live(smollm2_bundle(smollm2_checkpoint, tmp_path_factory.mktemp("smollm2")), context=2048)
+    try:
+        yield anthropic.Anthropic(base_url=live.url, api_key="unused", max_retries=0, timeout=120)
+    finally:
+        live.stop()
+
+
+def test_a_real_model_reads_the_tool_result_it_asked_for(smollm2_client: anthropic.Anthropic) -> None:
+    """SmolLM2-135M-Instruct, a real trained model: the call is forced (a 135M model need not choose to
+    call), the answer after the tool's result is its own, held to a JSON schema it must fill from the result."""
+    greedy = {"temperature": 0.0}
+    first = smollm2_client.messages.create(model=MODEL, max_tokens=MAX_TOKENS, messages=QUESTION, tools=[WEATHER],
+                                           tool_choice={"type": "tool", "name": "get_weather"}, extra_body=greedy)
+    [call] = [block for block in first.content if block.type == "tool_use"]
+    _check_call(call)
+    turns = [*QUESTION, {"role": "assistant", "content": [call.model_dump(exclude_none=True)]},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
+                                           "content": json.dumps({"temperature_c": 21, "sky": "sunny"})}]}]
+    report = {"type": "object", "properties": {"temperature_c": {"type": "integer"}},
+              "required": ["temperature_c"], "additionalProperties": False}
+    with smollm2_client.messages.stream(model=MODEL, max_tokens=40, messages=turns, tools=[WEATHER],
+                                        output_config={"format": {"type": "json_schema", "schema": report}},
+                                        extra_body=greedy) as stream:
+        answer = stream.get_final_message()
+    assert answer.stop_reason == "end_turn"
+    assert json.loads(answer.content[0].text) == {"temperature_c": 21}
+
+
+def test_a_real_model_answers_in_text(smollm2_client: anthropic.Anthropic) -> None:
+    reply = smollm2_client.messages.create(model=MODEL, max_tokens=24, system="Answer in one short sentence.",
+                                           messages=[{"role": "user", "content": "What is the capital of France?"}],
+                                           extra_body={"temperature": 0.0})
+    assert "Paris" in reply.content[0].text and reply.stop_reason == "end_turn"

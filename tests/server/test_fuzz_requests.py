@@ -302,7 +302,8 @@ text_block = st.fixed_dictionaries({"type": st.just("text"), "text": plain_text}
 tool_use_block = st.fixed_dictionaries({"type": st.just("tool_use"), "id": st.sampled_from(["t1", "t2"]),
                                         "name": st.sampled_from(["f", "g"]),
                                         "input": st.dictionaries(plain_text, plain_text, max_size=2)})
-tool_result_block = st.fixed_dictionaries({"type": st.just("tool_result"), "tool_use_id": st.sampled_from(["t1", "t9"])},
+tool_result_block = st.fixed_dictionaries({"type": st.just("tool_result"),
+                                           "tool_use_id": st.sampled_from(["t1", "t9"])},
                                           optional={"content": st.one_of(plain_text, st.lists(text_block, max_size=2)),
                                                     "is_error": st.booleans()})
 thinking_block = st.fixed_dictionaries({"type": st.just("thinking"), "thinking": plain_text, "signature": plain_text})
@@ -317,7 +318,8 @@ assistant_turn = st.fixed_dictionaries({"role": st.just("assistant"), "content":
 conversations = st.one_of(st.lists(user_turn, min_size=1, max_size=2),
                           st.tuples(user_turn, assistant_turn, user_turn).map(list))
 odd_turn = st.fixed_dictionaries({"role": st.one_of(st.sampled_from(["system", "tool", ""]), any_json),
-                                  "content": st.one_of(odd_text, st.lists(odd_block, min_size=1, max_size=2), any_json)})
+                                  "content": st.one_of(odd_text, st.lists(odd_block, min_size=1, max_size=2),
+                                                       any_json)})
 anthropic_tool = st.fixed_dictionaries({"name": st.sampled_from(["f", "g", "get_weather"])},
                                        optional={"description": plain_text, "input_schema": small_schemas,
                                                  "cache_control": st.just({"type": "ephemeral"})})
@@ -381,8 +383,8 @@ def check_anthropic_reply(response: httpx.Response, body: Any, path: str) -> Non
         assert names[0] == "message_start" and names[-1] == "message_stop" and "error" not in names, response.text
     else:
         reply = response.json()
-        assert reply["type"] == "message" and reply["stop_reason"] in ("end_turn", "max_tokens", "stop_sequence",
-                                                                       "tool_use"), reply
+        assert reply["type"] == "message" and reply["stop_reason"] in (
+            "end_turn", "max_tokens", "stop_sequence", "tool_use", "model_context_window_exceeded"), reply
 
 
 @FUZZ_SETTINGS

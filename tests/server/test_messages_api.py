@@ -91,15 +91,15 @@ def test_errors_are_anthropic_shaped(live) -> None:
     with pytest.raises(anthropic.NotFoundError) as unknown:
         client.messages.create(model="claude-opus-4", max_tokens=4, messages=HELLO)
     assert "claude-opus-4" in unknown.value.body["error"]["message"]
-    for body, named in [({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [
-                            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}]}]},
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}
+    for body, named in [({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [image]}]},
                          "images are not supported"),
                         ({"model": MODEL, "max_tokens": 4, "messages": HELLO, "tools": [
                             {"type": "web_search_20250305", "name": "web_search"}]}, "web_search_20250305"),
                         ({"model": MODEL, "max_tokens": 4, "messages": HELLO, "tool_choice": {"type": "any"}},
                          "no tools"),
-                        ({"model": MODEL, "max_tokens": 4, "messages": [*HELLO, {"role": "assistant", "content": "Hi"}]},
-                         "prefilled"),
+                        ({"model": MODEL, "max_tokens": 4,
+                          "messages": [*HELLO, {"role": "assistant", "content": "Hi"}]}, "prefilled"),
                         ({"model": MODEL, "max_tokens": 4, "messages": HELLO, "top_k": "x"}, "top_k")]:
         response = httpx.post(f"{live.url}/v1/messages", json=body)
         assert response.status_code == 400, response.text
@@ -120,3 +120,35 @@ def test_the_key_may_come_as_x_api_key_or_bearer_and_headers_are_accepted(serve_
     assert refused.value.body["error"]["type"] == "authentication_error"
     openai_shaped = httpx.post(f"{live.url}/v1/chat/completions", json={}).json()
     assert set(openai_shaped["error"]) == {"message", "type", "param", "code"}  # other routes keep OpenAI's
+
+
+def test_a_request_shaped_like_claude_code_s_is_served(serve_fake) -> None:
+    """What Claude Code sends (its query, headers, cached system blocks, a $schema in tool schemas, its
+    metadata, thinking, context_management, and max_tokens=32000 whatever the context): served, the reply
+    stopping where the context ends, as Anthropic's API now does."""
+    live = serve_fake(context_length=1024)
+    tools = [{"name": "Bash", "description": "Run a command", "input_schema": {
+        "$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "additionalProperties": False,
+        "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        "cache_control": {"type": "ephemeral"}}]
+    body = {"model": MODEL, "max_tokens": 32000, "stream": True, "temperature": 1,
+            "system": [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral",
+                                                                                            "ttl": "1h"}}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "<reminder>be brief</reminder>"},
+                                                      {"type": "text", "text": "list files",
+                                                       "cache_control": {"type": "ephemeral"}}]}],
+            "tools": tools, "metadata": {"user_id": "user_1_account_2_session_3"},
+            "thinking": {"type": "enabled", "budget_tokens": 31999},
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}}
+    headers = {"anthropic-version": "2023-06-01", "x-app": "cli", "anthropic-dangerous-direct-browser-access": "true",
+               "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14,"
+                                 "fine-grained-tool-streaming-2025-05-14"}
+    response = httpx.post(f"{live.url}/v1/messages?beta=true", json=body, headers=headers, timeout=60)
+    assert response.status_code == 200, response.text
+    assert '"stop_reason":"model_context_window_exceeded"' in response.text
+    counted = httpx.post(f"{live.url}/v1/messages/count_tokens?beta=true", headers=headers, json={
+        k: v for k, v in body.items() if k not in ("max_tokens", "stream", "temperature", "metadata")}).json()
+    as_sdk_args = {k: v for k, v in body.items() if k not in ("stream", "temperature", "context_management")}
+    usage = _client(live).messages.create(**as_sdk_args, extra_body={"context_management": {}}).usage
+    assert counted["input_tokens"] == usage.input_tokens + usage.cache_read_input_tokens
+    assert counted["input_tokens"] + usage.output_tokens == 1024  # the whole context, every token of it used
