@@ -126,3 +126,10 @@ class NotReadyError(RequestError):
 
     status_code = 503
     error_type = "service_unavailable"
+
+
+class NotSupportedHereError(RequestError):
+    """A route this server knows but will not do (Ollama's pull/create/delete: one model per server)."""
+
+    status_code = 501
+    error_type = "not_implemented"

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edgeopt.bundle import Manifest, load_bundle
 from edgeopt.errors import BundleError
 from edgeopt.gguf_metadata import is_gguf_file
-from edgeopt.gguf_model import gguf_manifest
+from edgeopt.gguf_model import gguf_manifest, gguf_metadata
+from edgeopt.model_spec import SUPPORTED_ARCHITECTURES
 
 
 @dataclass(frozen=True)
@@ -39,3 +41,22 @@ def bundle_model_names(bundle_dir: Path, manifest: Manifest) -> tuple[str, ...]:
     """The bundle's directory name is the model id; the source model's id is accepted as an alias."""
     names = [Path(bundle_dir).resolve().name, manifest.source_model]
     return tuple(dict.fromkeys(n for n in names if n))
+
+
+def model_card(bundle_dir: Path, manifest: Manifest) -> dict[str, Any]:
+    """What APIs that describe a model show (Ollama's /api/tags and /api/show): format, quant, family
+    (GGUF's short architecture name: "llama", "qwen2"), weight bytes, the model file's sha256 when the
+    manifest has it, and the parameter count when the file says (GGUF)."""
+    from edgeopt.server.sizing import weights_bytes
+
+    card: dict[str, Any] = {"format": manifest.format, "quant": manifest.quant,
+                            "architecture": SUPPORTED_ARCHITECTURES.get(manifest.architecture, manifest.architecture),
+                            "weights_bytes": weights_bytes(bundle_dir, manifest)}
+    digest = manifest.files.get(manifest.model_file, {}).get("sha256")
+    if digest:
+        card["digest"] = f"sha256:{digest}"
+    model_path = Path(bundle_dir) / manifest.model_file
+    if manifest.format == "gguf" and is_gguf_file(model_path):
+        meta = gguf_metadata(model_path)
+        card.update(architecture=meta.architecture, parameters=meta.parameter_count)
+    return card

@@ -28,8 +28,9 @@ from edgeopt.server.state import ServedModel, ServerSettings, ServerState
 log = logging.getLogger("edgeopt.server")
 
 KIND_ROUTERS: dict[str, tuple[str, ...]] = {
-    "causal-lm": ("edgeopt.server.routes_openai", "edgeopt.server.routes_responses", "edgeopt.server.routes_messages"),
-    "embedding": ("edgeopt.server.embeddings",),
+    "causal-lm": ("edgeopt.server.routes_openai", "edgeopt.server.routes_responses", "edgeopt.server.routes_messages",
+                  "edgeopt.server.routes_ollama", "edgeopt.server.routes_ollama_info"),
+    "embedding": ("edgeopt.server.embeddings", "edgeopt.server.routes_ollama_embed", "edgeopt.server.routes_ollama_info"),
 }
 
 Loader = Callable[[], ServedModel]

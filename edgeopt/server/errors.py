@@ -1,6 +1,6 @@
 """Every failure the server answers becomes an OpenAI-style body: {"error": {message, type, param, code}};
 on Anthropic's routes (/v1/messages...) Anthropic's: {"type": "error", "error": {type, message}}, the shape
-its clients parse (:func:`error_response` picks by path).
+its clients parse; on Ollama's (/api/...) Ollama's: {"error": message} (:func:`error_response` picks by path).
 
 Handlers live here so routes can simply raise :class:`edgeopt.errors.RequestError` subclasses (or let
 FastAPI's validation fail) and the client still gets a 4xx it can read, while the server keeps serving.
@@ -37,9 +37,15 @@ def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
+OLLAMA_PATHS = ("/api/",)
+
+
 def error_response(path: str, status: int, message: str, error_type: str, param: str | None = None,
                    code: Any = None, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The error in the shape the route's clients read: Anthropic's under ANTHROPIC_PATHS, else OpenAI's."""
+    """The error in the shape the route's clients read: Anthropic's under ANTHROPIC_PATHS, Ollama's
+    (``{"error": message}``) under OLLAMA_PATHS, else OpenAI's."""
+    if path.startswith(OLLAMA_PATHS):
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
     if path.startswith(ANTHROPIC_PATHS):
         return JSONResponse(anthropic_error_body(status, message), status_code=status, headers=headers)
     return JSONResponse(error_body(message, error_type, param, code), status_code=status, headers=headers)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.bundle import Manifest
-from edgeopt.model_source import bundle_model_names, open_model_source
+from edgeopt.model_source import bundle_model_names, model_card, open_model_source
 from edgeopt import backends, memory_budget
 from edgeopt.engine import Engine, EngineConfig, engine_config_for
 from edgeopt.engine.api import ServingEngine
@@ -230,7 +230,8 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     settings = ServerSettings(model_names=source.names, kind=manifest.kind, api_key=api_key,
                               memory_budget_bytes=budget, parse_special_in_content=options.parse_special_in_content,
                               kv_type=kv_type, kv_layout=kv_layout,
-                              responses_store_bytes=options.responses_store_bytes)
+                              responses_store_bytes=options.responses_store_bytes,
+                              model_card=model_card(bundle_dir, manifest))
     failures: list[BaseException] = []
     server: uvicorn.Server | None = None
 

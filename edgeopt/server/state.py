@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 from functools import cached_property
 
 from edgeopt.engine.api import EngineStats, ServingEngine
@@ -37,6 +39,9 @@ class ServerSettings:
     # (edgeopt.kv_types) and, where the runtime has a choice (llama.cpp), its layout; None: not known.
     kv_type: str | None = None
     kv_layout: str | None = None
+    # What the model is, for APIs that describe it (Ollama's /api/tags, /api/show): format, quant,
+    # architecture, weights_bytes, digest (sha256 of the model file), parameters; {}: unknown.
+    model_card: Mapping[str, Any] = field(default_factory=dict)
     # Bytes of stored /v1/responses kept for previous_response_id and GET (edgeopt.server.responses_store).
     responses_store_bytes: int = DEFAULT_STORE_BYTES
 

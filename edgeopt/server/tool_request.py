@@ -50,9 +50,12 @@ class ToolPlan:
 
     def template_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The messages as rendered: a template that cannot show tools gets them described in the system
-        message, or, when there is none, in the first user message (some templates refuse a system role)."""
+        message, or, when there is none, in the first user message (some templates refuse a system role),
+        and an earlier assistant turn's calls written as the JSON objects that message told it to reply with
+        (such a template prints only ``content``: the calls would vanish from the conversation)."""
         if self.syntax.template_takes_tools:
             return messages
+        messages = [_calls_as_text(m) for m in messages]
         listing = "\n".join(json.dumps(t, ensure_ascii=False) for t in self.tool_dicts())
         note = GENERIC_TOOLS_PROMPT.format(tools=listing)
         roles = [m.get("role") for m in messages]
@@ -64,6 +67,16 @@ class ToolPlan:
 
     def template_variables(self) -> dict[str, Any]:
         return {"tools": self.tool_dicts()} if self.syntax.template_takes_tools else {}
+
+
+def _calls_as_text(message: dict[str, Any]) -> dict[str, Any]:
+    calls = message.get("tool_calls")
+    if message.get("role") != "assistant" or not calls:
+        return message
+    written = "\n".join(json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]},
+                                   ensure_ascii=False) for c in calls)
+    content = message.get("content") or ""
+    return dict(message, content=f"{content}\n{written}" if content else written)
 
 
 def _function_dict(function: FunctionDefinition) -> dict[str, Any]:

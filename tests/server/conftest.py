@@ -32,12 +32,12 @@ def fake_served_model(runtime: FakeRuntime, **engine_config: Any) -> ServedModel
 @pytest.fixture
 def serve_fake() -> Iterator[Callable[..., LiveServer]]:
     """``serve_fake(runtime_kwargs..., engine=dict(...), api_key=..., settings=dict(...))`` -> a running
-    LiveServer (``settings``: more ServerSettings fields)."""
+    LiveServer (``settings``: more ServerSettings fields; ``runtime``: a fake of your own instead)."""
     started: list[LiveServer] = []
 
     def make(engine: dict | None = None, api_key: str | None = None, max_body_bytes: int | None = None,
-             settings: dict | None = None, **runtime_kwargs: Any) -> LiveServer:
-        runtime = FakeRuntime(**runtime_kwargs)
+             settings: dict | None = None, runtime: FakeRuntime | None = None, **runtime_kwargs: Any) -> LiveServer:
+        runtime = runtime or FakeRuntime(**runtime_kwargs)
         extra = {"max_body_bytes": max_body_bytes} if max_body_bytes else {}
         extra.update(settings or {})
         settings = ServerSettings(model_names=(MODEL, "alias"), api_key=api_key,

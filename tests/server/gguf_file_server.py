@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgeopt.model_source import open_model_source
+from edgeopt.model_source import model_card, open_model_source
 from edgeopt.server.app import create_app
 from edgeopt.server.launcher import ServeOptions, load_served_model, size_kv
 from edgeopt.server.state import ServerSettings
@@ -17,5 +17,6 @@ def serve_path_live(path: Path, context: int = 512, max_concurrency: int = 2) ->
     options = ServeOptions(memory_bytes=1 << 30, context=context, max_concurrency=max_concurrency, threads=2)
     sizing = size_kv(source.bundle_dir, source.manifest, options)
     served = load_served_model(source.bundle_dir, source.manifest, sizing, options)
-    settings = ServerSettings(model_names=source.names, kind=source.manifest.kind, memory_budget_bytes=1 << 30)
+    settings = ServerSettings(model_names=source.names, kind=source.manifest.kind, memory_budget_bytes=1 << 30,
+                              model_card=model_card(source.bundle_dir, source.manifest))
     return start_live_server(create_app(settings, served=served))
