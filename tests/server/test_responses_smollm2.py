@@ -27,12 +27,14 @@ def client(smollm2_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -
 
 
 def test_three_chained_turns_take_the_third_prompt_from_the_prefix_cache(client: openai.OpenAI) -> None:
-    instructions = "You are a helpful assistant for travellers. Answer briefly and politely."
+    instructions = ("You are a helpful assistant for travellers planning a trip to Europe. Answer briefly and "
+                    "politely, in plain English, with concrete suggestions: places, transport, times and prices. "
+                    "If you do not know something, say so rather than guessing.")
     previous = None
     turns = []
     for question in ("Where is Paris?", "And what should I see there?", "How do I get there by train?"):
         response = client.responses.create(model=MODEL, instructions=instructions, input=question,
-                                           previous_response_id=previous, max_output_tokens=200, temperature=0)
+                                           previous_response_id=previous, max_output_tokens=64, temperature=0)
         assert "Paris" in response.output_text, response.output_text
         turns.append(response.usage)
         previous = response.id
