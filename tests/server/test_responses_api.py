@@ -168,3 +168,26 @@ def test_what_cannot_be_honoured_is_a_400_naming_it(serve_fake, body, param, wor
     assert error["param"].startswith(param) and words in error["message"], error
     ok = client_for(live).responses.create(model=MODEL, input="still here", max_output_tokens=2)
     assert ok.usage.output_tokens == 2
+
+
+def test_a_failed_step_is_a_500_or_response_failed_and_nothing_is_stored() -> None:
+    from edgeopt.server.app import create_app
+    from edgeopt.server.state import ServerSettings
+    from tests.server.conftest import fake_served_model
+    from tests.server.live import start_live_server
+    from tests.server.test_hardening import FailingRuntime
+
+    live = start_live_server(create_app(ServerSettings(model_names=(MODEL,)),
+                                        served=fake_served_model(FailingRuntime())))
+    try:
+        body = {"model": MODEL, "input": "boom~", "max_output_tokens": 4}
+        failed = httpx.post(f"{live.url}/v1/responses", json=body)
+        assert failed.status_code == 500 and "device lost" in failed.json()["error"]["message"]
+        events = stream_events(live.url, body)
+        final = check_events(events)
+        assert final.status == "failed" and final.error.code == "server_error" and "device lost" in final.error.message
+        with pytest.raises(openai.NotFoundError):
+            client_for(live).responses.retrieve(final.id)
+        assert client_for(live).responses.create(model=MODEL, input="fine", max_output_tokens=2).status
+    finally:
+        live.stop()
