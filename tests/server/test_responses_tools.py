@@ -127,3 +127,14 @@ def test_chained_turns_reuse_the_earlier_prompts_from_the_prefix_cache(client: o
     for before, after in zip(turns, turns[1:]):
         assert after.input_tokens > before.input_tokens + before.output_tokens  # it carries the earlier turn
         assert after.input_tokens_details.cached_tokens >= before.input_tokens, turns
+
+
+def test_text_format_json_object_is_a_json_object_streamed_and_not(client: openai.OpenAI, live) -> None:
+    ask = {"model": MODEL, "input": "Describe Paris in JSON.", "max_output_tokens": 300,
+           "text": {"format": {"type": "json_object"}}, "store": False}
+    whole = client.responses.create(**ask, extra_body={"seed": 7})
+    streamed = check_events(stream_events(live.url, {**ask, "seed": 8}))
+    for response in (whole, streamed):
+        assert response.status == "completed", response.incomplete_details
+        assert isinstance(json.loads(response.output_text), dict)
+        assert response.text.format.type == "json_object"
