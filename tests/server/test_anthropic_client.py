@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import jsonschema
 import openai
 import pytest
+from anthropic.types import RawMessageStreamEvent
+from pydantic import TypeAdapter
 
 from tests.server.conftest import MODEL
 from tests.server.gguf_bundle import serve_bundle_live, smollm2_bundle
@@ -33,6 +36,7 @@ WEATHER = {"name": "get_weather", "description": "Current weather in a city",
 CLOCK = {"name": "now", "input_schema": {"type": "object", "properties": {}}}
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 MAX_TOKENS = 300
+STREAM_EVENT = TypeAdapter(RawMessageStreamEvent)
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +168,35 @@ def test_a_real_model_answers_in_text(smollm2_client: anthropic.Anthropic) -> No
                                            messages=[{"role": "user", "content": "What is the capital of France?"}],
                                            extra_body={"temperature": 0.0})
     assert "Paris" in reply.content[0].text and reply.stop_reason == "end_turn"
+
+
+def _strictly_typed(base_url: str, body: dict[str, Any]) -> tuple[list[Any], Any]:
+    """The raw stream and the whole reply of ``body``, validated (not merely constructed, as the client
+    does) against the anthropic package's own models: a missing or mistyped field fails here."""
+    events = []
+    with httpx.stream("POST", f"{base_url}/v1/messages", json={**body, "stream": True}, timeout=120) as response:
+        assert response.status_code == 200
+        lines = list(response.iter_lines())
+    for name, data in zip(lines[0::3], lines[1::3]):
+        assert name.startswith("event: ") and data.startswith("data: "), (name, data)
+        payload = json.loads(data[6:])
+        assert payload["type"] == name[7:]
+        if name != "event: ping":
+            events.append(STREAM_EVENT.validate_python(payload))
+    whole = httpx.post(f"{base_url}/v1/messages", json=body, timeout=120)
+    assert whole.status_code == 200
+    return events, anthropic.types.Message.model_validate(whole.json())
+
+
+def test_events_and_replies_validate_against_the_client_s_models(tools_client, thinking_server) -> None:
+    forced = dict(model=MODEL, max_tokens=MAX_TOKENS, messages=QUESTION, tools=[WEATHER],
+                  tool_choice={"type": "any"})
+    events, whole = _strictly_typed(str(tools_client.base_url).rstrip("/"), forced)
+    assert [e.type for e in events][:2] == ["message_start", "content_block_start"]
+    assert events[-2].type == "message_delta" and events[-2].delta.stop_reason == "tool_use" == whole.stop_reason
+    assert whole.content[-1].type == "tool_use"
+    messages_client = thinking_server[0]
+    thinking = dict(model=MODEL, max_tokens=16, messages=QUESTION, thinking={"type": "enabled", "budget_tokens": 1024})
+    events, whole = _strictly_typed(str(messages_client.base_url).rstrip("/"), thinking)
+    assert whole.content[0].type == "thinking"
+    assert any(e.type == "content_block_delta" and e.delta.type == "thinking_delta" for e in events)
