@@ -25,7 +25,7 @@ from edgeopt.server.reply_parser import ReplyDelta
 from edgeopt.server.responses_input import LOGPROBS_INCLUDE, input_messages, translate
 from edgeopt.server.responses_output import Event, ResponseBuilder, new_id, response_usage
 from edgeopt.server.responses_schema import InputItem, ResponsesRequest
-from edgeopt.server.responses_store import ResponseStore
+from edgeopt.server.responses_store import ResponseStore, StoredResponse
 from edgeopt.server.state import ServerState
 from edgeopt.server.streaming import ClientGone, Generation, collect, start_generation
 
@@ -79,7 +79,7 @@ async def delete_response(response_id: str, request: Request) -> JSONResponse:
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
-def _stored(store: ResponseStore, response_id: str, param: str | None = None):  # noqa: ANN202
+def _stored(store: ResponseStore, response_id: str, param: str | None = None) -> StoredResponse:
     entry = store.get(response_id)
     if entry is None:
         raise UnknownResponseError(f"no stored response has the id {response_id!r} (never stored: store was "

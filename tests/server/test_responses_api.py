@@ -191,3 +191,30 @@ def test_a_failed_step_is_a_500_or_response_failed_and_nothing_is_stored() -> No
         assert client_for(live).responses.create(model=MODEL, input="fine", max_output_tokens=2).status
     finally:
         live.stop()
+
+
+CODEX_SHELL = {"type": "function", "name": "shell", "description": "Runs a shell command and returns its output.",
+               "strict": False, "parameters": {"type": "object", "properties": {
+                   "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
+                   "timeout_ms": {"type": "number"}}, "required": ["command"], "additionalProperties": False}}
+
+
+def test_codex_shaped_turns_are_served(serve_fake):
+    """The fields and items Codex CLI sends (codex-rs ResponsesApiRequest): developer and user messages of
+    input_text parts, a function tool, store false, stream, client_metadata, nulls for what it leaves unset;
+    the next turn carries the call, its output and a reasoning item without text back."""
+    live = serve_fake(eos_logit=2.0)
+    first_turn = [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Sandbox: read-only."}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context/>"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list the files"}]}]
+    body = {"model": MODEL, "instructions": "You are Codex, a coding agent.", "input": first_turn,
+            "tools": [CODEX_SHELL], "tool_choice": "auto", "parallel_tool_calls": False, "reasoning": None,
+            "store": False, "stream": True, "include": [], "prompt_cache_key": "0b9f-thread", "text": None,
+            "service_tier": None, "client_metadata": {"x-codex-turn": "1"}}
+    assert check_events(stream_events(live.url, body)).status in ("completed", "incomplete")
+    second_turn = [*first_turn,
+                   {"type": "reasoning", "id": "rs_1", "summary": [], "content": None, "encrypted_content": None},
+                   {"type": "function_call", "name": "shell", "arguments": '{"command": ["ls"]}', "call_id": "call_1"},
+                   {"type": "function_call_output", "call_id": "call_1", "output": "a.txt\nb.txt"}]
+    assert check_events(stream_events(live.url, {**body, "input": second_turn})).status in ("completed", "incomplete")
