@@ -12,6 +12,7 @@ import typer
 
 from edgeopt.commands import inspect_cmd, optimize_cmd, plan_cmd, profiles_cmd
 from edgeopt.errors import EdgeoptError
+from edgeopt.help_layout import use_readable_help
 
 app = typer.Typer(
     name="edgeopt",
@@ -40,6 +41,9 @@ app.command("eval")(__import__("edgeopt.commands.eval_cmd", fromlist=["eval_bund
 app.command("demo-model")(__import__("edgeopt.commands.demo_cmd", fromlist=["demo_model"]).demo_model)
 app.command("import")(__import__("edgeopt.commands.import_cmd", fromlist=["import_gguf"]).import_gguf)
 app.command("monitor")(__import__("edgeopt.commands.monitor_cmd", fromlist=["monitor"]).monitor)
+# commands register above this line: this gives every one of them (and bench's) the help layout that
+# never cuts an option name at 80 columns or in a pipe
+use_readable_help(app)
 
 
 def main() -> None:

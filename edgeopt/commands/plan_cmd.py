@@ -6,9 +6,10 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from edgeopt.cli_options import Concurrency, Context, JsonOut, KvType, ModelArg, Target
+from edgeopt.cli_table import Column, print_line, print_table
 from edgeopt.gguf_metadata import is_gguf_file
 from edgeopt.kv_types import parse_kv_type
 from edgeopt.model_spec import load_model_spec
@@ -48,24 +49,28 @@ def plan(
     print_plan(result, params)
 
 
-def print_plan(result: Plan, params: int) -> None:
-    console = Console()
-    console.print(f"[bold]{result.model}[/] ({params / 1e6:.1f}M parameters) on [bold]{result.target}[/]: "
-                  f"{result.usable_memory_bytes / MIB:.0f} MiB usable, context {result.context}, "
-                  f"concurrency {result.concurrency}")
-    table = Table()
-    for col in ("candidate", "weights MiB", "KV type", "KV layout", "KV/token KiB", "KV capacity tok", "max seqs @ctx",
-                "fits"):
-        table.add_column(col, justify="right")
+PLAN_COLUMNS = (
+    Column("candidate"), Column("weights MiB", "right"), Column("KV type", "right"),
+    Column("KV layout", "right", essential=False), Column("KV/token KiB", "right", essential=False),
+    Column("KV capacity tok", "right"), Column("max seqs @ctx", "right"), Column("fits", "right"),
+)
+
+
+def print_plan(result: Plan, params: int, console: Console | None = None) -> None:
+    console = console or Console()
+    print_line(console, f"[bold]{result.model}[/] ({params / 1e6:.1f}M parameters) on [bold]{result.target}[/]: "
+                        f"{result.usable_memory_bytes / MIB:.0f} MiB usable, context {result.context}, "
+                        f"concurrency {result.concurrency}")
+    rows = []
     for c in result.candidates:
         mark = "*" if result.recommended == c else ""
-        table.add_row(mark + c.label, f"{c.weight_bytes / MIB:.1f}", c.kv_type or "fixed", c.kv_layout or "-",
-                      f"{c.kv_bytes_per_token / 1024:.2f}",
-                      str(c.kv_token_capacity), str(c.max_concurrency), "yes" if c.fits else "[red]no[/]")
-    console.print(table)
+        rows.append([mark + c.label, f"{c.weight_bytes / MIB:.1f}", c.kv_type or "fixed", c.kv_layout or "-",
+                     f"{c.kv_bytes_per_token / 1024:.2f}", str(c.kv_token_capacity), str(c.max_concurrency),
+                     "yes" if c.fits else Text("no", style="red")])
+    print_table(PLAN_COLUMNS, rows, console)
     if result.candidates and all(c.kv_bytes_per_token == 0 for c in result.candidates):
-        console.print("encoder: no KV cache (KV columns do not apply); fits = weights + runtime overhead")
+        print_line(console, "encoder: no KV cache (KV columns do not apply); fits = weights + runtime overhead")
     if result.recommended:
-        console.print(f"recommended: [bold]{result.recommended.label}[/]")
+        print_line(console, f"recommended: [bold]{result.recommended.label}[/]")
     else:
-        console.print("[red]nothing fits[/]: lower --context/--concurrency or prune (see edgeopt optimize --fit)")
+        print_line(console, "[red]nothing fits[/]: lower --context/--concurrency or prune (see edgeopt optimize --fit)")

@@ -3,10 +3,16 @@ from __future__ import annotations
 import json
 
 from rich.console import Console
-from rich.table import Table
 
 from edgeopt.cli_options import JsonOut
+from edgeopt.cli_table import Column, print_line, print_table
 from profiles import FAMILY_DEFAULTS, all_profiles
+
+PROFILE_COLUMNS = (
+    Column("name"), Column("memory GB", "right"), Column("usable GB", "right"), Column("unified", essential=False),
+    Column("accelerator"), Column("cores", "right", essential=False), Column("ISA", essential=False),
+    Column("format"), Column("quant"), Column("runtime", essential=False),
+)
 
 
 def profiles(as_json: JsonOut = False) -> None:
@@ -15,13 +21,9 @@ def profiles(as_json: JsonOut = False) -> None:
     if as_json:
         print(json.dumps([p.to_dict() for p in items], indent=2))
         return
-    table = Table(title="device profiles")
-    for col in ("name", "memory GB", "usable GB", "unified", "accelerator", "cores", "ISA", "format", "quant", "runtime"):
-        table.add_column(col)
-    for p in items:
-        table.add_row(p.name, f"{p.total_memory_gb:g}", f"{p.usable_memory_bytes / 1024**3:.1f}",
-                      "yes" if p.unified_memory else "no", p.accelerator, str(p.cores), p.cpu_isa,
-                      p.preferred_format, p.default_quant, p.default_runtime)
+    rows = [[p.name, f"{p.total_memory_gb:g}", f"{p.usable_memory_bytes / 1024**3:.1f}",
+             "yes" if p.unified_memory else "no", p.accelerator, str(p.cores), p.cpu_isa, p.preferred_format,
+             p.default_quant, p.default_runtime] for p in items]
     console = Console()
-    console.print(table)
-    console.print("aliases: " + ", ".join(f"{a} -> {n}" for a, n in FAMILY_DEFAULTS.items()))
+    print_table(PROFILE_COLUMNS, rows, console, title="device profiles")
+    print_line(console, "aliases: " + ", ".join(f"{a} -> {n}" for a, n in FAMILY_DEFAULTS.items()))
