@@ -35,13 +35,14 @@ from edgeopt.engine.prefix_cache import PrefixCache
 from edgeopt.engine.registry import RequestRegistry
 from edgeopt.engine.sampler import mask_can_wait, processed_logits, sample_masked_row, sample_next_tokens
 from edgeopt.engine.token_bitmask import allowed_tokens
-from edgeopt.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput, Speculation
-from edgeopt.engine.speculation import SpeculationController, SpeculationCounters
+from edgeopt.engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
+from edgeopt.engine.speculation import SpeculationCounters
+from edgeopt.engine.speculation.setup import speculation_for
 from edgeopt.engine.speculation.verify import draft_blocks, verify_block
 from edgeopt.engine.sequence import Sequence, SequenceState
 from edgeopt.engine.stream import RequestStream
 from edgeopt.engine.validation import check_runtime_supports, validate_request
-from edgeopt.errors import BackendError, ConfigError, OverloadedError
+from edgeopt.errors import BackendError, OverloadedError
 from runtimes.base import Runtime, StepInput
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class Engine:
         self.runtime = runtime
         self.config = config
         self.context_tokens = min(config.context_length, config.kv_capacity_tokens, runtime.info.context_length)
-        self._speculation = self._speculation_for(config.speculative)
+        self._speculation = speculation_for(runtime, config.speculative, self.context_tokens)
         self.speculation_counters = SpeculationCounters()
         self._scheduler = self._new_scheduler()
         self._requests = RequestRegistry(runtime.tokenizer, runtime.info.eos_token_ids, config.stream_interval_s)
@@ -375,24 +376,6 @@ class Engine:
             done.set_result(work(self._scheduler))
         except Exception as exc:  # e.g. a runtime that cannot drop cells: the caller hears why
             done.set_exception(exc)
-
-    def _speculation_for(self, mode: str) -> Speculation | None:
-        """Speculation when asked for and the runtime can return every position's logits and drop a
-        running slot's tail; None otherwise (see RuntimeInfo.trims_kv)."""
-        info = self.runtime.info
-        controller = SpeculationController(mode)
-        if not controller.enabled:
-            return None
-        if not (info.trims_kv and info.position_logits):
-            if mode != "auto":  # asked for by name: refusing beats serving without it unannounced
-                raise ConfigError(f"speculative decoding {mode!r} needs a runtime that returns every position's "
-                                  f"logits and drops a running sequence's KV tail; {type(self.runtime).__name__} "
-                                  "does not", "use --speculative auto (off where unsupported) or off")
-            log.info("speculative decoding is off: %s cannot drop a running sequence's KV tail",
-                     type(self.runtime).__name__)
-            return None
-        return Speculation(controller, self.runtime.trim, self.runtime.max_logit_rows,
-                           info.splits_mixed_lengths, self.context_tokens)
 
     def _new_scheduler(self) -> Scheduler:
         """A scheduler with a prefix cache when the config asks for one and the runtime has cache slots."""

@@ -85,3 +85,17 @@ def test_expected_gain_and_an_unknown_mode() -> None:
     assert expected_gain(0.5, 3) == pytest.approx(0.875)
     with pytest.raises(ConfigError, match="'draft' is not a speculation mode"):
         SpeculationController("draft")
+
+
+def test_a_runtime_that_cannot_drop_kv_refuses_ngram_and_runs_auto_without_it() -> None:
+    import dataclasses
+
+    from edgeopt.engine.speculation.setup import speculation_for
+    from tests.fixtures.fake_runtime import FakeRuntime
+
+    runtime = FakeRuntime()
+    runtime.info = dataclasses.replace(runtime.info, trims_kv=False)
+    with pytest.raises(ConfigError, match="'ngram' needs a runtime that .* FakeRuntime does not"):
+        speculation_for(runtime, "ngram", 1024)
+    assert speculation_for(runtime, "auto", 1024) is None and speculation_for(runtime, "off", 1024) is None
+    assert speculation_for(FakeRuntime(), "auto", 1024) is not None

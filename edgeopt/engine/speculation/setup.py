@@ -1,0 +1,30 @@
+"""The speculation an engine runs with: the mode asked for, against what its runtime can do."""
+
+from __future__ import annotations
+
+import logging
+
+from edgeopt.engine.scheduler import Speculation
+from edgeopt.engine.speculation.controller import SpeculationController
+from edgeopt.errors import ConfigError
+from runtimes.base import Runtime
+
+log = logging.getLogger(__name__)
+
+
+def speculation_for(runtime: Runtime, mode: str, context_tokens: int) -> Speculation | None:
+    """Speculation when ``mode`` asks for it and the runtime can return every position's logits and drop a
+    running slot's KV tail (RuntimeInfo.trims_kv); None for "off". A runtime that cannot refuses a mode asked
+    for by name and runs "auto" without speculation."""
+    info = runtime.info
+    controller = SpeculationController(mode)
+    if not controller.enabled:
+        return None
+    if not (info.trims_kv and info.position_logits):
+        if mode != "auto":  # asked for by name: refusing beats serving without it unannounced
+            raise ConfigError(f"speculative decoding {mode!r} needs a runtime that returns every position's logits "
+                              f"and drops a running sequence's KV tail; {type(runtime).__name__} does not",
+                              "use --speculative auto (off where unsupported) or off")
+        log.info("speculative decoding is off: %s cannot drop a running sequence's KV tail", type(runtime).__name__)
+        return None
+    return Speculation(controller, runtime.trim, runtime.max_logit_rows, info.splits_mixed_lengths, context_tokens)
