@@ -46,7 +46,10 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
         raise RequestError("the prompt is empty (0 tokens)", "send some input text", param="input")
     response_id = new_id("resp")
     shape = ResponseShape(chat=True, request_id=response_id, model=body.model)
-    run = _Run(state, body, prepared, prepared.choice_format(state, shape), translation.conversation)
+    # Text and logprobs only: the reply is read by the run's own parser (thinking, answer, calls).
+    choice = ChoiceFormat(shape, state.ready_model(), prepared.prompt_ids, echo=False,
+                          logprobs=prepared.top_logprobs is not None)
+    run = _Run(state, body, prepared, choice, translation.conversation)
     generation = start_generation(state.ready_model().engine, response_id, prepared.prompt_ids, prepared.params,
                                   run.tracker, request)
     run.tracker.admitted(len(prepared.prompt_ids))
