@@ -100,8 +100,10 @@ class ThroughputPanel(Vertical):
 
     @staticmethod
     def _totals_line(figures: Figures) -> str:
-        return (f"done {fmt.count(figures.requests_total)}  errors {fmt.count(figures.errors_total)}  "
+        line = (f"done {fmt.count(figures.requests_total)}  errors {fmt.count(figures.errors_total)}  "
                 f"preempted {fmt.count(figures.preemptions_total)}")
+        acceptance = figures.speculative_acceptance  # shown once speculation has verified a guess
+        return line if acceptance is None else f"{line}  spec accepted {acceptance:.0%}"
 
 
 class UsageBar(Static):

@@ -54,6 +54,8 @@ class Figures:
     prefix_cached_tokens: float | None = None  # KV cells the prefix cache keeps
     prefix_hit_tokens_total: float | None = None  # prompt tokens served from it since the server started
     prefix_query_tokens_total: float | None = None  # prompt tokens looked up in it
+    speculative_drafted_total: float | None = None  # guessed tokens verified (all drafting sources)
+    speculative_accepted_total: float | None = None  # of those, tokens the model agreed with
     kv_cache_kind: str | None = None  # "f16 · streams": the KV cache's element type and layout (info metric)
     problems: tuple[str, ...] = ()
 
@@ -62,6 +64,12 @@ class Figures:
         if self.prefix_hit_tokens_total is None or not self.prefix_query_tokens_total:
             return None
         return self.prefix_hit_tokens_total / self.prefix_query_tokens_total
+
+    @property
+    def speculative_acceptance(self) -> float | None:
+        if self.speculative_accepted_total is None or not self.speculative_drafted_total:
+            return None
+        return self.speculative_accepted_total / self.speculative_drafted_total
 
     @property
     def kv_usage_ratio(self) -> float | None:
@@ -138,6 +146,8 @@ class MetricsWindow:
             prefix_cached_tokens=snapshot.value("edgeopt_prefix_cache_tokens"),
             prefix_hit_tokens_total=snapshot.value("edgeopt_prefix_cache_hit_tokens_total"),
             prefix_query_tokens_total=snapshot.value("edgeopt_prefix_cache_query_tokens_total"),
+            speculative_drafted_total=snapshot.value("edgeopt_speculative_drafted_tokens_total"),
+            speculative_accepted_total=snapshot.value("edgeopt_speculative_accepted_tokens_total"),
             kv_cache_kind=_kv_cache_kind(snapshot),
             problems=snapshot.problems,
         )
