@@ -29,7 +29,7 @@ log = logging.getLogger("edgeopt.server")
 
 KIND_ROUTERS: dict[str, tuple[str, ...]] = {
     "causal-lm": ("edgeopt.server.routes_openai", "edgeopt.server.routes_responses", "edgeopt.server.routes_messages",
-                  "edgeopt.server.routes_ollama", "edgeopt.server.routes_ollama_info"),
+                  "edgeopt.server.routes_ollama", "edgeopt.server.routes_ollama_info", "edgeopt.server.routes_tokenize"),
     "embedding": ("edgeopt.server.embeddings", "edgeopt.server.routes_ollama_embed", "edgeopt.server.routes_ollama_info"),
 }
 

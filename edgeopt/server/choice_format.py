@@ -14,8 +14,12 @@ from edgeopt.server.chat_output import ChatOutput
 
 class ChoiceFormat:
     def __init__(self, shape: ResponseShape, served: ServedModel, prompt_ids: list[int], echo: bool,
-                 logprobs: bool, prompt_text: str | None = None, output: ChatOutput | None = None) -> None:
+                 logprobs: bool, prompt_text: str | None = None, output: ChatOutput | None = None,
+                 prompt_only: bool = False) -> None:
+        """``prompt_only``: the request scores its prompt and asks for no output (completions' max_tokens=0
+        with echo): the engine still samples one token, which is left out of the text, logprobs and usage."""
         self.shape = shape
+        self.prompt_only = prompt_only
         self.output = output  # a chat with tools or thinking: the text is read for calls and reasoning
         self.prompt_ids = prompt_ids
         self._echo = echo
@@ -27,7 +31,7 @@ class ChoiceFormat:
     def content(self, out: RequestOutput, first: bool) -> tuple[str, dict[str, Any] | None]:
         """``out``'s text and logprobs (None when the request did not ask); ``first``: the first output
         of the choice, which carries the echoed prompt."""
-        text = out.text
+        text = "" if self.prompt_only else out.text
         ids: list[int] = []
         entries: list[TokenLogprob | None] = []
         if first and self._echo:
@@ -36,10 +40,13 @@ class ChoiceFormat:
                 ids, entries = list(self.prompt_ids), list(out.prompt_logprobs)
         if self._logprobs is None:
             return text, None
-        generated = out.logprobs or []
+        generated = [] if self.prompt_only else out.logprobs or []
         ids += [entry.token_id for entry in generated]
         entries += generated
         return text, self._logprobs.format(ids, entries)
+
+    def completion_tokens(self, out: RequestOutput) -> int:
+        return 0 if self.prompt_only else out.completion_tokens
 
     def _echo_text(self) -> str:
         if self._prompt_text is not None:

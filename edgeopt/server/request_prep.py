@@ -19,7 +19,7 @@ from edgeopt.engine.validation import parse_logit_bias
 from edgeopt.errors import ContextOverflowError, ModelNameError, RequestError
 from edgeopt.server.chat_tokens import PromptPiece, chat_prompt_pieces
 from edgeopt.server.reply_parser import ReasoningStart
-from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationFields
+from edgeopt.server.schemas import ChatCompletionRequest, GenerationFields, Prompt
 from edgeopt.server.state import ServedModel, ServerState
 from edgeopt.server.tool_request import ToolPlan
 
@@ -92,13 +92,12 @@ def reasoning_start(served: ServedModel, body: ChatCompletionRequest) -> Reasoni
     return ReasoningStart(reasoning.syntax, reasoning.reply_starts_in_reasoning(template_variables(body)))
 
 
-def completion_prompt_ids(served: ServedModel, body: CompletionRequest) -> list[int]:
-    prompt = body.prompt
-    if isinstance(prompt, list) and not isinstance(prompt[0], str):
+def completion_prompt_ids(served: ServedModel, prompt: Prompt) -> list[int]:
+    """One prompt's ids (a batch's prompts each in turn: CompletionRequest.prompts)."""
+    if isinstance(prompt, list):
         return list(prompt)  # ids outside the vocabulary are refused by the engine (validate_request)
-    text = prompt if isinstance(prompt, str) else str(prompt[0])
-    check_text_fits([PromptPiece(text, True)], served, param="prompt")
-    return served.tokenizer.encode(text, add_special=True)
+    check_text_fits([PromptPiece(prompt, True)], served, param="prompt")
+    return served.tokenizer.encode(prompt, add_special=True)
 
 
 def check_text_fits(pieces: list[PromptPiece], served: ServedModel, param: str) -> None:

@@ -108,7 +108,7 @@ async def _raw_prompt(state: ServerState, body: CompletionRequest) -> tuple[list
     served = state.ready_model()
     spec = response_grammar_spec(body.response_format)
     prompt_ids, grammar = await state.prompt_worker.run(
-        lambda: (completion_prompt_ids(served, body), compile_grammar(served, spec)))
+        lambda: (completion_prompt_ids(served, body.prompts()[0]), compile_grammar(served, spec)))
     max_tokens = output_budget(body.max_tokens, len(prompt_ids), served.context_length, None, prompt_param="prompt",
                                output_param="options.num_predict")
     return prompt_ids, sampling_params(body, max_tokens, served.runtime.info.vocab_size, grammar=grammar)

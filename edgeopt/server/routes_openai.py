@@ -16,9 +16,8 @@ from edgeopt.server.chat_prep import prepare_chat
 from edgeopt.server.choice_format import ChoiceFormat
 from edgeopt.server.errors import error_body
 from edgeopt.server.openai_format import ResponseShape, usage
-from edgeopt.server.request_prep import (COMPLETIONS_DEFAULT_MAX_TOKENS, check_model_name, completion_prompt_ids,
-                                         output_budget, sampling_params)
-from edgeopt.server.response_format import compile_grammar, response_grammar_spec
+from edgeopt.server.completion_prep import prepare_completion, respond_batch
+from edgeopt.server.request_prep import check_model_name
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServerState
 from edgeopt.server.streaming import DONE, ClientGone, Generation, collect, sse, start_generation
@@ -29,19 +28,13 @@ router = APIRouter()  # the API key is checked before routing: edgeopt/server/au
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request) -> Response:
     state: ServerState = request.app.state.server
-    served = state.ready_model()
+    state.ready_model()
     check_model_name(state, body.model)
-    vocab = served.runtime.info.vocab_size
-    grammar_spec = response_grammar_spec(body.response_format)
-    prompt_ids, grammar = await state.prompt_worker.run(
-        lambda: (completion_prompt_ids(served, body), compile_grammar(served, grammar_spec)))
-    max_tokens = output_budget(body.max_tokens, len(prompt_ids), served.context_length,
-                               COMPLETIONS_DEFAULT_MAX_TOKENS, prompt_param="prompt")
-    params = sampling_params(body, max_tokens, vocab, grammar=grammar, logprobs=body.logprobs,
-                             prompt_logprobs=body.logprobs if body.echo else None)
+    prompts = body.prompts()
+    if len(prompts) > 1:  # a batch (lm-evaluation-harness sends token-id lists): one choice per prompt
+        return await respond_batch(state, request, body, prompts)
     shape = ResponseShape(chat=False, request_id=f"cmpl-{uuid.uuid4().hex}", model=body.model)
-    choice = ChoiceFormat(shape, served, prompt_ids, echo=body.echo, logprobs=body.logprobs is not None,
-                          prompt_text=body.prompt if isinstance(body.prompt, str) else None)
+    choice, params = await prepare_completion(state, body, prompts[0], shape)
     return await _respond(state, request, choice, params, body.stream, body.include_usage_chunk())
 
 
@@ -75,7 +68,7 @@ async def _respond(state: ServerState, request: Request, choice: ChoiceFormat, p
         return Response(status_code=499)
     if last.finish_reason == "error":
         raise BackendError(f"the model runtime failed while generating: {last.error}", "see the server log")
-    counts = usage(len(prompt_ids), last.completion_tokens, last.cached_tokens)
+    counts = usage(len(prompt_ids), choice.completion_tokens(last), last.cached_tokens)
     text, logprobs = choice.content(last, first=True)
     if choice.output is None:
         return JSONResponse(shape.full(text, last.finish_reason, counts, logprobs))
@@ -116,7 +109,7 @@ async def _sse_events(generation: Generation, choice: ChoiceFormat, include_usag
 def _final_chunk(choice: ChoiceFormat, out: RequestOutput, step: ChatStep, logprobs: dict[str, Any] | None,
                  include_usage: bool) -> bytes:
     shape = choice.shape
-    counts = usage(len(choice.prompt_ids), out.completion_tokens, out.cached_tokens)
+    counts = usage(len(choice.prompt_ids), choice.completion_tokens(out), out.cached_tokens)
     reason = out.finish_reason if choice.output is None else choice.output.finish_reason(out.finish_reason)
     data = sse(shape.chunk(step.content, reason, counts, logprobs=logprobs, tool_calls=step.tool_calls,
                            reasoning=step.reasoning))

@@ -95,8 +95,15 @@ class GenerationFields(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+Prompt = Text | list[int]  # one prompt: text, or token ids
+MAX_BATCH_PROMPTS = 256  # prompts in one /v1/completions request (each is queued as its own request)
+
+
 class CompletionRequest(GenerationFields):
-    prompt: Text | list[int] | list[Text]
+    # One prompt (text or token ids), or a batch: texts or token-id lists, as OpenAI's legacy API takes them.
+    prompt: Text | list[int] | list[Text] | list[list[int]]
+    # 0 only with echo (completion_prep refuses it otherwise): score the prompt without generating.
+    max_tokens: int | None = Field(None, ge=0)
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
@@ -104,12 +111,20 @@ class CompletionRequest(GenerationFields):
 
     @field_validator("prompt")
     @classmethod
-    def _single_prompt(cls, value: str | list[int] | list[str]) -> str | list[int] | list[str]:
+    def _prompts(cls, value: Any) -> Any:
         if isinstance(value, list) and not value:
             raise ValueError("prompt must not be empty")
-        if isinstance(value, list) and isinstance(value[0], str) and len(value) != 1:
-            raise ValueError(f"only one prompt per request is supported, got {len(value)}")
+        if isinstance(value, list) and len(value) > MAX_BATCH_PROMPTS:
+            raise ValueError(f"{len(value)} prompts in one request; at most {MAX_BATCH_PROMPTS} are allowed")
+        if isinstance(value, list) and any(isinstance(p, list) and not p for p in value):
+            raise ValueError("a prompt of the batch is an empty token list")
         return value
+
+    def prompts(self) -> list[Prompt]:
+        """The prompts of the request: one, or each of a batch."""
+        if isinstance(self.prompt, str) or (self.prompt and isinstance(self.prompt[0], int)):
+            return [self.prompt]  # type: ignore[list-item]
+        return list(self.prompt)  # type: ignore[arg-type]
 
     @field_validator("suffix")
     @classmethod

@@ -41,7 +41,7 @@ def seconds(work: Any) -> tuple[float, str]:
 
 def new_completion(served: ServedModel, tokenizer: Any, context: int) -> int:
     """The route now: bytes bound, then (if it passes) our linear tokenizing, then the exact length check."""
-    ids = completion_prompt_ids(served, CompletionRequest(model="m", prompt=FLOOD))
+    ids = completion_prompt_ids(served, FLOOD)
     return output_budget(None, len(ids), context, 16, prompt_param="prompt")
 
 
