@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.demo.store import demo_cache_root
+from runtimes.llama_cpp.amx_guard import guard_amx_buffers
 from tests.fixtures.tiny_gguf import tiny_gguf_factory  # noqa: F401  (session fixture, GGUF of a tiny model)
 from tests.fixtures.big_vocab import big_vocab_gguf_bundle, big_vocab_model_dir  # noqa: F401  (151k vocabulary)
 from tests.fixtures.tool_chat_models import tool_chat_bundle_factory  # noqa: F401  (real tool templates)
@@ -16,6 +17,10 @@ from tests.fixtures.tiny_models import build_tiny_model, build_tokenizer
 # Resolved at import, before any test redirects EDGEOPT_CACHE: unlike pass caches, the trained demo
 # model is shared across sessions (built once per machine or CI run, ~5 min), so it is not isolated.
 DEMO_CACHE_ROOT = demo_cache_root()
+
+# Tests load GGUFs with llama-cpp-python's Llama and its C API directly, too: on an AMX CPU those loads
+# must skip the AMX weight buffers as edgeopt's own do (runtimes/llama_cpp/amx_guard.py says why).
+guard_amx_buffers()
 
 
 @pytest.fixture(scope="session")

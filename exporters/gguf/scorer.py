@@ -17,6 +17,7 @@ class GGUFScorer:
         try:
             from llama_cpp import Llama
 
+            from runtimes.llama_cpp.amx_guard import guard_amx_buffers
             from runtimes.llama_cpp.kv_type import GGML_KV_TYPES
         except ImportError as exc:
             raise EvaluationError("scoring a GGUF bundle needs llama-cpp-python", "pip install llama-cpp-python") from exc
@@ -25,6 +26,7 @@ class GGUFScorer:
         # f32 by default so the numbers measure the model file, not llama.cpp's default f16 cache rounding;
         # another kv_type measures that cache (edgeopt.evaluate_kv), with the flash attention a quantized
         # cache needs and that its f16 reference then uses too, so that only the cache's type differs.
+        guard_amx_buffers()  # Llama has no argument for it; AMX buffers crash decoding on AMX CPUs
         self._llm = Llama(model_path=str(model_path), n_ctx=context, n_batch=context, n_ubatch=context,
                           logits_all=True, n_threads=threads, n_threads_batch=threads, verbose=False,
                           type_k=GGML_KV_TYPES[kv_type], type_v=GGML_KV_TYPES[kv_type], flash_attn=kv_type != "f32")

@@ -12,6 +12,7 @@ import llama_cpp
 
 from edgeopt.errors import BackendError, BundleError
 from edgeopt.memory_budget import kv_elements_per_token
+from runtimes.llama_cpp.amx_guard import guard_amx_buffers
 
 log = logging.getLogger("llama_cpp")
 _init_lock = threading.Lock()
@@ -43,6 +44,7 @@ def init_backend() -> None:
         if not _initialised:
             llama_cpp.llama_log_set(_log_to_python, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
+            guard_amx_buffers()  # before any model load: the defaults below then come without them
             _initialised = True
 
 
@@ -67,7 +69,6 @@ def load_model(path: Path, n_gpu_layers: int) -> llama_cpp.llama_model_p:
     init_backend()
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = n_gpu_layers
-    params.use_extra_bufts = not _cpu_has_amx()
     # The default load mode (AUTO) memory-maps the file wherever every device can, so the weights stay in
     # the page cache, shared with any other process. (This llama.cpp has no use_mmap field: setting one on
     # the ctypes struct, as this line once did, only added a Python attribute.)
@@ -76,14 +77,6 @@ def load_model(path: Path, n_gpu_layers: int) -> llama_cpp.llama_model_p:
         raise BackendError(f"llama.cpp could not load {path}", "check that it is a GGUF this llama-cpp-python "
                            "supports (pip install -U llama-cpp-python) and not truncated")
     return model
-
-
-def _cpu_has_amx() -> bool:
-    """Whether this build drives Intel AMX. Its AMX weight buffers crash llama_decode (SIGSEGV, in
-    llama-cpp-python's high-level Llama too) on the real SmolLM2-135M-Instruct Q4_1 GGUF and on tiny Q8_0
-    files, on the AMX-capable Xeon that develops and tests edgeopt; with them off (use_extra_bufts) both
-    decode. CPUs without AMX (every edge board) keep llama.cpp's repacked weight layouts."""
-    return b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info()
 
 
 def model_facts(model: llama_cpp.llama_model_p, path: Path) -> ModelFacts:
