@@ -21,7 +21,7 @@ from edgeopt.server.request_prep import (chat_prompt_ids, check_chat_request, ch
                                          reasoning_start, refuse_media_parts, sampling_params)
 from edgeopt.server.response_format import compile_grammar, response_grammar_spec
 from edgeopt.server.schemas import ChatCompletionRequest
-from edgeopt.server.state import ServerState
+from edgeopt.server.state import ServedModel, ServerState
 from edgeopt.server.tool_grammar import tool_call_grammar
 from edgeopt.server.tool_request import ToolPlan, plan_tools
 
@@ -50,13 +50,8 @@ async def prepare_chat(state: ServerState, body: ChatCompletionRequest, prompt_p
     """Check, render and tokenize ``body`` (on the prompt worker, off the event loop) and compile its
     constraint. ``prompt_param`` / ``output_param``: the face's names of the fields a too-long prompt or
     output limit is blamed on."""
-    served = state.ready_model()
-    check_model_name(state, body.model)
-    refuse_media_parts(body)
-    check_chat_request(served, body)
+    served, tools, reasoning = _checked(state, body)
     top_logprobs = chat_logprob_count(body.logprobs, body.top_logprobs)
-    tools = plan_tools(body, served.chat_template)
-    reasoning = reasoning_start(served, body)
     grammar_spec = response_grammar_spec(body.response_format)
     if tools is not None and tools.enforced:
         grammar_spec = tool_call_grammar(tools, served.tokenizer.control_token_ids())
@@ -73,3 +68,21 @@ async def prepare_chat(state: ServerState, body: ChatCompletionRequest, prompt_p
         # is the answer, even where the template's prompt opened a thinking block.
         reasoning = ReasoningStart(reasoning.syntax, inside=False)
     return PreparedChat(prompt_ids, params, tools, top_logprobs, reasoning)
+
+
+async def count_chat_tokens(state: ServerState, body: ChatCompletionRequest) -> int:
+    """The length of ``body``'s prompt, rendered and tokenized exactly as :func:`prepare_chat` does (the same
+    checks and refusals), without compiling a constraint or sizing the output."""
+    served, tools, _ = _checked(state, body)
+    parse_special = state.settings.parse_special_in_content
+    return len(await state.prompt_worker.run(lambda: chat_prompt_ids(served, body, parse_special, tools)))
+
+
+def _checked(state: ServerState, body: ChatCompletionRequest) -> tuple[ServedModel, ToolPlan | None,
+                                                                        ReasoningStart | None]:
+    """The cheap refusals, before a prompt worker is taken; the served model, tool plan and reasoning start."""
+    served = state.ready_model()
+    check_model_name(state, body.model)
+    refuse_media_parts(body)
+    check_chat_request(served, body)
+    return served, plan_tools(body, served.chat_template), reasoning_start(served, body)

@@ -17,16 +17,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from edgeopt.errors import BackendError, EdgeoptError, RequestError
-from edgeopt.server.chat_prep import prepare_chat
+from edgeopt.server.chat_prep import count_chat_tokens, prepare_chat
 from edgeopt.server.errors import anthropic_error_body
 from edgeopt.server.messages_input import translate
 from edgeopt.server.messages_output import MessageBuilder, new_message_id, sse_event
 from edgeopt.server.messages_schema import CountTokensRequest, MessagesRequest
 from edgeopt.server.reply_parser import ReplyParser
-from edgeopt.server.request_prep import chat_prompt_ids, check_chat_request, check_model_name, reasoning_start
 from edgeopt.server.state import ServerState
 from edgeopt.server.streaming import ClientGone, Generation, collect, start_generation
-from edgeopt.server.tool_request import plan_tools
 
 router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
 
@@ -71,15 +69,8 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> JSONRespon
     """The prompt's length in tokens, exactly as /v1/messages would render and tokenize it (tools, system,
     thinking switch and all)."""
     state: ServerState = request.app.state.server
-    served = state.ready_model()
-    chat = translate(body, served.reasoning)
-    check_model_name(state, chat.model)
-    check_chat_request(served, chat)
-    tools = plan_tools(chat, served.chat_template)
-    reasoning_start(served, chat)  # the same refusals as /v1/messages
-    parse_special = state.settings.parse_special_in_content
-    prompt_ids = await state.prompt_worker.run(lambda: chat_prompt_ids(served, chat, parse_special, tools))
-    return JSONResponse({"input_tokens": len(prompt_ids)})
+    chat = translate(body, state.ready_model().reasoning)
+    return JSONResponse({"input_tokens": await count_chat_tokens(state, chat)})
 
 
 async def _events(generation: Generation, builder: MessageBuilder, reply: ReplyParser) -> AsyncIterator[bytes]:
