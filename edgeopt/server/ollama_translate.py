@@ -61,6 +61,10 @@ def generate_request(body: OllamaGenerateRequest, model: str, served: ServedMode
                                "drop system/think, or drop raw", param="system" if body.system else "think")
         if body.context:
             raise RequestError("raw=true cannot take context ids", "send the previous text in the prompt", param="context")
+        if body.logprobs:
+            raise RequestError("logprobs with raw=true is not supported here", "drop raw (the prompt is then the user "
+                               "turn of the model's template), or use /v1/completions with echo and logprobs",
+                               param="logprobs")
         return Translation(CompletionRequest.model_validate({"model": model, "prompt": body.prompt or "", **fields,
                                                              **_format_field(body.format)}), context)
     messages = ([{"role": "system", "content": body.system}] if body.system else []) + [

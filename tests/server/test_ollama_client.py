@@ -140,6 +140,8 @@ def test_refusals_are_clear_in_ollamas_error_shape(serve_fake):
         client.chat(model=MODEL, messages=hello, options={"num_thread": 4})
     with pytest.raises(ollama.ResponseError, match="does not think"):
         client.chat(model=MODEL, messages=hello, think=True)
+    with pytest.raises(ollama.ResponseError, match="raw=true"):
+        client.generate(model=MODEL, prompt="abc", raw=True, logprobs=True)
     with pytest.raises(ollama.ResponseError, match="embeddings"):
         client.embed(model=MODEL, input="hello")
     assert httpx.get(f"{live.url}/health").status_code == 200  # and it keeps serving
