@@ -303,18 +303,9 @@ def resolve_config_path(model: str) -> Path:
             f"model {model!r} is neither a checkpoint directory nor a hub id",
             "pass a local directory with config.json, or a hub id like Qwen/Qwen2.5-0.5B-Instruct",
         )
-    try:
-        from huggingface_hub import hf_hub_download
-    except ImportError as exc:  # the serve-only install has no hub client
-        raise ModelNotFoundError(f"cannot fetch {model!r}: huggingface_hub is not installed",
-                                 "pip install 'edgeopt[optimize]'") from exc
-    try:
-        return Path(hf_hub_download(model, "config.json"))
-    except Exception as exc:  # offline, private, misspelled: all end here
-        raise ModelNotFoundError(
-            f"could not fetch config.json of {model!r}: {exc.__class__.__name__}",
-            "check the hub id and your network, or download the model and pass its directory",
-        ) from exc
+    from edgeopt.hub import fetch_config
+
+    return fetch_config(model)
 
 
 def load_model_spec(model: str) -> ModelSpec:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeopt.bundle import content_hash
-from edgeopt.errors import MissingDependencyError, ModelNotFoundError
+from edgeopt.errors import ModelNotFoundError
 
 
 def resolve_model_dir(model: str) -> tuple[Path, str]:
@@ -15,14 +15,7 @@ def resolve_model_dir(model: str) -> tuple[Path, str]:
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(f"{path} has no config.json", "point at a Hugging Face checkpoint directory")
         return path.resolve(), "sha256:" + content_hash(path)
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError as exc:
-        raise MissingDependencyError("downloading a hub model needs huggingface_hub",
-                                     "pip install 'edgeopt[optimize]'") from exc
-    try:
-        local = Path(snapshot_download(model, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.jinja"]))
-    except Exception as exc:
-        raise ModelNotFoundError(f"could not download {model!r}: {exc.__class__.__name__}: {exc}",
-                                 "check the hub id and your network, or pass a local directory") from exc
+    from edgeopt.hub import fetch_checkpoint
+
+    local = fetch_checkpoint(model, ["*.json", "*.safetensors", "tokenizer*", "*.jinja"])
     return local, local.name  # snapshot folders are named by commit hash
