@@ -133,6 +133,8 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Reso
     export_dir, export_meta, cached = cached_step(
         key, lambda out: _export(exporter, current, out, res.quant, export_params))
     report(f"export: {'reused cached output' if cached else f'done in {time.perf_counter() - started:.1f}s'}")
+    for line in exporter.summary(export_meta):
+        report(line)
 
     with staged_bundle(res.output, force=opts.force) as stage:
         for path in export_dir.iterdir():

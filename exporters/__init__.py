@@ -49,6 +49,11 @@ class Exporter:
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         raise NotImplementedError
 
+    def summary(self, details: dict[str, Any]) -> list[str]:
+        """A few lines for the user about what ``export`` made (its ``details``, possibly from the cache):
+        where the full record, in the manifest, is too long to print."""
+        return []
+
 
 def get_exporter(fmt: str) -> Exporter:
     """Import the exporter module of ``fmt``'s backend entry lazily and return an instance."""

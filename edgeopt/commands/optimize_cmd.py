@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import logging
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,6 +14,15 @@ from edgeopt.model_spec import load_model_spec
 from edgeopt.passes.options import compression_passes
 from edgeopt.pipeline import OptimizeOptions, check_format, resolve, run_optimize
 from exporters.onnx.options import onnx_export_options
+
+
+def show_llama_log() -> None:
+    """Print what exporters.gguf.llama_log captures (it logs every llama.cpp message at DEBUG)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("llama.cpp: %(message)s"))
+    logger = logging.getLogger("edgeopt.llama_cpp")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
 
 
 def optimize(
@@ -39,8 +50,11 @@ def optimize(
     calibration_method: Annotated[Optional[str], typer.Option("--calibration-method", help="minmax, entropy or percentile (onnx int8-static).")] = None,
     int4_block_size: Annotated[Optional[int], typer.Option("--int4-block-size", help="Weights per INT4 scale block: 16, 32, 64, 128 or 256 (onnx int4).")] = None,
     keep_fp: Annotated[Optional[list[str]], typer.Option("--keep-fp", help="Nodes kept in float (onnx): lm_head, embeddings or a node-name fragment; repeatable.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print llama.cpp's full quantization log (by default it is summarized in two lines and the manifest).")] = False,
 ) -> None:
     """Shrink, export and quantize MODEL for a device, measure the quality cost, and write a bundle."""
+    if verbose:
+        show_llama_log()
     check_format(fmt)
     opts = OptimizeOptions(model=model, target=target, output=output, format=fmt, quant=quant, kv_type=kv_type, context=context,
                            concurrency=concurrency, eval_data=eval_data, evaluate=not no_eval, force=force,

@@ -7,6 +7,7 @@ from typing import Any
 
 from exporters import ExportResult, Exporter
 from exporters.gguf.quant_types import FILE_TYPES
+from exporters.gguf.quant_report import summary_lines
 from exporters.gguf.quantize import check_quant, quantize_gguf
 from exporters.gguf.writer import UNQUANTIZED, convert_checkpoint
 
@@ -23,6 +24,7 @@ def _intermediate_type(model_dir: Path) -> str:
 class GGUFExporter(Exporter):
     format = "gguf"
     quants = tuple(FILE_TYPES)
+    cache_version = 1  # 1: details record the tensor type mix and the quantizer's fallbacks
 
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         """Write ``out_dir/model.gguf``; ``options`` may carry ``threads`` and (later) ``imatrix``."""
@@ -42,3 +44,6 @@ class GGUFExporter(Exporter):
                 intermediate.unlink(missing_ok=True)
         details["gguf_bytes"] = target.stat().st_size
         return ExportResult(model_file=MODEL_FILE, quant=quant, runtime=self.runtime, details=details)
+
+    def summary(self, details: dict[str, Any]) -> list[str]:
+        return summary_lines(details)

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ConfigError, ExportError
+from exporters.gguf.llama_log import captured_llama_log
+from exporters.gguf.quant_report import quantize_facts
 from exporters.gguf.quant_types import FTYPE_IDS, NEEDS_IMATRIX
 
 
@@ -50,8 +52,11 @@ def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2, imatrix: P
     params.ftype = ftype
     params.nthread = max(1, threads)
     started = time.perf_counter()
-    status = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    with captured_llama_log() as llama_log:  # a line or two per tensor: summarized, full with --verbose
+        status = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     if status != 0 or not dst.is_file():
-        raise ExportError(f"llama.cpp failed to quantize {src} to {quant} (status {status})",
-                          "check the log above; a checkpoint whose rows are not a multiple of 32 cannot be quantized")
-    return {"quantize_seconds": round(time.perf_counter() - started, 3)}
+        raise ExportError(f"llama.cpp failed to quantize {src} to {quant} (status {status}): "
+                          f"{llama_log.problems() or 'it logged no warning or error'}",
+                          "a checkpoint whose rows are not a multiple of 32 cannot be quantized; "
+                          "edgeopt optimize --verbose shows llama.cpp's full log")
+    return {"quantize_seconds": round(time.perf_counter() - started, 3), **quantize_facts(dst, llama_log)}

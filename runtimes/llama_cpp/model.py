@@ -38,11 +38,17 @@ def _log_to_python(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         log.log(logging.WARNING if level == _GGML_LOG_LEVEL_WARN else logging.ERROR, message)
 
 
+def route_log_to_python() -> None:
+    """Send llama.cpp's log to Python logging (warnings and errors): at start, and again after a
+    capture (exporters.gguf.llama_log) borrowed the callback."""
+    llama_cpp.llama_log_set(_log_to_python, ctypes.c_void_p(0))
+
+
 def init_backend() -> None:
     global _initialised
     with _init_lock:
         if not _initialised:
-            llama_cpp.llama_log_set(_log_to_python, ctypes.c_void_p(0))
+            route_log_to_python()
             llama_cpp.llama_backend_init()
             guard_amx_buffers()  # before any model load: the defaults below then come without them
             _initialised = True
