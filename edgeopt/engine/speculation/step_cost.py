@@ -1,5 +1,5 @@
-"""How long a forward pass takes as a function of the tokens it carries, learned from the steps the engine
-runs: t(n) = fixed + per_token * n.
+"""How long a decode pass takes as a function of the tokens it carries, learned from the decode steps the
+engine runs (with and without drafted tokens): t(n) = fixed + per_token * n.
 
 On a CPU a decode step re-reads every weight once whatever it carries (the fixed part), and each token adds
 its matrix products (the per-token part). Their ratio decides whether verifying k guessed tokens pays: on a
