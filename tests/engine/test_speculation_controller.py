@@ -99,3 +99,13 @@ def test_a_runtime_that_cannot_drop_kv_refuses_ngram_and_runs_auto_without_it() 
         speculation_for(runtime, "ngram", 1024)
     assert speculation_for(runtime, "auto", 1024) is None and speculation_for(runtime, "off", 1024) is None
     assert speculation_for(FakeRuntime(), "auto", 1024) is not None
+
+
+def test_a_copy_in_progress_follows_its_source_rather_than_the_latest_match() -> None:
+    document = [5, 1, 2, 3, 4, 10, 6, 1, 2, 3, 4, 11]  # "1 2 3 4" twice: followed by 10, then by 11
+    index = NgramIndex()
+    ids = document + [0, 5, 1]  # the answer starts copying the document from its beginning
+    assert index.draft(ids, 2) == [2, 3]
+    ids += [2, 3, 4]
+    assert index.draft(ids, 2) == [10, 6]  # followed its source; the latest "1 2 3 4" goes on with 11
+    assert NgramIndex().draft(ids, 2) == [11, 0]  # a fresh index takes the latest occurrence

@@ -4,6 +4,11 @@ prompt and output, and proposing what followed it there.
 Agents paste documents and tool results and the answers quote them, so a continuation seen before is often
 the continuation now. The index costs one dict entry per (position, n) of the sequence (no model, no KV),
 and is extended incrementally as tokens arrive, so a lookup is O(MAX_NGRAM) dictionary probes.
+
+While an answer copies a passage, the right source is where the previous guess came from, moved on by the
+tokens emitted since, not the latest occurrence of the tail: a document repeats its phrases ("the with
+statement"), and the latest occurrence of one continues elsewhere. So a lookup first tries to follow the
+previous source, and falls back to the index when the tail no longer matches there.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ class NgramIndex:
     def __init__(self) -> None:
         self._after: dict[tuple[int, ...], int] = {}
         self._indexed = 0  # n-grams ending before this position are in the index
+        self._source: tuple[int, int] | None = None  # (position drafted from, len(ids) then): the copy followed
 
     def draft(self, ids: list[int], max_tokens: int) -> list[int]:
         """Up to ``max_tokens`` tokens that followed the latest earlier occurrence of ``ids``' longest
@@ -27,11 +33,26 @@ class NgramIndex:
             return []
         self._extend(ids)
         end = len(ids)
+        start = self._followed_source(ids)
         for n in range(min(MAX_NGRAM, end - 1), MIN_NGRAM - 1, -1):
-            start = self._after.get(tuple(ids[end - n:end]))
             if start is not None:
-                return ids[start:start + max_tokens]
-        return []
+                break
+            start = self._after.get(tuple(ids[end - n:end]))
+        if start is None:
+            self._source = None
+            return []
+        self._source = (start, end)
+        return ids[start:start + max_tokens]
+
+    def _followed_source(self, ids: list[int]) -> int | None:
+        """The previous source moved on by the tokens since, if the sequence's tail still matches there."""
+        if self._source is None:
+            return None
+        start, then = self._source
+        candidate = start + len(ids) - then
+        if not MIN_NGRAM <= candidate < len(ids) - 1:
+            return None
+        return candidate if ids[candidate - MIN_NGRAM:candidate] == ids[len(ids) - MIN_NGRAM:] else None
 
     def _extend(self, ids: list[int]) -> None:
         """Index every n-gram ending at positions up to len(ids) - 1 (each must have a token after it)."""
