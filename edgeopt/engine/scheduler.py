@@ -11,6 +11,10 @@ Each step, within ``step_token_budget`` tokens:
    after what admitted prompts still need, hold the newcomer's whole prompt (admission control). A
    waiting prompt that shares a long prefix with a running sequence's prompt waits until that prefix is
    computed and then borrows it through the prefix cache (others behind it may go first meanwhile).
+4. then, with speculation on (:mod:`edgeopt.engine.speculation`), decode tokens are extended with drafted
+   tokens where the controller finds it pays, within the budget left, the free cells (a draft never evicts
+   or preempts) and the logits rows one pass returns; the cells of drafted tokens the model does not agree
+   with are given back after the step (``drop_drafted``).
 
 When a running sequence needs a KV cell and none is free, the prefix cache gives back its least
 recently used cells first; only then is the *newest* running sequence preempted (its KV is dropped and
