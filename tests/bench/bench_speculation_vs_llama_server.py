@@ -120,8 +120,10 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/edgeopt-bench-speculation"))
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=120)
-    parser.add_argument("--max-tokens-16", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--max-tokens-16", type=int, default=24)
+    parser.add_argument("--temperatures-16", type=float, nargs="*", default=[0.0],
+                        help="temperatures of the 16-stream runs (default 0 only: each takes minutes on 2 cores)")
     parser.add_argument("--llama-16", action="store_true",
                         help="also run llama-server -np 16 at 16 streams (slow: it prefills every slot's prompt)")
     args = parser.parse_args()
@@ -156,6 +158,8 @@ def main() -> None:
         for name, messages in workloads().items():
             for temperature in (0.0, 0.7):
                 for streams, llama in ((1, "llama-np1"), (16, "llama-np16")):
+                    if streams == 16 and temperature not in args.temperatures_16:
+                        continue
                     contenders = ["edgeopt-auto", "edgeopt-off", *([llama] if llama in servers else [])]
                     max_tokens = args.max_tokens if streams == 1 else args.max_tokens_16
                     rates: dict[str, list[float]] = {c: [] for c in contenders}
