@@ -72,6 +72,10 @@ class EvaluationError(EdgeoptError):
     """Quality evaluation could not run (bad data file, mismatched vocabularies, ...)."""
 
 
+class QualityFloorError(EdgeoptError):
+    """The optimized model lost more quality than the floor allows (edgeopt/quality_floor.py)."""
+
+
 # --- request path ----------------------------------------------------------------------------
 
 

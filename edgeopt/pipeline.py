@@ -16,7 +16,7 @@ from typing import Any
 
 from edgeopt.bundle import Manifest, PassRecord, content_hash, staged_bundle, write_manifest
 from edgeopt.cache import cache_root, cached_step, step_key
-from edgeopt.errors import OutputExistsError, UnsupportedArchitectureError
+from edgeopt.errors import ConfigError, OutputExistsError, UnsupportedArchitectureError
 from edgeopt import backends
 from edgeopt.kv_types import kv_element_bytes_for, parse_kv_type
 from edgeopt.model_spec import ModelSpec, load_model_spec
@@ -48,6 +48,7 @@ class OptimizeOptions:
     force: bool = False
     dry_run: bool = False
     fit: bool = False  # prune just enough to fit the target when the model does not (edgeopt/plan_fit.py)
+    accept_quality_loss: bool = False  # write a bundle under the quality floor (edgeopt/quality_floor.py)
 
 
 @dataclass
@@ -66,6 +67,9 @@ class Resolved:
 
 
 def resolve(opts: OptimizeOptions) -> Resolved:
+    if opts.accept_quality_loss and not opts.evaluate:
+        raise ConfigError("--accept-quality-loss with --no-eval: without an evaluation there is no loss to accept",
+                          "drop --no-eval (the quality floor is checked on the evaluation), or drop --accept-quality-loss")
     profile = load_profile(opts.target)
     spec = load_model_spec(opts.model)
     fmt = opts.format or (encoder_formats()[0] if spec.is_encoder else profile.preferred_format)
@@ -162,9 +166,21 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Reso
             report("evaluate: comparing the exported model with the original")
             manifest.metrics = _export_probe_metrics(export_meta) | evaluate_bundle(stage, manifest, model_dir,
                                                                                      opts.eval_data)
+            _check_quality_floor(manifest, opts, pruned=bool(records))
         write_manifest(stage, manifest)
     report(f"bundle written to {res.output}")
     return manifest
+
+
+def _check_quality_floor(manifest: Manifest, opts: OptimizeOptions, pruned: bool) -> None:
+    """Refuse (inside the staging block, so nothing is published) a bundle under the floor, unless accepted."""
+    from edgeopt.quality_floor import enforce, judge
+
+    verdict = judge(manifest.metrics, manifest.quant)
+    if verdict is None:
+        return
+    enforce(verdict, manifest.metrics, opts.accept_quality_loss, manifest.format, pruned)
+    manifest.metrics["quality_floor"] = verdict.record(opts.accept_quality_loss)
 
 
 def _export_probe_metrics(export_meta: dict[str, Any]) -> dict[str, float]:

@@ -38,6 +38,7 @@ def optimize(
     no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip the quality evaluation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and stop.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output directory.")] = False,
+    accept_quality_loss: Annotated[bool, typer.Option("--accept-quality-loss", help="Write the bundle even when its evaluation is under the quality floor (top-1 agreement < 80%, or KL > 5x what the bit width costs); the manifest records it.")] = False,
     prune: Annotated[Optional[float], typer.Option("--prune", help="Remove this fraction of non-embedding parameters (structured), e.g. 0.3.")] = None,
     prune_heads: Annotated[Optional[float], typer.Option("--prune-heads", help="Fraction of attention heads to remove (GQA groups kept uniform).")] = None,
     prune_mlp: Annotated[Optional[float], typer.Option("--prune-mlp", help="Fraction of MLP channels to remove.")] = None,
@@ -49,6 +50,7 @@ def optimize(
     calibration_data: Annotated[Optional[Path], typer.Option("--calibration-data", help="Text file to calibrate static INT8 (onnx --quant int8-static).")] = None,
     calibration_method: Annotated[Optional[str], typer.Option("--calibration-method", help="minmax, entropy or percentile (onnx int8-static).")] = None,
     int4_block_size: Annotated[Optional[int], typer.Option("--int4-block-size", help="Weights per INT4 scale block: 16, 32, 64, 128 or 256 (onnx int4).")] = None,
+    int8_method: Annotated[Optional[str], typer.Option("--int8-method", help="onnx --quant int8: weight-only (MatMulNBits, blocks of 32; the default for LLMs) or dynamic (per-tensor activation scales; the default for encoders).")] = None,
     keep_fp: Annotated[Optional[list[str]], typer.Option("--keep-fp", help="Nodes kept in float (onnx): lm_head, embeddings or a node-name fragment; repeatable.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print llama.cpp's full quantization log (by default it is summarized in two lines and the manifest).")] = False,
 ) -> None:
@@ -58,11 +60,11 @@ def optimize(
     check_format(fmt)
     opts = OptimizeOptions(model=model, target=target, output=output, format=fmt, quant=quant, kv_type=kv_type, context=context,
                            concurrency=concurrency, eval_data=eval_data, evaluate=not no_eval, force=force,
-                           dry_run=dry_run, fit=fit,
+                           dry_run=dry_run, fit=fit, accept_quality_loss=accept_quality_loss,
                            passes=compression_passes(prune, prune_heads, prune_mlp, prune_layers, distil, distil_data,
                                                      distil_steps, fit),
                            export_options=onnx_export_options(calibration_data, calibration_method, int4_block_size,
-                                                              keep_fp))
+                                                              keep_fp, int8_method))
     resolved = resolve(opts)
     print_plan(resolved.plan, load_model_spec(model).num_parameters)
     if resolved.fit_ratio is not None:
@@ -74,5 +76,10 @@ def optimize(
         return
     manifest = run_optimize(opts, report=typer.echo, resolved=resolved)
     if manifest and manifest.metrics:
+        figures = {k: v for k, v in manifest.metrics.items() if k != "quality_floor"}
         typer.echo("quality: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                           for k, v in manifest.metrics.items()))
+                                           for k, v in figures.items()))
+        floor = manifest.metrics.get("quality_floor", {})
+        if floor.get("accepted_below_floor"):
+            typer.echo("quality floor: UNDER the floor (" + "; ".join(floor["failures"]) +
+                       "); written because --accept-quality-loss was given, and recorded in the manifest")

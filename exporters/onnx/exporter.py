@@ -24,13 +24,20 @@ MODEL_SUBDIR = "model"
 class ONNXExporter(Exporter):
     format = "onnx"
     quants = QUANTS
-    cache_version = 2  # 2: INT4 decoders are fused (RotaryEmbedding, SkipSimplifiedLayerNorm) first
+    # 2: INT4 decoders are fused (RotaryEmbedding, SkipSimplifiedLayerNorm) first
+    # 3: --quant int8 is weight-only (MatMulNBits) for decoders, fused first like INT4
+    cache_version = 3
 
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         if quant not in self.quants:
             raise ConfigError(f"unknown ONNX quant {quant!r}", f"valid: {', '.join(self.quants)}")
         model_dir, out_dir = Path(model_dir), Path(out_dir)
         kind = model_kind(model_dir)
+        if "int8_method" in options and quant != "int8":
+            raise ConfigError(f"--int8-method {options['int8_method']} applies to --quant int8, not {quant}",
+                              "drop --int8-method, or use --quant int8")
+        if quant == "int8":
+            int8_method(kind, options)  # refuse an unknown method before the (slow) export
         final_dir = out_dir / MODEL_SUBDIR
         with tempfile.TemporaryDirectory(prefix="edgeopt-onnx-") as tmp:
             fp32_dir = Path(tmp) / "fp32"
@@ -43,7 +50,7 @@ class ONNXExporter(Exporter):
             copy_model_files(fp32_dir, final_dir, with_onnx=quant == "fp32")
             if quant != "fp32":
                 source = fp32
-                if kind == "causal-lm" and quant == "int4":
+                if kind == "causal-lm" and _uses_matmul_nbits(quant, kind, options):
                     source, details["fusion"] = _fused(fp32)
                 details["quantization"] = _quantize(source, final_dir / "model.onnx", quant, kind, model_dir, options)
                 details.update(_quant_fidelity(kind, model_dir, fp32, final_dir / "model.onnx", final_dir))
@@ -60,6 +67,19 @@ def _encoder_checks(model_dir: Path, fp32: Path, final_dir: Path) -> dict[str, A
     final_dir.mkdir(parents=True, exist_ok=True)
     save_pooling(pooling, final_dir)
     return {"pooling": pooling.to_dict(), **validate_encoder(model_dir, fp32, pooling)}
+
+
+def int8_method(kind: str, options: dict[str, Any]) -> str:
+    """Decoders: weight-only (see exporters/onnx/quantize.py for why); encoders keep dynamic INT8,
+    whose per-tensor activation scale their cosine checks accept (tests/bench/int8_settings_minilm.py)."""
+    method = options.get("int8_method") or ("weight-only" if kind == "causal-lm" else "dynamic")
+    if method not in q.INT8_METHODS:
+        raise ConfigError(f"unknown --int8-method {method!r}", f"valid: {', '.join(q.INT8_METHODS)}")
+    return method
+
+
+def _uses_matmul_nbits(quant: str, kind: str, options: dict[str, Any]) -> bool:
+    return quant == "int4" or (quant == "int8" and int8_method(kind, options) == "weight-only")
 
 
 def _fused(fp32: Path) -> tuple[Path, dict[str, Any]]:
@@ -83,7 +103,9 @@ def _quant_fidelity(kind: str, model_dir: Path, fp32: Path, quantized: Path, fin
 def _quantize(fp32: Path, dst: Path, quant: str, kind: str, model_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
     preset = q.isa_preset(options.get("cpu_isa"))
     keep_fp = list(options.get("keep_fp") or [])
-    if quant == "int8":
+    if quant == "int8" and int8_method(kind, options) == "weight-only":
+        info = q.quantize_weight_only_int8(fp32, dst, preset, keep_fp)
+    elif quant == "int8":
         info = q.quantize_dynamic_int8(fp32, dst, preset, keep_fp)
     elif quant == "int8-static":
         info = _static(fp32, dst, kind, model_dir, preset, keep_fp, options)

@@ -2,10 +2,11 @@
 
 Measured on optimum exports quantized by onnxruntime (see tests/exporters/test_onnx_sizes.py):
 * the token embedding (a Gather) stays fp32 in every mode, and a tied lm_head shares it (no copy);
-* INT8 stores each linear weight as int8 plus, per output channel, an fp32 scale and an int8 zero
-  point; INT4 MatMulNBits (symmetric, blocks of 32) stores 4 bits plus one fp32 scale per block;
+* a decoder's INT8 (weight-only MatMulNBits, symmetric, blocks of 32) stores 8 bits plus one fp32 scale
+  per block; an encoder's INT8 (dynamic) stores int8 plus, per output channel, an fp32 scale and an int8
+  zero point; INT4 MatMulNBits (symmetric, blocks of 32) stores 4 bits plus one fp32 scale per block;
 * norms and biases stay fp32;
-* INT4 decoders are fused first (exporters/onnx/fusion.py): RotaryEmbedding reads fp32 cos and sin
+* INT4 and INT8 decoders are fused first (exporters/onnx/fusion.py): RotaryEmbedding reads fp32 cos and sin
   tables of max_position_embeddings x head_dim / 2 each, shared by every layer;
 * the graph itself (node and tensor names, shapes) costs a few tens of KB per layer, more when each
   MatMul became a quantize / integer-matmul / rescale chain. Negligible for real models, but it keeps
@@ -18,18 +19,20 @@ from edgeopt.model_spec import ModelSpec
 
 QUANTS = ("fp32", "int8", "int8-static", "int4")  # what ONNXExporter writes
 INT4_BLOCK = 32
-GRAPH_BYTES_PER_LAYER = {"fp32": 44_000, "int8": 70_000, "int8-static": 75_000, "int4": 30_000}
+GRAPH_BYTES_PER_LAYER = {"fp32": 44_000, "int8": 30_000, "int8-static": 75_000, "int4": 30_000}
 # Encoders (BERT layers: biases and LayerNorms, no KV outputs), measured on tiny BERT exports.
 ENCODER_GRAPH_BYTES_PER_LAYER = {"fp32": 15_000, "int8": 30_000, "int8-static": 35_000, "int4": 30_000}
 
 
-def _linear_bytes(out_features: int, in_features: int, quant: str) -> float:
+def _linear_bytes(out_features: int, in_features: int, quant: str, encoder: bool) -> float:
     numel = out_features * in_features
     if quant == "fp32":
         return numel * 4.0
+    blocks = out_features * -(-in_features // INT4_BLOCK)  # MatMulNBits pads K up to whole blocks
+    if quant == "int8" and not encoder:  # weight-only MatMulNBits
+        return blocks * (INT4_BLOCK + 4.0)
     if quant in ("int8", "int8-static"):
         return numel + out_features * 5.0  # int8 weights + fp32 scale + int8 zero point per channel
-    blocks = out_features * -(-in_features // INT4_BLOCK)  # MatMulNBits pads K up to whole blocks
     return blocks * (INT4_BLOCK / 2 + 4.0)
 
 
@@ -46,7 +49,7 @@ def estimate_onnx_bytes(spec: ModelSpec, quant: str) -> int:
                 or t.name.endswith("relative_attention_bias.weight")):
             total += t.numel * 4.0
         else:
-            total += _linear_bytes(t.shape[0], t.shape[1], quant)
-    if quant == "int4":
+            total += _linear_bytes(t.shape[0], t.shape[1], quant, spec.is_encoder)
+    if quant == "int4" or (quant == "int8" and not spec.is_encoder):
         total += 2 * spec.max_position_embeddings * (spec.head_dim // 2) * 4.0
     return int(total)

@@ -28,8 +28,24 @@ def calibration_text(tmp_path_factory):
     return path
 
 
-def test_dynamic_int8_quantizes_every_matmul_with_weights(tiny_llama_dir, tmp_path):
+def test_int8_of_a_decoder_is_weight_only_in_blocks_of_32(tiny_llama_dir, tmp_path):
+    from onnx import helper
+
     bundle = optimize_onnx(tiny_llama_dir, tmp_path / "b", "int8")
+    graph = onnx.load(str(bundle / "model" / "model.onnx"), load_external_data=False).graph
+    nbits = [n for n in graph.node if n.op_type == "MatMulNBits"]
+    assert len(nbits) == 2 * 7 + 1  # q,k,v,o,gate,up,down in both layers, and the (untied) lm_head
+    attrs = {a.name: helper.get_attribute_value(a) for a in nbits[0].attribute}
+    assert attrs["bits"] == 8 and attrs["block_size"] == 32 and attrs["accuracy_level"] == 4
+    assert not {"MatMulInteger", "DynamicQuantizeLinear"} & {n.op_type for n in graph.node}
+    manifest = load_bundle(bundle)
+    q = manifest.export["quantization"]
+    assert q["method"] == "weight-only" and q["bits"] == 8 and manifest.export["fusion"]["applied"]
+    assert manifest.export["probe_top1_vs_fp32"] >= 0.9
+
+
+def test_dynamic_int8_on_request_quantizes_every_matmul_with_weights(tiny_llama_dir, tmp_path):
+    bundle = optimize_onnx(tiny_llama_dir, tmp_path / "b", "int8", int8_method="dynamic")
     graph_ops = ops(bundle)
     assert "MatMulInteger" in graph_ops or "DynamicQuantizeMatMul" in graph_ops
     manifest = load_bundle(bundle)
@@ -38,6 +54,13 @@ def test_dynamic_int8_quantizes_every_matmul_with_weights(tiny_llama_dir, tmp_pa
     # A random-init model with wide weights is far more fragile than a trained one (the demo-model
     # test holds the real bar); a broken quantization would agree on ~1/512 of the tokens.
     assert manifest.export["probe_top1_vs_fp32"] >= 0.75
+
+
+def test_int8_method_is_refused_when_unknown_or_for_another_quant(tiny_llama_dir, tmp_path):
+    with pytest.raises(ConfigError, match="unknown --int8-method 'static'"):
+        optimize_onnx(tiny_llama_dir, tmp_path / "a", "int8", int8_method="static")
+    with pytest.raises(ConfigError, match="--int8-method dynamic applies to --quant int8, not int4"):
+        optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4", int8_method="dynamic")
 
 
 def test_int4_keeps_lm_head_in_float_on_request(tiny_llama_dir, tmp_path):

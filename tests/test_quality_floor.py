@@ -1,0 +1,78 @@
+"""The quality floor: a bundle whose evaluation says it is broken is refused unless the loss is accepted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from edgeopt.cli import main
+from edgeopt.errors import ConfigError
+from edgeopt.pipeline import OptimizeOptions, resolve
+from edgeopt.quality_floor import judge, kl_ceiling, nominal_bits
+
+# Figures of issue 35 (SmolLM2-135M-Instruct, edgeopt's evaluation against the original checkpoint).
+GGUF_Q8_0 = {"kl_divergence": 0.0058, "top1_agreement": 0.949}
+GGUF_Q4_K_M = {"kl_divergence": 0.080, "top1_agreement": 0.872}
+ONNX_DYNAMIC_INT8 = {"kl_divergence": 0.63, "top1_agreement": 0.613}
+
+
+@pytest.mark.parametrize("quant,bits", [("Q4_K_M", 4), ("IQ2_M", 2), ("Q8_0", 8), ("int8-static", 8), ("int4", 4),
+                                        ("F16", 16), ("bf16", 16), ("fp32", 32), ("custom", None)])
+def test_the_bit_width_is_read_from_the_quant_name(quant: str, bits: int | None) -> None:
+    assert nominal_bits(quant) == bits
+
+
+def test_kl_ceilings_are_five_times_the_anchor_of_the_same_width() -> None:
+    assert kl_ceiling("Q8_0") == pytest.approx(5 * 0.0058)
+    assert kl_ceiling("int4") == pytest.approx(5 * 0.080)
+    assert kl_ceiling("Q4_K_M") < kl_ceiling("Q3_K_M") < kl_ceiling("Q2_K")
+    assert kl_ceiling("F16") is None and kl_ceiling("fp32") is None and kl_ceiling("custom") is None
+
+
+def test_llama_cpp_quantization_passes_and_the_dynamic_int8_of_issue_35_does_not() -> None:
+    assert judge(GGUF_Q8_0, "Q8_0").passed and judge(GGUF_Q4_K_M, "Q4_K_M").passed
+    verdict = judge(ONNX_DYNAMIC_INT8, "int8")
+    assert not verdict.passed and len(verdict.failures) == 2  # top-1 under 80% and KL over 5x Q8_0's
+    assert judge({"perplexity": 20.0}, "int8") is None  # no original to compare with: nothing to judge
+
+
+def test_accepting_without_an_evaluation_is_refused(tiny_llama_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="--accept-quality-loss with --no-eval"):
+        resolve(OptimizeOptions(model=str(tiny_llama_dir), format="gguf", quant="Q8_0", evaluate=False,
+                                accept_quality_loss=True, dry_run=True))
+
+
+def run_main(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    """The real entry point, with its error formatting: (exit code, stderr + stdout)."""
+    monkeypatch.setattr("sys.argv", ["edgeopt", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return int(exc.value.code or 0), out.err + out.out
+
+
+def test_a_bundle_under_the_floor_is_refused_then_written_with_the_flag(smollm2_checkpoint: Path,
+                                                                         english_texts: tuple[Path, Path],
+                                                                         tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """SmolLM2-135M-Instruct at Q2_K really is broken: llama.cpp falls back to Q4_0 for the 576-wide rows and
+    keeps Q2_K/Q3_K elsewhere, and the model then agrees with its original on about two tokens in three."""
+    text = tmp_path / "eval.txt"
+    text.write_text(english_texts[1].read_text(encoding="utf-8")[:2500], encoding="utf-8")
+    out = tmp_path / "bundle"
+    args = ["optimize", str(smollm2_checkpoint), "--format", "gguf", "--quant", "Q2_K", "-o", str(out),
+            "--eval-data", str(text)]
+    code, output = run_main(args, capsys, monkeypatch)
+    assert code != 0
+    assert "under the quality floor" in output and "top-1 agreement" in output and "KL" in output
+    assert "--accept-quality-loss" in output and "Q8_0" in output  # the options that help
+    assert not out.exists() and not list(tmp_path.glob(".bundle*"))  # nothing published, no staging left
+
+    code, output = run_main([*args, "--accept-quality-loss"], capsys, monkeypatch)
+    assert code == 0, output
+    assert "UNDER the floor" in output
+    floor = json.loads((out / "manifest.json").read_text())["metrics"]["quality_floor"]
+    assert floor["accepted_below_floor"] is True and not floor["passed"]
+    assert floor["min_top1_agreement"] == 0.80 and floor["failures"][0].startswith("top-1 agreement")
