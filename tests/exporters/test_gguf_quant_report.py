@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from edgeopt.demo.corpus import stdlib_text
 from exporters.gguf.quant_report import summary_lines, tensor_role
 from tests.fixtures.tiny_models import build_tiny_model
 
@@ -36,13 +37,14 @@ def optimize(model: Path, out: Path, cache: Path, *extra: str) -> subprocess.Com
 
 
 def test_optimize_summarizes_fallbacks_in_a_screenful(wide_rows_model: Path, tmp_path: Path):
-    # --no-eval for now: evaluating a GGUF through llama-cpp-python's Llama crashes llama_decode on AMX
-    # CPUs (this project's host) until the scorer loads through the runtime's loader
-    proc = optimize(wide_rows_model, tmp_path / "bundle", tmp_path / "cache", "--no-eval")
+    eval_text = tmp_path / "eval.txt"  # a short text: evaluating on generated text would take a minute
+    eval_text.write_text(stdlib_text(1500))
+    proc = optimize(wide_rows_model, tmp_path / "bundle", tmp_path / "cache", "--eval-data", str(eval_text))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = (proc.stdout + proc.stderr).splitlines()
     assert len(lines) <= MAX_LINES, "\n".join(lines)
     assert not any("ncols" in line or "falling back" in line for line in lines)
+    assert any(line.startswith("quality: ") for line in lines)  # evaluated too: a whole, successful optimize
     assert any(line.startswith("quantize: ") and REASON in line and "Q4_K -> Q5_0" in line for line in lines)
 
     export = json.loads((tmp_path / "bundle" / "manifest.json").read_text())["export"]
