@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,11 +26,10 @@ T = TypeVar("T")
 def hub_unreachable_reason(endpoint: str, timeout: float = PROBE_SECONDS) -> str | None:
     """None when ``endpoint`` accepts a TCP connection within ``timeout`` seconds, else why not.
 
-    Name resolution has no timeout of its own, so the probe runs on a daemon thread that is abandoned
-    (not waited for) when it takes too long."""
-    parts = urlsplit(endpoint)
-    host = parts.hostname or endpoint
-    port = parts.port or (80 if parts.scheme == "http" else 443)
+    Behind a proxy (``HTTPS_PROXY`` and friends, as huggingface_hub's HTTP client honours them) the proxy
+    is what must answer. Name resolution has no timeout of its own, so the probe runs on a daemon thread
+    that is abandoned (not waited for) when it takes too long."""
+    host, port = _first_hop(endpoint)
     outcome: list[str | None] = []
 
     def probe() -> None:
@@ -45,6 +45,22 @@ def hub_unreachable_reason(endpoint: str, timeout: float = PROBE_SECONDS) -> str
     if not outcome:
         return f"no answer within {timeout:g} s"
     return outcome[0]
+
+
+def _first_hop(url: str) -> tuple[str, int]:
+    """The host and port a connection to ``url`` opens: its proxy's, or its own."""
+    parts = urlsplit(url)
+    host = parts.hostname or url
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if proxy and not urllib.request.proxy_bypass(host):
+        return _first_hop_of_proxy(proxy)
+    return host, parts.port or (80 if parts.scheme == "http" else 443)
+
+
+def _first_hop_of_proxy(proxy: str) -> tuple[str, int]:
+    parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    return parts.hostname or proxy, parts.port or (443 if parts.scheme == "https" else 80)
 
 
 def hub_download(model: str, fetch: Callable[..., T], what: str) -> T:

@@ -113,3 +113,15 @@ def test_probe_accepts_a_listening_endpoint():
         server.bind(("127.0.0.1", 0))
         server.listen()
         assert hub.hub_unreachable_reason(f"http://127.0.0.1:{server.getsockname()[1]}") is None
+
+
+def test_probe_asks_the_proxy_when_there_is_one(monkeypatch: pytest.MonkeyPatch):
+    """Behind a proxy the hub itself is not reachable directly, and need not be."""
+    with socket.socket() as proxy:
+        proxy.bind(("127.0.0.1", 0))
+        proxy.listen()
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.getsockname()[1]}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("https_proxy", raising=False)
+        assert hub.hub_unreachable_reason("https://edgeopt-no-such-host.invalid") is None
