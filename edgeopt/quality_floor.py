@@ -113,7 +113,7 @@ def remedies(fmt: str, quant: str, pruned: bool, failures: tuple[str, ...] = ())
     if fmt == "onnx" and quant == "int8":
         out.append("use --int8-method weight-only (blocks of 32) instead of dynamic")
     elif fmt == "onnx" and quant == "int4":
-        out.append("use --quant int8, or --int4-block-size 16, or --keep-fp lm_head")
+        out.append("use --quant int8, or --int4-mix sensitive-int8 (the default) with --int4-block-size 16")
     elif fmt == "onnx" and quant == "int8-static":
         out.append("use --quant int8 (weight-only), or another --calibration-method")
     elif bits is not None and bits < LOSSLESS_BITS:

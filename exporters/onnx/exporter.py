@@ -26,7 +26,8 @@ class ONNXExporter(Exporter):
     quants = QUANTS
     # 2: INT4 decoders are fused (RotaryEmbedding, SkipSimplifiedLayerNorm) first
     # 3: --quant int8 is weight-only (MatMulNBits) for decoders, fused first like INT4
-    cache_version = 3
+    # 4: INT4 keeps v/o/down projections and an untied lm_head in INT8 (--int4-mix sensitive-int8)
+    cache_version = 4
 
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         if quant not in self.quants:
@@ -38,6 +39,9 @@ class ONNXExporter(Exporter):
                               "drop --int8-method, or use --quant int8")
         if quant == "int8":
             int8_method(kind, options)  # refuse an unknown method before the (slow) export
+        if "int4_mix" in options and (quant != "int4" or options["int4_mix"] not in q.INT4_MIXES):
+            raise ConfigError(f"--int4-mix {options['int4_mix']} does not apply to --quant {quant}",
+                              f"--int4-mix takes {', '.join(q.INT4_MIXES)}, with --quant int4 only")
         final_dir = out_dir / MODEL_SUBDIR
         with tempfile.TemporaryDirectory(prefix="edgeopt-onnx-") as tmp:
             fp32_dir = Path(tmp) / "fp32"
@@ -112,7 +116,8 @@ def _quantize(fp32: Path, dst: Path, quant: str, kind: str, model_dir: Path, opt
     else:
         info = q.quantize_int4(fp32, dst, preset, keep_fp, block_size=int(options.get("int4_block_size") or 32),
                                symmetric=bool(options.get("int4_symmetric", True)),
-                               accuracy_level=options.get("int4_accuracy_level"))
+                               accuracy_level=options.get("int4_accuracy_level"),
+                               mix=options.get("int4_mix") or "sensitive-int8")
     q.check_quantized(dst, quant)
     return info
 

@@ -3,7 +3,7 @@
 Measured on optimum exports quantized by onnxruntime (see tests/exporters/test_onnx_sizes.py):
 * the token embedding (a Gather) stays fp32 in every mode, and a tied lm_head shares it (no copy);
 * a decoder's INT8 (weight-only MatMulNBits, symmetric, blocks of 32) stores 8 bits plus one fp32 scale
-  per block; an encoder's INT8 (dynamic) stores int8 plus, per output channel, an fp32 scale and an int8
+  per block (INT4 keeps the INT4_INT8_ROLES projections so, exporters/onnx/quantize.py); an encoder's INT8 (dynamic) stores int8 plus, per output channel, an fp32 scale and an int8
   zero point; INT4 MatMulNBits (symmetric, blocks of 32) stores 4 bits plus one fp32 scale per block;
 * norms and biases stay fp32;
 * INT4 and INT8 decoders are fused first (exporters/onnx/fusion.py): RotaryEmbedding reads fp32 cos and sin
@@ -19,6 +19,7 @@ from edgeopt.model_spec import ModelSpec
 
 QUANTS = ("fp32", "int8", "int8-static", "int4")  # what ONNXExporter writes
 INT4_BLOCK = 32
+INT4_INT8_ROLES = ("v_proj", "o_proj", "down_proj", "lm_head")  # why: exporters/onnx/quantize.py
 GRAPH_BYTES_PER_LAYER = {"fp32": 44_000, "int8": 30_000, "int8-static": 75_000, "int4": 30_000}
 # Encoders (BERT layers: biases and LayerNorms, no KV outputs), measured on tiny BERT exports.
 ENCODER_GRAPH_BYTES_PER_LAYER = {"fp32": 15_000, "int8": 30_000, "int8-static": 35_000, "int4": 30_000}
@@ -49,7 +50,8 @@ def estimate_onnx_bytes(spec: ModelSpec, quant: str) -> int:
                 or t.name.endswith("relative_attention_bias.weight")):
             total += t.numel * 4.0
         else:
-            total += _linear_bytes(t.shape[0], t.shape[1], quant, spec.is_encoder)
+            eight_bit = quant == "int4" and not spec.is_encoder and any(f"{r}." in t.name for r in INT4_INT8_ROLES)
+            total += _linear_bytes(t.shape[0], t.shape[1], "int8" if eight_bit else quant, spec.is_encoder)
     if quant == "int4" or (quant == "int8" and not spec.is_encoder):
         total += 2 * spec.max_position_embeddings * (spec.head_dim // 2) * 4.0
     return int(total)

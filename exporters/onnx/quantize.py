@@ -22,9 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ConfigError, ExportError, MissingDependencyError
+from exporters.onnx.quant_types import INT4_INT8_ROLES
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 INT8_METHODS = ("weight-only", "dynamic")  # what --quant int8 does (static INT8 is its own quant: int8-static)
+INT4_MIXES = ("sensitive-int8", "uniform")
+# INT4_INT8_ROLES (the MatMuls --int4-mix sensitive-int8 keeps in 8 bits) lives in quant_types, which the planner
+# sizes the same mix with. llama.cpp's Q4_K_M gives attn_v, ffn_down and the output layer more bits for the same
+# reason: measured on SmolLM2-135M-Instruct, INT4 everywhere costs KL 0.27 (top-1 72%); v, o and down in INT8
+# (33% of the weights) 0.084 (86%), where v and down alone give 0.099 and the MLP's gate and up 0.218
+# (tests/bench/bench_onnx_quality.py).
 WEIGHT_ONLY_INT8_BLOCK = 32
 INT4_BLOCK_SIZES = (16, 32, 64, 128, 256)
 # Friendly names for --keep-fp, matched against ONNX node names (optimum names nodes after modules).
@@ -130,11 +137,25 @@ def quantize_static_int8(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[
 
 
 def quantize_int4(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], block_size: int = 32,
-                  symmetric: bool = True, accuracy_level: int | None = None) -> dict[str, Any]:
+                  symmetric: bool = True, accuracy_level: int | None = None,
+                  mix: str = "sensitive-int8") -> dict[str, Any]:
     if block_size not in INT4_BLOCK_SIZES:
         raise ConfigError(f"--int4-block-size {block_size} is not supported",
                           f"valid: {', '.join(map(str, INT4_BLOCK_SIZES))}")
-    return _matmul_nbits(src, dst, preset, keep_fp, 4, block_size, symmetric, accuracy_level)
+    if mix not in INT4_MIXES:
+        raise ConfigError(f"unknown --int4-mix {mix!r}", f"valid: {', '.join(INT4_MIXES)}")
+    if mix == "uniform":
+        return {**_matmul_nbits(src, dst, preset, keep_fp, 4, block_size, symmetric, accuracy_level), "mix": mix}
+    import tempfile
+
+    eight_bit = [n for n in weight_matmuls(src, matching_nodes(src, keep_fp))
+                 if any(f"/{role}/" in n for role in INT4_INT8_ROLES)]
+    with tempfile.TemporaryDirectory(prefix="edgeopt-int4-", dir=dst.parent) as tmp:
+        four = Path(tmp) / "model.int4.onnx"
+        info = _matmul_nbits(src, four, preset, keep_fp, 4, block_size, symmetric, accuracy_level, extra_fp=eight_bit)
+        # The second pass finds only the MatMuls the first one left: the eight-bit ones and those kept in float.
+        _matmul_nbits(four, dst, preset, keep_fp, 8, WEIGHT_ONLY_INT8_BLOCK, True, accuracy_level)
+    return {**info, "mix": mix, "int8_nodes": len(eight_bit), "int8_roles": list(INT4_INT8_ROLES)}
 
 
 def quantize_weight_only_int8(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str],
@@ -145,7 +166,9 @@ def quantize_weight_only_int8(src: Path, dst: Path, preset: IsaPreset, keep_fp: 
 
 
 def _matmul_nbits(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], bits: int, block_size: int,
-                  symmetric: bool, accuracy_level: int | None) -> dict[str, Any]:
+                  symmetric: bool, accuracy_level: int | None, extra_fp: list[str] | None = None) -> dict[str, Any]:
+    """MatMulNBits for every MatMul with a stored weight, except keep_fp's nodes (and extra_fp's, left for a
+    later pass)."""
     level = preset.int4_accuracy_level if accuracy_level is None else accuracy_level
     if level not in (0, 1, 2, 3, 4):
         raise ConfigError(f"MatMulNBits accuracy level {level} is invalid",
@@ -161,7 +184,8 @@ def _matmul_nbits(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], b
                                           bits=bits)
     model = onnx.load(str(src))
     quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block_size, is_symmetric=symmetric,
-                                     accuracy_level=level, nodes_to_exclude=excluded, algo_config=config)
+                                     accuracy_level=level, nodes_to_exclude=excluded + list(extra_fp or []),
+                                     algo_config=config)
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
     quantizer.process()
     quantizer.model.save_model_to_file(str(dst), use_external_data_format=_external(src))

@@ -147,3 +147,24 @@ def test_isa_presets():
     assert not isa_preset("arm64").reduce_range
     with pytest.raises(ConfigError, match="'riscv'"):
         isa_preset("riscv")
+
+
+def _bits_by_node(bundle) -> dict[str, int]:
+    from onnx import helper
+
+    graph = onnx.load(str(bundle / "model" / "model.onnx"), load_external_data=False).graph
+    return {n.name: next(helper.get_attribute_value(a) for a in n.attribute if a.name == "bits")
+            for n in graph.node if n.op_type == "MatMulNBits"}
+
+
+def test_int4_keeps_the_sensitive_projections_in_int8_unless_uniform(tiny_llama_dir, tmp_path):
+    bits = _bits_by_node(optimize_onnx(tiny_llama_dir, tmp_path / "mix", "int4"))
+    eight = {name for name, b in bits.items() if b == 8}
+    assert len(bits) == 2 * 7 + 1 and len(eight) == 2 * 3 + 1  # v, o, down in both layers, and the lm_head
+    assert all(any(f"/{role}/" in name for role in ("v_proj", "o_proj", "down_proj", "lm_head")) for name in eight)
+    q = load_bundle(tmp_path / "mix").export["quantization"]
+    assert q["mix"] == "sensitive-int8" and q["int8_nodes"] == 7
+    uniform = _bits_by_node(optimize_onnx(tiny_llama_dir, tmp_path / "uniform", "int4", int4_mix="uniform"))
+    assert set(uniform.values()) == {4} and len(uniform) == 2 * 7 + 1
+    with pytest.raises(ConfigError, match="--int4-mix uniform does not apply to --quant int8"):
+        optimize_onnx(tiny_llama_dir, tmp_path / "bad", "int8", int4_mix="uniform")
