@@ -94,12 +94,27 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     else:
         chosen = require_fit(plan)
     quant = chosen.quant
+    _check_calibration_use(fmt, quant, opts.export_options)
     name = Path(opts.model.rstrip("/")).name
     output = opts.output or Path(f"{name}-{profile.name}-{quant.lower()}")
     if output.exists() and not opts.force and not opts.dry_run:
         raise OutputExistsError(f"output directory {output} already exists", "pass --force to replace it, or choose -o")
     return Resolved(profile, plan, fmt, quant, backends.backend(fmt).runtime, output, fitted.passes, fitted.fit_ratio,
                     kv_type=chosen.kv_type if backends.backend(fmt).kv_cache_types else None)
+
+
+def _check_calibration_use(fmt: str, quant: str, export_options: dict[str, Any]) -> None:
+    """--calibration-data is refused, before any work, where the chosen format and quant would not use it."""
+    data = export_options.get("calibration_data")
+    if data is None:
+        return
+    from exporters import get_exporter
+
+    reason = get_exporter(fmt).calibration_refusal(quant)
+    if reason:
+        raise ConfigError(f"--calibration-data {data} cannot be used with --format {fmt} --quant {quant}: {reason}",
+                          "drop --calibration-data, or choose a quant that uses it (gguf Q4_K_M, IQ4_XS, ...; "
+                          "onnx int8-static)")
 
 
 def _check_encoder_options(spec: ModelSpec, fmt: str, opts: OptimizeOptions) -> None:

@@ -46,6 +46,11 @@ class Exporter:
 
         return backends.backend(self.format).runtime
 
+    def calibration_refusal(self, quant: str) -> str | None:
+        """Why ``quant`` of this format cannot use ``--calibration-data``, or None when it uses it. The
+        pipeline refuses the option with this reason before any work: an accepted flag is never ignored."""
+        return f"the {self.format} exporter does not use calibration data"
+
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         raise NotImplementedError
 

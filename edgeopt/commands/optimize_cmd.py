@@ -47,7 +47,7 @@ def optimize(
     distil_data: Annotated[Optional[Path], typer.Option("--distil-data", help="Plain-text file for calibration and distillation.")] = None,
     distil_steps: Annotated[int, typer.Option("--distil-steps", help="Optimizer steps of distillation.")] = 200,
     fit: Annotated[bool, typer.Option("--fit", help="If the model does not fit the target, prune just enough that it does.")] = False,
-    calibration_data: Annotated[Optional[Path], typer.Option("--calibration-data", help="Text file to calibrate static INT8 (onnx --quant int8-static).")] = None,
+    calibration_data: Annotated[Optional[Path], typer.Option("--calibration-data", help="Text like what the model will see: the importance matrix of GGUF k-quants/IQ types, or static INT8 calibration (onnx int8-static).")] = None,
     calibration_method: Annotated[Optional[str], typer.Option("--calibration-method", help="minmax, entropy or percentile (onnx int8-static).")] = None,
     int4_block_size: Annotated[Optional[int], typer.Option("--int4-block-size", help="Weights per INT4 scale block: 16, 32, 64, 128 or 256 (onnx int4).")] = None,
     int8_method: Annotated[Optional[str], typer.Option("--int8-method", help="onnx --quant int8: weight-only (MatMulNBits, blocks of 32; the default for LLMs) or dynamic (per-tensor activation scales; the default for encoders).")] = None,

@@ -5,10 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edgeopt.errors import ConfigError
+
 from exporters import ExportResult, Exporter
+from exporters.gguf.calibration import calibration_refusal, compute_imatrix
 from exporters.gguf.quant_types import FILE_TYPES
 from exporters.gguf.quant_report import summary_lines
 from exporters.gguf.quantize import check_quant, quantize_gguf
+from exporters.gguf.tokenizer_check import check_gguf_tokenizer
 from exporters.gguf.writer import UNQUANTIZED, convert_checkpoint
 
 MODEL_FILE = "model.gguf"
@@ -24,24 +28,41 @@ def _intermediate_type(model_dir: Path) -> str:
 class GGUFExporter(Exporter):
     format = "gguf"
     quants = tuple(FILE_TYPES)
-    cache_version = 1  # 1: details record the tensor type mix and the quantizer's fallbacks
+    # 1: details record the tensor type mix and the quantizer's fallbacks; 2: calibration text becomes an
+    # importance matrix (imatrix.gguf in the bundle), and the vocabulary is checked against tokenizer.json
+    cache_version = 2
+
+    def calibration_refusal(self, quant: str) -> str | None:
+        return calibration_refusal(quant)
 
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
-        """Write ``out_dir/model.gguf``; ``options`` may carry ``threads`` and (later) ``imatrix``."""
+        """Write ``out_dir/model.gguf``; ``options`` may carry ``threads`` and ``calibration_data`` (a text
+        file the importance matrix is computed from, written beside the model as imatrix.gguf)."""
         quant = quant.upper()
-        check_quant(quant, options.get("imatrix"))  # reject before any work
+        calibrated = options.get("calibration_data") is not None
+        refusal = calibration_refusal(quant) if calibrated else None
+        if refusal:
+            raise ConfigError(f"--calibration-data cannot be used here: {refusal}",
+                              "drop --calibration-data, or choose a type that uses it (e.g. Q4_K_M, IQ4_XS)")
+        check_quant(quant, calibrated)  # reject before any work
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / MODEL_FILE
+        # Each GGUF is checked against the checkpoint's tokenizer before any further work (self-check).
         if quant in UNQUANTIZED:
             details = convert_checkpoint(Path(model_dir), target, quant)
+            details |= check_gguf_tokenizer(target, Path(model_dir))
         else:
             intermediate = out_dir / ".edgeopt-unquantized.gguf"
             try:
                 details = convert_checkpoint(Path(model_dir), intermediate, _intermediate_type(Path(model_dir)))
+                details |= check_gguf_tokenizer(intermediate, Path(model_dir))
+                imatrix, facts = compute_imatrix(Path(model_dir), out_dir, options) if calibrated else (None, None)
                 details |= quantize_gguf(intermediate, target, quant, threads=int(options.get("threads", 2)),
-                                         imatrix=options.get("imatrix"))
+                                         imatrix=imatrix)
             finally:
                 intermediate.unlink(missing_ok=True)
+            if facts is not None:
+                details["imatrix"] = facts
         details["gguf_bytes"] = target.stat().st_size
         return ExportResult(model_file=MODEL_FILE, quant=quant, runtime=self.runtime, details=details)
 

@@ -4,8 +4,8 @@ Pure Python on purpose: the planner must size a model without importing llama.cp
 The per-tensor rules mirror llama.cpp's quantizer (src/llama-quant.cpp) for the legacy and k-quant
 file types so the estimate lands within a few percent of the real file: 1-D tensors stay F32, the
 output matrix gets Q6_K, the _M/_L mixes give attn_v and ffn_down more bits in some layers, and a
-type whose block does not divide a row falls back to a legacy type (or F16). The IQ types are sized
-at their base type only (their mixes depend on an importance matrix we do not compute yet).
+type whose block does not divide a row falls back to a legacy type (or F16). The IQ mixes follow the
+same source assuming an importance matrix is given (edgeopt computes one for them from calibration text).
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ _FALLBACK = {"Q2_K": "Q4_0", "Q3_K": "Q4_0", "TQ1_0": "Q4_0", "TQ2_0": "Q4_0", "
              "Q5_K": "Q5_1", "Q6_K": "Q8_0", "IQ1_S": "IQ4_NL", "IQ1_M": "IQ4_NL", "IQ2_XXS": "IQ4_NL",
              "IQ2_XS": "IQ4_NL", "IQ2_S": "IQ4_NL", "IQ3_XXS": "IQ4_NL", "IQ3_S": "IQ4_NL", "IQ4_XS": "IQ4_NL"}
 _IQ_LOW = ("IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ2_S", "IQ2_M", "IQ1_M")
+# The 1-2 bit mixes: one rule set of their own in llama.cpp (checked before every other type's rules).
+_IQ2_GROUP = ("IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ2_S", "IQ2_M", "IQ1_M")
 
 
 def _uses_more_bits(layer: int, n_layers: int) -> bool:
@@ -56,8 +58,28 @@ def _is_output(tensor: TensorInfo, spec: ModelSpec) -> bool:
     return tensor.name == "lm_head.weight" or (spec.tie_word_embeddings and tensor.name == "model.embed_tokens.weight")
 
 
+def _iq2_group_type(tensor: TensorInfo, base: str, ftype: str, spec: ModelSpec) -> str:
+    """attn_v, the first eighth of ffn_down and attn_output get more bits in the 1-2 bit mixes."""
+    wider = "IQ3_S" if ftype in ("IQ2_S", "IQ2_M") else "Q2_K"
+    if tensor.name.endswith("v_proj.weight"):
+        return "Q4_K" if spec.num_heads // max(spec.num_kv_heads, 1) >= 4 else wider
+    if tensor.name.endswith("down_proj.weight"):
+        return wider if tensor.layer is not None and tensor.layer < spec.num_layers // 8 else base
+    if tensor.name.endswith("o_proj.weight"):
+        return {"IQ1_S": "IQ2_XXS", "IQ1_M": "IQ2_XXS", "IQ2_S": "IQ3_S", "IQ2_M": "IQ3_S"}.get(ftype, base)
+    return base
+
+
 def _attn_v_type(base: str, ftype: str, layer: int, spec: ModelSpec) -> str:
     gqa = spec.num_heads // max(spec.num_kv_heads, 1)
+    if ftype == "IQ3_XXS":
+        return "Q4_K" if gqa >= 4 else "IQ3_XXS"
+    if ftype in ("IQ3_XS", "IQ3_S") and gqa >= 4:
+        return "Q4_K"
+    if ftype == "IQ3_M":
+        return "Q4_K"
+    if ftype in ("IQ4_NL", "IQ4_XS") and gqa >= 4:
+        return "Q5_K"
     if ftype == "Q2_K":
         return "Q4_K" if gqa >= 4 else "Q3_K"
     if ftype == "Q2_K_S" and gqa >= 4:
@@ -80,6 +102,8 @@ def _ffn_down_type(base: str, ftype: str, layer: int, n_layers: int) -> str:
         return "Q4_K"
     if ftype == "Q3_K_M":
         return "Q5_K" if layer < n_layers // 16 else "Q4_K"
+    if ftype == "IQ3_M" and layer < n_layers // 8:
+        return "Q4_K"
     if ftype == "Q3_K_L":
         return "Q5_K"
     if ftype in ("Q4_K_M", "Q5_K_M") and _uses_more_bits(layer, n_layers):
@@ -98,16 +122,24 @@ def _mixed_type(tensor: TensorInfo, ftype: str, spec: ModelSpec) -> str:
         if ftype in _IQ_LOW:
             return "Q5_K"
         return base if base == "Q8_0" else "Q6_K"
-    if tensor.layer is None:  # untied token embeddings keep the base type for the non-IQ mixes
-        return "Q4_K" if ftype in ("TQ1_0", "TQ2_0") else base
+    if tensor.layer is None:  # untied token embeddings
+        return {"TQ1_0": "Q4_K", "TQ2_0": "Q4_K", "IQ2_XXS": "Q2_K", "IQ2_XS": "Q2_K", "IQ1_S": "Q2_K",
+                "IQ1_M": "Q2_K", "IQ2_S": "IQ3_S", "IQ2_M": "IQ3_S", "IQ3_XXS": "IQ3_S"}.get(ftype, base)
+    if ftype in _IQ2_GROUP:
+        return _iq2_group_type(tensor, base, ftype, spec)
+    if tensor.name.endswith(("q_proj.weight", "k_proj.weight")):
+        return {"IQ3_XS": "IQ3_XXS", "IQ3_XXS": "IQ2_S"}.get(ftype, base)
+    if tensor.name.endswith(("gate_proj.weight", "up_proj.weight")):
+        middle = spec.num_layers // 8 <= tensor.layer < 7 * spec.num_layers // 8
+        return "IQ3_XXS" if ftype == "IQ3_XS" and middle else base
     if tensor.name.endswith("v_proj.weight"):
         return _attn_v_type(base, ftype, tensor.layer, spec)
     if tensor.name.endswith("down_proj.weight"):
         return _ffn_down_type(base, ftype, tensor.layer, spec.num_layers)
     if tensor.name.endswith("qkv_proj.weight"):  # fused attn_qkv (Phi-3): its own rule in llama-quant.cpp
-        return {"Q3_K_M": "Q4_K", "Q3_K_L": "Q4_K", "Q4_K_M": "Q5_K", "Q5_K_M": "Q6_K"}.get(ftype, base)
+        return {"Q3_K_M": "Q4_K", "Q3_K_L": "Q4_K", "IQ3_M": "Q4_K", "Q4_K_M": "Q5_K", "Q5_K_M": "Q6_K"}.get(ftype, base)
     if tensor.name.endswith("o_proj.weight"):
-        return {"Q2_K": "Q3_K", "Q3_K_M": "Q4_K", "Q3_K_L": "Q5_K"}.get(ftype, base)
+        return {"Q2_K": "Q3_K", "IQ3_XXS": "IQ3_S", "Q3_K_M": "Q4_K", "Q3_K_L": "Q5_K", "IQ3_M": "Q4_K"}.get(ftype, base)
     return base
 
 

@@ -2,8 +2,9 @@
 
 Using llama.cpp's quantizer rather than a reimplementation means the per-tensor type mixes
 (``Q4_K_M`` keeping some tensors at Q6_K, shape fallbacks, ...) are exactly what every other
-llama.cpp user gets. An importance matrix is the one input we do not produce yet; the ``imatrix``
-parameter is where it plugs in, and the types that cannot work without one are refused up front.
+llama.cpp user gets. An importance matrix (exporters/gguf/imatrix_collect.py) is handed over in
+memory, as llama-quantize --imatrix would after reading the file; the types that cannot work without
+one are refused up front when there is none.
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from __future__ import annotations
 import ctypes
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import ConfigError, ExportError
 from exporters.gguf.llama_log import captured_llama_log
 from exporters.gguf.quant_report import quantize_facts
 from exporters.gguf.quant_types import FTYPE_IDS, NEEDS_IMATRIX
+
+if TYPE_CHECKING:
+    from exporters.gguf.imatrix_file import ImportanceMatrix
 
 
 def llama_ftype(name: str) -> int:
@@ -27,23 +31,23 @@ def llama_ftype(name: str) -> int:
     return FTYPE_IDS[key]
 
 
-def check_quant(quant: str, imatrix: Path | None = None) -> int:
+def check_quant(quant: str, has_imatrix: bool = True) -> int:
     """Refuse, before any work, a quant llama.cpp does not know or cannot make here; return its ftype."""
     ftype = llama_ftype(quant)
-    if imatrix is not None:
-        raise ConfigError(f"importance matrix {imatrix} given, but edgeopt does not load imatrix files yet",
-                          "omit the importance matrix, or quantize with llama.cpp's llama-quantize --imatrix")
-    if quant.upper() in NEEDS_IMATRIX:
-        raise ConfigError(f"quant type {quant} needs an importance matrix, which edgeopt does not compute yet",
-                          "choose Q4_K_M, Q3_K_M or Q2_K for a small file without one")
+    if quant.upper() in NEEDS_IMATRIX and not has_imatrix:
+        raise ConfigError(f"quant type {quant} needs an importance matrix, and none is computed for this export",
+                          "pass --calibration-data FILE (text like what the model will see), or choose Q4_K_M, "
+                          "Q3_K_M or Q2_K")
     return ftype
 
 
-def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2, imatrix: Path | None = None) -> dict[str, Any]:
+def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2,
+                  imatrix: ImportanceMatrix | None = None) -> dict[str, Any]:
     """Write ``dst`` quantized to ``quant`` from the unquantized GGUF ``src``; return facts for the manifest."""
-    ftype = check_quant(quant, imatrix)
+    ftype = check_quant(quant, imatrix is not None)
     import llama_cpp
 
+    from exporters.gguf.imatrix_file import QuantizerImatrix
     from runtimes.llama_cpp.model import init_backend
 
     # Routes llama.cpp's log (a line per tensor while quantizing) into Python logging, warnings only.
@@ -51,6 +55,9 @@ def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2, imatrix: P
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype
     params.nthread = max(1, threads)
+    weights = QuantizerImatrix(imatrix) if imatrix is not None else None  # alive until the call returns
+    if weights is not None:
+        params.imatrix = weights.pointer()
     started = time.perf_counter()
     with captured_llama_log() as llama_log:  # a line or two per tensor: summarized, full with --verbose
         status = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))

@@ -29,6 +29,11 @@ class ONNXExporter(Exporter):
     # 4: INT4 keeps v/o/down projections and an untied lm_head in INT8 (--int4-mix sensitive-int8)
     cache_version = 4
 
+    def calibration_refusal(self, quant: str) -> str | None:
+        if quant == "int8-static":
+            return None
+        return f"ONNX {quant} is quantized without calibration text (only int8-static calibrates activations)"
+
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         if quant not in self.quants:
             raise ConfigError(f"unknown ONNX quant {quant!r}", f"valid: {', '.join(self.quants)}")

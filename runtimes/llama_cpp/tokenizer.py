@@ -13,12 +13,15 @@ SentencePiece space prefix follows a control token), so the ids are the same.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import llama_cpp
 
-from edgeopt.errors import RequestError
+from edgeopt.errors import BundleError, RequestError
 from runtimes.control_text import ControlTextFinder
 
 _PIECE_BUFFER = 256
@@ -152,3 +155,21 @@ class LlamaCppTokenizer:
     def eog_token_ids(self) -> frozenset[int]:
         """Every end-of-generation token (EOS, EOT, <|im_end|>, ...) the GGUF declares."""
         return self._eog
+
+
+@contextlib.contextmanager
+def gguf_vocabulary(path: Path) -> Iterator[LlamaCppTokenizer]:
+    """The tokenizer of the GGUF at ``path`` as llama.cpp reads it, loading the vocabulary only (no weights)."""
+    from runtimes.llama_cpp.model import init_backend
+
+    init_backend()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise BundleError(f"llama.cpp could not read the vocabulary of {path}",
+                          "check that it is a GGUF this llama-cpp-python supports and not truncated")
+    try:
+        yield LlamaCppTokenizer(llama_cpp.llama_model_get_vocab(model))
+    finally:
+        llama_cpp.llama_model_free(model)

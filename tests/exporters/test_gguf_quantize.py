@@ -21,10 +21,20 @@ def k_quant_model(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: 
                             hidden_size=256, intermediate_size=512, num_layers=8)
 
 
-def _export(model_dir: Path, out: Path, quant: str) -> Path:
+@pytest.fixture(scope="module")
+def calibration_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from edgeopt.demo.corpus import stdlib_text
+
+    path = tmp_path_factory.mktemp("calibration") / "calibration.txt"
+    path.write_text(stdlib_text(20_000))
+    return path
+
+
+def _export(model_dir: Path, out: Path, quant: str, calibration: Path | None = None) -> Path:
     from exporters.gguf.exporter import GGUFExporter
 
-    result = GGUFExporter().export(model_dir, out, quant, {"threads": 2})
+    options = {"threads": 2} | ({"calibration_data": str(calibration), "calibration_chunks": 2} if calibration else {})
+    result = GGUFExporter().export(model_dir, out, quant, options)
     assert result.runtime == "llama_cpp" and result.quant == quant
     return out / result.model_file
 
@@ -35,9 +45,15 @@ def _types_in_file(path: Path) -> dict[str, str]:
     return {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
 
 
-@pytest.mark.parametrize("quant", ["F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_K_S", "Q4_0", "Q3_K_M", "Q2_K"])
-def test_planner_estimate_within_5_percent(quant: str, k_quant_model: Path, tmp_path: Path) -> None:
-    path = _export(k_quant_model, tmp_path, quant)
+# The types that use an importance matrix most (IQ*, Q2_K_S) are made with calibration text, as optimize makes them.
+CALIBRATED = ("IQ4_XS", "IQ3_M", "IQ3_XXS", "IQ2_M", "Q2_K_S")
+
+
+@pytest.mark.parametrize("quant", ["F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_K_S", "Q4_0", "Q3_K_M", "Q2_K",
+                                   *CALIBRATED])
+def test_planner_estimate_within_5_percent(quant: str, k_quant_model: Path, tmp_path: Path,
+                                           calibration_file: Path) -> None:
+    path = _export(k_quant_model, tmp_path, quant, calibration_file if quant in CALIBRATED else None)
     spec = load_model_spec(str(k_quant_model))
     predicted, actual = weight_bytes(spec, "gguf", quant), path.stat().st_size
     assert abs(predicted - actual) / actual <= 0.05, f"{quant}: predicted {predicted}, file {actual}"

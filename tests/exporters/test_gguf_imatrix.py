@@ -1,0 +1,99 @@
+"""Importance matrices: computed by edgeopt from calibration text, stored in llama.cpp's GGUF imatrix
+format, handed to llama.cpp's quantizer, recorded in the manifest; refused where nothing would use them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeopt.bundle import sha256_file
+from edgeopt.errors import ConfigError
+from edgeopt.model_spec import load_model_spec
+from edgeopt.pipeline import OptimizeOptions, run_optimize
+from exporters.gguf.imatrix_collect import chunks, collect_imatrix, tokenize_text
+from exporters.gguf.imatrix_file import read_imatrix, write_imatrix
+from exporters.gguf.tensor_names import gguf_name
+from exporters.onnx.options import onnx_export_options
+
+
+@pytest.fixture(scope="module")
+def tiny_calibration(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from edgeopt.demo.corpus import stdlib_text
+
+    path = tmp_path_factory.mktemp("calib") / "calibration.txt"
+    path.write_text(stdlib_text(40_000))
+    return path
+
+
+def test_matrix_covers_every_quantized_weight_under_llama_cpp_names(tiny_llama_dir: Path, tiny_calibration: Path,
+                                                                    tmp_path: Path):
+    ids, bos = tokenize_text(tiny_llama_dir, tiny_calibration.read_text())
+    token_chunks = chunks(ids, bos, chunk_size=64, max_chunks=3)
+    matrix = collect_imatrix(tiny_llama_dir, token_chunks, ["calibration.txt"])
+    spec = load_model_spec(str(tiny_llama_dir))
+    weights = {gguf_name(t.name): t.shape for t in spec.tensors() if len(t.shape) == 2}
+    weights.pop("token_embd.weight")  # untied: the lookup table is no matrix product, output.weight is
+    assert set(matrix.sums) == set(weights)
+    for name, shape in weights.items():
+        assert matrix.sums[name].shape == (shape[1],)  # one value per input column
+        assert matrix.counts[name] == 3 * 64 and np.all(matrix.sums[name] >= 0) and matrix.sums[name].sum() > 0
+
+    path = tmp_path / "imatrix.gguf"
+    write_imatrix(path, matrix)
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))  # the layout llama-quantize --imatrix reads
+    assert reader.fields["general.type"].contents() == "imatrix"
+    assert reader.fields["imatrix.datasets"].contents() == ["calibration.txt"]
+    assert reader.fields["imatrix.chunk_count"].contents() == 3
+    assert reader.fields["imatrix.chunk_size"].contents() == 64
+    tensors = {t.name: t for t in reader.tensors}
+    assert set(tensors) == {f"{n}.in_sum2" for n in weights} | {f"{n}.counts" for n in weights}
+    assert all(t.tensor_type == gguf.GGMLQuantizationType.F32 for t in tensors.values())
+    back = read_imatrix(path)
+    assert back.counts == matrix.counts
+    for name in weights:
+        np.testing.assert_allclose(back.sums[name], matrix.sums[name], rtol=1e-6)
+
+
+def test_calibrated_gguf_bundle_holds_the_matrix_and_says_where_it_came_from(tiny_llama_dir: Path,
+                                                                              tiny_calibration: Path, tmp_path: Path):
+    out = tmp_path / "bundle"
+    manifest = run_optimize(OptimizeOptions(
+        model=str(tiny_llama_dir), output=out, format="gguf", quant="Q4_K_M", evaluate=False,
+        export_options=onnx_export_options(calibration_data=tiny_calibration)), report=lambda _m: None)
+    facts = manifest.export["imatrix"]
+    assert facts["file"] == "imatrix.gguf" and facts["sha256"] == sha256_file(out / "imatrix.gguf")
+    assert facts["source"] == "calibration.txt" and facts["text_sha256"] == sha256_file(tiny_calibration)
+    assert facts["tokens"] > 0 and facts["tensors"] > 0
+    assert "imatrix.gguf" in json.loads((out / "manifest.json").read_text())["files"]  # hashed with the bundle
+
+
+@pytest.mark.parametrize(("fmt", "quant"), [("gguf", "Q8_0"), ("gguf", "F16"), ("onnx", "int8"), ("onnx", "int4")])
+def test_calibration_data_is_refused_where_the_format_cannot_use_it(fmt: str, quant: str, tiny_llama_dir: Path,
+                                                                     tiny_calibration: Path, tmp_path: Path):
+    with pytest.raises(ConfigError) as caught:
+        run_optimize(OptimizeOptions(model=str(tiny_llama_dir), output=tmp_path / "b", format=fmt, quant=quant,
+                                     evaluate=False, export_options=onnx_export_options(tiny_calibration)),
+                     report=lambda _m: None)
+    message = str(caught.value)
+    assert "--calibration-data" in message and quant in message and "without" in message
+    assert not (tmp_path / "b").exists()
+
+
+def test_types_that_need_a_matrix_are_made_with_calibration_text(tiny_model_factory, tiny_tokenizer_dir: Path,
+                                                                 tiny_calibration: Path, tmp_path: Path):
+    from exporters.gguf.exporter import GGUFExporter
+
+    from tests.fixtures.tiny_models import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "m", "llama-gqa", tiny_tokenizer_dir, hidden_size=256,
+                             intermediate_size=512, num_layers=2)
+    with pytest.raises(ConfigError, match="--calibration-data"):
+        GGUFExporter().export(model, tmp_path / "plain", "IQ2_M", {})
+    result = GGUFExporter().export(model, tmp_path / "iq", "IQ2_M",
+                                   {"calibration_data": str(tiny_calibration), "calibration_chunks": 2})
+    assert (tmp_path / "iq" / result.model_file).stat().st_size > 0 and result.details["imatrix"]["chunks"] == 2
