@@ -61,14 +61,12 @@ def main() -> None:
     except typer.Abort:
         typer.echo("aborted", err=True)
         sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
+    except Exception as exc:  # usage errors (unknown option, bad value) arrive here in non-standalone mode
+        # click's, or those of the copy of click that recent typer carries: both can show themselves
+        if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             sys.exit(exc.exit_code)
         raise
-
 
 if __name__ == "__main__":
     main()

@@ -15,10 +15,16 @@ import re
 import shutil
 import sys
 from collections.abc import Callable
+from typing import Any
 
-import click
 import typer
 from typer.core import TyperCommand, TyperGroup
+
+# Recent typer (0.29 here) carries its own copy of click, so click's classes are not the ones its commands
+# are made of: commands, contexts and parameters are duck-typed here (params, param_type_name, opts).
+Command = Any
+Context = Any
+Formatter = Any
 
 # Below this many columns the rich table leaves too little room for descriptions to read well, even
 # when nothing is cut.
@@ -27,7 +33,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _CUT_MARK = "…"  # rich's ellipsis where it cut a cell
 
 
-def rich_help_fits(command: click.Command, ctx: click.Context, markup_mode: str | None) -> bool:
+def rich_help_fits(command: Command, ctx: Context, markup_mode: str | None) -> bool:
     """Whether typer's rich help of ``command`` shows whole at this terminal's width."""
     if markup_mode is None or not sys.stdout.isatty():
         return False
@@ -38,9 +44,9 @@ def rich_help_fits(command: click.Command, ctx: click.Context, markup_mode: str 
     return _CUT_MARK not in text and all(_shows_whole(name, text) for name in option_names(command))
 
 
-def option_names(command: click.Command) -> list[str]:
+def option_names(command: Command) -> list[str]:
     """Every flag spelling of ``command``'s options (``--prefix-cache``, ``--no-prefix-cache``, ``-c``)."""
-    return [name for param in command.params if isinstance(param, click.Option)
+    return [name for param in command.params if getattr(param, "param_type_name", "") == "option"
             for name in (*param.opts, *param.secondary_opts)]
 
 
@@ -48,7 +54,7 @@ def _shows_whole(name: str, text: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) is not None
 
 
-def _render_rich_help(command: click.Command, ctx: click.Context, markup_mode: str, width: int) -> str:
+def _render_rich_help(command: Command, ctx: Context, markup_mode: str, width: int) -> str:
     # typer builds a fresh rich Console per help, sized by its module-level MAX_WIDTH and writing to
     # sys.stdout; a trial render borrows both for the duration of the call.
     from typer import rich_utils
@@ -65,17 +71,17 @@ def _render_rich_help(command: click.Command, ctx: click.Context, markup_mode: s
 
 
 class ReadableCommand(TyperCommand):
-    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_help(self, ctx: Context, formatter: Formatter) -> None:
         _format_help(self, ctx, formatter, super().format_help)
 
 
 class ReadableGroup(TyperGroup):
-    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_help(self, ctx: Context, formatter: Formatter) -> None:
         _format_help(self, ctx, formatter, super().format_help)
 
 
-def _format_help(command: TyperCommand | TyperGroup, ctx: click.Context, formatter: click.HelpFormatter,
-                 typer_format_help: Callable[[click.Context, click.HelpFormatter], None]) -> None:
+def _format_help(command: TyperCommand | TyperGroup, ctx: Context, formatter: Formatter,
+                 typer_format_help: Callable[[Context, Formatter], None]) -> None:
     """typer's own help, rich where it fits, else with markup off: typer's plain (click) layout."""
     mode = command.rich_markup_mode
     if rich_help_fits(command, ctx, mode):

@@ -102,3 +102,10 @@ def test_dry_run_prints_plan_and_writes_nothing(tiny_llama_dir: Path, tmp_path: 
     assert result.exit_code == 0, result.output
     assert "will write gguf:Q4_K_M" in result.output
     assert not out_dir.exists()
+
+
+def test_usage_errors_are_short_not_tracebacks(capsys, monkeypatch):
+    """typer carries its own copy of click; its usage errors are shown like click's, with the exit code 2."""
+    code, out = run_main(["plan", "--bogus"], capsys, monkeypatch)
+    assert code == 2
+    assert "No such option: --bogus" in out and "Traceback" not in out and len(out.strip().splitlines()) <= 5
