@@ -34,12 +34,14 @@ class RawDecodeResult:
 
 
 def raw_batched_decode(gguf_path: Path, n_sequences: int, decode_steps: int = 64, prompt_tokens: int = 32,
-                       threads: int = 2, warmup_steps: int = 4, kv_type: str = "f16") -> RawDecodeResult:
-    """Time ``decode_steps`` batched decode calls of ``n_sequences`` sequences on one context."""
+                       threads: int = 2, warmup_steps: int = 4, kv_type: str = "f16",
+                       n_gpu_layers: int = 0) -> RawDecodeResult:
+    """Time ``decode_steps`` batched decode calls of ``n_sequences`` sequences on one context
+    (``n_gpu_layers=-1``: every layer on the GPU, for the CUDA figures)."""
     per_sequence = prompt_tokens + warmup_steps + decode_steps
     runtime = load_gguf(Path(gguf_path), kv_capacity_tokens=n_sequences * per_sequence, max_slots=n_sequences,
-                        max_batch_tokens=max(prompt_tokens, n_sequences), threads=threads, n_gpu_layers=0,
-                        kv_type=kv_type)
+                        max_batch_tokens=max(prompt_tokens, n_sequences), threads=threads,
+                        n_gpu_layers=n_gpu_layers, kv_type=kv_type)
     try:
         token = _any_plain_token(runtime.tokenizer)
         for slot in range(n_sequences):  # prefill one sequence per call: the same work for every N

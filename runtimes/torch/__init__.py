@@ -23,13 +23,14 @@ from runtimes.base import Runtime
 if TYPE_CHECKING:
     from edgeopt.bundle import Manifest
 
-KNOWN_OPTIONS = ("kv_capacity_tokens", "max_slots", "context_length", "threads", "device", "dtype")
+KNOWN_OPTIONS = ("kv_capacity_tokens", "max_slots", "context_length", "threads", "device", "dtype", "cuda_graphs")
 NO_PREFIX_CACHE_OPTIONS = ("cache_slots",)  # accepted for every runtime; torch keeps no prefix cache
 
 
 def load(bundle_dir: Path, manifest: Manifest, **options: Any) -> Runtime:
     """Load the bundle's checkpoint; options: kv_capacity_tokens, max_slots, context_length, threads,
-    device ("auto" | "cpu" | "cuda"), dtype ("auto" | "fp32" | "fp16" | "bf16")."""
+    device ("auto" | "cpu" | "cuda"), dtype ("auto" | "fp32" | "fp16" | "bf16"), cuda_graphs (CUDA only: True /
+    False captures the paged steps as CUDA graphs or not; unset, transformers decides)."""
     options = {k: v for k, v in options.items() if k not in NO_PREFIX_CACHE_OPTIONS}
     unknown = sorted(set(options) - set(KNOWN_OPTIONS))
     if unknown:
@@ -39,7 +40,7 @@ def load(bundle_dir: Path, manifest: Manifest, **options: Any) -> Runtime:
 
 def _load(bundle_dir: Path, manifest: Manifest, *, device: str = "auto", dtype: str = "auto",
           threads: int | None = None, kv_capacity_tokens: int | None = None, max_slots: int | None = None,
-          context_length: int | None = None) -> Runtime:
+          context_length: int | None = None, cuda_graphs: bool | None = None) -> Runtime:
     from runtimes.torch.loading import load_checkpoint, runtime_info, serving_device
 
     device = serving_device(device)
@@ -47,7 +48,10 @@ def _load(bundle_dir: Path, manifest: Manifest, *, device: str = "auto", dtype: 
         from runtimes.torch.paged import load_paged_runtime
 
         return load_paged_runtime(bundle_dir, manifest, dtype=dtype, kv_capacity_tokens=kv_capacity_tokens,
-                                  max_slots=max_slots, context_length=context_length)
+                                  max_slots=max_slots, context_length=context_length, cuda_graphs=cuda_graphs)
+    if cuda_graphs is not None:
+        raise ConfigError(f"cuda_graphs={cuda_graphs} applies to the CUDA paged engine, but this bundle runs on {device}",
+                          "leave cuda_graphs unset, or serve on a CUDA GPU")
     from runtimes.torch.cpu_runtime import TorchRuntime
 
     model, tokenizer, config = load_checkpoint(bundle_dir, manifest, device, dtype, threads)

@@ -20,10 +20,12 @@ manager too; only speed needs the GPU.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from edgeopt.bundle import Manifest
 from edgeopt.engine.api import EngineConfig
 from edgeopt.errors import BackendError
+from runtimes.base import RuntimeInfo, Tokenizer
 from runtimes.torch import paged_compat
 from runtimes.torch.cpu_runtime import TorchRuntime
 from runtimes.torch.loading import load_checkpoint, read_config, runtime_info
@@ -31,7 +33,12 @@ from runtimes.torch.paged_engine import PagedEngine
 
 
 class PagedRuntime(TorchRuntime):
-    """The per-slot runtime on CUDA, plus the paged continuous-batching engine it brings."""
+    """The per-slot runtime on CUDA, plus the paged continuous-batching engine it brings. ``cuda_graphs``:
+    capture the paged steps as CUDA graphs (True), never (False), or transformers' choice (None)."""
+
+    def __init__(self, model: Any, tokenizer: Tokenizer, info: RuntimeInfo, cuda_graphs: bool | None = None) -> None:
+        super().__init__(model, tokenizer, info)
+        self.cuda_graphs = cuda_graphs
 
     def create_engine(self, config: EngineConfig) -> PagedEngine:
         # From here on the model runs paged attention only; per-slot steps would misuse its kernels.
@@ -41,14 +48,15 @@ class PagedRuntime(TorchRuntime):
         eos_ids = sorted(self.info.eos_token_ids)
 
         def create_manager() -> paged_compat.TransformersManager:
-            return paged_compat.TransformersManager(self.model, config, self.info.vocab_size, eos_ids, context_tokens)
+            return paged_compat.TransformersManager(self.model, config, self.info.vocab_size, eos_ids, context_tokens,
+                                                    self.cuda_graphs)
 
         return PagedEngine(create_manager, self.tokenizer, self.info, config)
 
 
 def load_paged_runtime(bundle_dir: Path, manifest: Manifest, *, dtype: str, kv_capacity_tokens: int | None,
                        max_slots: int | None, context_length: int | None, device: str = "cuda",
-                       threads: int | None = None) -> PagedRuntime:
+                       threads: int | None = None, cuda_graphs: bool | None = None) -> PagedRuntime:
     cap = read_config(bundle_dir / manifest.model_file).get("attn_logit_softcapping")
     if cap:  # transformers' paged kernels (sdpa_paged, flash paged) never apply the cap
         raise BackendError(f"the paged CUDA engine cannot serve this model: its attention logits are soft-capped "
@@ -58,4 +66,4 @@ def load_paged_runtime(bundle_dir: Path, manifest: Manifest, *, dtype: str, kv_c
     model, tokenizer, config = load_checkpoint(bundle_dir, manifest, device, dtype, threads=threads)
     info = runtime_info(bundle_dir / manifest.model_file, config, tokenizer, kv_capacity_tokens, max_slots,
                         context_length)
-    return PagedRuntime(model, tokenizer, info)
+    return PagedRuntime(model, tokenizer, info, cuda_graphs)

@@ -16,7 +16,7 @@ import importlib.util
 from typing import Any
 
 from edgeopt.engine.api import EngineConfig, SamplingParams
-from edgeopt.errors import RequestError
+from edgeopt.errors import ConfigError, RequestError
 from runtimes.torch.paged_engine import PagedResult, PagedUsage
 
 PAGE_SIZE = 32  # tokens per page: small pages waste little KV on short chat requests
@@ -32,14 +32,15 @@ class TransformersManager:
     """A transformers ``ContinuousBatchingManager`` sized by our EngineConfig (created on :meth:`start`)."""
 
     def __init__(self, model: Any, config: EngineConfig, vocab_size: int, eos_ids: list[int],
-                 max_new_tokens: int) -> None:
+                 max_new_tokens: int, cuda_graphs: bool | None = None) -> None:
         self._model, self._config, self._vocab_size = model, config, vocab_size
         self._eos_ids, self._max_new_tokens = eos_ids, max_new_tokens
+        self._cuda_graphs = cuda_graphs
         self.manager: Any = None  # the transformers object, once started
 
     def start(self) -> None:
         self.manager = create_manager(self._model, self._config, self._vocab_size, self._eos_ids,
-                                      self._max_new_tokens)
+                                      self._max_new_tokens, self._cuda_graphs)
         self.manager.start()
 
     def stop(self, timeout_s: float) -> None:
@@ -85,27 +86,35 @@ def has_per_request_sampling() -> bool:
 
 
 def paged_attention_implementation() -> str:
-    """The flash-attention paged kernel when flash_attn is installed, else SDPA over paged KV."""
-    return "paged_attention" if importlib.util.find_spec("flash_attn") else "sdpa_paged"
+    """The flash-attention paged kernel when flash_attn is installed, else SDPA over paged KV (5.x spells
+    them ``paged|<kernel>``, 4.5x ``paged_attention`` / ``sdpa_paged``)."""
+    flash = importlib.util.find_spec("flash_attn") is not None
+    if has_per_request_sampling():
+        return "paged|flash_attention_2" if flash else "paged|sdpa"
+    return "paged_attention" if flash else "sdpa_paged"
 
 
 def num_blocks_for(config: EngineConfig, page_size: int = PAGE_SIZE) -> int:
     return max(1, config.kv_capacity_tokens // page_size)
 
 
-def paged_config(config: EngineConfig, page_size: int = PAGE_SIZE) -> Any:
-    """transformers 5.x: the ContinuousBatchingConfig sized by our budget."""
+def paged_config(config: EngineConfig, page_size: int = PAGE_SIZE, cuda_graphs: bool | None = None) -> Any:
+    """transformers 5.x: the ContinuousBatchingConfig sized by our budget. ``cuda_graphs`` None leaves the
+    choice to transformers (it graphs the steps only where the attention kernel needs no mask)."""
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
+    # The tokens per KV block: ``block_size`` since 5.x's config took over sizing, ``page_size`` before.
+    fields = ContinuousBatchingConfig.__dataclass_fields__
+    size_field = "block_size" if "block_size" in fields else "page_size"
     return ContinuousBatchingConfig(
-        page_size=page_size, num_blocks=num_blocks_for(config, page_size),
+        **{size_field: page_size}, num_blocks=num_blocks_for(config, page_size),
         max_batch_tokens=config.step_token_budget, max_requests_per_batch=config.max_running,
-        per_request_processors=True, allow_block_sharing=False,
+        per_request_processors=True, allow_block_sharing=False, use_cuda_graph=cuda_graphs,
     )
 
 
 def create_manager(model: Any, config: EngineConfig, vocab_size: int, eos_ids: list[int],
-                   max_new_tokens: int) -> Any:
+                   max_new_tokens: int, cuda_graphs: bool | None = None) -> Any:
     """A started-ready (not started) ContinuousBatchingManager for this engine config."""
     from transformers import GenerationConfig
 
@@ -113,7 +122,11 @@ def create_manager(model: Any, config: EngineConfig, vocab_size: int, eos_ids: l
     if has_per_request_sampling():
         gen = GenerationConfig(do_sample=True, temperature=GREEDY_TEMPERATURE, top_k=vocab_size,
                                top_p=NEAR_ONE_TOP_P, max_new_tokens=max_new_tokens, eos_token_id=eos)
-        return model.init_continuous_batching(generation_config=gen, continuous_batching_config=paged_config(config))
+        return model.init_continuous_batching(generation_config=gen,
+                                              continuous_batching_config=paged_config(config, cuda_graphs=cuda_graphs))
+    if cuda_graphs is not None:
+        raise ConfigError(f"cuda_graphs={cuda_graphs} needs transformers 5.x's continuous batching config",
+                          "leave the torch runtime's cuda_graphs option unset, or upgrade transformers to 5.x")
     gen = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
                            num_blocks=num_blocks_for(config), block_size=PAGE_SIZE,
                            max_batch_tokens=config.step_token_budget, scheduler="fifo")

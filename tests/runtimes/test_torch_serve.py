@@ -24,7 +24,7 @@ PROMPTS = ["import os\n", "def main():\n    ", "class Parser:\n", "# compute the
 def served(tiny_llama_dir: Path, tmp_path_factory):
     bundle = make_torch_bundle(tiny_llama_dir, tmp_path_factory.mktemp("serve") / "tiny-torch")
     manifest = load_bundle(bundle)
-    options = ServeOptions(memory_bytes=2**30, max_concurrency=4, context=256, threads=2)
+    options = ServeOptions(memory_bytes=2**31, max_concurrency=4, context=256, threads=2)  # > torch overhead
     sizing = size_kv(bundle, manifest, options)
     settings = ServerSettings(model_names=model_names(bundle, manifest), memory_budget_bytes=sizing.usable_memory_bytes)
     app = create_app(settings, loader=lambda: load_served_model(bundle, manifest, sizing, options))
