@@ -52,6 +52,7 @@ def optimize(
     int4_block_size: Annotated[Optional[int], typer.Option("--int4-block-size", help="Weights per INT4 scale block: 16, 32, 64, 128 or 256 (onnx int4).")] = None,
     int8_method: Annotated[Optional[str], typer.Option("--int8-method", help="onnx --quant int8: weight-only (MatMulNBits, blocks of 32; the default for LLMs) or dynamic (per-tensor activation scales; the default for encoders).")] = None,
     int4_mix: Annotated[Optional[str], typer.Option("--int4-mix", help="onnx --quant int4: sensitive-int8 (v/o/down projections and an untied lm_head in INT8, as llama.cpp's Q4_K_M gives them more bits; default) or uniform (INT4 everywhere).")] = None,
+    int4_algorithm: Annotated[Optional[str], typer.Option("--int4-algorithm", help="onnx --quant int4: rtn (round to nearest, int8 compute; default) or hqq (optimised scales and float zero points, fp32 compute; minutes per 100M weights).")] = None,
     keep_fp: Annotated[Optional[list[str]], typer.Option("--keep-fp", help="Nodes kept in float (onnx): lm_head, embeddings or a node-name fragment; repeatable.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print llama.cpp's full quantization log (by default it is summarized in two lines and the manifest).")] = False,
 ) -> None:
@@ -65,7 +66,7 @@ def optimize(
                            passes=compression_passes(prune, prune_heads, prune_mlp, prune_layers, distil, distil_data,
                                                      distil_steps, fit),
                            export_options=onnx_export_options(calibration_data, calibration_method, int4_block_size,
-                                                              keep_fp, int8_method, int4_mix))
+                                                              keep_fp, int8_method, int4_mix, int4_algorithm))
     resolved = resolve(opts)
     print_plan(resolved.plan, load_model_spec(model).num_parameters)
     if resolved.fit_ratio is not None:

@@ -47,6 +47,9 @@ class ONNXExporter(Exporter):
         if "int4_mix" in options and (quant != "int4" or options["int4_mix"] not in q.INT4_MIXES):
             raise ConfigError(f"--int4-mix {options['int4_mix']} does not apply to --quant {quant}",
                               f"--int4-mix takes {', '.join(q.INT4_MIXES)}, with --quant int4 only")
+        if "int4_algorithm" in options and (quant != "int4" or options["int4_algorithm"] not in q.INT4_ALGORITHMS):
+            raise ConfigError(f"--int4-algorithm {options['int4_algorithm']} does not apply to --quant {quant}",
+                              f"--int4-algorithm takes {', '.join(q.INT4_ALGORITHMS)}, with --quant int4 only")
         final_dir = out_dir / MODEL_SUBDIR
         with tempfile.TemporaryDirectory(prefix="edgeopt-onnx-") as tmp:
             fp32_dir = Path(tmp) / "fp32"
@@ -122,7 +125,8 @@ def _quantize(fp32: Path, dst: Path, quant: str, kind: str, model_dir: Path, opt
         info = q.quantize_int4(fp32, dst, preset, keep_fp, block_size=int(options.get("int4_block_size") or 32),
                                symmetric=bool(options.get("int4_symmetric", True)),
                                accuracy_level=options.get("int4_accuracy_level"),
-                               mix=options.get("int4_mix") or "sensitive-int8")
+                               mix=options.get("int4_mix") or "sensitive-int8",
+                               algorithm=options.get("int4_algorithm") or "rtn")
     q.check_quantized(dst, quant)
     return info
 

@@ -8,7 +8,8 @@ from typing import Any
 
 def onnx_export_options(calibration_data: Path | None = None, calibration_method: str | None = None,
                         int4_block_size: int | None = None, keep_fp: list[str] | None = None,
-                        int8_method: str | None = None, int4_mix: str | None = None) -> dict[str, Any]:
+                        int8_method: str | None = None, int4_mix: str | None = None,
+                        int4_algorithm: str | None = None) -> dict[str, Any]:
     """Only the flags the user gave; the calibration file's hash joins the export cache key, so
     editing the text invalidates a cached static-INT8 export even though the path is unchanged."""
     from edgeopt.bundle import sha256_file
@@ -24,6 +25,8 @@ def onnx_export_options(calibration_data: Path | None = None, calibration_method
         options["int4_block_size"] = int4_block_size
     if int8_method is not None:
         options["int8_method"] = int8_method
+    if int4_algorithm is not None:
+        options["int4_algorithm"] = int4_algorithm
     if int4_mix is not None:
         options["int4_mix"] = int4_mix
     if keep_fp:

@@ -32,6 +32,8 @@ SETTINGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("onnx int4 uniform b16", "onnx", "int4", {"int4_mix": "uniform", "int4_block_size": 16}),
     ("onnx int4 sensitive-int8 b32 (default)", "onnx", "int4", {}),
     ("onnx int4 sensitive-int8 b16", "onnx", "int4", {"int4_block_size": 16}),
+    ("onnx int4 hqq sensitive-int8 b32", "onnx", "int4", {"int4_algorithm": "hqq"}),
+    ("onnx int4 hqq uniform b32", "onnx", "int4", {"int4_algorithm": "hqq", "int4_mix": "uniform"}),
 ]
 
 

@@ -168,3 +168,19 @@ def test_int4_keeps_the_sensitive_projections_in_int8_unless_uniform(tiny_llama_
     assert set(uniform.values()) == {4} and len(uniform) == 2 * 7 + 1
     with pytest.raises(ConfigError, match="--int4-mix uniform does not apply to --quant int8"):
         optimize_onnx(tiny_llama_dir, tmp_path / "bad", "int8", int4_mix="uniform")
+
+
+def test_int4_hqq_writes_float_zero_points_and_records_the_algorithm(tiny_llama_dir, tmp_path):
+    bundle = optimize_onnx(tiny_llama_dir, tmp_path / "hqq", "int4", int4_algorithm="hqq")
+    graph = onnx.load(str(bundle / "model" / "model.onnx"), load_external_data=False).graph
+    four_bit = [n for n in graph.node if n.op_type == "MatMulNBits" and any(a.name == "bits" and a.i == 4 for a in n.attribute)]
+    assert len(four_bit) == 2 * 4 and all(len(n.input) >= 4 for n in four_bit)  # q, k, gate, up; with zero points
+    zero_points = {i.name: i for i in graph.initializer if i.name == four_bit[0].input[3]}
+    assert zero_points and zero_points[four_bit[0].input[3]].data_type == onnx.TensorProto.FLOAT
+    q = load_bundle(bundle).export["quantization"]
+    assert q["algorithm"] == "hqq" and q["accuracy_level"] == 0 and not q["symmetric"]
+    # Random weights have no Q4_1-like structure and many near-ties: HQQ's quality is measured on the real
+    # model (tests/bench/bench_onnx_quality.py); here the graph must run and stay close to fp32.
+    assert 0 <= load_bundle(bundle).export["probe_kl_vs_fp32"] < 0.5
+    with pytest.raises(ConfigError, match="--int4-algorithm gptq does not apply"):
+        optimize_onnx(tiny_llama_dir, tmp_path / "bad", "int4", int4_algorithm="gptq")
