@@ -128,14 +128,14 @@ def main() -> None:
                         help="also run llama-server -np 16 at 16 streams (slow: it prefills every slot's prompt)")
     args = parser.parse_args()
 
-    from runtimes.llama_cpp.model import _cpu_has_amx
+    from runtimes.llama_cpp.amx_guard import cpu_has_amx
     from tests.fixtures.smollm2 import ensure_smollm2_checkpoint, smollm2_gguf_path
 
     gguf = smollm2_gguf_path()
     args.work.mkdir(parents=True, exist_ok=True)
     bundle = make_gguf_bundle(gguf, ensure_smollm2_checkpoint(), args.work / "smollm2", quant="Q4_1")
     binary = llama_server_binary()
-    no_repack = _cpu_has_amx()
+    no_repack = cpu_has_amx()
     serve = ["--no-verify", "--max-concurrency", "16", "--memory", "2GiB", "--insecure-no-auth"]
     servers: dict[str, LaunchedServer] = {}
     contexts = []
