@@ -86,7 +86,8 @@ def serve(
         help="Speculative decoding: guessed tokens verified in the same forward pass, the output unchanged "
              "(docs/speculative_decoding.md). auto: the best drafting source available (today n-gram lookup in "
              "the request's own prompt and output), drafting only where it pays (a lone stream, text that "
-             "quotes its prompt) and not when the batch is full. ngram: n-gram lookup. off: none.")] = "auto",
+             "quotes its prompt) and not when the batch is full. ngram: n-gram lookup. off (the default): none; "
+             "see the docs for why.")] = "off",
     responses_store: Annotated[str, typer.Option(
         "--responses-store",
         help="Memory for responses kept for previous_response_id and GET /v1/responses/{id} (e.g. 64MiB; 0 keeps "

@@ -60,7 +60,7 @@ class ServeOptions:
     kv_layout: str = "auto"  # llama.cpp (gguf) only: unified, streams, or auto (served_kv_layout)
     stream_interval_ms: float = 50.0  # streamed text at most this often when tokens come faster (engine.stream)
     responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses_store)
-    speculative: str = "auto"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto
+    speculative: str = "off"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto
 
 
 def size_kv(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> KvSizing:

@@ -63,7 +63,7 @@ def test_serve_gguf_bundle_end_to_end_without_torch(gguf_bundle: Path, tmp_path:
     port = free_port()
     report = tmp_path / "modules.json"
     args = ["--port", str(port), "--memory", "1GiB", "--max-concurrency", "4", "--context", "256",
-            "--threads", "2", "--api-key", "k", "--log-level", "warning"]
+            "--threads", "2", "--api-key", "k", "--log-level", "warning", "--speculative", "auto"]
     env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
     proc = subprocess.Popen([sys.executable, "-c", WRAPPER, str(report), "serve", str(gguf_bundle), *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -90,7 +90,7 @@ def test_serve_gguf_bundle_end_to_end_without_torch(gguf_bundle: Path, tmp_path:
         assert tiny.choices[0].text == text.choices[0].text  # temperature -> 0 is greedy
         assert httpx.get(f"{url}/health").status_code == 200
         # What the launcher chose is in /metrics: the bundle's KV type and the layout its budget allows.
-        # Speculation is on by default (n-gram lookup): a prompt the model's answer repeats drafts tokens.
+        # With --speculative auto (n-gram lookup), a prompt the model's answer repeats drafts tokens.
         client.completions.create(model=model, prompt="def f():\n    return 1\n" * 6, max_tokens=40, temperature=0)
         metrics = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer k"}).text
         drafted = re.search(r'edgeopt_speculative_drafted_tokens_total\{source="ngram"\} (\S+)', metrics)
