@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from edgeopt.errors import BackendError, EdgeoptError, RequestError
+from edgeopt.errors import EdgeoptError, RequestError
 from edgeopt.server.chat_prep import count_chat_tokens, prepare_chat
 from edgeopt.server.errors import anthropic_error_body
 from edgeopt.server.messages_input import translate
@@ -24,7 +24,7 @@ from edgeopt.server.messages_output import MessageBuilder, new_message_id, sse_e
 from edgeopt.server.messages_schema import CountTokensRequest, MessagesRequest
 from edgeopt.server.reply_parser import ReplyParser
 from edgeopt.server.state import ServerState
-from edgeopt.server.streaming import ClientGone, Generation, collect, start_generation
+from edgeopt.server.streaming import SSE_HEADERS, ClientGone, Generation, finished_output, start_generation
 
 router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
 
@@ -52,14 +52,10 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
     tracker.admitted(len(prepared.prompt_ids))
     if body.stream:
         return StreamingResponse(_events(generation, builder, reply), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    try:
-        last = await collect(generation, request)
-    except ClientGone:
-        state.metrics.count_error(499)  # nginx's "client closed request": nobody reads this reply
+                                 headers=SSE_HEADERS)
+    last = await finished_output(generation, request, state.metrics)
+    if last is None:
         return Response(status_code=499)
-    if last.finish_reason == "error":
-        raise BackendError(f"the model runtime failed while generating: {last.error}", "see the server log")
     builder.step(reply.step(last.text, finished=True))
     return JSONResponse(builder.message(last))
 

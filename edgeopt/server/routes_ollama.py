@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from edgeopt.engine.api import SamplingParams
-from edgeopt.errors import BackendError, ContextOverflowError, EdgeoptError, RequestError
+from edgeopt.errors import ContextOverflowError, EdgeoptError, RequestError
 from edgeopt.server.chat_prep import prepare_chat
 from edgeopt.server.choice_format import ChoiceFormat
 from edgeopt.server.ollama_options import resolve_model
@@ -30,7 +30,7 @@ from edgeopt.server.request_prep import completion_prompt_ids, output_budget, sa
 from edgeopt.server.response_format import compile_grammar, response_grammar_spec
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServerState
-from edgeopt.server.streaming import ClientGone, Generation, collect, start_generation
+from edgeopt.server.streaming import ClientGone, Generation, finished_output, start_generation
 
 router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
 
@@ -93,13 +93,9 @@ async def _run(state: ServerState, request: Request, model: str, translation: Tr
     tracker.admitted(len(prompt_ids))
     if stream:
         return StreamingResponse(_lines(generation, reply), media_type="application/x-ndjson")
-    try:
-        last = await collect(generation, request)
-    except ClientGone:
-        state.metrics.count_error(499)  # nginx's "client closed request": nobody reads this reply
+    last = await finished_output(generation, request, state.metrics)
+    if last is None:
         return Response(status_code=499)
-    if last.finish_reason == "error":
-        raise BackendError(f"the model runtime failed while generating: {last.error}", "see the server log")
     return JSONResponse(reply.step(last, first=True))
 
 

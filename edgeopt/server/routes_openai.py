@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from edgeopt.engine.api import RequestOutput, SamplingParams
-from edgeopt.errors import BackendError, EdgeoptError, RequestError
+from edgeopt.errors import EdgeoptError, RequestError
 from edgeopt.server.chat_output import ChatStep
 from edgeopt.server.chat_prep import prepare_chat
 from edgeopt.server.choice_format import ChoiceFormat
@@ -20,7 +20,7 @@ from edgeopt.server.completion_prep import prepare_completion, respond_batch
 from edgeopt.server.request_prep import check_model_name
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServerState
-from edgeopt.server.streaming import DONE, ClientGone, Generation, collect, sse, start_generation
+from edgeopt.server.streaming import DONE, SSE_HEADERS, ClientGone, Generation, finished_output, sse, start_generation
 
 router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
 
@@ -60,14 +60,10 @@ async def _respond(state: ServerState, request: Request, choice: ChoiceFormat, p
     if stream:
         return StreamingResponse(_sse_events(generation, choice, include_usage),
                                  media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    try:
-        last = await collect(generation, request)
-    except ClientGone:
-        state.metrics.count_error(499)  # nginx's "client closed request": nobody reads this reply
+                                 headers=SSE_HEADERS)
+    last = await finished_output(generation, request, state.metrics)
+    if last is None:
         return Response(status_code=499)
-    if last.finish_reason == "error":
-        raise BackendError(f"the model runtime failed while generating: {last.error}", "see the server log")
     counts = usage(len(prompt_ids), choice.completion_tokens(last), last.cached_tokens)
     text, logprobs = choice.content(last, first=True)
     if choice.output is None:

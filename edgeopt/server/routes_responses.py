@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter
 
-from edgeopt.errors import BackendError, EdgeoptError, RequestError, UnknownResponseError
+from edgeopt.errors import EdgeoptError, RequestError, UnknownResponseError
 from edgeopt.server.chat_prep import PreparedChat, prepare_chat
 from edgeopt.server.choice_format import ChoiceFormat
 from edgeopt.server.openai_format import ResponseShape
@@ -27,7 +27,7 @@ from edgeopt.server.responses_output import Event, ResponseBuilder, new_id, resp
 from edgeopt.server.responses_schema import InputItem, ResponsesRequest
 from edgeopt.server.responses_store import ResponseStore, StoredResponse
 from edgeopt.server.state import ServerState
-from edgeopt.server.streaming import ClientGone, Generation, collect, start_generation
+from edgeopt.server.streaming import SSE_HEADERS, ClientGone, Generation, finished_output, start_generation
 
 router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
 _ITEMS = TypeAdapter(list[InputItem])
@@ -55,14 +55,10 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     run.tracker.admitted(len(prepared.prompt_ids))
     if body.stream:
         return StreamingResponse(run.events(generation), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    try:
-        last = await collect(generation, request)
-    except ClientGone:
-        state.metrics.count_error(499)  # nginx's "client closed request": nobody reads this reply
+                                 headers=SSE_HEADERS)
+    last = await finished_output(generation, request, state.metrics)
+    if last is None:
         return Response(status_code=499)
-    if last.finish_reason == "error":
-        raise BackendError(f"the model runtime failed while generating: {last.error}", "see the server log")
     run.builder.start()
     run.builder.step(run.deltas(last, first=True, finished=True), run.logprobs)
     run.builder.finish(last.finish_reason, run.usage(last))

@@ -19,9 +19,11 @@ from fastapi import Request
 from edgeopt.engine.api import RequestOutput, SamplingParams, ServingEngine
 from edgeopt.engine.stream import RequestStream
 from edgeopt.errors import BackendError
-from edgeopt.server.metrics import RequestTracker
+from edgeopt.server.metrics import RequestTracker, ServerMetrics
 
 DONE = b"data: [DONE]\n\n"
+# For every event stream: no cache may hold it, and nginx must not buffer it (X-Accel-Buffering).
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 # How often a generation checks whether its client is still there. A check (Starlette's is_disconnected)
 # costs ~0.1 ms of the event loop's thread, which a stream's tokens otherwise compete with. Under uvicorn
 # (ASGI spec 2.3) StreamingResponse already listens for the disconnect and cancels the stream at once, and
@@ -107,3 +109,16 @@ async def collect(generation: Generation, request: Request) -> RequestOutput:
             await asyncio.gather(task, return_exceptions=True)
         await generation.aclose()
     return RequestOutput.merge(outputs)
+
+
+async def finished_output(generation: Generation, request: Request, metrics: ServerMetrics) -> RequestOutput | None:
+    """The whole output of a non-streamed reply, for every API face; None when the client left first (counted
+    as a 499, nginx's "client closed request": nobody reads the reply). A runtime failure is a BackendError."""
+    try:
+        last = await collect(generation, request)
+    except ClientGone:
+        metrics.count_error(499)
+        return None
+    if last.finish_reason == "error":
+        raise BackendError(f"the model runtime failed while generating: {last.error}", "see the server log")
+    return last
