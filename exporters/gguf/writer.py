@@ -19,6 +19,7 @@ from edgeopt.model_spec import load_model_spec
 from edgeopt.progress import progress
 from exporters.gguf.arch_extras import extras_for
 from exporters.gguf.metadata import add_hyperparameters, llama3_rope_factors, rope_scaling
+from exporters.gguf.model_name import gguf_model_name
 from exporters.gguf.safetensors_reader import SafetensorsCheckpoint, f32_to_bf16
 from exporters.gguf.tensor_names import plan_tensors
 from exporters.gguf.vocab import add_vocab, load_vocab
@@ -74,7 +75,7 @@ def convert_checkpoint(model_dir: Path, out_path: Path, out_type: str = "F16") -
                           "resize the model's embeddings to the tokenizer (model.resize_token_embeddings)")
 
     writer = gguf.GGUFWriter(str(out_path), spec.arch)
-    add_hyperparameters(writer, spec, config, model_dir.name)
+    add_hyperparameters(writer, spec, config, gguf_model_name(model_dir))
     writer.add_file_type(_FTYPE_IDS[out_type])
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     add_vocab(writer, vocab)

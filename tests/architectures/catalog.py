@@ -142,6 +142,8 @@ def _extend_tokenizer(base_dir: Path, out_dir: Path, arch: Architecture) -> int:
     tokenizer = Tokenizer.from_file(str(base_dir / "tokenizer.json"))
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in arch.special_tokens])
     tokenizer.save(str(out_dir / "tokenizer.json"))
+    if "phi3" in arch.name:
+        _strip_after_specials(out_dir / "tokenizer.json")
     config = json.loads((base_dir / "tokenizer_config.json").read_text())
     config.update(bos_token=arch.bos, eos_token=arch.eos, pad_token=arch.eos, chat_template=arch.chat_template,
                   add_bos_token=arch.bos is not None)
@@ -149,6 +151,18 @@ def _extend_tokenizer(base_dir: Path, out_dir: Path, arch: Architecture) -> int:
     (out_dir / "special_tokens_map.json").write_text(json.dumps(
         {k: v for k, v in {"bos_token": arch.bos, "eos_token": arch.eos, "pad_token": arch.eos}.items() if v}))
     return tokenizer.get_vocab_size(with_added_tokens=True)
+
+
+def _strip_after_specials(tokenizer_json: Path) -> None:
+    """Phi-3's real tokenizer.json has rstrip on its special tokens (whitespace after <|end|> or <|user|> is
+    part of the token), and llama.cpp applies that rule to every special token of a model named phi3 except
+    <unk>, <s> and <|endoftext|>; the fixture's tokenizer must agree, or the GGUF export's tokenizer check
+    rightly refuses it."""
+    data = json.loads(tokenizer_json.read_text())
+    for token in data["added_tokens"]:
+        if token["special"] and token["content"] not in ("<unk>", "<s>", "<|endoftext|>"):
+            token["rstrip"] = True
+    tokenizer_json.write_text(json.dumps(data, ensure_ascii=False))
 
 
 def build_architecture(arch: Architecture, out_dir: Path, base_tokenizer_dir: Path | None, seed: int = 0,
