@@ -11,6 +11,7 @@
 #   JOBS                   parallel compile jobs (default: 2)
 # Prints the directory holding the three binaries on its last line of stdout.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/llama_sdist.sh"
 
 python="${1:-python3}"
 version="$("$python" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))')"
@@ -27,17 +28,7 @@ if [[ $built == 1 ]]; then
 fi
 
 mkdir -p "$out_dir"
-sdist_dir="${EDGEOPT_LLAMA_SDIST:-}"
-if [[ -z "$sdist_dir" ]]; then
-    sdist_dir="$out_dir/sdist/llama_cpp_python-$version"
-    if [[ ! -d "$sdist_dir" ]]; then
-        mkdir -p "$out_dir/sdist"
-        "$python" -m pip download "llama-cpp-python==$version" --no-deps --no-binary :all: \
-            --dest "$out_dir/sdist" >&2
-        tar -xzf "$out_dir/sdist/llama_cpp_python-$version.tar.gz" -C "$out_dir/sdist"
-    fi
-fi
-llama_src="$sdist_dir/vendor/llama.cpp"
+llama_src="$(llama_cpp_sources "$python" "$version" "$cache_root")"
 if [[ ! -d "$llama_src/tools/imatrix" || ! -d "$llama_src/tools/perplexity" || ! -d "$llama_src/tools/quantize" ]]; then
     echo "error: no llama.cpp tool sources (tools/imatrix, tools/perplexity, tools/quantize) under $llama_src" >&2
     exit 1
