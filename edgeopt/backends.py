@@ -46,6 +46,8 @@ class Backend:
     profile_candidates: str = ""
     encoder_quant_candidates: tuple[str, ...] = ()  # () when the format serves causal LMs only
     planned_by_default: bool = True  # `edgeopt plan` compares it when no --format is given
+    # The quant that picks each tensor's type to fit a file size (plan/optimize --size); "" when none.
+    sized_quant: str = ""
     # Batch-buffer size and an own scheduler are not flags here: they depend on the loaded model and the
     # device (torch brings transformers' paged engine on CUDA only), so the loaded Runtime states them
     # (Runtime.max_batch_tokens, Runtime.create_engine in runtimes/base.py).
@@ -75,8 +77,8 @@ _BUILTIN = (
     Backend(
         format="gguf", runtime="llama_cpp", exporter_module="exporters.gguf.exporter",
         runtime_module="runtimes.llama_cpp", scorer="exporters.gguf.scorer:load_scorer",
-        quants="exporters.gguf.quant_types:FILE_TYPES", size_estimate="exporters.gguf.quant_types:estimate_gguf_bytes",
-        quant_candidates=("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0"),
+        quants="exporters.gguf.quant_types:QUANTS", size_estimate="exporters.gguf.quant_types:estimate_gguf_bytes",
+        quant_candidates=("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0"), sized_quant="MIX",
         kv_element_bytes=2,  # llama.cpp's default f16 KV cache
         kv_cache_types=("f16", "q8_0", "q4_0"),  # llama.cpp's type_k/type_v (quantized: with flash attention)
         kv_layouts=("unified", "streams"),  # llama.cpp's kv_unified true / false

@@ -78,6 +78,9 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     from edgeopt.plan_fit import plan_after_passes  # the plan describes the model as pruning leaves it
 
     asked_quant = canonical_quant(fmt, opts.quant) if opts.quant else None  # any case; canonical from here on
+    size_bytes = opts.export_options.get("mix_size_bytes")
+    if size_bytes is not None:
+        asked_quant = sized_quant(fmt, asked_quant, size_bytes)
     asked_kv_type = parse_kv_type(opts.kv_type, fmt) if opts.kv_type else None
     fitted = plan_after_passes(spec, profile, fmt, asked_quant, opts.context, opts.concurrency, opts.passes, opts.fit,
                                kv_type=asked_kv_type)
@@ -89,18 +92,36 @@ def resolve(opts: OptimizeOptions) -> Resolved:
             from edgeopt.plan import size_candidate
 
             chosen = size_candidate(spec, profile, fmt, asked_quant, plan.context, plan.concurrency,
-                                    kv_type=asked_kv_type)
+                                    kv_type=asked_kv_type, file_bytes=size_bytes)
             plan.candidates.append(chosen)
     else:
         chosen = require_fit(plan)
     quant = chosen.quant
     _check_calibration_use(fmt, quant, opts.export_options)
+    from exporters import get_exporter
+
+    get_exporter(fmt).check_options(quant, opts.export_options)
     name = Path(opts.model.rstrip("/")).name
     output = opts.output or Path(f"{name}-{profile.name}-{quant.lower()}")
     if output.exists() and not opts.force and not opts.dry_run:
         raise OutputExistsError(f"output directory {output} already exists", "pass --force to replace it, or choose -o")
     return Resolved(profile, plan, fmt, quant, backends.backend(fmt).runtime, output, fitted.passes, fitted.fit_ratio,
                     kv_type=chosen.kv_type if backends.backend(fmt).kv_cache_types else None)
+
+
+def sized_quant(fmt: str, asked_quant: str | None, size_bytes: int) -> str:
+    """The quant ``--size`` makes (each tensor's type chosen to fit it), refused with a format that has
+    none or beside another ``--quant``."""
+    sized = backends.backend(fmt).sized_quant
+    size = f"--size {size_bytes / 2**20:.0f}MiB"
+    if not sized:
+        raise ConfigError(f"{size}: --format {fmt} has no per-tensor mix made to a size",
+                          f"use --format {next(f for f in backends.formats() if backends.backend(f).sized_quant)}, "
+                          "or drop --size and pick a --quant")
+    if asked_quant not in (None, sized):
+        raise ConfigError(f"{size} chooses every tensor's type itself; it cannot be combined with --quant {asked_quant}",
+                          f"drop --quant (or pass --quant {sized}), or drop --size")
+    return sized
 
 
 def _check_calibration_use(fmt: str, quant: str, export_options: dict[str, Any]) -> None:

@@ -95,12 +95,14 @@ def weight_bytes(spec: ModelSpec, fmt: str, quant: str) -> int:
 
 
 def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str, context: int,
-                   concurrency: int, memory_bytes: int | None = None, kv_type: str | None = None) -> Candidate:
+                   concurrency: int, memory_bytes: int | None = None, kv_type: str | None = None,
+                   file_bytes: int | None = None) -> Candidate:
     """Size one format:quant. ``kv_type`` applies to formats with several KV cache types (gguf); None there:
-    the rule of :func:`choose_kv_type`. Other formats keep their one KV dtype (``Candidate.kv_type`` None)."""
+    the rule of :func:`choose_kv_type`. Other formats keep their one KV dtype (``Candidate.kv_type`` None).
+    ``file_bytes``: the size the user fixed (a GGUF mix made to a size) instead of the format's estimate."""
     entry = backends.backend(fmt)
-    facts = model_kv_facts(entry, spec, weight_bytes(spec, fmt, quant), spec.kv_elements_per_token,
-                           spec.max_position_embeddings)
+    weights = file_bytes if file_bytes is not None else weight_bytes(spec, fmt, quant)
+    facts = model_kv_facts(entry, spec, weights, spec.kv_elements_per_token, spec.max_position_embeddings)
     pool = memory_pool(profile, memory_bytes)
     if entry.kv_cache_types and not spec.is_encoder:
         kv_type = kv_type or choose_kv_type(spec, profile, facts, pool, entry.kv_cache_types, context, concurrency)

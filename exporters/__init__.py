@@ -51,6 +51,9 @@ class Exporter:
         pipeline refuses the option with this reason before any work: an accepted flag is never ignored."""
         return f"the {self.format} exporter does not use calibration data"
 
+    def check_options(self, quant: str, options: dict[str, Any]) -> None:
+        """Raise ConfigError, before any work, when ``options`` cannot make ``quant`` (one missing, say)."""
+
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         raise NotImplementedError
 

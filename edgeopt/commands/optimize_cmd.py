@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from edgeopt import backends
+from edgeopt.byte_sizes import parse_size
 from edgeopt.cli_options import Concurrency, Context, KvType, ModelArg, Target
 from edgeopt.commands.plan_cmd import print_plan
 from edgeopt.model_spec import load_model_spec
@@ -30,7 +31,7 @@ def optimize(
     target: Target = "host",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Bundle directory to write.")] = None,
     fmt: Annotated[Optional[str], typer.Option("--format", "-f", help=f"{', '.join(backends.formats())}. Default: the profile's.")] = None,
-    quant: Annotated[Optional[str], typer.Option("--quant", "-q", help="e.g. Q4_K_M, Q8_0 (gguf); int8, int4 (onnx). Default: planner's pick.")] = None,
+    quant: Annotated[Optional[str], typer.Option("--quant", "-q", help="e.g. Q4_K_M, Q8_0, MIX (gguf); int8, int4 (onnx). Default: planner's pick.")] = None,
     kv_type: KvType = None,
     context: Context = None,
     concurrency: Concurrency = 1,
@@ -53,6 +54,7 @@ def optimize(
     int8_method: Annotated[Optional[str], typer.Option("--int8-method", help="onnx --quant int8: weight-only (MatMulNBits, blocks of 32; the default for LLMs) or dynamic (per-tensor activation scales; the default for encoders).")] = None,
     int4_mix: Annotated[Optional[str], typer.Option("--int4-mix", help="onnx --quant int4: sensitive-int8 (v/o/down projections and an untied lm_head in INT8, as llama.cpp's Q4_K_M gives them more bits; default) or uniform (INT4 everywhere).")] = None,
     int4_algorithm: Annotated[Optional[str], typer.Option("--int4-algorithm", help="onnx --quant int4: rtn (round to nearest, int8 compute; default) or hqq (optimised scales and float zero points, fp32 compute; minutes per 100M weights).")] = None,
+    size: Annotated[Optional[str], typer.Option("--size", help="GGUF: the file size to fit (e.g. 90MiB); each tensor's type is chosen by its measured effect on the calibration text (--quant MIX; needs --calibration-data). Without it, MIX is made at Q4_K_M's size.")] = None,
     keep_fp: Annotated[Optional[list[str]], typer.Option("--keep-fp", help="Nodes kept in float (onnx): lm_head, embeddings or a node-name fragment; repeatable.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print llama.cpp's full quantization log (by default it is summarized in two lines and the manifest).")] = False,
 ) -> None:
@@ -66,7 +68,8 @@ def optimize(
                            passes=compression_passes(prune, prune_heads, prune_mlp, prune_layers, distil, distil_data,
                                                      distil_steps, fit),
                            export_options=onnx_export_options(calibration_data, calibration_method, int4_block_size,
-                                                              keep_fp, int8_method, int4_mix, int4_algorithm))
+                                                              keep_fp, int8_method, int4_mix, int4_algorithm)
+                           | ({"mix_size_bytes": parse_size(size, "--size")} if size is not None else {}))
     resolved = resolve(opts)
     print_plan(resolved.plan, load_model_spec(model).num_parameters)
     if resolved.fit_ratio is not None:

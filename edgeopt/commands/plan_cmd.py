@@ -8,12 +8,15 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from edgeopt.byte_sizes import parse_size
 from edgeopt.cli_options import Concurrency, Context, JsonOut, KvType, ModelArg, Target
 from edgeopt.cli_table import Column, print_line, print_table
+from edgeopt.errors import ConfigError
 from edgeopt.gguf_metadata import is_gguf_file
 from edgeopt.kv_types import parse_kv_type
 from edgeopt.model_spec import load_model_spec
-from edgeopt.plan import MIB, Plan, make_plan
+from edgeopt.pipeline import sized_quant
+from edgeopt.plan import MIB, Plan, make_plan, size_candidate
 from profiles import load_profile
 
 
@@ -24,11 +27,15 @@ def plan(
     concurrency: Concurrency = 1,
     memory_mb: Annotated[Optional[int], typer.Option("--memory", help="Override usable memory (MiB).")] = None,
     kv_type: KvType = None,
+    size: Annotated[Optional[str], typer.Option("--size", help="Also size a GGUF mix made to this file size (e.g. 90MiB; optimize --size).")] = None,
     as_json: JsonOut = False,
 ) -> None:
     """Predict weight and KV sizes per format/quant from the model's config alone, and recommend one (a GGUF
     file: its own size and shape, as serve will size it)."""
     profile = load_profile(target)
+    if size is not None and is_gguf_file(Path(model)):
+        raise ConfigError(f"--size {size} sizes a mix made from a checkpoint; {model} is already a GGUF file",
+                          "drop --size, or plan the checkpoint it was made from")
     if is_gguf_file(Path(model)):  # a GGUF file: its own quant and shape, sized as serve will size it
         from edgeopt.gguf_model import gguf_metadata
         from edgeopt.plan_gguf import plan_gguf_file
@@ -41,8 +48,14 @@ def plan(
     else:
         spec = load_model_spec(model)
         params = spec.num_parameters
-        result = make_plan(spec, profile, context, concurrency, memory_bytes=memory_mb * MIB if memory_mb else None,
-                           kv_type=parse_kv_type(kv_type, "gguf") if kv_type else None)
+        memory_bytes = memory_mb * MIB if memory_mb else None
+        parsed_kv_type = parse_kv_type(kv_type, "gguf") if kv_type else None
+        result = make_plan(spec, profile, context, concurrency, memory_bytes=memory_bytes, kv_type=parsed_kv_type)
+        if size is not None:  # what a mix of that size leaves for the KV cache
+            file_bytes = parse_size(size, "--size")
+            result.candidates.append(size_candidate(spec, profile, "gguf", sized_quant("gguf", None, file_bytes),
+                                                    result.context, concurrency, memory_bytes, parsed_kv_type,
+                                                    file_bytes=file_bytes))
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return

@@ -6,18 +6,15 @@ serving a GGUF bundle never imports torch or transformers.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from edgeopt.byte_sizes import parse_size
 from edgeopt.cli_options import BundleOrGguf, Context, KvType, Target, Threads
 from edgeopt.errors import ConfigError
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-_UNITS = {"": 1024**2, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}  # a bare number means MiB
 
 
 def parse_memory(text: str) -> int:
@@ -26,14 +23,6 @@ def parse_memory(text: str) -> int:
     if value < 1:
         raise ConfigError(f"--memory {text!r} must be positive", "write e.g. 4GiB")
     return value
-
-
-def parse_size(text: str, option: str) -> int:
-    """A size as ``parse_memory`` reads it (0 allowed)."""
-    match = _SIZE.match(text)
-    if not match:
-        raise ConfigError(f"{option} {text!r} is not a size", "write e.g. 4GiB, 512MiB, or a number of MiB")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
 def serve(

@@ -5,24 +5,31 @@ legacy 4/5-bit type; Q8_0, the ternary types and the float types ignore it. ``--
 with a type that would ignore it is refused (never silently dropped). The matrix is computed from the
 checkpoint the exporter is given (after pruning and distillation), stored in the bundle as
 ``imatrix.gguf`` in llama.cpp's own format, and described in the manifest (hash, source text, tokens).
+Without calibration text, the types that use a matrix get one from text the model writes itself
+(exporters/gguf/self_calibration.py), recorded as ``source: "generated: N tokens from K seed prompts"``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ConfigError
-from exporters.gguf.quant_types import FILE_TYPES
+from exporters.gguf.imatrix_file import ImportanceMatrix
+from exporters.gguf.quant_types import FILE_TYPES, MIX
 
 IMATRIX_FILE = "imatrix.gguf"
 DEFAULT_CHUNKS = 32  # 16k tokens: llama.cpp's gains come from the first few thousand; CPU time grows linearly
+# Without calibration text, self-generated text's matrix gets 96-101% of real text's KL gain on
+# SmolLM2-135M (docs/gguf-importance-matrix.md, tests/bench/bench_self_calibration.py): on by default.
+SELF_CALIBRATION_DEFAULT = True
 _IGNORES_IMATRIX = frozenset({"F32", "F16", "BF16", "Q8_0", "TQ1_0", "TQ2_0"})
 
 
 def uses_imatrix(quant: str) -> bool:
-    return FILE_TYPES.get(quant.upper(), "F32") not in _IGNORES_IMATRIX
+    return quant.upper() == MIX or FILE_TYPES.get(quant.upper(), "F32") not in _IGNORES_IMATRIX
 
 
 def calibration_refusal(quant: str) -> str | None:
@@ -33,28 +40,84 @@ def calibration_refusal(quant: str) -> str | None:
             "k-quants, IQ types and Q4_0..Q5_1 only)")
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """An export's importance matrix, its manifest facts, and the token chunks it was computed from (which
+    a mix, exporters/gguf/mix.py, also measures sensitivity on)."""
+
+    matrix: ImportanceMatrix
+    facts: dict[str, Any]
+    chunks: list[list[int]]
+
+
+def export_imatrix(model_dir: Path, gguf: Path, out_dir: Path, quant: str, options: dict[str, Any],
+                   report: Callable[[str], None] = lambda _m: None) -> Calibration | None:
+    """The importance matrix a ``quant`` export uses, or None: from ``--calibration-data`` when given, else
+    (unless ``options['self_calibration']`` is False) from text the model writes itself, sampled from
+    ``gguf`` (the unquantized intermediate file)."""
+    if options.get("calibration_data") is not None:
+        return compute_imatrix(model_dir, out_dir, options, report)
+    if uses_imatrix(quant) and self_calibrates(options):
+        return generated_imatrix(model_dir, gguf, out_dir, options, report)
+    return None
+
+
+def self_calibrates(options: dict[str, Any]) -> bool:
+    """Whether an export without calibration text computes its matrix from generated text (the default)."""
+    return options.get("calibration_data") is None and bool(options.get("self_calibration", SELF_CALIBRATION_DEFAULT))
+
+
+def _chunk_size(model_dir: Path) -> int:
+    from edgeopt.model_spec import load_model_spec
+    from exporters.gguf.imatrix_collect import CHUNK_SIZE
+
+    return min(CHUNK_SIZE, load_model_spec(str(model_dir)).max_position_embeddings)
+
+
+def _store(matrix: ImportanceMatrix, out_dir: Path, token_chunks: list[list[int]], facts: dict[str, Any]) -> dict[str, Any]:
+    """Write ``out_dir/imatrix.gguf``; the manifest facts describing it."""
+    from edgeopt.bundle import sha256_file
+    from exporters.gguf.imatrix_file import write_imatrix
+
+    write_imatrix(out_dir / IMATRIX_FILE, matrix)
+    return {"file": IMATRIX_FILE, "sha256": sha256_file(out_dir / IMATRIX_FILE), **facts,
+            "tokens": sum(len(c) for c in token_chunks), "chunks": matrix.chunk_count,
+            "chunk_size": matrix.chunk_size, "tensors": len(matrix.sums)}
+
+
 def compute_imatrix(model_dir: Path, out_dir: Path, options: dict[str, Any],
-                    report: Callable[[str], None] = lambda _m: None) -> tuple[Any, dict[str, Any]]:
-    """(matrix, manifest facts) from ``options['calibration_data']``; writes ``out_dir/imatrix.gguf``."""
+                    report: Callable[[str], None] = lambda _m: None) -> Calibration:
+    """The matrix of ``options['calibration_data']``; writes ``out_dir/imatrix.gguf``."""
     from edgeopt.bundle import sha256_file
     from edgeopt.textfile import read_text_file
-    from edgeopt.model_spec import load_model_spec
-    from exporters.gguf.imatrix_collect import CHUNK_SIZE, chunks, collect_imatrix, tokenize_text
-    from exporters.gguf.imatrix_file import write_imatrix
+    from exporters.gguf.imatrix_collect import chunks, collect_imatrix, tokenize_text
 
     text_path = Path(options["calibration_data"])
     text = read_text_file(text_path, "calibration data", "--calibration-data", ConfigError)
     ids, bos = tokenize_text(model_dir, text)
-    chunk_size = min(CHUNK_SIZE, load_model_spec(str(model_dir)).max_position_embeddings)
-    token_chunks = chunks(ids, bos, chunk_size, max_chunks=int(options.get("calibration_chunks") or DEFAULT_CHUNKS))
+    token_chunks = chunks(ids, bos, _chunk_size(model_dir),
+                          max_chunks=int(options.get("calibration_chunks") or DEFAULT_CHUNKS))
     if not token_chunks:
         raise ConfigError(f"calibration data {text_path} gives {len(ids)} tokens, too few for an importance matrix",
                           "give a text of at least a few thousand words like what the model will see")
     source = options.get("calibration_source") or text_path.name
     matrix = collect_imatrix(model_dir, token_chunks, [source], report)
-    write_imatrix(out_dir / IMATRIX_FILE, matrix)
-    facts = {"file": IMATRIX_FILE, "sha256": sha256_file(out_dir / IMATRIX_FILE), "source": source,
-             "text_sha256": options.get("calibration_sha256") or sha256_file(text_path),
-             "tokens": sum(len(c) for c in token_chunks), "chunks": matrix.chunk_count,
-             "chunk_size": matrix.chunk_size, "tensors": len(matrix.sums)}
-    return matrix, facts
+    facts = {"source": source, "text_sha256": options.get("calibration_sha256") or sha256_file(text_path)}
+    return Calibration(matrix, _store(matrix, out_dir, token_chunks, facts), token_chunks)
+
+
+def generated_imatrix(model_dir: Path, gguf: Path, out_dir: Path, options: dict[str, Any],
+                      report: Callable[[str], None] = lambda _m: None) -> Calibration:
+    """The matrix of text sampled from ``gguf`` (exporters/gguf/self_calibration.py)."""
+    from exporters.gguf.imatrix_collect import collect_imatrix
+    from exporters.gguf.self_calibration import DEFAULT_CHUNKS as GENERATED_CHUNKS
+    from exporters.gguf.self_calibration import generate_calibration
+
+    text = generate_calibration(gguf, chunks=int(options.get("calibration_chunks") or GENERATED_CHUNKS),
+                                chunk_size=_chunk_size(model_dir), threads=options.get("threads"),
+                                report=report)
+    matrix = collect_imatrix(model_dir, text.chunks, [text.source], report)
+    facts = {"source": text.source, "tokens_sha256": text.sha256(),
+             "generated": {"seed": text.seed, "temperature": text.temperature, "min_p": text.min_p,
+                           "prompts": text.prompts, "seconds": text.seconds}}
+    return Calibration(matrix, _store(matrix, out_dir, text.chunks, facts), text.chunks)

@@ -8,8 +8,9 @@ from typing import Any
 from edgeopt.errors import ConfigError
 
 from exporters import ExportResult, Exporter
-from exporters.gguf.calibration import calibration_refusal, compute_imatrix
-from exporters.gguf.quant_types import FILE_TYPES
+from exporters.gguf.calibration import calibration_refusal, export_imatrix, self_calibrates, uses_imatrix
+from exporters.gguf.mix import export_mix
+from exporters.gguf.quant_types import MIX, QUANTS
 from exporters.gguf.quant_report import summary_lines
 from exporters.gguf.quantize import check_quant, quantize_gguf
 from exporters.gguf.tokenizer_check import check_gguf_tokenizer
@@ -27,24 +28,35 @@ def _intermediate_type(model_dir: Path) -> str:
 
 class GGUFExporter(Exporter):
     format = "gguf"
-    quants = tuple(FILE_TYPES)
+    quants = QUANTS
     # 1: details record the tensor type mix and the quantizer's fallbacks; 2: calibration text becomes an
-    # importance matrix (imatrix.gguf in the bundle), and the vocabulary is checked against tokenizer.json
-    cache_version = 2
+    # importance matrix (imatrix.gguf in the bundle), and the vocabulary is checked against tokenizer.json;
+    # 3: without calibration text, types that use a matrix get one from text the model writes itself;
+    # --quant MIX (per-tensor types by measured sensitivity)
+    cache_version = 3
 
     def calibration_refusal(self, quant: str) -> str | None:
         return calibration_refusal(quant)
 
+    def check_options(self, quant: str, options: dict[str, Any]) -> None:
+        if quant == MIX and options.get("calibration_data") is None and not self_calibrates(options):
+            raise ConfigError("--quant MIX measures what each tensor's type costs on calibration text, and there "
+                              "is none: no --calibration-data and self-calibration is off",
+                              "pass --calibration-data FILE (text like what the model will see)")
+
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         """Write ``out_dir/model.gguf``; ``options`` may carry ``threads`` and ``calibration_data`` (a text
-        file the importance matrix is computed from, written beside the model as imatrix.gguf)."""
+        file the importance matrix is computed from, written beside the model as imatrix.gguf). Without it the
+        matrix comes from text sampled from the model, unless ``self_calibration`` is False."""
         quant = quant.upper()
         calibrated = options.get("calibration_data") is not None
         refusal = calibration_refusal(quant) if calibrated else None
         if refusal:
             raise ConfigError(f"--calibration-data cannot be used here: {refusal}",
                               "drop --calibration-data, or choose a type that uses it (e.g. Q4_K_M, IQ4_XS)")
-        check_quant(quant, calibrated)  # reject before any work
+        self.check_options(quant, options)
+        if quant != MIX:
+            check_quant(quant, calibrated or (uses_imatrix(quant) and self_calibrates(options)))  # before any work
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / MODEL_FILE
         # Each GGUF is checked against the checkpoint's tokenizer before any further work (self-check).
@@ -56,13 +68,17 @@ class GGUFExporter(Exporter):
             try:
                 details = convert_checkpoint(Path(model_dir), intermediate, _intermediate_type(Path(model_dir)))
                 details |= check_gguf_tokenizer(intermediate, Path(model_dir))
-                imatrix, facts = compute_imatrix(Path(model_dir), out_dir, options) if calibrated else (None, None)
-                details |= quantize_gguf(intermediate, target, quant, threads=int(options.get("threads", 2)),
-                                         imatrix=imatrix)
+                calibration = export_imatrix(Path(model_dir), intermediate, out_dir, quant, options)
+                if quant == MIX:
+                    assert calibration is not None  # check_options: MIX always has calibration text
+                    details |= export_mix(Path(model_dir), intermediate, target, calibration, options)
+                else:
+                    details |= quantize_gguf(intermediate, target, quant, threads=int(options.get("threads", 2)),
+                                             imatrix=calibration.matrix if calibration else None)
             finally:
                 intermediate.unlink(missing_ok=True)
-            if facts is not None:
-                details["imatrix"] = facts
+            if calibration is not None:
+                details["imatrix"] = calibration.facts
         details["gguf_bytes"] = target.stat().st_size
         return ExportResult(model_file=MODEL_FILE, quant=quant, runtime=self.runtime, details=details)
 

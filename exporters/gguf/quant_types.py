@@ -34,6 +34,12 @@ FILE_TYPES = {
     "IQ1_M": "IQ1_M", "IQ1_S": "IQ1_S", "TQ1_0": "TQ1_0", "TQ2_0": "TQ2_0",
 }
 
+# MIX: per-tensor types chosen by measured sensitivity to fit a size (exporters/gguf/mix.py); without a
+# size it is made at Q4_K_M's, so that is what the planner counts for it.
+MIX = "MIX"
+MIX_DEFAULT_SIZE_OF = "Q4_K_M"
+QUANTS = (*FILE_TYPES, MIX)
+
 # llama_ftype enum values (llama.h): one table, beside the GGUF reader that names a file's type by it.
 FTYPE_IDS = GGUF_FTYPE_IDS
 
@@ -110,6 +116,8 @@ def _ffn_down_type(base: str, ftype: str, layer: int, n_layers: int) -> str:
         return "Q6_K"
     if ftype == "Q4_K_S" and layer < n_layers // 8:
         return "Q5_K"
+    if ftype in ("Q4_0", "Q5_0") and layer < n_layers // 8:  # llama.cpp's rule when a matrix is given,
+        return "Q4_1" if ftype == "Q4_0" else "Q5_1"  # and edgeopt gives one by default (self-calibration)
     return base
 
 
@@ -172,7 +180,10 @@ _BYTES_PER_TENSOR = 96
 
 def estimate_gguf_bytes(spec: ModelSpec, ftype: str) -> int:
     """Predicted size of the GGUF file: tensor data plus metadata (the vocabulary dominates that)."""
-    tensors = spec.tensors()
-    data = sum(tensor_bytes(t, tensor_type(t, ftype, spec)) for t in tensors)
-    metadata = _HEADER_BYTES + spec.vocab_size * _BYTES_PER_TOKEN + len(tensors) * _BYTES_PER_TENSOR
-    return data + metadata
+    if ftype == MIX:
+        ftype = MIX_DEFAULT_SIZE_OF
+    return sum(tensor_bytes(t, tensor_type(t, ftype, spec)) for t in spec.tensors()) + metadata_bytes(spec)
+
+
+def metadata_bytes(spec: ModelSpec) -> int:
+    return _HEADER_BYTES + spec.vocab_size * _BYTES_PER_TOKEN + len(spec.tensors()) * _BYTES_PER_TENSOR

@@ -10,6 +10,7 @@ one are refused up front when there is none.
 from __future__ import annotations
 
 import ctypes
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,9 +42,26 @@ def check_quant(quant: str, has_imatrix: bool = True) -> int:
     return ftype
 
 
-def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2,
-                  imatrix: ImportanceMatrix | None = None) -> dict[str, Any]:
-    """Write ``dst`` quantized to ``quant`` from the unquantized GGUF ``src``; return facts for the manifest."""
+def tensor_overrides(types: dict[str, str]) -> ctypes.Array:
+    """llama.cpp's tensor type overrides (llama-quantize --tensor-type) for exact tensor names: a C array of
+    (regex, ggml type) ended by a null pattern. The caller keeps it alive until the quantizer returns."""
+    import gguf
+    import llama_cpp
+
+    entries = (llama_cpp.llama_model_tensor_override * (len(types) + 1))()
+    for entry, (name, ttype) in zip(entries, sorted(types.items())):
+        entry.pattern = ("^" + re.escape(name) + "$").encode()
+        entry.type = int(gguf.GGMLQuantizationType[ttype])
+    return entries
+
+
+def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2, imatrix: ImportanceMatrix | None = None,
+                  types: dict[str, str] | None = None) -> dict[str, Any]:
+    """Write ``dst`` quantized to ``quant`` from the unquantized GGUF ``src``; return facts for the manifest.
+
+    ``types`` ({tensor name: ggml type}) fixes those tensors' types and makes every other quantized tensor
+    ``quant``'s base type (no mix rules): how a per-tensor mix (exporters/gguf/mix.py) is written. A type
+    whose block does not divide a tensor's rows still falls back as llama.cpp decides."""
     ftype = check_quant(quant, imatrix is not None)
     import llama_cpp
 
@@ -58,6 +76,10 @@ def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2,
     weights = QuantizerImatrix(imatrix) if imatrix is not None else None  # alive until the call returns
     if weights is not None:
         params.imatrix = weights.pointer()
+    overrides = tensor_overrides(types) if types is not None else None  # alive until the call returns
+    if overrides is not None:
+        params.pure = True
+        params.tt_overrides = ctypes.cast(overrides, ctypes.POINTER(type(overrides[0])))
     started = time.perf_counter()
     with captured_llama_log() as llama_log:  # a line or two per tensor: summarized, full with --verbose
         status = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))

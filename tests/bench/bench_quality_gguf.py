@@ -66,13 +66,16 @@ def llama_f16(checkpoint: Path, out: Path) -> Path:
     return out if out.is_file() else convert_with_reference(checkpoint, out, "f16")
 
 
-def edgeopt_gguf(checkpoint: Path, out: Path, quant: str, calibration: Path | None, chunks: int) -> Path:
+def edgeopt_gguf(checkpoint: Path, out: Path, quant: str, calibration: Path | None, chunks: int,
+                 size: int | None = None) -> Path:
     from edgeopt.pipeline import OptimizeOptions, run_optimize
     from exporters.onnx.options import onnx_export_options
 
     options = onnx_export_options(calibration_data=calibration)
     if calibration is not None:
         options["calibration_chunks"] = chunks
+    if size is not None:  # --quant MIX --size: each tensor's type chosen to fit it
+        options["mix_size_bytes"] = size
     run_optimize(OptimizeOptions(model=str(checkpoint), output=out, format="gguf", quant=quant, evaluate=False,
                                  force=True, export_options=options), report=lambda _m: None)
     return out / "model.gguf"
@@ -97,6 +100,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--eval-chunks", type=int, default=40)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quants", default="Q4_K_M,IQ4_XS,Q3_K_M")
+    parser.add_argument("--no-mix", dest="mix", action="store_false",
+                        help="leave out edgeopt's --quant MIX row (minutes: a quantization and a scoring per group)")
     args = parser.parse_args(argv)
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
@@ -129,6 +134,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         if quant == "Q4_K_M":  # llama-quantize reads the imatrix.gguf edgeopt stores in the bundle
             files["llama.cpp with edgeopt's imatrix.gguf Q4_K_M"] = llama_quant(quant, bundle / "imatrix.gguf",
                                                                                 "llama-edgeopt-im-q4_k_m")
+            if args.mix:  # the measured per-tensor mix, made to llama.cpp's imatrix Q4_K_M's exact size
+                size = files["llama.cpp imatrix Q4_K_M"].stat().st_size
+                files["edgeopt --quant MIX at Q4_K_M's size"] = edgeopt_gguf(
+                    checkpoint, work / "edgeopt-mix", "MIX", calibration, args.calib_chunks, size=size)
     results = {name: kld_stats(tools, base, path, args.threads) | {"bytes": path.stat().st_size}
                for name, path in files.items()}
 
@@ -143,6 +152,12 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         verdict = "met" if ours["kld"] <= theirs["kld"] and abs(size - 1) <= 0.01 else "NOT met"
         print(f"target (edgeopt Q4_K_M KLD <= llama.cpp imatrix Q4_K_M KLD at size +-1%): {verdict} "
               f"(KLD {ours['kld']:.4f} vs {theirs['kld']:.4f}, size ratio {size:.4f})")
+    if "edgeopt --quant MIX at Q4_K_M's size" in results:
+        mix, theirs = results["edgeopt --quant MIX at Q4_K_M's size"], results["llama.cpp imatrix Q4_K_M"]
+        ratio, size = mix["kld"] / theirs["kld"], mix["bytes"] / theirs["bytes"]
+        verdict = "met" if ratio <= 0.85 and size <= 1.0 else "NOT met"
+        print(f"target (edgeopt MIX KLD <= 0.85x llama.cpp imatrix Q4_K_M KLD, no larger): {verdict} "
+              f"(KLD ratio {ratio:.3f}, size ratio {size:.4f})")
     print(f"took {time.perf_counter() - started:.0f} s")
     return results
 

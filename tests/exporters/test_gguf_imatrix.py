@@ -1,5 +1,6 @@
-"""Importance matrices: computed by edgeopt from calibration text, stored in llama.cpp's GGUF imatrix
-format, handed to llama.cpp's quantizer, recorded in the manifest; refused where nothing would use them."""
+"""Importance matrices: computed by edgeopt from calibration text (or, without it, from text the model
+writes itself: tests/exporters/test_self_calibration.py), stored in llama.cpp's GGUF imatrix format, handed
+to llama.cpp's quantizer, recorded in the manifest; refused where nothing would use them."""
 
 from __future__ import annotations
 
@@ -84,16 +85,22 @@ def test_calibration_data_is_refused_where_the_format_cannot_use_it(fmt: str, qu
     assert not (tmp_path / "b").exists()
 
 
-def test_types_that_need_a_matrix_are_made_with_calibration_text(tiny_model_factory, tiny_tokenizer_dir: Path,
-                                                                 tiny_calibration: Path, tmp_path: Path):
+def test_types_that_need_a_matrix_are_made_with_calibration_or_generated_text(tiny_model_factory,
+                                                                              tiny_tokenizer_dir: Path,
+                                                                              tiny_calibration: Path, tmp_path: Path):
     from exporters.gguf.exporter import GGUFExporter
 
     from tests.fixtures.tiny_models import build_tiny_model
 
     model = build_tiny_model(tmp_path / "m", "llama-gqa", tiny_tokenizer_dir, hidden_size=256,
                              intermediate_size=512, num_layers=2)
-    with pytest.raises(ConfigError, match="--calibration-data"):
-        GGUFExporter().export(model, tmp_path / "plain", "IQ2_M", {})
+    with pytest.raises(ConfigError, match="--calibration-data"):  # no text, and self-calibration turned off
+        GGUFExporter().export(model, tmp_path / "plain", "IQ2_M", {"self_calibration": False})
     result = GGUFExporter().export(model, tmp_path / "iq", "IQ2_M",
                                    {"calibration_data": str(tiny_calibration), "calibration_chunks": 2})
     assert (tmp_path / "iq" / result.model_file).stat().st_size > 0 and result.details["imatrix"]["chunks"] == 2
+    assert result.details["imatrix"]["source"] == "calibration.txt"
+    # Without calibration text (the default) the matrix comes from text the model writes itself.
+    result = GGUFExporter().export(model, tmp_path / "gen", "IQ2_M", {"calibration_chunks": 2})
+    assert (tmp_path / "gen" / result.model_file).stat().st_size > 0
+    assert result.details["imatrix"]["source"] == "generated: 1024 tokens from 2 seed prompts"

@@ -1,0 +1,107 @@
+"""What each tensor's type would cost in quality, measured two ways and combined.
+
+1. **Weighted rounding error, per tensor and type** (cheap, exact): the tensor quantized by llama.cpp to
+   each palette type, de-quantized, compared with the unquantized file: sum over rows and columns of
+   ``importance[column] x (w - w_q)^2``, the importance being the matrix's mean x^2 (what llama.cpp's
+   quantizer itself minimises; 1 for a tensor the matrix does not cover). It ranks types within a tensor
+   and tensors within a group, but not how much a layer's error moves the output.
+2. **Measured KL, per group** (a forward pass each): the model with every tensor at Q8_0 except one group
+   (a tensor role in a band of layers) at its smallest type, scored on calibration text against the
+   unquantized model. The KL the group adds, divided by the weighted error it added, converts that
+   group's errors into KL.
+
+So a tensor's predicted cost at a type is ``scale[group] x error[tensor][type]``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgeopt.errors import ExportError
+
+_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
+
+
+@dataclass(frozen=True)
+class QuantizedTensor:
+    name: str
+    row_length: int
+    weights: int
+
+
+def quantized_tensors(reference_file: Path, reference_type: str) -> list[QuantizedTensor]:
+    """The tensors llama.cpp quantized in a file made at ``reference_type`` everywhere (norms and other
+    tensors it keeps in float are not part of any mix)."""
+    from gguf import GGUFReader
+
+    return [QuantizedTensor(t.name, int(t.shape[0]), int(t.n_elements)) for t in GGUFReader(reference_file).tensors
+            if t.tensor_type.name == reference_type]
+
+
+def group_of(name: str, n_layers: int, bands: int) -> str:
+    """``blk.12.attn_v.weight`` -> ``attn_v.weight@12-17`` (its role in a band of layers); other tensors
+    (embeddings, output) are a group of their own."""
+    found = _BLOCK.match(name)
+    if found is None:
+        return name
+    layer, role = int(found.group(1)), found.group(2)
+    size = -(-n_layers // bands)
+    first = layer // size * size
+    return f"{role}@{first}-{min(first + size, n_layers) - 1}"
+
+
+def weighted_errors(source: Path, typed_files: dict[str, Path], tensors: Iterable[QuantizedTensor],
+                    importance: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """{tensor: {type: weighted squared rounding error}} for every type whose file holds the tensor at it."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    wanted = {t.name for t in tensors}
+    originals = {t.name: t for t in GGUFReader(source).tensors if t.name in wanted}
+    errors: dict[str, dict[str, float]] = {name: {} for name in wanted}
+    for ttype, path in typed_files.items():
+        for tensor in GGUFReader(path).tensors:
+            if tensor.name not in wanted or tensor.tensor_type.name != ttype:
+                continue  # this file kept it at another type (a fallback, or not its palette)
+            original = originals[tensor.name]
+            diff = dequantize(tensor.data, tensor.tensor_type) - dequantize(original.data, original.tensor_type)
+            weights = importance.get(tensor.name)
+            squared = np.square(diff, dtype=np.float64).sum(axis=0)  # per column
+            errors[tensor.name][ttype] = float(squared @ weights if weights is not None else squared.sum())
+    return errors
+
+
+class ReferenceDistribution:
+    """The unquantized model's next-token distributions on the calibration chunks, kept to score others."""
+
+    def __init__(self, scorer: object, chunks: list[list[int]]) -> None:
+        self.chunks = chunks
+        self._probs: list[np.ndarray] = []
+        self._neg_entropy: list[np.ndarray] = []
+        for chunk in chunks:
+            logp = _log_softmax(scorer.score(chunk))  # type: ignore[attr-defined]
+            probs = np.exp(logp)
+            self._probs.append(probs)
+            self._neg_entropy.append((probs * logp).sum(axis=1))
+
+    def mean_kl(self, scorer: object) -> float:
+        """Mean KL(reference || candidate) per token over every chunk."""
+        total, count = 0.0, 0
+        for chunk, probs, neg_entropy in zip(self.chunks, self._probs, self._neg_entropy):
+            logq = _log_softmax(scorer.score(chunk))  # type: ignore[attr-defined]
+            kl = neg_entropy - (probs * logq).sum(axis=1)
+            total += float(kl.sum())
+            count += len(kl)
+        if count == 0:
+            raise ExportError("no calibration tokens to measure sensitivity on", "give a longer --calibration-data")
+        return total / count
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
