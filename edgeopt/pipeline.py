@@ -125,13 +125,17 @@ def sized_quant(fmt: str, asked_quant: str | None, size_bytes: int) -> str:
 
 
 def _check_calibration_use(fmt: str, quant: str, export_options: dict[str, Any]) -> None:
-    """--calibration-data is refused, before any work, where the chosen format and quant would not use it."""
-    data = export_options.get("calibration_data")
-    if data is None:
-        return
+    """--calibration-data and --no-self-calibration are refused, before any work, where the chosen format and
+    quant would not use calibration text."""
     from exporters import get_exporter
 
+    data = export_options.get("calibration_data")
     reason = get_exporter(fmt).calibration_refusal(quant)
+    if export_options.get("self_calibration") is False and reason:
+        raise ConfigError(f"--no-self-calibration changes nothing with --format {fmt} --quant {quant}: {reason}",
+                          "drop --no-self-calibration")
+    if data is None:
+        return
     if reason:
         raise ConfigError(f"--calibration-data {data} cannot be used with --format {fmt} --quant {quant}: {reason}",
                           "drop --calibration-data, or choose a quant that uses it (gguf Q4_K_M, IQ4_XS, ...; "

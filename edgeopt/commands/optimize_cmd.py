@@ -14,6 +14,7 @@ from edgeopt.commands.plan_cmd import print_plan
 from edgeopt.model_spec import load_model_spec
 from edgeopt.passes.options import compression_passes
 from edgeopt.pipeline import OptimizeOptions, check_format, resolve, run_optimize
+from exporters.gguf.options import gguf_export_options
 from exporters.onnx.options import onnx_export_options
 
 
@@ -55,6 +56,7 @@ def optimize(
     int4_mix: Annotated[Optional[str], typer.Option("--int4-mix", help="onnx --quant int4: sensitive-int8 (v/o/down projections and an untied lm_head in INT8, as llama.cpp's Q4_K_M gives them more bits; default) or uniform (INT4 everywhere).")] = None,
     int4_algorithm: Annotated[Optional[str], typer.Option("--int4-algorithm", help="onnx --quant int4: rtn (round to nearest, int8 compute; default) or hqq (optimised scales and float zero points, fp32 compute; minutes per 100M weights).")] = None,
     size: Annotated[Optional[str], typer.Option("--size", help="GGUF: the file size to fit (e.g. 90MiB); each tensor's type is chosen by its measured effect on the calibration text (--quant MIX; needs --calibration-data). Without it, MIX is made at Q4_K_M's size.")] = None,
+    self_calibration: Annotated[bool, typer.Option("--self-calibration/--no-self-calibration", help="GGUF without --calibration-data: compute the importance matrix of k-quants, IQ types and MIX from text the model writes itself (default; about a minute for a 135M model), or quantize without one as llama.cpp does without --imatrix.")] = True,
     keep_fp: Annotated[Optional[list[str]], typer.Option("--keep-fp", help="Nodes kept in float (onnx): lm_head, embeddings or a node-name fragment; repeatable.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print llama.cpp's full quantization log (by default it is summarized in two lines and the manifest).")] = False,
 ) -> None:
@@ -69,7 +71,8 @@ def optimize(
                                                      distil_steps, fit),
                            export_options=onnx_export_options(calibration_data, calibration_method, int4_block_size,
                                                               keep_fp, int8_method, int4_mix, int4_algorithm)
-                           | ({"mix_size_bytes": parse_size(size, "--size")} if size is not None else {}))
+                           | gguf_export_options(parse_size(size, "--size") if size is not None else None,
+                                                 self_calibration))
     resolved = resolve(opts)
     print_plan(resolved.plan, load_model_spec(model).num_parameters)
     if resolved.fit_ratio is not None:

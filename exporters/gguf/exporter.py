@@ -39,6 +39,9 @@ class GGUFExporter(Exporter):
         return calibration_refusal(quant)
 
     def check_options(self, quant: str, options: dict[str, Any]) -> None:
+        if options.get("calibration_data") is not None and options.get("self_calibration") is False:
+            raise ConfigError("--no-self-calibration with --calibration-data: the matrix comes from the given text, "
+                              "so there is no self-written text to turn off", "drop --no-self-calibration")
         if quant == MIX and options.get("calibration_data") is None and not self_calibrates(options):
             raise ConfigError("--quant MIX measures what each tensor's type costs on calibration text, and there "
                               "is none: no --calibration-data and self-calibration is off",

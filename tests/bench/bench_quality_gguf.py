@@ -7,7 +7,9 @@ tokens): llama.cpp as ``llama-imatrix`` + ``llama-quantize --imatrix`` from the 
 edgeopt as ``edgeopt optimize --format gguf --quant Q --calibration-data TEXT``. Every file is scored by
 ``llama-perplexity --kl-divergence`` on the disjoint evaluation text (the odd sections) against llama.cpp's
 F16: mean KLD, PPL(Q)/PPL(F16), same top token, file size. One extra row quantizes with llama.cpp from
-edgeopt's stored imatrix.gguf, which shows llama-quantize reads the bundle's file.
+edgeopt's stored imatrix.gguf, which shows llama-quantize reads the bundle's file; another is edgeopt's
+``--quant MIX`` made to the exact size of llama.cpp's imatrix Q4_K_M (docs/gguf-mix.md; --no-mix leaves it
+out); edgeopt's Q4_K_M without --calibration-data computes its matrix from text the model writes itself.
 
 The tools are built once from the llama-cpp-python sdist (scripts/build_llama_tools.sh). Run it alone
 (heavy): ``flock /work/wt/heavy.lock .venv/bin/python tests/bench/bench_quality_gguf.py [--eval-chunks 40]``
@@ -126,7 +128,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     for quant in args.quants.split(","):
         if quant == "Q4_K_M":
             files["llama.cpp Q4_K_M"] = llama_quant(quant, None, "llama-q4_k_m")
-            files["edgeopt Q4_K_M"] = edgeopt_gguf(checkpoint, work / "edgeopt-q4_k_m", quant, None, 0)
+            files["edgeopt Q4_K_M, no calibration text (self-written)"] = edgeopt_gguf(
+                checkpoint, work / "edgeopt-q4_k_m", quant, None, 0)
         files[f"llama.cpp imatrix {quant}"] = llama_quant(quant, llama_imatrix, f"llama-im-{quant.lower()}")
         bundle = work / f"edgeopt-cal-{quant.lower()}"
         files[f"edgeopt --calibration-data {quant}"] = edgeopt_gguf(checkpoint, bundle, quant, calibration,

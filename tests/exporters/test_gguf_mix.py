@@ -48,7 +48,7 @@ def test_a_mix_fits_its_size_and_holds_the_types_it_records(two_palette_model: P
 
     out = tmp_path / "bundle"
     # Halfway between every tensor at its smallest type and every tensor at Q8_0: a real choice to make.
-    manifest = optimize(two_palette_model, tmp_path / "q8", None, quant="Q8_0", self_calibration=False)
+    manifest = optimize(two_palette_model, tmp_path / "q8", None, quant="Q8_0")
     reader_q8 = gguf.GGUFReader(tmp_path / "q8" / manifest.model_file)
     quantized = [t for t in reader_q8.tensors if t.tensor_type.name == "Q8_0"]
     smallest = sum(type_bytes(palette(int(t.shape[0]))[0], int(t.n_elements)) for t in quantized)
