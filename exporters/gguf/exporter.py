@@ -86,4 +86,13 @@ class GGUFExporter(Exporter):
         return ExportResult(model_file=MODEL_FILE, quant=quant, runtime=self.runtime, details=details)
 
     def summary(self, details: dict[str, Any]) -> list[str]:
-        return summary_lines(details)
+        lines = []
+        if details.get("imatrix"):
+            facts = details["imatrix"]
+            text = "text the model wrote itself" if facts.get("generated") else facts["source"]
+            lines.append(f"importance matrix: {facts['tokens']} tokens of {text}, kept as {facts['file']}")
+        if details.get("mix"):
+            mix = details["mix"]
+            lines.append(f"mix: types chosen for {len(mix['types'])} tensors to fit {mix['budget_bytes'] / 2**20:.1f} MiB "
+                         f"(predicted KL {mix['predicted_kl']:.4g}; every group's measured KL in the manifest)")
+        return lines + summary_lines(details)
