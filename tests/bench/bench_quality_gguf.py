@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -95,6 +96,26 @@ def kld_stats(tools: Path, base: Path, model: Path, threads: int) -> dict[str, f
     return stats
 
 
+class Prepared(NamedTuple):
+    tools: Path  # llama.cpp's tools
+    checkpoint: Path  # SmolLM2-135M-Instruct
+    calibration: Path  # the calibration text (the evaluation text is scored into ``base``)
+    f16: Path  # llama.cpp's F16 of the checkpoint
+    base: Path  # its logits on the evaluation text, what --kl-divergence compares with
+
+
+def prepare(work: Path, eval_chunks: int, threads: int) -> Prepared:
+    """The tools, the real model, the texts, and llama.cpp's F16 scored on ``eval_chunks`` chunks of 512
+    evaluation tokens: what every row of a quality benchmark is measured against."""
+    tools, checkpoint = tool_dir(), ensure_smollm2_checkpoint()
+    calibration, evaluation = write_texts(work / "texts")
+    f16 = llama_f16(checkpoint, work / "llama-f16.gguf")
+    base = work / "f16.kld"
+    run([str(tools / "llama-perplexity"), "-m", str(f16), "-f", str(evaluation), "-c", "512", "-b", "512",
+         "--chunks", str(eval_chunks), "--kl-divergence-base", str(base), "-t", str(threads), "-nr"])
+    return Prepared(tools, checkpoint, calibration, f16, base)
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "edgeopt" / "bench-quality-gguf")
@@ -108,12 +129,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    tools, checkpoint = tool_dir(), ensure_smollm2_checkpoint()
-    calibration, evaluation = write_texts(work / "texts")
-    f16 = llama_f16(checkpoint, work / "llama-f16.gguf")
-    base = work / "f16.kld"
-    run([str(tools / "llama-perplexity"), "-m", str(f16), "-f", str(evaluation), "-c", "512", "-b", "512",
-         "--chunks", str(args.eval_chunks), "--kl-divergence-base", str(base), "-t", str(args.threads), "-nr"])
+    tools, checkpoint, calibration, f16, base = prepare(work, args.eval_chunks, args.threads)
     llama_imatrix = work / "llama-imatrix.gguf"
     run([str(tools / "llama-imatrix"), "-m", str(f16), "-f", str(calibration), "-c", "512", "-b", "512",
          "--chunks", str(args.calib_chunks), "-o", str(llama_imatrix), "-t", str(args.threads), "-nr"])

@@ -27,9 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.bench.bench_quality_gguf import cpu_model, kld_stats, llama_f16, run, tool_dir  # noqa: E402
-from tests.fixtures.english_texts import write_texts  # noqa: E402
-from tests.fixtures.smollm2 import ensure_smollm2_checkpoint  # noqa: E402
+from tests.bench.bench_quality_gguf import cpu_model, kld_stats, prepare  # noqa: E402
 
 SOURCES = ("none", "real text", "generated")
 
@@ -70,12 +68,7 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, str], dict]:
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    tools, checkpoint = tool_dir(), ensure_smollm2_checkpoint()
-    calibration, evaluation = write_texts(work / "texts")
-    f16 = llama_f16(checkpoint, work / "llama-f16.gguf")
-    base = work / "f16.kld"
-    run([str(tools / "llama-perplexity"), "-m", str(f16), "-f", str(evaluation), "-c", "512", "-b", "512",
-         "--chunks", str(args.eval_chunks), "--kl-divergence-base", str(base), "-t", str(args.threads), "-nr"])
+    tools, checkpoint, calibration, _f16, base = prepare(work, args.eval_chunks, args.threads)
 
     rows: dict[tuple[str, str], dict] = {}
     for quant in args.quants.split(","):
