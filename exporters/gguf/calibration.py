@@ -11,7 +11,9 @@ Without calibration text, the types that use a matrix get one from text the mode
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,7 +103,8 @@ def compute_imatrix(model_dir: Path, out_dir: Path, options: dict[str, Any],
         raise ConfigError(f"calibration data {text_path} gives {len(ids)} tokens, too few for an importance matrix",
                           "give a text of at least a few thousand words like what the model will see")
     source = options.get("calibration_source") or text_path.name
-    matrix = collect_imatrix(model_dir, token_chunks, [source], report)
+    with _torch_threads_left_free():
+        matrix = collect_imatrix(model_dir, token_chunks, [source], report)
     facts = {"source": source, "text_sha256": options.get("calibration_sha256") or sha256_file(text_path)}
     return Calibration(matrix, _store(matrix, out_dir, token_chunks, facts), token_chunks)
 
@@ -113,11 +116,37 @@ def generated_imatrix(model_dir: Path, gguf: Path, out_dir: Path, options: dict[
     from exporters.gguf.self_calibration import DEFAULT_CHUNKS as GENERATED_CHUNKS
     from exporters.gguf.self_calibration import generate_calibration
 
+    # options["threads"] is the quantizer's. Decoding always follows the load (threads=None): llama.cpp's
+    # threads spin at a barrier per operation, and 2 fixed threads beside a busy neighbour took 170 s for
+    # what the cores left free did in 7 s (runtimes/llama_cpp/threads.py).
     text = generate_calibration(gguf, chunks=int(options.get("calibration_chunks") or GENERATED_CHUNKS),
-                                chunk_size=_chunk_size(model_dir), threads=options.get("threads"),
-                                report=report)
-    matrix = collect_imatrix(model_dir, text.chunks, [text.source], report)
+                                chunk_size=_chunk_size(model_dir), threads=None, report=report)
+    with _torch_threads_left_free():
+        matrix = collect_imatrix(model_dir, text.chunks, [text.source], report)
     facts = {"source": text.source, "tokens_sha256": text.sha256(),
              "generated": {"seed": text.seed, "temperature": text.temperature, "min_p": text.min_p,
                            "prompts": text.prompts, "seconds": text.seconds}}
     return Calibration(matrix, _store(matrix, out_dir, text.chunks, facts), text.chunks)
+
+
+@contextmanager
+def _torch_threads_left_free() -> Iterator[None]:
+    """torch's CPU threads meet at barriers as llama.cpp's do: beside a busy neighbour on 2 cores the matrix
+    pass over SmolLM2-135M took 4-5x longer with 2 threads than with 1. So it runs on the cores other
+    processes leave free, measured once before it starts (runtimes/llama_cpp/threads.py's rule), and
+    torch's thread count is restored after."""
+    import torch
+
+    from profiles.host import OtherCpuLoad
+    from runtimes.llama_cpp.threads import PROBE_S, threads_for
+
+    before = torch.get_num_threads()
+    load = OtherCpuLoad()
+    time.sleep(PROBE_S)
+    others = load.read()
+    if others is not None:
+        torch.set_num_threads(threads_for(before, others))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
