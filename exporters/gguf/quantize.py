@@ -37,8 +37,8 @@ def check_quant(quant: str, has_imatrix: bool = True) -> int:
     ftype = llama_ftype(quant)
     if quant.upper() in NEEDS_IMATRIX and not has_imatrix:
         raise ConfigError(f"quant type {quant} needs an importance matrix, and none is computed for this export",
-                          "pass --calibration-data FILE (text like what the model will see), or choose Q4_K_M, "
-                          "Q3_K_M or Q2_K")
+                          "drop --no-self-calibration (the model then writes its own calibration text), pass "
+                          "--calibration-data FILE (text like what the model will see), or choose Q4_K_M, Q3_K_M or Q2_K")
     return ftype
 
 
