@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.errors import ExportError
+from edgeopt.eval_scorers import Scorer
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
@@ -79,21 +80,21 @@ def weighted_errors(source: Path, typed_files: dict[str, Path], tensors: Iterabl
 class ReferenceDistribution:
     """The unquantized model's next-token distributions on the calibration chunks, kept to score others."""
 
-    def __init__(self, scorer: object, chunks: list[list[int]]) -> None:
+    def __init__(self, scorer: Scorer, chunks: list[list[int]]) -> None:
         self.chunks = chunks
         self._probs: list[np.ndarray] = []
         self._neg_entropy: list[np.ndarray] = []
         for chunk in chunks:
-            logp = _log_softmax(scorer.score(chunk))  # type: ignore[attr-defined]
+            logp = _log_softmax(scorer.score(chunk))
             probs = np.exp(logp)
             self._probs.append(probs)
             self._neg_entropy.append((probs * logp).sum(axis=1))
 
-    def mean_kl(self, scorer: object) -> float:
+    def mean_kl(self, scorer: Scorer) -> float:
         """Mean KL(reference || candidate) per token over every chunk."""
         total, count = 0.0, 0
         for chunk, probs, neg_entropy in zip(self.chunks, self._probs, self._neg_entropy):
-            logq = _log_softmax(scorer.score(chunk))  # type: ignore[attr-defined]
+            logq = _log_softmax(scorer.score(chunk))
             kl = neg_entropy - (probs * logq).sum(axis=1)
             total += float(kl.sum())
             count += len(kl)
