@@ -27,7 +27,8 @@ from exporters.gguf.imatrix_file import ImportanceMatrix
 from exporters.gguf.mix_choose import Option, choose_types
 from exporters.gguf.mix_measure import (QuantizedTensor, ReferenceDistribution, group_of, quantized_tensors,
                                         weighted_errors)
-from exporters.gguf.mix_palette import PALETTE_TYPES, REFERENCE_TYPE, palette, smallest_mix_bytes, type_bytes
+from exporters.gguf.mix_palette import PALETTE_TYPES, REFERENCE_TYPE, palette, smallest_mix_bytes
+from exporters.gguf.quant_types import type_bytes
 from exporters.gguf.quantize import quantize_gguf
 
 DEFAULT_BANDS = 3  # layer bands per tensor role whose sensitivity is measured (30 layers: 10 a band)
@@ -113,8 +114,8 @@ def _errors_per_type(unquantized: Path, reference_file: Path, tensors: list[Quan
         path = reference_file if ttype == REFERENCE_TYPE else work / f"{ttype}.gguf"
         if path != reference_file:
             quantize_gguf(unquantized, path, REFERENCE_TYPE, threads, imatrix, types=members)
-        for name, by_type in weighted_errors(unquantized, {ttype: path}, tensors, importance).items():
-            errors[name] |= by_type
+        for name, error in weighted_errors(unquantized, ttype, path, members, importance).items():
+            errors[name][ttype] = error
         if path != reference_file:
             path.unlink()
     return errors

@@ -56,24 +56,24 @@ def group_of(name: str, n_layers: int, bands: int) -> str:
     return f"{role}@{first}-{min(first + size, n_layers) - 1}"
 
 
-def weighted_errors(source: Path, typed_files: dict[str, Path], tensors: Iterable[QuantizedTensor],
-                    importance: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
-    """{tensor: {type: weighted squared rounding error}} for every type whose file holds the tensor at it."""
+def weighted_errors(source: Path, ttype: str, typed_file: Path, names: Iterable[str],
+                    importance: dict[str, np.ndarray]) -> dict[str, float]:
+    """{tensor: weighted squared rounding error} for the tensors of ``names`` that ``typed_file`` holds at
+    ``ttype`` (one it kept at another type, a fallback, is left out)."""
     from gguf import GGUFReader
     from gguf.quants import dequantize
 
-    wanted = {t.name for t in tensors}
+    wanted = set(names)
     originals = {t.name: t for t in GGUFReader(source).tensors if t.name in wanted}
-    errors: dict[str, dict[str, float]] = {name: {} for name in wanted}
-    for ttype, path in typed_files.items():
-        for tensor in GGUFReader(path).tensors:
-            if tensor.name not in wanted or tensor.tensor_type.name != ttype:
-                continue  # this file kept it at another type (a fallback, or not its palette)
-            original = originals[tensor.name]
-            diff = dequantize(tensor.data, tensor.tensor_type) - dequantize(original.data, original.tensor_type)
-            weights = importance.get(tensor.name)
-            squared = np.square(diff, dtype=np.float64).sum(axis=0)  # per column
-            errors[tensor.name][ttype] = float(squared @ weights if weights is not None else squared.sum())
+    errors: dict[str, float] = {}
+    for tensor in GGUFReader(typed_file).tensors:
+        if tensor.name not in wanted or tensor.tensor_type.name != ttype:
+            continue
+        original = originals[tensor.name]
+        diff = dequantize(tensor.data, tensor.tensor_type) - dequantize(original.data, original.tensor_type)
+        weights = importance.get(tensor.name)
+        squared = np.square(diff, dtype=np.float64).sum(axis=0)  # per column
+        errors[tensor.name] = float(squared @ weights if weights is not None else squared.sum())
     return errors
 
 

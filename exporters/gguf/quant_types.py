@@ -167,8 +167,13 @@ def tensor_type(tensor: TensorInfo, ftype: str, spec: ModelSpec) -> str:
 
 
 def tensor_bytes(tensor: TensorInfo, ttype: str) -> int:
+    return type_bytes(ttype, tensor.numel)
+
+
+def type_bytes(ttype: str, weights: int) -> int:
+    """Bytes of ``weights`` values stored as ggml type ``ttype`` (whole blocks)."""
     block_bytes, block_size = BLOCK[ttype]
-    return tensor.numel // block_size * block_bytes
+    return weights // block_size * block_bytes
 
 
 # GGUF header cost. Per token: its string (8-byte length + ~7 bytes of text) and its type (4 bytes),

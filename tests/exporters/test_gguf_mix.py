@@ -12,7 +12,8 @@ import pytest
 
 from edgeopt.errors import ConfigError
 from edgeopt.pipeline import OptimizeOptions, run_optimize
-from exporters.gguf.mix_palette import palette, type_bytes
+from exporters.gguf.mix_palette import palette
+from exporters.gguf.quant_types import type_bytes
 from exporters.onnx.options import onnx_export_options
 
 
