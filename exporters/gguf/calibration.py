@@ -11,9 +11,7 @@ Without calibration text, the types that use a matrix get one from text the mode
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,12 +19,10 @@ from typing import Any
 from edgeopt.errors import ConfigError
 from exporters.gguf.imatrix_file import ImportanceMatrix
 from exporters.gguf.quant_types import FILE_TYPES, MIX
+from exporters.generated_text import self_calibrates
 
 IMATRIX_FILE = "imatrix.gguf"
 DEFAULT_CHUNKS = 32  # 16k tokens: llama.cpp's gains come from the first few thousand; CPU time grows linearly
-# Without calibration text, self-generated text's matrix gets 96-101% of real text's KL gain on
-# SmolLM2-135M (docs/gguf-importance-matrix.md, tests/bench/bench_self_calibration.py): on by default.
-SELF_CALIBRATION_DEFAULT = True
 _IGNORES_IMATRIX = frozenset({"F32", "F16", "BF16", "Q8_0", "TQ1_0", "TQ2_0"})
 
 
@@ -64,14 +60,9 @@ def export_imatrix(model_dir: Path, gguf: Path, out_dir: Path, quant: str, optio
     return None
 
 
-def self_calibrates(options: dict[str, Any]) -> bool:
-    """Whether an export without calibration text computes its matrix from generated text (the default)."""
-    return options.get("calibration_data") is None and bool(options.get("self_calibration", SELF_CALIBRATION_DEFAULT))
-
-
 def _chunk_size(model_dir: Path) -> int:
     from edgeopt.model_spec import load_model_spec
-    from exporters.gguf.imatrix_collect import CHUNK_SIZE
+    from exporters.input_energy import CHUNK_SIZE
 
     return min(CHUNK_SIZE, load_model_spec(str(model_dir)).max_position_embeddings)
 
@@ -92,7 +83,8 @@ def compute_imatrix(model_dir: Path, out_dir: Path, options: dict[str, Any],
     """The matrix of ``options['calibration_data']``; writes ``out_dir/imatrix.gguf``."""
     from edgeopt.bundle import sha256_file
     from edgeopt.textfile import read_text_file
-    from exporters.gguf.imatrix_collect import chunks, collect_imatrix, tokenize_text
+    from exporters.gguf.imatrix_collect import collect_imatrix
+    from exporters.input_energy import chunks, tokenize_text
 
     text_path = Path(options["calibration_data"])
     text = read_text_file(text_path, "calibration data", "--calibration-data", ConfigError)
@@ -103,8 +95,7 @@ def compute_imatrix(model_dir: Path, out_dir: Path, options: dict[str, Any],
         raise ConfigError(f"calibration data {text_path} gives {len(ids)} tokens, too few for an importance matrix",
                           "give a text of at least a few thousand words like what the model will see")
     source = options.get("calibration_source") or text_path.name
-    with _torch_threads_left_free():
-        matrix = collect_imatrix(model_dir, token_chunks, [source], report)
+    matrix = collect_imatrix(model_dir, token_chunks, [source], report)
     facts = {"source": source, "text_sha256": options.get("calibration_sha256") or sha256_file(text_path)}
     return Calibration(matrix, _store(matrix, out_dir, token_chunks, facts), token_chunks)
 
@@ -121,32 +112,8 @@ def generated_imatrix(model_dir: Path, gguf: Path, out_dir: Path, options: dict[
     # what the cores left free did in 7 s (runtimes/llama_cpp/threads.py).
     text = generate_calibration(gguf, chunks=int(options.get("calibration_chunks") or GENERATED_CHUNKS),
                                 chunk_size=_chunk_size(model_dir), threads=None, report=report)
-    with _torch_threads_left_free():
-        matrix = collect_imatrix(model_dir, text.chunks, [text.source], report)
+    matrix = collect_imatrix(model_dir, text.chunks, [text.source], report)
     facts = {"source": text.source, "tokens_sha256": text.sha256(),
              "generated": {"seed": text.seed, "temperature": text.temperature, "min_p": text.min_p,
                            "prompts": text.prompts, "seconds": text.seconds}}
     return Calibration(matrix, _store(matrix, out_dir, text.chunks, facts), text.chunks)
-
-
-@contextmanager
-def _torch_threads_left_free() -> Iterator[None]:
-    """torch's CPU threads meet at barriers as llama.cpp's do: beside a busy neighbour on 2 cores the matrix
-    pass over SmolLM2-135M took 4-5x longer with 2 threads than with 1. So it runs on the cores other
-    processes leave free, measured once before it starts (runtimes/llama_cpp/threads.py's rule), and
-    torch's thread count is restored after."""
-    import torch
-
-    from profiles.host import OtherCpuLoad
-    from runtimes.llama_cpp.threads import PROBE_S, threads_for
-
-    before = torch.get_num_threads()
-    load = OtherCpuLoad()
-    time.sleep(PROBE_S)
-    others = load.read()
-    if others is not None:
-        torch.set_num_threads(threads_for(before, others))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

@@ -8,7 +8,8 @@ from typing import Any
 from edgeopt.errors import ConfigError
 
 from exporters import ExportResult, Exporter
-from exporters.gguf.calibration import calibration_refusal, export_imatrix, self_calibrates, uses_imatrix
+from exporters.generated_text import self_calibrates
+from exporters.gguf.calibration import calibration_refusal, export_imatrix, uses_imatrix
 from exporters.gguf.mix import export_mix
 from exporters.gguf.quant_types import MIX, QUANTS
 from exporters.gguf.quant_report import summary_lines

@@ -1,93 +1,35 @@
-"""Calibration text the model writes itself: when no ``--calibration-data`` is given, an importance matrix
-is computed from text sampled from the unquantized GGUF the exporter already wrote.
+"""Calibration text the model writes itself, for a GGUF export: when no ``--calibration-data`` is given, an
+importance matrix is computed from text sampled from the unquantized GGUF the exporter already wrote
+(exporters/generated_text.py does the sampling).
 
 Why llama.cpp and not torch: sampling 4k tokens with transformers' ``generate`` took over 25 minutes on 2
 cores; the same sequences decoded together as one llama.cpp batch (one sequence id each, the serving
-runtime's own batched step) take well under a minute for a 135M model. Why seed prompts: unprompted, a
-small model tends to one register; openings of prose, code, dialogue, lists, letters and docs spread the
-activations over the kinds of text a user sends. Sampling (temperature, a min-p floor against the
-long tail of junk tokens, a fixed seed) is plain numpy over the runtime's logits, so the same GGUF and
-seed give the same tokens. End-of-generation tokens are never sampled: every chunk is
-``chunk_size`` tokens of text, as a chunk of real text would be.
+runtime's own batched step) take well under a minute for a 135M model.
 """
 
 from __future__ import annotations
 
-import hashlib
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import numpy as np
+from exporters.generated_text import (DEFAULT_CHUNKS, DEFAULT_SEED, MAX_PARALLEL, MIN_P, SEED_PROMPTS, TEMPERATURE,
+                                      GeneratedText, check_budget, sample_text)
 
-from edgeopt.errors import ConfigError
-
-if TYPE_CHECKING:
-    from runtimes.llama_cpp import LlamaCppRuntime
-
-# Plain-text openings of different kinds of writing (the instruct models edgeopt targets see all of them).
-SEED_PROMPTS = (
-    "The history of the old harbour town begins",
-    "def load_config(path):\n    \"\"\"Read the settings file and",
-    "\"Where were you last night?\" she asked.\n\"",
-    "Things to check before a long hike:\n1.",
-    "Question: Why does the sky look blue during the day?\nAnswer:",
-    "Dear team,\n\nThank you all for",
-    "## Installation\n\nTo install the package, run",
-    "In this recipe we will make a simple tomato soup. First,",
-)
-DEFAULT_CHUNKS = 8  # 8 x 512 tokens: what the measured figures in docs/gguf-importance-matrix.md used
-DEFAULT_SEED = 0
-TEMPERATURE = 0.9
-MIN_P = 0.02  # drop tokens under 2% of the likeliest one's probability (llama.cpp's min-p sampler)
-MAX_PARALLEL = 8  # sequences decoded together: one decode step reads the weights once for all of them
-
-
-@dataclass(frozen=True)
-class GeneratedText:
-    chunks: list[list[int]]  # token ids, each chunk one independent sequence (BOS first when the model adds one)
-    prompts: int  # distinct seed prompts the chunks start from
-    seed: int
-    temperature: float
-    min_p: float
-    seconds: float
-
-    @property
-    def tokens(self) -> int:
-        return sum(len(c) for c in self.chunks)
-
-    @property
-    def source(self) -> str:
-        """How the manifest names the calibration text."""
-        return f"generated: {self.tokens} tokens from {self.prompts} seed prompts"
-
-    def sha256(self) -> str:
-        """Hash of the token ids (int32, chunk after chunk): identifies the calibration text."""
-        digest = hashlib.sha256()
-        for chunk in self.chunks:
-            digest.update(np.asarray(chunk, dtype=np.int32).tobytes())
-        return digest.hexdigest()
+__all__ = ["DEFAULT_CHUNKS", "DEFAULT_SEED", "MAX_PARALLEL", "SEED_PROMPTS", "generate_calibration"]
 
 
 def generate_calibration(gguf: Path, chunks: int = DEFAULT_CHUNKS, chunk_size: int = 512, seed: int = DEFAULT_SEED,
                          threads: int | None = None, temperature: float = TEMPERATURE, min_p: float = MIN_P,
                          prompts: tuple[str, ...] = SEED_PROMPTS,
                          report: Callable[[str], None] = lambda _m: None) -> GeneratedText:
-    """Sample ``chunks`` sequences of ``chunk_size`` tokens from ``gguf``; sequence i starts from seed
-    prompt i mod len(prompts) (at most half a chunk of it). ``threads`` None: the cores other processes
-    leave free, re-measured while decoding (runtimes/llama_cpp/threads.py): with a busy neighbour on 2
-    cores, 2 fixed threads took 170 s for what 1 thread did in 7 s. The tokens did not change with the
+    """Sample ``chunks`` sequences of ``chunk_size`` tokens from ``gguf``. ``threads`` None: the cores other
+    processes leave free, re-measured while decoding (runtimes/llama_cpp/threads.py): with a busy neighbour on
+    2 cores, 2 fixed threads took 170 s for what 1 thread did in 7 s. The tokens did not change with the
     thread count (SmolLM2-135M, 1 and 2 threads): llama.cpp's CPU kernels give each row to one thread."""
     from edgeopt.kv_layout import stream_cells
     from runtimes.llama_cpp import load_gguf
 
-    if chunks < 1 or chunk_size < 16 or temperature <= 0 or not prompts:
-        raise ConfigError(f"self-calibration needs chunks >= 1, chunk_size >= 16, temperature > 0 and a seed prompt "
-                          f"(got chunks={chunks}, chunk_size={chunk_size}, temperature={temperature}, "
-                          f"{len(prompts)} prompts)", "pass calibration_chunks >= 1, or give --calibration-data")
-    started = time.perf_counter()
+    check_budget(chunks, chunk_size, temperature, prompts)
     parallel = min(chunks, MAX_PARALLEL)
     # load_gguf opens the model behind guard_amx_buffers (AMX weight buffers crash decoding on AMX CPUs).
     # One stream per sequence (chunk_size cells, rounded up as llama.cpp aligns streams): a decode token
@@ -96,45 +38,6 @@ def generate_calibration(gguf: Path, chunks: int = DEFAULT_CHUNKS, chunk_size: i
                         max_batch_tokens=max(512, parallel), threads=threads, context_length=chunk_size,
                         cache_slots=0, kv_layout="streams")
     try:
-        context = runtime.info.context_length
-        if context < chunk_size:
-            raise ConfigError(f"{gguf.name} holds {context} tokens per sequence, less than a chunk of {chunk_size}",
-                              "lower the chunk size to the model's context")
-        starts = [runtime.tokenizer.encode(p, add_special=True)[:chunk_size // 2] for p in prompts]
-        banned = np.array(sorted(runtime.info.eos_token_ids), dtype=np.int64)
-        rng = np.random.default_rng(seed)
-        out: list[list[int]] = []
-        for first in range(0, chunks, parallel):
-            group = [list(starts[i % len(starts)]) for i in range(first, min(first + parallel, chunks))]
-            out += _sample_group(runtime, group, chunk_size, rng, banned, temperature, min_p)
-            report(f"self-calibration: {len(out)}/{chunks} sequences of {chunk_size} tokens")
+        return sample_text(runtime, chunks, chunk_size, parallel, seed, temperature, min_p, prompts, report)
     finally:
         runtime.close()
-    return GeneratedText(chunks=out, prompts=min(len(prompts), chunks), seed=seed, temperature=temperature,
-                         min_p=min_p, seconds=round(time.perf_counter() - started, 2))
-
-
-def _sample_group(runtime: LlamaCppRuntime, sequences: list[list[int]], length: int, rng: np.random.Generator,
-                  banned: np.ndarray, temperature: float, min_p: float) -> list[list[int]]:
-    """Extend every sequence to ``length`` tokens: all prompts in one step, then one token each per step."""
-    from runtimes.base import StepInput
-
-    for slot in range(len(sequences)):
-        runtime.release(slot)  # the previous group's cells
-    batch = [StepInput(slot, list(seq), 0, want_logits=True) for slot, seq in enumerate(sequences)]
-    while batch:
-        for item, row in zip(batch, runtime.step(batch)):  # rows come back in batch order
-            sequences[item.slot].append(_sample(row, rng, banned, temperature, min_p))
-        batch = [StepInput(slot, [seq[-1]], len(seq) - 1, want_logits=True)
-                 for slot, seq in enumerate(sequences) if len(seq) < length]
-    return sequences
-
-
-def _sample(logits: np.ndarray, rng: np.random.Generator, banned: np.ndarray, temperature: float,
-            min_p: float) -> int:
-    scaled = logits.astype(np.float64) / temperature
-    scaled[banned] = -np.inf
-    probs = np.exp(scaled - scaled.max())
-    probs[probs < min_p * probs.max()] = 0.0
-    probs /= probs.sum()
-    return int(rng.choice(probs.size, p=probs))

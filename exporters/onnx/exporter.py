@@ -27,12 +27,26 @@ class ONNXExporter(Exporter):
     # 2: INT4 decoders are fused (RotaryEmbedding, SkipSimplifiedLayerNorm) first
     # 3: --quant int8 is weight-only (MatMulNBits) for decoders, fused first like INT4
     # 4: INT4 keeps v/o/down projections and an untied lm_head in INT8 (--int4-mix sensitive-int8)
-    cache_version = 4
+    # 5: INT4's blocks searched for, weighted by calibration text (--int4-algorithm weighted)
+    cache_version = 5
 
     def calibration_refusal(self, quant: str) -> str | None:
-        if quant == "int8-static":
+        if quant in ("int8-static", "int4"):
             return None
-        return f"ONNX {quant} is quantized without calibration text (only int8-static calibrates activations)"
+        return (f"ONNX {quant} is quantized without calibration text (int8-static calibrates activations, int4 "
+                "weighs its blocks by them)")
+
+    def check_options(self, quant: str, options: dict[str, Any]) -> None:
+        algorithm = options.get("int4_algorithm") or "weighted"
+        if quant == "int4" and algorithm != "weighted" and ("calibration_data" in options
+                                                            or options.get("self_calibration") is False):
+            flag = "--calibration-data" if "calibration_data" in options else "--no-self-calibration"
+            raise ConfigError(f"{flag} changes nothing with --int4-algorithm {algorithm}: only the weighted search "
+                              "uses calibration text", f"drop {flag}, or drop --int4-algorithm")
+        if quant == "int8-static" and options.get("self_calibration") is False:
+            raise ConfigError("--no-self-calibration changes nothing with --quant int8-static: its activation ranges "
+                              "come from --calibration-data or a built-in English text, never from generated text",
+                              "drop --no-self-calibration")
 
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         if quant not in self.quants:
@@ -64,7 +78,8 @@ class ONNXExporter(Exporter):
                 source = fp32
                 if kind == "causal-lm" and _uses_matmul_nbits(quant, kind, options):
                     source, details["fusion"] = _fused(fp32)
-                details["quantization"] = _quantize(source, final_dir / "model.onnx", quant, kind, model_dir, options)
+                details["quantization"] = _quantize(source, fp32, final_dir / "model.onnx", quant, kind, model_dir,
+                                                    options)
                 details.update(_quant_fidelity(kind, model_dir, fp32, final_dir / "model.onnx", final_dir))
         details.update(kind=kind, task=task, onnx_bytes=_onnx_bytes(final_dir))
         return ExportResult(model_file=f"{MODEL_SUBDIR}/model.onnx", quant=quant, runtime=self.runtime,
@@ -112,23 +127,41 @@ def _quant_fidelity(kind: str, model_dir: Path, fp32: Path, quantized: Path, fin
     return quantized_cosine(model_dir, fp32, quantized, load_pooling(final_dir))
 
 
-def _quantize(fp32: Path, dst: Path, quant: str, kind: str, model_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
+def _quantize(source: Path, fp32: Path, dst: Path, quant: str, kind: str, model_dir: Path,
+              options: dict[str, Any]) -> dict[str, Any]:
+    """Quantize ``source`` (the fused graph where fusion applied, else ``fp32``, the export) into ``dst``."""
     preset = q.isa_preset(options.get("cpu_isa"))
     keep_fp = list(options.get("keep_fp") or [])
     if quant == "int8" and int8_method(kind, options) == "weight-only":
-        info = q.quantize_weight_only_int8(fp32, dst, preset, keep_fp)
+        info = q.quantize_weight_only_int8(source, dst, preset, keep_fp)
     elif quant == "int8":
-        info = q.quantize_dynamic_int8(fp32, dst, preset, keep_fp)
+        info = q.quantize_dynamic_int8(source, dst, preset, keep_fp)
     elif quant == "int8-static":
-        info = _static(fp32, dst, kind, model_dir, preset, keep_fp, options)
+        info = _static(source, dst, kind, model_dir, preset, keep_fp, options)
     else:
-        info = q.quantize_int4(fp32, dst, preset, keep_fp, block_size=int(options.get("int4_block_size") or 32),
-                               symmetric=bool(options.get("int4_symmetric", True)),
-                               accuracy_level=options.get("int4_accuracy_level"),
-                               mix=options.get("int4_mix") or "sensitive-int8",
-                               algorithm=options.get("int4_algorithm") or "rtn")
+        info = _int4(source, fp32, dst, kind, model_dir, preset, keep_fp, options)
     q.check_quantized(dst, quant)
     return info
+
+
+def _int4(source: Path, fp32: Path, dst: Path, kind: str, model_dir: Path, preset: q.IsaPreset, keep_fp: list[str],
+          options: dict[str, Any]) -> dict[str, Any]:
+    """INT4; the weighted search first measures a decoder's activations on calibration text (or generated text,
+    sampled from the ``fp32`` export)."""
+    from exporters.onnx.int4_calibration import int4_calibration
+
+    algorithm = options.get("int4_algorithm") or "weighted"
+    calibration = None
+    if algorithm == "weighted" and kind == "causal-lm":
+        calibration = int4_calibration(model_dir, fp32, options)
+    elif algorithm == "weighted" and "calibration_data" in options:
+        raise ConfigError(f"--calibration-data is not used for an encoder's INT4 ({kind})",
+                          "drop --calibration-data: an encoder's blocks are weighted by their own weights")
+    info = q.quantize_int4(source, dst, preset, keep_fp, block_size=int(options.get("int4_block_size") or 32),
+                           accuracy_level=options.get("int4_accuracy_level"),
+                           mix=options.get("int4_mix") or "sensitive-int8", algorithm=algorithm,
+                           energy=calibration.energy if calibration else None)
+    return {**info, "calibration": calibration.facts} if calibration else info
 
 
 def _static(fp32: Path, dst: Path, kind: str, model_dir: Path, preset: q.IsaPreset, keep_fp: list[str],

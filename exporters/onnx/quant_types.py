@@ -4,7 +4,8 @@ Measured on optimum exports quantized by onnxruntime (see tests/exporters/test_o
 * the token embedding (a Gather) stays fp32 in every mode, and a tied lm_head shares it (no copy);
 * a decoder's INT8 (weight-only MatMulNBits, symmetric, blocks of 32) stores 8 bits plus one fp32 scale
   per block (INT4 keeps the INT4_INT8_ROLES projections so, exporters/onnx/quantize.py); an encoder's INT8 (dynamic) stores int8 plus, per output channel, an fp32 scale and an int8
-  zero point; INT4 MatMulNBits (symmetric, blocks of 32) stores 4 bits plus one fp32 scale per block;
+  zero point; INT4 MatMulNBits (asymmetric, blocks of 32) stores 4 bits plus one fp32 scale and a 4-bit zero
+  point per block (the zero points of a row packed two to a byte);
 * norms and biases stay fp32;
 * INT4 and INT8 decoders are fused first (exporters/onnx/fusion.py): RotaryEmbedding reads fp32 cos and sin
   tables of max_position_embeddings x head_dim / 2 each, shared by every layer;
@@ -34,7 +35,8 @@ def _linear_bytes(out_features: int, in_features: int, quant: str, encoder: bool
         return blocks * (INT4_BLOCK + 4.0)
     if quant in ("int8", "int8-static"):
         return numel + out_features * 5.0  # int8 weights + fp32 scale + int8 zero point per channel
-    return blocks * (INT4_BLOCK / 2 + 4.0)
+    zero_point_bytes = out_features * -(-(blocks // out_features) // 2)
+    return blocks * (INT4_BLOCK / 2 + 4.0) + zero_point_bytes
 
 
 def estimate_onnx_bytes(spec: ModelSpec, quant: str) -> int:

@@ -22,16 +22,20 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ConfigError, ExportError, MissingDependencyError
+from exporters.input_energy import InputEnergy
+from exporters.onnx.int4_rewrite import float_weights, weigh_int4_blocks
 from exporters.onnx.quant_types import INT4_INT8_ROLES
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 INT8_METHODS = ("weight-only", "dynamic")  # what --quant int8 does (static INT8 is its own quant: int8-static)
 INT4_MIXES = ("sensitive-int8", "uniform")
-# rtn: round to nearest, symmetric, int8 compute (fast to make and to run). hqq: half-quadratic optimisation
-# of each block's scale and float zero point (onnxruntime's HQQ; torch, minutes per 100M weights on 2 cores);
-# its MatMulNBits computes in fp32. On the SmolLM2 fixture hqq is near exact (KL 0.0001) because that
-# checkpoint's weights sit on Q4_1's grid, which a float zero point represents: an upper bound, not a forecast.
-INT4_ALGORITHMS = ("rtn", "hqq")
+# weighted (default): each block's scale and integer zero point searched for the least squared error weighted by
+# the calibration text's activations (exporters/onnx/int4_search.py), int8 compute. rtn: onnxruntime's round to
+# nearest, symmetric, int8 compute. hqq: half-quadratic optimisation of each block's scale and float zero point
+# (onnxruntime's HQQ; torch, minutes per 100M weights on 2 cores); its MatMulNBits computes in fp32. On the
+# SmolLM2 fixture hqq is near exact (KL 0.0001) because that checkpoint's weights sit on Q4_1's grid, which a
+# float zero point represents: an upper bound, not a forecast.
+INT4_ALGORITHMS = ("weighted", "rtn", "hqq")
 # INT4_INT8_ROLES (the MatMuls --int4-mix sensitive-int8 keeps in 8 bits) lives in quant_types, which the planner
 # sizes the same mix with. llama.cpp's Q4_K_M gives attn_v, ffn_down and the output layer more bits for the same
 # reason: measured on SmolLM2-135M-Instruct, INT4 everywhere costs KL 0.27 (top-1 72%); v, o and down in INT8
@@ -142,8 +146,10 @@ def quantize_static_int8(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[
 
 
 def quantize_int4(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], block_size: int = 32,
-                  symmetric: bool = True, accuracy_level: int | None = None,
-                  mix: str = "sensitive-int8", algorithm: str = "rtn") -> dict[str, Any]:
+                  accuracy_level: int | None = None, mix: str = "sensitive-int8", algorithm: str = "weighted",
+                  energy: InputEnergy | None = None) -> dict[str, Any]:
+    """4-bit MatMulNBits (``mix``: some roles in 8 bits). ``energy``: the calibration text's statistics the
+    weighted search weighs blocks by (None: each weight by its own square)."""
     if block_size not in INT4_BLOCK_SIZES:
         raise ConfigError(f"--int4-block-size {block_size} is not supported",
                           f"valid: {', '.join(map(str, INT4_BLOCK_SIZES))}")
@@ -152,33 +158,33 @@ def quantize_int4(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], b
     if algorithm not in INT4_ALGORITHMS:
         raise ConfigError(f"unknown --int4-algorithm {algorithm!r}", f"valid: {', '.join(INT4_ALGORITHMS)}")
     if mix == "uniform":
-        return {**_matmul_nbits(src, dst, preset, keep_fp, 4, block_size, symmetric, accuracy_level,
-                                algorithm=algorithm), "mix": mix}
+        return {**_matmul_nbits(src, dst, preset, keep_fp, 4, block_size, accuracy_level, algorithm=algorithm,
+                                energy=energy), "mix": mix}
     import tempfile
 
     eight_bit = [n for n in weight_matmuls(src, matching_nodes(src, keep_fp))
                  if any(f"/{role}/" in n for role in INT4_INT8_ROLES)]
     with tempfile.TemporaryDirectory(prefix="edgeopt-int4-", dir=dst.parent) as tmp:
         four = Path(tmp) / "model.int4.onnx"
-        info = _matmul_nbits(src, four, preset, keep_fp, 4, block_size, symmetric, accuracy_level, extra_fp=eight_bit,
-                             algorithm=algorithm)
+        info = _matmul_nbits(src, four, preset, keep_fp, 4, block_size, accuracy_level, extra_fp=eight_bit,
+                             algorithm=algorithm, energy=energy)
         # The second pass finds only the MatMuls the first one left: the eight-bit ones and those kept in float.
-        _matmul_nbits(four, dst, preset, keep_fp, 8, WEIGHT_ONLY_INT8_BLOCK, True, accuracy_level)
+        _matmul_nbits(four, dst, preset, keep_fp, 8, WEIGHT_ONLY_INT8_BLOCK, accuracy_level)
     return {**info, "mix": mix, "int8_nodes": len(eight_bit), "int8_roles": list(INT4_INT8_ROLES)}
 
 
 def quantize_weight_only_int8(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str],
                               accuracy_level: int | None = None) -> dict[str, Any]:
     """INT8 weights in blocks of 32 with one fp32 scale each; activations stay float between MatMuls."""
-    info = _matmul_nbits(src, dst, preset, keep_fp, 8, WEIGHT_ONLY_INT8_BLOCK, True, accuracy_level)
+    info = _matmul_nbits(src, dst, preset, keep_fp, 8, WEIGHT_ONLY_INT8_BLOCK, accuracy_level)
     return {**info, "method": "weight-only"}
 
 
 def _matmul_nbits(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], bits: int, block_size: int,
-                  symmetric: bool, accuracy_level: int | None, extra_fp: list[str] | None = None,
-                  algorithm: str = "rtn") -> dict[str, Any]:
+                  accuracy_level: int | None, extra_fp: list[str] | None = None, algorithm: str = "rtn",
+                  energy: InputEnergy | None = None) -> dict[str, Any]:
     """MatMulNBits for every MatMul with a stored weight, except keep_fp's nodes (and extra_fp's, left for a
-    later pass)."""
+    later pass). 8 bits are always symmetric round-to-nearest."""
     level = preset.int4_accuracy_level if accuracy_level is None else accuracy_level
     if level not in (0, 1, 2, 3, 4):
         raise ConfigError(f"MatMulNBits accuracy level {level} is invalid",
@@ -191,21 +197,26 @@ def _matmul_nbits(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], b
         raise MissingDependencyError(f"INT{bits} weight-only quantization needs {exc.name or 'onnx-ir'}",
                                      "pip install onnx-ir  (or pip install 'edgeopt[optimize]')") from exc
     excluded = matching_nodes(src, keep_fp)
+    skipped = excluded + list(extra_fp or [])
+    algorithm = algorithm if bits == 4 else "rtn"
+    symmetric = algorithm == "rtn"  # the weighted search starts from asymmetric blocks and rewrites them
     if algorithm == "hqq":  # asymmetric with float zero points; the quantizer writes no accuracy level (fp32)
         config: Any = HQQWeightOnlyQuantConfig(block_size=block_size, bits=bits)
-        symmetric, level = False, 0
+        level = 0
     else:
         config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=symmetric, accuracy_level=level,
                                               bits=bits)
     model = onnx.load(str(src))
+    weights = float_weights(model, set(skipped)) if algorithm == "weighted" else {}
     quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block_size, is_symmetric=symmetric,
-                                     accuracy_level=level, nodes_to_exclude=excluded + list(extra_fp or []),
-                                     algo_config=config)
+                                     accuracy_level=level, nodes_to_exclude=skipped, algo_config=config)
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
     quantizer.process()
+    searched = weigh_int4_blocks(quantizer.model.model, weights, energy, block_size) if weights else {}
     quantizer.model.save_model_to_file(str(dst), use_external_data_format=_external(src))
     return {"method": "matmul_nbits", "algorithm": algorithm, "bits": bits, "block_size": block_size,
-            "symmetric": symmetric, "accuracy_level": level, "excluded_nodes": excluded, "isa": asdict(preset)}
+            "symmetric": symmetric, "accuracy_level": level, **searched, "excluded_nodes": excluded,
+            "isa": asdict(preset)}
 
 
 def check_quantized(dst: Path, quant: str) -> None:

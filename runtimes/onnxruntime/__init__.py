@@ -39,6 +39,20 @@ def load(bundle_dir: Path, manifest: Manifest, kv_capacity_tokens: int | None = 
                             kv_capacity_tokens, max_slots, context_length, cache_slots)
 
 
+def open_decoder(model_path: Path, tokenizer_dir: Path, max_slots: int, context_length: int,
+                 threads: int | None = None) -> Runtime:
+    """A decoder runtime over an ONNX file outside any bundle (an exporter's intermediate fp32 graph, with the
+    checkpoint's tokenizer files in ``tokenizer_dir``), on this machine's CPU, without a prefix cache."""
+    from runtimes.bundle_tokenizer import BundleTokenizer
+    from runtimes.onnxruntime.session import create_session, resolve_threads
+
+    session = create_session(Path(model_path), min(resolve_threads(threads, None), usable_cpu_count()),
+                             ["CPUExecutionProvider"])
+    tokenizer = BundleTokenizer(Path(tokenizer_dir) / "tokenizer.json")
+    return _decoder_runtime(session, tokenizer, _model_config(Path(model_path).parent), Path(tokenizer_dir),
+                            context_length * max_slots, max_slots, context_length, cache_slots=0)
+
+
 def load_embedding(bundle_dir: Path, manifest: Manifest, threads: int | None = None,
                    providers: list[str] | None = None, profile: DeviceProfile | str | None = None,
                    **_other_backends_options: Any) -> EmbeddingRuntime:

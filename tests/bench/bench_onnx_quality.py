@@ -21,17 +21,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-# (label, format, quant, export options). The first ONNX row is the speed reference.
+CALIBRATION = "calibration text"  # replaced by the calibration text's path (disjoint from the evaluation text)
+# (label, format, quant, export options). The ONNX fp32 row is the speed reference.
 SETTINGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("gguf Q8_0", "gguf", "Q8_0", {}),
-    ("gguf Q4_K_M", "gguf", "Q4_K_M", {}),
+    ("gguf Q4_K_M without imatrix", "gguf", "Q4_K_M", {"self_calibration": False}),
+    ("gguf Q4_K_M (default: generated imatrix)", "gguf", "Q4_K_M", {}),
     ("onnx fp32", "onnx", "fp32", {}),
     ("onnx int8 dynamic (old default)", "onnx", "int8", {"int8_method": "dynamic"}),
     ("onnx int8 weight-only b32 (default)", "onnx", "int8", {}),
-    ("onnx int4 uniform b32 (old default)", "onnx", "int4", {"int4_mix": "uniform"}),
-    ("onnx int4 uniform b16", "onnx", "int4", {"int4_mix": "uniform", "int4_block_size": 16}),
-    ("onnx int4 sensitive-int8 b32 (default)", "onnx", "int4", {}),
-    ("onnx int4 sensitive-int8 b16", "onnx", "int4", {"int4_block_size": 16}),
+    ("onnx int4 uniform rtn b32", "onnx", "int4", {"int4_mix": "uniform", "int4_algorithm": "rtn"}),
+    ("onnx int4 uniform weighted b32", "onnx", "int4", {"int4_mix": "uniform"}),
+    ("onnx int4 sensitive-int8 rtn b32", "onnx", "int4", {"int4_algorithm": "rtn"}),
+    ("onnx int4 sensitive-int8 weighted b32 no-calibration", "onnx", "int4", {"self_calibration": False}),
+    ("onnx int4 sensitive-int8 weighted b32 (default: generated text)", "onnx", "int4", {}),
+    ("onnx int4 sensitive-int8 weighted b32 calibration-text", "onnx", "int4", {"calibration_data": CALIBRATION}),
     ("onnx int4 hqq sensitive-int8 b32", "onnx", "int4", {"int4_algorithm": "hqq"}),
     ("onnx int4 hqq uniform b32", "onnx", "int4", {"int4_algorithm": "hqq", "int4_mix": "uniform"}),
 ]
@@ -57,14 +61,16 @@ def run(settings: list[tuple[str, str, str, dict[str, Any]]], work: Path, thread
     from tests.fixtures.smollm2 import ensure_smollm2_checkpoint
 
     model = ensure_smollm2_checkpoint()
-    _, evaluation = write_texts(work / "texts")
+    calibration, evaluation = write_texts(work / "texts")
     prompt = open_tokenizer(model / "tokenizer.json").encode(evaluation.read_text()[:400]).ids[:32]
     rows = []
     for label, fmt, quant, options in settings:
         out = work / label.split(" (")[0].replace(" ", "-")
         started = time.perf_counter()
         manifest = run_optimize(OptimizeOptions(model=str(model), target="host", output=out, format=fmt, quant=quant,
-                                                export_options=options, eval_data=evaluation, force=True,
+                                                export_options={k: str(calibration) if v == CALIBRATION else v
+                                                                for k, v in options.items()},
+                                                eval_data=evaluation, force=True,
                                                 accept_quality_loss=True), report=lambda _msg: None)
         model_file = out / manifest.model_file
         size = sum(p.stat().st_size for p in model_file.parent.glob(model_file.name + "*"))

@@ -14,7 +14,8 @@ from edgeopt.bundle import sha256_file
 from edgeopt.errors import ConfigError
 from edgeopt.model_spec import load_model_spec
 from edgeopt.pipeline import OptimizeOptions, run_optimize
-from exporters.gguf.imatrix_collect import chunks, collect_imatrix, tokenize_text
+from exporters.gguf.imatrix_collect import collect_imatrix
+from exporters.input_energy import chunks, tokenize_text
 from exporters.gguf.imatrix_file import read_imatrix, write_imatrix
 from exporters.gguf.tensor_names import gguf_name
 from exporters.onnx.options import onnx_export_options
@@ -73,7 +74,7 @@ def test_calibrated_gguf_bundle_holds_the_matrix_and_says_where_it_came_from(tin
     assert "imatrix.gguf" in json.loads((out / "manifest.json").read_text())["files"]  # hashed with the bundle
 
 
-@pytest.mark.parametrize(("fmt", "quant"), [("gguf", "Q8_0"), ("gguf", "F16"), ("onnx", "int8"), ("onnx", "int4")])
+@pytest.mark.parametrize(("fmt", "quant"), [("gguf", "Q8_0"), ("gguf", "F16"), ("onnx", "int8")])
 def test_calibration_data_is_refused_where_the_format_cannot_use_it(fmt: str, quant: str, tiny_llama_dir: Path,
                                                                      tiny_calibration: Path, tmp_path: Path):
     with pytest.raises(ConfigError) as caught:

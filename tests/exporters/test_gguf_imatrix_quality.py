@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.eval_metrics import kl_per_position
-from exporters.gguf.imatrix_collect import chunks, collect_imatrix, tokenize_text
+from exporters.gguf.imatrix_collect import collect_imatrix
+from exporters.input_energy import chunks, tokenize_text
 from exporters.gguf.quantize import quantize_gguf
 from exporters.gguf.scorer import GGUFScorer
 from exporters.gguf.writer import convert_checkpoint

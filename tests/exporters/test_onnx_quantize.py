@@ -69,8 +69,34 @@ def test_int4_keeps_lm_head_in_float_on_request(tiny_llama_dir, tmp_path):
     assert len(graph_ops["MatMulNBits"]) == 2 * 7  # q,k,v,o,gate,up,down in both layers
     assert any("lm_head" in name for name in graph_ops["MatMul"])
     q = load_bundle(bundle).export["quantization"]
-    assert q["block_size"] == 32 and q["symmetric"] and q["excluded_nodes"] == ["/lm_head/MatMul"]
-    assert q["accuracy_level"] == 4
+    assert q["block_size"] == 32 and q["excluded_nodes"] == ["/lm_head/MatMul"] and q["accuracy_level"] == 4
+    # the default weighted search: asymmetric blocks, all 4-bit ones (q, k, gate, up) weighted by statistics of text
+    # the model wrote itself (v, o and down are 8-bit in the default sensitive-int8 mix)
+    assert q["algorithm"] == "weighted" and not q["symmetric"]
+    assert q["weighted_nodes"] == 2 * 4 and q["nodes_without_statistics"] == 0
+    assert q["calibration"]["source"].startswith("generated: ") and q["calibration"]["tokens"] > 0
+
+
+def test_int4_weighs_its_blocks_by_the_calibration_text_given(tiny_llama_dir, tmp_path, calibration_text):
+    from edgeopt.bundle import sha256_file
+
+    bundle = optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4", calibration_data=str(calibration_text))
+    q = load_bundle(bundle).export["quantization"]
+    assert q["calibration"]["source"] == calibration_text.name
+    assert q["calibration"]["text_sha256"] == sha256_file(calibration_text) and q["weighted_nodes"] == 2 * 4
+
+
+@pytest.mark.parametrize(("quant", "options", "flag"), [
+    ("int4", {"int4_algorithm": "rtn", "calibration_data": "x.txt"}, "--calibration-data"),
+    ("int4", {"int4_algorithm": "hqq", "self_calibration": False}, "--no-self-calibration"),
+    ("int8-static", {"self_calibration": False}, "--no-self-calibration"),
+])
+def test_calibration_flags_that_would_change_nothing_are_refused(quant, options, flag):
+    from exporters.onnx.exporter import ONNXExporter
+
+    with pytest.raises(ConfigError, match=f"{flag} changes nothing") as caught:
+        ONNXExporter().check_options(quant, options)
+    assert f"drop {flag}" in caught.value.hint
 
 
 def test_int4_quantizes_lm_head_by_default(tiny_llama_dir, tmp_path):
