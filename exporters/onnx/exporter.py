@@ -28,7 +28,8 @@ class ONNXExporter(Exporter):
     # 3: --quant int8 is weight-only (MatMulNBits) for decoders, fused first like INT4
     # 4: INT4 keeps v/o/down projections and an untied lm_head in INT8 (--int4-mix sensitive-int8)
     # 5: INT4's blocks searched for, weighted by calibration text (--int4-algorithm weighted)
-    cache_version = 5
+    # 6: a decoder's token embedding in 8 bits (GatherBlockQuantized) with weight-only INT8 and INT4
+    cache_version = 6
 
     def calibration_refusal(self, quant: str) -> str | None:
         if quant in ("int8-static", "int4"):
@@ -133,7 +134,7 @@ def _quantize(source: Path, fp32: Path, dst: Path, quant: str, kind: str, model_
     preset = q.isa_preset(options.get("cpu_isa"))
     keep_fp = list(options.get("keep_fp") or [])
     if quant == "int8" and int8_method(kind, options) == "weight-only":
-        info = q.quantize_weight_only_int8(source, dst, preset, keep_fp)
+        info = q.quantize_weight_only_int8(source, dst, preset, keep_fp, table=kind == "causal-lm")
     elif quant == "int8":
         info = q.quantize_dynamic_int8(source, dst, preset, keep_fp)
     elif quant == "int8-static":
@@ -160,7 +161,7 @@ def _int4(source: Path, fp32: Path, dst: Path, kind: str, model_dir: Path, prese
     info = q.quantize_int4(source, dst, preset, keep_fp, block_size=int(options.get("int4_block_size") or 32),
                            accuracy_level=options.get("int4_accuracy_level"),
                            mix=options.get("int4_mix") or "sensitive-int8", algorithm=algorithm,
-                           energy=calibration.energy if calibration else None)
+                           energy=calibration.energy if calibration else None, table=kind == "causal-lm")
     return {**info, "calibration": calibration.facts} if calibration else info
 
 

@@ -1,7 +1,9 @@
 """ONNX quantization modes and the size each gives a model (used by the planner, pure Python).
 
 Measured on optimum exports quantized by onnxruntime (see tests/exporters/test_onnx_sizes.py):
-* the token embedding (a Gather) stays fp32 in every mode, and a tied lm_head shares it (no copy);
+* the token embedding (a Gather) stays fp32 in fp32, dynamic and static INT8 and in encoders; a decoder's INT8
+  (weight-only) and INT4 store it as INT8 blocks of 32 (exporters/onnx/embedding_quant.py); a tied lm_head shares
+  it in every mode (no copy);
 * a decoder's INT8 (weight-only MatMulNBits, symmetric, blocks of 32) stores 8 bits plus one fp32 scale
   per block (INT4 keeps the INT4_INT8_ROLES projections so, exporters/onnx/quantize.py); an encoder's INT8 (dynamic) stores int8 plus, per output channel, an fp32 scale and an int8
   zero point; INT4 MatMulNBits (asymmetric, blocks of 32) stores 4 bits plus one fp32 scale and a 4-bit zero
@@ -47,8 +49,11 @@ def estimate_onnx_bytes(spec: ModelSpec, quant: str) -> int:
         if t.name.startswith("pooler."):  # the feature-extraction graph outputs last_hidden_state only
             continue
         # Embedding tables are Gathers, kept fp32 (encoders: word, position and token-type tables, and
-        # MPNet's relative-position bias).
-        if (t.name == "model.embed_tokens.weight" or t.name.startswith("embeddings.") or len(t.shape) != 2
+        # MPNet's relative-position bias) except a decoder's token table under weight-only INT8 and INT4.
+        if t.name == "model.embed_tokens.weight" and quant in ("int8", "int4") and not spec.is_encoder \
+                and t.shape[1] % INT4_BLOCK == 0:
+            total += _linear_bytes(t.shape[0], t.shape[1], "int8", encoder=False)
+        elif (t.name == "model.embed_tokens.weight" or t.name.startswith("embeddings.") or len(t.shape) != 2
                 or t.name.endswith("relative_attention_bias.weight")):
             total += t.numel * 4.0
         else:

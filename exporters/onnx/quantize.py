@@ -23,6 +23,7 @@ from typing import Any
 
 from edgeopt.errors import ConfigError, ExportError, MissingDependencyError
 from exporters.input_energy import InputEnergy
+from exporters.onnx.embedding_quant import quantize_embedding
 from exporters.onnx.int4_rewrite import float_weights, weigh_int4_blocks
 from exporters.onnx.quant_types import INT4_INT8_ROLES
 
@@ -147,9 +148,10 @@ def quantize_static_int8(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[
 
 def quantize_int4(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], block_size: int = 32,
                   accuracy_level: int | None = None, mix: str = "sensitive-int8", algorithm: str = "weighted",
-                  energy: InputEnergy | None = None) -> dict[str, Any]:
+                  energy: InputEnergy | None = None, table: bool = False) -> dict[str, Any]:
     """4-bit MatMulNBits (``mix``: some roles in 8 bits). ``energy``: the calibration text's statistics the
-    weighted search weighs blocks by (None: each weight by its own square)."""
+    weighted search weighs blocks by (None: each weight by its own square). ``table``: the token embedding in
+    8 bits too (exporters/onnx/embedding_quant.py)."""
     if block_size not in INT4_BLOCK_SIZES:
         raise ConfigError(f"--int4-block-size {block_size} is not supported",
                           f"valid: {', '.join(map(str, INT4_BLOCK_SIZES))}")
@@ -159,7 +161,7 @@ def quantize_int4(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], b
         raise ConfigError(f"unknown --int4-algorithm {algorithm!r}", f"valid: {', '.join(INT4_ALGORITHMS)}")
     if mix == "uniform":
         return {**_matmul_nbits(src, dst, preset, keep_fp, 4, block_size, accuracy_level, algorithm=algorithm,
-                                energy=energy), "mix": mix}
+                                energy=energy, table=table), "mix": mix}
     import tempfile
 
     eight_bit = [n for n in weight_matmuls(src, matching_nodes(src, keep_fp))
@@ -169,20 +171,22 @@ def quantize_int4(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], b
         info = _matmul_nbits(src, four, preset, keep_fp, 4, block_size, accuracy_level, extra_fp=eight_bit,
                              algorithm=algorithm, energy=energy)
         # The second pass finds only the MatMuls the first one left: the eight-bit ones and those kept in float.
-        _matmul_nbits(four, dst, preset, keep_fp, 8, WEIGHT_ONLY_INT8_BLOCK, accuracy_level)
-    return {**info, "mix": mix, "int8_nodes": len(eight_bit), "int8_roles": list(INT4_INT8_ROLES)}
+        last = _matmul_nbits(four, dst, preset, keep_fp, 8, WEIGHT_ONLY_INT8_BLOCK, accuracy_level, table=table)
+    return {**info, "mix": mix, "int8_nodes": len(eight_bit), "int8_roles": list(INT4_INT8_ROLES),
+            **({"embedding": last["embedding"]} if "embedding" in last else {})}
 
 
 def quantize_weight_only_int8(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str],
-                              accuracy_level: int | None = None) -> dict[str, Any]:
-    """INT8 weights in blocks of 32 with one fp32 scale each; activations stay float between MatMuls."""
-    info = _matmul_nbits(src, dst, preset, keep_fp, 8, WEIGHT_ONLY_INT8_BLOCK, accuracy_level)
+                              accuracy_level: int | None = None, table: bool = False) -> dict[str, Any]:
+    """INT8 weights in blocks of 32 with one fp32 scale each; activations stay float between MatMuls. ``table``:
+    the token embedding too."""
+    info = _matmul_nbits(src, dst, preset, keep_fp, 8, WEIGHT_ONLY_INT8_BLOCK, accuracy_level, table=table)
     return {**info, "method": "weight-only"}
 
 
 def _matmul_nbits(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], bits: int, block_size: int,
                   accuracy_level: int | None, extra_fp: list[str] | None = None, algorithm: str = "rtn",
-                  energy: InputEnergy | None = None) -> dict[str, Any]:
+                  energy: InputEnergy | None = None, table: bool = False) -> dict[str, Any]:
     """MatMulNBits for every MatMul with a stored weight, except keep_fp's nodes (and extra_fp's, left for a
     later pass). 8 bits are always symmetric round-to-nearest."""
     level = preset.int4_accuracy_level if accuracy_level is None else accuracy_level
@@ -213,10 +217,11 @@ def _matmul_nbits(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], b
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
     quantizer.process()
     searched = weigh_int4_blocks(quantizer.model.model, weights, energy, block_size) if weights else {}
+    embedding = quantize_embedding(quantizer.model.model, excluded, level) if table else None
     quantizer.model.save_model_to_file(str(dst), use_external_data_format=_external(src))
     return {"method": "matmul_nbits", "algorithm": algorithm, "bits": bits, "block_size": block_size,
             "symmetric": symmetric, "accuracy_level": level, **searched, "excluded_nodes": excluded,
-            "isa": asdict(preset)}
+            "isa": asdict(preset), **({"embedding": embedding} if embedding else {})}
 
 
 def check_quantized(dst: Path, quant: str) -> None:

@@ -51,3 +51,12 @@ def test_gemma3_quantized_onnx_runs(quant: str, tiny_gemma_factory, tmp_path: Pa
     scorer.close()
     assert logits.shape[0] == 64 and np.isfinite(logits).all()
     assert manifest["export"]["probe_top1_vs_fp32"] >= 0.8
+    import onnx
+
+    # the tied table in 8-bit blocks, read by the embedding lookup and the output layer alike (one copy)
+    spec = load_model_spec(str(model_dir))
+    graph = onnx.load(str(bundle / manifest["model_file"])).graph
+    [lookup] = [n for n in graph.node if n.op_type == "GatherBlockQuantized"]
+    [head] = [n for n in graph.node if n.op_type == "MatMulNBits" and n.input[1] == lookup.input[0]]
+    assert manifest["export"]["quantization"]["embedding"]["tied_output"] in head.name
+    assert _vocab_sized_initializers(bundle, spec.vocab_size, spec.hidden_size) == []  # no fp32 table left

@@ -42,6 +42,17 @@ def test_int8_of_a_decoder_is_weight_only_in_blocks_of_32(tiny_llama_dir, tmp_pa
     q = manifest.export["quantization"]
     assert q["method"] == "weight-only" and q["bits"] == 8 and manifest.export["fusion"]["applied"]
     assert manifest.export["probe_top1_vs_fp32"] >= 0.9
+    # the token table too (untied here: the lm_head is its own MatMulNBits above)
+    [lookup] = [n for n in graph.node if n.op_type == "GatherBlockQuantized"]
+    assert "Gather" not in {n.op_type for n in graph.node if "embed_tokens" in n.name}
+    assert q["embedding"]["bits"] == 8 and "tied_output" not in q["embedding"] and lookup.name.endswith("_Q8")
+
+
+def test_keep_fp_embeddings_keeps_the_token_table_in_float(tiny_llama_dir, tmp_path):
+    bundle = optimize_onnx(tiny_llama_dir, tmp_path / "b", "int8", keep_fp=["embeddings"])
+    graph_ops = ops(bundle)
+    assert "GatherBlockQuantized" not in graph_ops and any("embed_tokens" in n for n in graph_ops["Gather"])
+    assert "embedding" not in load_bundle(bundle).export["quantization"]
 
 
 def test_dynamic_int8_on_request_quantizes_every_matmul_with_weights(tiny_llama_dir, tmp_path):
