@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from edgeopt.errors import ConfigError
+from edgeopt.sizing.layout import KV_LAYOUTS
 
 MIB = 1024**2
 
@@ -36,11 +37,10 @@ class Backend:
     runtime_overhead_bytes: int  # the runtime's fixed cost beside weights and KV: code, buffers, slack
     # Quants whose KV is kept in another dtype than the default (torch keeps KV in the checkpoint's dtype).
     kv_element_bytes_by_quant: Mapping[str, float] = field(default_factory=dict)
-    # KV cache types the runtime can be asked for (--kv-type; edgeopt.kv_types), the first its default
+    # KV cache types the runtime can be asked for (--kv-type; edgeopt.sizing.kv_types), the first its default
     # (kv_element_bytes); () when it keeps one fixed dtype.
     kv_cache_types: tuple[str, ...] = ()
-    # KV layouts the runtime can be asked for (--kv-layout; server/launcher.served_kv_layout); () when it
-    # has only its own.
+    # KV layouts the runtime can be asked for (--kv-layout; edgeopt.sizing.layout); () when it has only its own.
     kv_layouts: tuple[str, ...] = ()
     # "module:function": (DeviceProfile) -> candidates, when they depend on the device; "" when fixed.
     profile_candidates: str = ""
@@ -48,13 +48,15 @@ class Backend:
     planned_by_default: bool = True  # `edgeopt plan` compares it when no --format is given
     # The quant that picks each tensor's type to fit a file size (plan/optimize --size); "" when none.
     sized_quant: str = ""
-    # Batch-buffer size and an own scheduler are not flags here: they depend on the loaded model and the
-    # device (torch brings transformers' paged engine on CUDA only), so the loaded Runtime states them
-    # (Runtime.max_batch_tokens, Runtime.create_engine in runtimes/base.py).
+    # Tokens one runtime step carries when the runtime has a fixed batch buffer (llama.cpp's n_batch = n_ubatch):
+    # the serving shape hands it to the runtime, and the compute-buffer estimate below is per token of it.
+    # 0: the runtime takes a step of any size and states its own buffer once loaded (Runtime.max_batch_tokens).
+    batch_tokens: int = 0
     embeddings: bool = False  # the format can hold an encoder served on /v1/embeddings
     # The runtime's memory that grows with the model, beside runtime_overhead_bytes (0: the fixed cost covers it).
     overhead_per_vocab_entry: int = 0  # the runtime's own tables of the vocabulary
-    overhead_per_ffn_unit: int = 0  # its compute buffer, per unit of the feed-forward width
+    # Its compute buffer, per unit of the feed-forward width and per token of batch_tokens.
+    overhead_per_ffn_unit_per_batch_token: int = 0
     logits_rows_per_sequence: int = 0  # f32 rows of vocabulary width it reserves per sequence
 
     def kv_element_bytes_for(self, quant: str) -> float:
@@ -63,7 +65,7 @@ class Backend:
     def model_overhead_bytes(self, vocab_size: int, intermediate_size: int) -> int:
         """The runtime's memory beside weights, KV and the sequences' logits rows, for one model."""
         return (self.runtime_overhead_bytes + vocab_size * self.overhead_per_vocab_entry
-                + intermediate_size * self.overhead_per_ffn_unit)
+                + intermediate_size * self.overhead_per_ffn_unit_per_batch_token * self.batch_tokens)
 
     def logits_bytes_per_sequence(self, vocab_size: int) -> int:
         return self.logits_rows_per_sequence * vocab_size * 4
@@ -81,16 +83,22 @@ _BUILTIN = (
         quant_candidates=("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0"), sized_quant="MIX",
         kv_element_bytes=2,  # llama.cpp's default f16 KV cache
         kv_cache_types=("f16", "q8_0", "q4_0"),  # llama.cpp's type_k/type_v (quantized: with flash attention)
-        kv_layouts=("unified", "streams"),  # llama.cpp's kv_unified true / false
-        # Measured (RSS of `edgeopt serve` under load, llama.cpp's own buffer sizes) on random models of
-        # Qwen2.5-0.5B's and Llama-3.2-1B's shapes with their real 151k / 128k vocabularies: the Python
-        # server and libraries ~64 MiB; llama.cpp's vocabulary ~300 bytes a token (43 MiB at 151k); its
-        # compute buffer for a 512-token ubatch 4.5 f32 activations of the feed-forward width a token
-        # (72 MiB at Llama-3.2-1B's 8,192); one logits row per sequence id (a running slot and its prefix
-        # cache id) in its output buffer and one in the graph (which outweighs the feed-forward activations
-        # when the vocabulary is large and the model narrow). A flat 100 MiB left the 0.5B model at
-        # --memory 1GiB 27 MiB over its budget; tests/server/test_memory_real_vocab.py checks the total.
-        runtime_overhead_bytes=80 * MIB, overhead_per_vocab_entry=300, overhead_per_ffn_unit=512 * 18,
+        kv_layouts=KV_LAYOUTS,  # llama.cpp's kv_unified true / false
+        # llama.cpp's compute buffer grows with the batch: on a ~200M model 512 tokens cost 27 MiB, 256 cost
+        # 14 MiB, 128 about 7 MiB, which is what keeps `edgeopt serve` within bundle + KV + 120 MB there.
+        # Decode steps of up to 128 sequences are unaffected; a long prompt is prefilled 128 tokens a step.
+        batch_tokens=128,
+        # Measured (RSS of `edgeopt serve` under load, llama.cpp's own buffer sizes, at the 128-token batch
+        # above) on random models of Qwen2.5-0.5B's and Llama-3.2-1B's shapes with their real 151k / 128k
+        # vocabularies: the Python server and libraries ~64 MiB; llama.cpp's vocabulary ~300 bytes a token
+        # (43 MiB at 151k); its compute buffer 72 bytes (18 f32 activations) per unit of the feed-forward
+        # width per batch token (72 MiB at Llama-3.2-1B's 8,192; this figure was once written as "a 512-token
+        # ubatch x 4.5 activations", the same 9,216 bytes per unit, while the runtime ran 128); one logits
+        # row per sequence id (a running slot and its prefix cache id) in its output buffer and one in the
+        # graph (which outweighs the feed-forward activations when the vocabulary is large and the model
+        # narrow). A flat 100 MiB left the 0.5B model at --memory 1GiB 27 MiB over its budget;
+        # tests/server/test_memory_real_vocab.py checks the total.
+        runtime_overhead_bytes=80 * MIB, overhead_per_vocab_entry=300, overhead_per_ffn_unit_per_batch_token=72,
         logits_rows_per_sequence=4,
     ),
     Backend(

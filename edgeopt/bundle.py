@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import BundleError, OutputExistsError
+from edgeopt.sizing.manifest_section import KvSection
 from edgeopt.staging import work_dir
 
 SCHEMA_VERSION = 1
@@ -52,6 +53,9 @@ class Manifest:
     passes: list[PassRecord] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     export: dict[str, Any] = field(default_factory=dict)
+    # What serving sizes a causal LM's KV cache with (edgeopt.sizing.manifest_section); None for encoders and
+    # for bundles written before the section existed (edgeopt.sizing.bundle_facts reads those).
+    kv: KvSection | None = None
     files: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> {sha256, bytes}
     schema_version: int = SCHEMA_VERSION
     edgeopt_version: str = ""
@@ -68,8 +72,9 @@ class Manifest:
         try:
             fields = dict(data)
             passes = [PassRecord(**p) for p in fields.pop("passes", [])]
-            return cls(passes=passes, **fields)
-        except TypeError as exc:
+            kv = fields.pop("kv", None)
+            return cls(passes=passes, kv=KvSection.from_dict(kv) if kv else None, **fields)
+        except (TypeError, KeyError, ValueError) as exc:
             raise BundleError(f"{where} has a malformed manifest: {exc}", "re-run edgeopt optimize") from exc
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from edgeopt.eval_metrics import Comparison
 from edgeopt import backends
-from edgeopt.kv_types import KV_TYPES
+from edgeopt.sizing.bundle_facts import recorded_kv_type
+from edgeopt.sizing.kv_types import KV_TYPES
 from edgeopt.progress import progress
 
 REFERENCE_KV_TYPE = "f16"
@@ -21,7 +22,7 @@ REFERENCE_KV_TYPE = "f16"
 
 def needs_kv_cache_evaluation(manifest: Any) -> bool:
     """A gguf bundle whose manifest records a quantized KV cache type."""
-    kv_type = manifest.export.get("kv_type")
+    kv_type = recorded_kv_type(manifest)
     return kv_type in backends.backend(manifest.format).kv_cache_types and KV_TYPES[kv_type].quantized
 
 
@@ -30,7 +31,7 @@ def kv_cache_cost(chunks: list[list[int]], bundle_dir: Path, manifest: Any, wind
     """KL(f16 cache || quantized cache) and top-1 agreement over ``chunks`` (token windows)."""
     from exporters.gguf.scorer import GGUFScorer
 
-    kv_type = manifest.export["kv_type"]
+    kv_type = recorded_kv_type(manifest)
     model_path = Path(bundle_dir) / manifest.model_file
     comparison = Comparison()
     reference = GGUFScorer(model_path, context=window, threads=threads, kv_type=REFERENCE_KV_TYPE)

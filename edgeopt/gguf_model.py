@@ -14,10 +14,12 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from edgeopt import backends
 from edgeopt.bundle import Manifest
 from edgeopt.errors import BundleError
 from edgeopt.gguf_metadata import GgufMetadata, read_gguf_metadata
-from edgeopt.memory_budget import kv_elements_per_token
+from edgeopt.sizing.budget import kv_bytes_per_token, kv_elements_per_token
+from edgeopt.sizing.manifest_section import KvSection
 from edgeopt.model_spec import SUPPORTED_ARCHITECTURES, ModelSpec
 
 GGUF_ORIGIN = "gguf-file"  # manifest.export["origin"] of a model made from a bare GGUF file
@@ -97,13 +99,15 @@ def gguf_manifest(path: Path, model_file: str | None = None) -> Manifest:
         raise BundleError(f"{path} is a {arch} encoder (sentence embeddings); serving a GGUF file directly covers "
                           "language models", "export the encoder with edgeopt optimize --format onnx")
     template = meta.get("tokenizer.chat_template")
+    elements = gguf_kv_elements_per_token(meta)
     return Manifest(
         source_model=path.stem, source_revision="unhashed GGUF file", target="host", format="gguf",
         quant=meta.file_type, runtime="llama_cpp", model_file=model_file or path.name,
         architecture=_HF_NAMES.get(arch, arch), chat_template=template if isinstance(template, str) else None,
-        export={"origin": GGUF_ORIGIN, "kv_elements_per_token": gguf_kv_elements_per_token(meta),
-                "context_length": _require(meta, "context_length"), "special_tokens": _special_tokens(meta),
+        export={"origin": GGUF_ORIGIN, "special_tokens": _special_tokens(meta),
                 "gguf_name": meta.get("general.name") or ""},
+        kv=KvSection(kv_elements_per_token=elements, context_length=_require(meta, "context_length"),
+                     kv_bytes_per_token=kv_bytes_per_token(elements, backends.backend("gguf").kv_element_bytes)),
     )
 
 

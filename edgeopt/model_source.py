@@ -47,7 +47,7 @@ def model_card(bundle_dir: Path, manifest: Manifest) -> dict[str, Any]:
     """What APIs that describe a model show (Ollama's /api/tags and /api/show): format, quant, family
     (GGUF's short architecture name: "llama", "qwen2"), weight bytes, the model file's sha256 when the
     manifest has it, and the parameter count when the file says (GGUF)."""
-    from edgeopt.server.sizing import weights_bytes
+    from edgeopt.sizing.bundle_facts import weights_bytes
 
     card: dict[str, Any] = {"format": manifest.format, "quant": manifest.quant,
                             "architecture": SUPPORTED_ARCHITECTURES.get(manifest.architecture, manifest.architecture),

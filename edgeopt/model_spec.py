@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ModelNotFoundError, UnsupportedArchitectureError
-from edgeopt.memory_budget import kv_bytes_per_token, kv_elements_per_token
+from edgeopt.sizing.budget import kv_bytes_per_token, kv_elements_per_token
 
 # HF architecture class -> the short name used in GGUF metadata and our registries.
 SUPPORTED_ARCHITECTURES = {

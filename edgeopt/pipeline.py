@@ -18,7 +18,9 @@ from edgeopt.bundle import Manifest, PassRecord, content_hash, staged_bundle, wr
 from edgeopt.cache import cache_root, cached_step, step_key
 from edgeopt.errors import ConfigError, OutputExistsError, UnsupportedArchitectureError
 from edgeopt import backends
-from edgeopt.kv_types import kv_element_bytes_for, parse_kv_type
+from edgeopt.sizing.budget import kv_bytes_per_token
+from edgeopt.sizing.kv_types import kv_element_bytes_for, parse_kv_type
+from edgeopt.sizing.manifest_section import KvSection, exporter_kv_elements
 from edgeopt.model_spec import ModelSpec, load_model_spec
 from edgeopt.plan import Plan, canonical_quant, check_encoder_formats, encoder_formats, require_fit
 from edgeopt.source import resolve_model_dir
@@ -191,13 +193,13 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Reso
                 shutil.copy2(current / fname, tok_dir / fname)
         exported_spec = load_model_spec(str(current))
         export = {k: v for k, v in export_meta.items() if k not in ("model_file", "runtime")}
-        if not exported_spec.is_encoder:  # what `edgeopt serve` sizes the KV cache with (the exporter's own first)
-            export = manifest_kv_facts(exported_spec, res.format, res.quant, res.kv_type) | export
         manifest = Manifest(
             source_model=opts.model, source_revision=revision, target=res.profile.name, format=res.format,
             quant=res.quant, runtime=export_meta.get("runtime", res.runtime), model_file=export_meta["model_file"],
             architecture=exported_spec.hf_architecture, passes=records, export=export,
             kind=export_meta.get("kind", "causal-lm"),
+            kv=None if exported_spec.is_encoder else manifest_kv_section(exported_spec, res.format, res.quant,
+                                                                          res.kv_type, export),
         )
         manifest.chat_template = _chat_template(tok_dir)
         if opts.evaluate:
@@ -267,15 +269,16 @@ def _chat_template(tok_dir: Path) -> str | None:
     return chat_template_in(tok_dir, json.loads(cfg.read_text()) if cfg.is_file() else {})
 
 
-def manifest_kv_facts(spec: ModelSpec, fmt: str, quant: str, kv_type: str | None = None) -> dict[str, int | str]:
+def manifest_kv_section(spec: ModelSpec, fmt: str, quant: str, kv_type: str | None = None,
+                        exporter_details: dict[str, Any] | None = None) -> KvSection:
     """What serving a causal LM needs to size its KV cache, recorded in the manifest at export so that
-    ``edgeopt serve`` never reads the model file for them (edgeopt.server.sizing reads them back).
-    ``kv_type``: the KV cache type chosen for formats that have several (gguf), served by default."""
+    ``edgeopt serve`` never reads the model file for it (edgeopt.sizing.bundle_facts reads it back).
+    ``kv_type``: the KV cache type chosen for formats that have several (gguf), served by default. An
+    exporter that counted the KV elements of the graph it wrote (ONNX) is believed over the config."""
+    elements = exporter_kv_elements(exporter_details or {}) or spec.kv_elements_per_token
     element_bytes = kv_element_bytes_for(fmt, quant, kv_type)
-    facts: dict[str, int | str] = {"kv_elements_per_token": spec.kv_elements_per_token,
-                                   "kv_bytes_per_token": spec.kv_bytes_per_token(element_bytes),
-                                   "context_length": spec.max_position_embeddings}
-    return facts | ({"kv_type": kv_type} if kv_type else {})
+    return KvSection(kv_elements_per_token=elements, context_length=spec.max_position_embeddings, kv_type=kv_type,
+                     kv_bytes_per_token=kv_bytes_per_token(elements, element_bytes))
 
 
 def check_format(fmt: str | None) -> None:

@@ -2,12 +2,12 @@
 
 Everything here is arithmetic on a :class:`ModelSpec` (config only) and a :class:`DeviceProfile`:
 
-    KV bytes/token = 2 x layers x kv_heads x head_dim x bytes(kv type)   (edgeopt.kv_types)
+    KV bytes/token = 2 x layers x kv_heads x head_dim x bytes(kv type)   (edgeopt.sizing.kv_types)
     KV budget      = usable memory - weights - runtime overhead - safety margin
     KV capacity    = KV budget // KV bytes/token        (tokens, shared by all sequences)
     concurrency    = KV capacity // context             (sequences that can each hold a full context)
 
-The sizing itself is :func:`edgeopt.memory_budget.size_kv` on :func:`edgeopt.memory_budget.memory_pool`,
+The sizing itself is :func:`edgeopt.sizing.budget.size_kv` on :func:`edgeopt.sizing.budget.memory_pool`,
 the function and the pool ``edgeopt serve`` uses: on unified-memory devices (Jetson) CPU and GPU draw
 from the same pool, so weights are counted once; on a discrete GPU the pool is the GPU's memory.
 Everything about a format (quants, size estimate, KV element size, runtime overhead) is its entry in
@@ -29,9 +29,9 @@ from dataclasses import asdict, dataclass
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError, DoesNotFitError, UnsupportedArchitectureError
-from edgeopt.kv_layout import auto_kv_layout
-from edgeopt.kv_types import check_head_dims, head_dims_fit, kv_element_bytes, kv_element_bytes_for
-from edgeopt.memory_budget import MIB, KvFacts, MemoryPool, after_margin, memory_pool, model_kv_facts, size_kv
+from edgeopt.sizing.budget import MIB, KvFacts, MemoryPool, after_margin, memory_pool, model_kv_facts, size_kv
+from edgeopt.sizing.kv_types import check_head_dims, head_dims_fit, kv_element_bytes
+from edgeopt.sizing.shape import DEFAULT_CONTEXT, ServingShape, ShapeRequest, decide_serving_shape
 from edgeopt.model_spec import ModelSpec
 from profiles import DeviceProfile
 
@@ -41,8 +41,8 @@ class Candidate:
     format: str
     quant: str
     weight_bytes: int
-    kv_type: str | None  # gguf: f16, q8_0 or q4_0 (edgeopt.kv_types); None: the format's one fixed KV dtype
-    # gguf: the KV layout `serve` picks by default (--kv-layout auto, prefix cache on; edgeopt.kv_layout);
+    kv_type: str | None  # gguf: f16, q8_0 or q4_0 (edgeopt.sizing.kv_types); None: the format's one fixed KV dtype
+    # gguf: the KV layout `serve` picks by default (--kv-layout auto, prefix cache on; edgeopt.sizing.shape);
     # None: the format has one
     kv_layout: str | None
     kv_bytes_per_token: int
@@ -102,22 +102,28 @@ def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str
     ``file_bytes``: the size the user fixed (a GGUF mix made to a size) instead of the format's estimate."""
     entry = backends.backend(fmt)
     weights = file_bytes if file_bytes is not None else weight_bytes(spec, fmt, quant)
-    facts = model_kv_facts(entry, spec, weights, spec.kv_elements_per_token, spec.max_position_embeddings)
+    facts = model_kv_facts(entry, vocab_size=spec.vocab_size, intermediate_size=spec.intermediate_size,
+                           weights_bytes=weights, kv_elements_per_token=spec.kv_elements_per_token,
+                           context_length=spec.max_position_embeddings)
     pool = memory_pool(profile, memory_bytes)
     if entry.kv_cache_types and not spec.is_encoder:
         kv_type = kv_type or choose_kv_type(spec, profile, facts, pool, entry.kv_cache_types, context, concurrency)
     else:
         kv_type = None
-    sizing = size_kv(facts, pool, kv_element_bytes=kv_element_bytes_for(fmt, quant, kv_type), context=context,
-                     max_sequences=concurrency)
-    fits = sizing.kv_budget_bytes >= 0 if spec.is_encoder else sizing.kv_fit_tokens >= context * concurrency
-    kv_layout = None
-    if entry.kv_layouts and not spec.is_encoder:
-        kv_layout = auto_kv_layout(sizing.kv_fit_tokens, sizing.max_sequences, sizing.context_length, prefix_cache=True)
-    # Encoders keep no KV cache: their capacity is meaningless, fitting is weights + overhead alone.
+    shape = decide_serving_shape(entry, quant, facts, pool,
+                                 ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type))
+    return candidate_from_shape(fmt, quant, shape, context, concurrency, spec.is_encoder)
+
+
+def candidate_from_shape(fmt: str, quant: str, shape: ServingShape, context: int, concurrency: int,
+                         encoder: bool) -> Candidate:
+    """A plan's row for the shape ``edgeopt serve`` would decide. Encoders keep no KV cache: their capacity is
+    meaningless, and fitting is weights + overhead alone."""
+    sizing = shape.sizing
+    fits = sizing.kv_budget_bytes >= 0 if encoder else sizing.kv_fit_tokens >= context * concurrency
     return Candidate(
-        format=fmt, quant=quant, weight_bytes=facts.weights_bytes, kv_type=kv_type, kv_layout=kv_layout,
-        kv_bytes_per_token=sizing.kv_bytes_per_token,
+        format=fmt, quant=quant, weight_bytes=sizing.weights_bytes, kv_type=shape.kv_type,
+        kv_layout=None if encoder else shape.kv_layout, kv_bytes_per_token=sizing.kv_bytes_per_token,
         overhead_bytes=sizing.overhead_bytes, kv_budget_bytes=sizing.kv_budget_bytes,
         kv_token_capacity=sizing.kv_fit_tokens, max_concurrency=sizing.kv_fit_tokens // context, fits=fits,
     )
@@ -139,13 +145,13 @@ def make_plan(spec: ModelSpec, profile: DeviceProfile, context: int | None = Non
               formats: tuple[str, ...] | None = None, memory_bytes: int | None = None,
               kv_type: str | None = None) -> Plan:
     """Size every candidate of ``formats`` (default: the registry's planned_by_default formats; for encoders,
-    the formats that embed). ``kv_type`` (checked with edgeopt.kv_types.parse_kv_type) applies to the formats
+    the formats that embed). ``kv_type`` (checked with edgeopt.sizing.kv_types.parse_kv_type) applies to the formats
     with several KV cache types (gguf); None: the rule of :func:`choose_kv_type`."""
     formats = formats or default_formats(spec)
     check_encoder_formats(spec, formats)
     if kv_type is not None:
         check_head_dims(kv_type, spec.head_dim, spec.head_dim, spec.source)
-    context = context or min(spec.max_position_embeddings, 4096)
+    context = context or min(spec.max_position_embeddings, DEFAULT_CONTEXT)
     if context < 1 or concurrency < 1:
         raise ConfigError(f"context={context} and concurrency={concurrency} must both be >= 1", "pass positive values")
     candidates = []

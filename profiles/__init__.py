@@ -18,7 +18,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError, UnknownTargetError
-from edgeopt.kv_types import selectable_kv_types
+from edgeopt.sizing.kv_types import selectable_kv_types
 from profiles.device import GIB, DeviceProfile  # noqa: F401  (re-exported: the package's public names)
 
 PROFILE_DIR = Path(__file__).resolve().parent

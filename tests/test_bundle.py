@@ -6,6 +6,7 @@ import pytest
 
 from edgeopt.bundle import Manifest, PassRecord, load_bundle, staged_bundle, write_manifest
 from edgeopt.errors import BundleError, OutputExistsError
+from edgeopt.sizing.manifest_section import KvSection
 
 
 def make_bundle(dest: Path, force: bool = False) -> Manifest:
@@ -16,7 +17,7 @@ def make_bundle(dest: Path, force: bool = False) -> Manifest:
         manifest = Manifest(source_model="org/model", source_revision="abc123", target="jetson-orin-nano-8gb",
                             format="gguf", quant="Q4_K_M", runtime="llama_cpp", model_file="model.gguf",
                             passes=[PassRecord("prune", {"ratio": 0.25}, "in", "out", 1.5, {"params": 10})],
-                            metrics={"kl": 0.001})
+                            metrics={"kl": 0.001}, kv=KvSection(1024, 2048, "q8_0", 1088))
         return write_manifest(stage, manifest)
 
 
@@ -27,6 +28,23 @@ def test_round_trip(tmp_path: Path):
     assert set(loaded.files) == {"model.gguf", "tokenizer/tokenizer.json"}
     assert loaded.passes[0].params == {"ratio": 0.25}
     assert loaded.files["model.gguf"]["bytes"] == 4 + 256 * 64
+    assert loaded.kv == KvSection(kv_elements_per_token=1024, context_length=2048, kv_type="q8_0",
+                                  kv_bytes_per_token=1088)  # read back as the dataclass, not a dict
+
+
+def test_a_manifest_from_before_the_kv_section_loads_and_is_sized_from_its_export_keys(tmp_path: Path):
+    """Older bundles kept the KV facts as loose export keys; they load, and serving reads the same numbers."""
+    from edgeopt.sizing.bundle_facts import recorded_kv_section, recorded_kv_type
+
+    written = make_bundle(tmp_path / "b")
+    written.kv = None
+    written.export = {"kv_elements_per_token": 1024, "kv_bytes_per_token": 1088, "context_length": 2048,
+                      "kv_type": "q8_0"}
+    write_manifest(tmp_path / "b", written)
+    loaded = load_bundle(tmp_path / "b")
+    assert loaded.kv is None
+    assert recorded_kv_section(tmp_path / "b", loaded) == KvSection(1024, 2048, "q8_0")
+    assert recorded_kv_type(loaded) == "q8_0"
 
 
 def test_corrupted_file_is_refused(tmp_path: Path):

@@ -16,7 +16,7 @@ from edgeopt.model_spec import load_model_spec
 from edgeopt.pipeline import OptimizeOptions, run_optimize
 from edgeopt.plan import make_plan
 from edgeopt.server.app import create_app
-from edgeopt.server.launcher import ServeOptions, load_served_model, model_names, size_kv
+from edgeopt.server.launcher import ServeOptions, load_served_model, model_names, serving_shape
 from edgeopt.server.state import ServerSettings
 from profiles import load_profile
 from tests.fourth_format import ENTRY
@@ -50,13 +50,14 @@ def test_optimize_then_serve_and_score_a_fourth_format_bundle(fourth_format, tin
     manifest = load_bundle(out)
     assert (manifest.format, manifest.quant, manifest.runtime) == ("npz-fake", "fp16", "fake_numpy")
     spec = load_model_spec(str(tiny_llama_dir))
-    assert manifest.export["kv_bytes_per_token"] == 2 * spec.kv_elements_per_token  # fp16: the entry's by-quant size
+    assert manifest.kv.kv_bytes_per_token == 2 * spec.kv_elements_per_token  # fp16: the entry's by-quant size
 
     options = ServeOptions(memory_bytes=2**30, max_concurrency=2, context=128)
-    sizing = size_kv(out, manifest, options)
-    assert sizing.overhead_bytes == 3 * 1024**2 and sizing.kv_bytes_per_token == manifest.export["kv_bytes_per_token"]
+    shape = serving_shape(out, manifest, options)
+    sizing = shape.sizing
+    assert sizing.overhead_bytes == 3 * 1024**2 and sizing.kv_bytes_per_token == manifest.kv.kv_bytes_per_token
     settings = ServerSettings(model_names=model_names(out, manifest), memory_budget_bytes=sizing.usable_memory_bytes)
-    live = start_live_server(create_app(settings, loader=lambda: load_served_model(out, manifest, sizing, options)),
+    live = start_live_server(create_app(settings, loader=lambda: load_served_model(out, manifest, shape, options)),
                              timeout_s=60)
     try:
         runtime = live.state.ready_model().runtime

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from edgeopt.cli import app
 from edgeopt.errors import ConfigError
-from edgeopt.kv_types import kv_element_bytes, parse_kv_type
-from edgeopt.memory_budget import kv_bytes_per_token
+from edgeopt.sizing.kv_types import kv_element_bytes, parse_kv_type
+from edgeopt.sizing.budget import kv_bytes_per_token
 from edgeopt.model_spec import spec_from_config
 from edgeopt.plan import make_plan, size_candidate
 from profiles import load_profile, profile_from_dict

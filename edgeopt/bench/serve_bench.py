@@ -129,7 +129,7 @@ RSS_ALLOWANCE_BYTES = 120 * 1000**2  # the issue's budget for Python, HTTP and l
 
 def rss_limit(bundle: Path, manifest: Manifest, kv_tokens: int, bundle_bytes: int) -> int:
     """Bundle size + KV bytes + 120 MB: what serving this bundle may cost in resident memory."""
-    from edgeopt.server.sizing import kv_shape
+    from edgeopt.sizing.bundle_facts import kv_shape
 
     per_token, _ = kv_shape(bundle, manifest)
     return bundle_bytes + kv_tokens * per_token + RSS_ALLOWANCE_BYTES

@@ -24,12 +24,14 @@ def eval_bundle(bundle: BundleArg, data: DataOpt = None, original: OriginalOpt =
     (embedding bundles: cosine to the original's embeddings and nearest-neighbour agreement); with a
     quantized KV cache (the bundle's, or --kv-type's), its KL and top-1 against an f16 cache too."""
     from edgeopt.evaluate import evaluate_bundle
-    from edgeopt.kv_types import parse_kv_type
+    from edgeopt.sizing.bundle_facts import recorded_kv_section
+    from edgeopt.sizing.kv_types import parse_kv_type
     from edgeopt.source import resolve_model_dir
 
     manifest = load_bundle(bundle, verify=False)
     if kv_type:  # measure the cache `edgeopt serve --kv-type` would use, not the one the bundle records
-        manifest.export = {**manifest.export, "kv_type": parse_kv_type(kv_type, manifest.format)}
+        chosen = parse_kv_type(kv_type, manifest.format)
+        manifest.kv = recorded_kv_section(bundle, manifest).with_kv_type(chosen)
     original_dir = None
     if not no_original:
         original_dir, _ = resolve_model_dir(original or manifest.source_model)

@@ -13,7 +13,7 @@ from edgeopt.cli_options import Concurrency, Context, JsonOut, KvType, ModelArg,
 from edgeopt.cli_table import Column, print_line, print_table
 from edgeopt.errors import ConfigError
 from edgeopt.gguf_metadata import is_gguf_file
-from edgeopt.kv_types import parse_kv_type
+from edgeopt.sizing.kv_types import parse_kv_type
 from edgeopt.model_spec import load_model_spec
 from edgeopt.pipeline import sized_quant
 from edgeopt.plan import MIB, Plan, make_plan, size_candidate

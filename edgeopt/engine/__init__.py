@@ -1,7 +1,7 @@
 """The serving core (pure Python + numpy; never imports torch or transformers).
 
 Entry point: :class:`Engine` (continuous batching over a :class:`runtimes.base.Runtime`). The engine never
-measures memory: it receives a KV capacity sized by :func:`edgeopt.memory_budget.size_kv`.
+measures memory: it receives a KV capacity sized by :func:`edgeopt.sizing.budget.size_kv`.
 """
 
 from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, RequestOutput, SamplingParams

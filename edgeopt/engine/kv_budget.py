@@ -1,6 +1,6 @@
 """KV cache accounting: token cells shared by all sequences, and the pool of runtime slots.
 
-The engine never measures memory; it receives a capacity in tokens (see :func:`edgeopt.memory_budget.size_kv`)
+The engine never measures memory; it receives a capacity in tokens (see :func:`edgeopt.sizing.budget.size_kv`)
 and keeps the books here. llama.cpp's unified KV cache allocates one cell per token, so the unit is a
 token, not a block. A cell is counted as used from the moment a step that writes it is scheduled.
 ``KvBudget`` counts the cells running sequences hold themselves; the prefix cache's cells (and the ones

@@ -36,7 +36,7 @@ class ServerSettings:
     # cannot forge a system turn; True restores the old behaviour (edgeopt serve --parse-special-in-content).
     parse_special_in_content: bool = False
     # The KV cache the launcher chose (shown in /metrics as edgeopt_kv_cache_info): its element type
-    # (edgeopt.kv_types) and, where the runtime has a choice (llama.cpp), its layout; None: not known.
+    # (edgeopt.sizing.kv_types) and, where the runtime has a choice (llama.cpp), its layout; None: not known.
     kv_type: str | None = None
     kv_layout: str | None = None
     # What the model is, for APIs that describe it (Ollama's /api/tags, /api/show): format, quant,

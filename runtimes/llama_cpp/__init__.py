@@ -4,8 +4,9 @@
 
 * ``kv_capacity_tokens``: KV cells (llama.cpp ``n_ctx``) and ``max_slots``: concurrent sequences
   (``n_seq_max``), both required: the caller sizes them (``edgeopt serve`` with
-  :func:`edgeopt.memory_budget.size_kv`); a runtime never computes its own;
-* ``max_batch_tokens``: tokens per ``llama_decode`` (``n_batch``), default 128;
+  :func:`edgeopt.sizing.shape.decide_serving_shape`); a runtime never computes its own;
+* ``max_batch_tokens``: tokens per ``llama_decode`` (``n_batch`` = ``n_ubatch``), default the gguf backend
+  entry's ``batch_tokens`` (the batch its runtime-overhead estimate is per token of);
 * ``threads``: CPU threads; default: the cores other processes leave free, re-measured while decoding
   (runtimes/llama_cpp/threads.py), at most the profile's core count and this host's;
 * ``n_gpu_layers``: default -1 (all) when the profile has CUDA and this build supports offload, else 0;
@@ -32,9 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
+from edgeopt.backends import backend_for_runtime
 from edgeopt.errors import ConfigError
-from edgeopt.kv_layout import STREAM_ALIGN, stream_cells
-from edgeopt.kv_types import check_head_dims
+from edgeopt.sizing.layout import KV_LAYOUTS, STREAM_ALIGN, STREAMS, UNIFIED, stream_cells
+from edgeopt.sizing.kv_types import check_head_dims
 from profiles import DeviceProfile, load_profile
 from profiles.host import usable_cpu_count
 from runtimes.llama_cpp.context import LlamaCppRuntime
@@ -46,16 +48,13 @@ if TYPE_CHECKING:
     from edgeopt.bundle import Manifest
 
 __all__ = ["LlamaCppRuntime", "LlamaCppTokenizer", "load", "load_gguf"]
-# llama.cpp's compute buffer grows with the batch: on a ~200M model 512 tokens cost 27 MiB, 256 cost
-# 14 MiB, 128 about 7 MiB, which is what keeps `edgeopt serve` within bundle + KV + 120 MB there.
-# Decode steps of up to 128 sequences are unaffected; a long prompt is prefilled 128 tokens a step.
-DEFAULT_MAX_BATCH_TOKENS = 128
+# The registry's number (edgeopt/backends.py says why 128), so the runtime's batch is the one sizing assumed.
+DEFAULT_MAX_BATCH_TOKENS = backend_for_runtime("llama_cpp").batch_tokens
 LLAMA_MAX_SEQ = 256  # llama-cparams.h: the most sequence ids one context accepts
 # Cached prefixes (leaves of the engine's prefix tree) kept at once, by default as many as running
 # sequences. Each id costs one logits row of llama.cpp's output buffer (it reserves n_seq_max rows:
 # 600 KB on a 151k vocabulary), never KV: the cached cells live inside n_ctx.
 MIN_CACHE_SLOTS = 8
-KV_LAYOUTS = ("unified", "streams")
 
 
 def load(bundle_dir: Path, manifest: Manifest, **options: Any) -> LlamaCppRuntime:
@@ -67,10 +66,11 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
               max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, threads: int | None = None,
               n_gpu_layers: int | None = None, context_length: int | None = None,
               profile: DeviceProfile | None = None, kv_type: str = "f16",
-              cache_slots: int | None = None, kv_layout: str = "unified") -> LlamaCppRuntime:
+              cache_slots: int | None = None, kv_layout: str = UNIFIED) -> LlamaCppRuntime:
     if kv_capacity_tokens is None or max_slots is None:
         raise ConfigError(f"the llama.cpp runtime needs kv_capacity_tokens and max_slots (got {kv_capacity_tokens}, "
-                          f"{max_slots})", "size them with edgeopt.memory_budget.size_kv, as edgeopt serve does")
+                          f"{max_slots})", "size them with edgeopt.sizing.shape.decide_serving_shape, as edgeopt "
+                          "serve does")
     if kv_capacity_tokens < 1 or not 1 <= max_slots <= LLAMA_MAX_SEQ:
         raise ConfigError(f"kv_capacity_tokens={kv_capacity_tokens}, max_slots={max_slots} are invalid",
                           f"need kv_capacity_tokens >= 1 and 1 <= max_slots <= {LLAMA_MAX_SEQ}")
@@ -92,7 +92,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
     cache_slots = min(cache_slots, LLAMA_MAX_SEQ - max_slots)
     try:
         check_head_dims(kv_type, facts.head_dim_k, facts.head_dim_v, Path(path).name)
-        if kv_layout == "streams":
+        if kv_layout == STREAMS:
             layout = stream_layout(kv_capacity_tokens, max_slots, cache_slots, context)
             kv_capacity_tokens, cache_slots = layout.total_cells, layout.cache_slots
         return LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens,

@@ -51,7 +51,7 @@ class LlamaCppRuntime(Runtime):
                  kv_layout: str = "unified") -> None:
         self._model = model
         self.facts = facts
-        self.kv_type = kv_type  # the KV cache's element type (edgeopt.kv_types); part of any saved state's identity
+        self.kv_type = kv_type  # the KV cache's element type (edgeopt.sizing.kv_types); part of any saved state's identity
         self.kv_layout = kv_layout  # "unified" (one shared pool) or "streams" (one stream per sequence id)
         self._ctx = self._create_context(kv_capacity_tokens, max_slots, cache_slots, max_batch_tokens, n_threads)
         self._memory = llama_cpp.llama_get_memory(self._ctx)

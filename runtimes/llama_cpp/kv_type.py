@@ -5,7 +5,7 @@ llama.cpp dequantizes a q8_0/q4_0 V cache only inside its flash-attention kernel
 attention it refuses the context ("quantized V cache requires flash_attn"). So a quantized type turns
 flash attention on explicitly (ENABLED rather than llama.cpp's AUTO, which would pick the same here,
 so that a backend without the kernel fails at load instead of silently running another path). f16
-leaves the context's attention setting alone. Sizes per type live in :mod:`edgeopt.kv_types`.
+leaves the context's attention setting alone. Sizes per type live in :mod:`edgeopt.sizing.kv_types`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import llama_cpp
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError
-from edgeopt.kv_types import KV_TYPES
+from edgeopt.sizing.kv_types import KV_TYPES
 
 GGML_KV_TYPES = {"f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16,
                  "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}

@@ -11,7 +11,7 @@ from pathlib import Path
 import llama_cpp
 
 from edgeopt.errors import BackendError, BundleError
-from edgeopt.memory_budget import kv_elements_per_token
+from edgeopt.sizing.budget import kv_elements_per_token
 from runtimes.llama_cpp.amx_guard import guard_amx_buffers
 
 log = logging.getLogger("llama_cpp")

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import BackendError
-from edgeopt.memory_budget import kv_bytes_per_token, kv_elements_per_token
+from edgeopt.sizing.budget import kv_bytes_per_token, kv_elements_per_token
 
 KV = list[np.ndarray]  # [key_0, value_0, key_1, value_1, ...], each (batch, kv_heads, length, head_dim)
 

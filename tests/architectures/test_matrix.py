@@ -113,14 +113,14 @@ def test_chat_request_is_served_with_the_model_template(name: str, fmt: str, qua
     import httpx
 
     from edgeopt.server.app import create_app
-    from edgeopt.server.launcher import ServeOptions, load_served_model, size_kv
+    from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
     from edgeopt.server.state import ServerSettings
     from tests.server.live import start_live_server
 
     bundle = arch_bundle(name, fmt, quant)
     manifest = load_bundle(bundle)
     options = ServeOptions(context=256, max_concurrency=2, threads=2, memory_bytes=2 << 30)
-    served = load_served_model(bundle, manifest, size_kv(bundle, manifest, options), options)
+    served = load_served_model(bundle, manifest, serving_shape(bundle, manifest, options), options)
     assert served.chat_template is not None and served.chat_template.source == by_name(name).chat_template
     live = start_live_server(create_app(ServerSettings(model_names=(name,)), served=served))
     try:

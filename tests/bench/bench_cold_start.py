@@ -40,16 +40,17 @@ import json, sys, time
 from pathlib import Path
 marks = [("start", time.perf_counter())]
 from edgeopt.bundle import load_bundle
-from edgeopt.server.launcher import ServeOptions, load_served_model, size_kv
+from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
 import edgeopt.server.app, uvicorn
 marks.append(("import server", time.perf_counter()))
 bundle = Path(sys.argv[1])
 options = ServeOptions(context=2048, memory_bytes=2 << 30, threads=2)
 manifest = load_bundle(bundle, verify=True)
 marks.append(("read + verify bundle", time.perf_counter()))
-sizing = size_kv(bundle, manifest, options)
+shape = serving_shape(bundle, manifest, options)
+sizing = shape.sizing
 marks.append(("size KV", time.perf_counter()))
-served = load_served_model(bundle, manifest, sizing, options)
+served = load_served_model(bundle, manifest, shape, options)
 marks.append(("load runtime + engine", time.perf_counter()))
 served.engine.shutdown()
 phases = {b[0]: round(b[1] - a[1], 3) for a, b in zip(marks, marks[1:])}
@@ -89,7 +90,7 @@ def build_bundles(work: Path) -> dict[str, Path]:
     shutil.rmtree(bundles["gguf, older manifest"], ignore_errors=True)
     shutil.copytree(bundles["gguf"], bundles["gguf, older manifest"])
     older = load_bundle(bundles["gguf, older manifest"])
-    older.export = {k: v for k, v in older.export.items() if k not in ("kv_bytes_per_token", "context_length")}
+    older.kv = None  # a manifest from before the typed kv section, which recorded no KV facts at all
     write_manifest(bundles["gguf, older manifest"], older)
     return bundles
 

@@ -22,7 +22,7 @@ def test_quantized_kv_cache_cost_is_measured_and_recorded(kv_type: str, demo_mod
     manifest = load_bundle(out)  # what serve reads back
     metrics = manifest.metrics
     print(f"demo Q8_0 weights, {kv_type} KV vs f16 KV: {metrics}")
-    assert manifest.export["kv_type"] == kv_type
+    assert manifest.kv.kv_type == kv_type
     assert metrics["kv_cache_type"] == kv_type and metrics["kv_cache_reference"] == "f16"
     max_kl, min_top1 = BOUNDS[kv_type]
     assert 0 < metrics["kv_cache_kl_divergence"] <= max_kl, metrics  # > 0: the cache really was quantized
@@ -33,5 +33,5 @@ def test_an_f16_kv_cache_adds_no_kv_metrics(demo_model_dir: Path, tmp_path: Path
     manifest = run_optimize(OptimizeOptions(model=str(demo_model_dir), target="x86-64-cpu", output=tmp_path / "f16",
                                             format="gguf", quant="Q8_0", kv_type="f16",
                                             eval_data=demo_model_dir / "eval.txt"))
-    assert manifest.export["kv_type"] == "f16"
+    assert manifest.kv.kv_type == "f16"
     assert not any(key.startswith("kv_cache_") for key in manifest.metrics)

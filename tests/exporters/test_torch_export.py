@@ -13,7 +13,7 @@ from edgeopt.bundle import load_bundle
 from edgeopt.cli import app
 from edgeopt.errors import ExportError
 from edgeopt.model_spec import load_model_spec
-from edgeopt.pipeline import manifest_kv_facts
+from edgeopt.pipeline import manifest_kv_section
 from exporters import get_exporter
 from exporters.torch_sizes import torch_candidates
 from profiles import load_profile
@@ -32,7 +32,7 @@ def test_cli_optimize_format_torch_writes_a_bundle_that_loads_and_serves(tiny_ll
     assert manifest.quant == "fp32"  # host has no CUDA: the planner's CPU default
     assert {"model/config.json", "model/model.safetensors", "model/generation_config.json",
             "tokenizer/tokenizer.json"} <= set(manifest.files)
-    assert manifest.export["kv_bytes_per_token"] == 2 * 2 * 2 * 16 * 4  # K+V x layers x kv heads x dim x fp32
+    assert manifest.kv.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4  # K+V x layers x kv heads x dim x fp32
     rt = load_runtime("torch", out, manifest, threads=2, device="cpu")
     tokens = [5, 17, 99, 42, 7]
     np.testing.assert_allclose(rt.step([StepInput(0, tokens, 0, True)])[0],
@@ -51,8 +51,8 @@ def test_bf16_export_stores_bf16_tensors_and_half_the_bytes(tiny_model_factory, 
         assert {str(fh.get_tensor(name).dtype) for name in fh.keys()} == {"torch.bfloat16"}
     assert half.details["weights_bytes"] < 0.6 * full.details["weights_bytes"]
     spec = load_model_spec(str(source))  # torch keeps its KV cache in the checkpoint's dtype
-    assert manifest_kv_facts(spec, "torch", "bf16")["kv_bytes_per_token"] * 2 == \
-        manifest_kv_facts(spec, "torch", "fp32")["kv_bytes_per_token"]
+    assert manifest_kv_section(spec, "torch", "bf16").kv_bytes_per_token * 2 == \
+        manifest_kv_section(spec, "torch", "fp32").kv_bytes_per_token
 
 
 def test_unknown_dtype_is_refused_with_the_valid_ones(tiny_llama_dir: Path, tmp_path: Path) -> None:

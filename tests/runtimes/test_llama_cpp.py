@@ -130,7 +130,7 @@ def test_the_runtime_receives_its_sizes_and_never_computes_them(gguf_path: Path)
     manifest = SimpleNamespace(model_file=gguf_path.name)
     with pytest.raises(ConfigError, match="needs kv_capacity_tokens and max_slots") as info:
         load(gguf_path.parent, manifest, threads=THREADS, context_length=256)
-    assert "size_kv" in info.value.hint
+    assert "decide_serving_shape" in info.value.hint
     runtime = load(gguf_path.parent, manifest, kv_capacity_tokens=300, max_slots=2, threads=THREADS,
                    context_length=256)
     try:  # llama.cpp rounds n_ctx up to 512; the engine is told the 300 cells it was sized for

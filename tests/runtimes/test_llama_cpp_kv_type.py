@@ -11,8 +11,8 @@ import pytest
 
 from edgeopt.errors import ConfigError
 from edgeopt.eval_metrics import mean_kl
-from edgeopt.kv_types import kv_element_bytes
-from edgeopt.memory_budget import kv_bytes_per_token
+from edgeopt.sizing.kv_types import kv_element_bytes
+from edgeopt.sizing.budget import kv_bytes_per_token
 from runtimes.base import StepInput
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
 from runtimes.llama_cpp import LlamaCppRuntime, load_gguf

@@ -11,7 +11,7 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.server.app import create_app
-from edgeopt.server.launcher import ServeOptions, load_served_model, model_names, size_kv
+from edgeopt.server.launcher import ServeOptions, load_served_model, model_names, serving_shape
 from edgeopt.server.state import ServerSettings
 from tests.runtimes.torch_bundles import make_torch_bundle
 from tests.server.live import start_live_server
@@ -25,9 +25,10 @@ def served(tiny_llama_dir: Path, tmp_path_factory):
     bundle = make_torch_bundle(tiny_llama_dir, tmp_path_factory.mktemp("serve") / "tiny-torch")
     manifest = load_bundle(bundle)
     options = ServeOptions(memory_bytes=2**31, max_concurrency=4, context=256, threads=2)  # > torch overhead
-    sizing = size_kv(bundle, manifest, options)
+    shape = serving_shape(bundle, manifest, options)
+    sizing = shape.sizing
     settings = ServerSettings(model_names=model_names(bundle, manifest), memory_budget_bytes=sizing.usable_memory_bytes)
-    app = create_app(settings, loader=lambda: load_served_model(bundle, manifest, sizing, options))
+    app = create_app(settings, loader=lambda: load_served_model(bundle, manifest, shape, options))
     live = start_live_server(app, timeout_s=120)
     yield live
     live.stop()

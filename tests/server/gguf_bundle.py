@@ -30,14 +30,14 @@ def serve_bundle_live(bundle: Path, context: int = 256):  # noqa: ANN201 - tests
     """An in-process uvicorn serving ``bundle`` (any runtime) with the real launcher's model loading."""
     from edgeopt.bundle import load_bundle
     from edgeopt.server.app import create_app
-    from edgeopt.server.launcher import ServeOptions, load_served_model, size_kv
+    from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
     from edgeopt.server.state import ServerSettings
     from tests.server.conftest import MODEL
     from tests.server.live import start_live_server
 
     manifest = load_bundle(bundle)
     options = ServeOptions(memory_bytes=1 << 30, context=context, max_concurrency=2, threads=1)
-    served = load_served_model(bundle, manifest, size_kv(bundle, manifest, options), options)
+    served = load_served_model(bundle, manifest, serving_shape(bundle, manifest, options), options)
     return start_live_server(create_app(ServerSettings(model_names=(MODEL,), memory_budget_bytes=1 << 30),
                                         served=served))
 

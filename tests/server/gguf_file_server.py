@@ -7,7 +7,7 @@ from pathlib import Path
 
 from edgeopt.model_source import model_card, open_model_source
 from edgeopt.server.app import create_app
-from edgeopt.server.launcher import ServeOptions, load_served_model, size_kv
+from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
 from edgeopt.server.state import ServerSettings
 from tests.server.live import LiveServer, start_live_server
 
@@ -15,8 +15,9 @@ from tests.server.live import LiveServer, start_live_server
 def serve_path_live(path: Path, context: int = 512, max_concurrency: int = 2) -> LiveServer:
     source = open_model_source(path)
     options = ServeOptions(memory_bytes=1 << 30, context=context, max_concurrency=max_concurrency, threads=2)
-    sizing = size_kv(source.bundle_dir, source.manifest, options)
-    served = load_served_model(source.bundle_dir, source.manifest, sizing, options)
+    shape = serving_shape(source.bundle_dir, source.manifest, options)
+    sizing = shape.sizing
+    served = load_served_model(source.bundle_dir, source.manifest, shape, options)
     settings = ServerSettings(model_names=source.names, kind=source.manifest.kind, memory_budget_bytes=1 << 30,
                               model_card=model_card(source.bundle_dir, source.manifest))
     return start_live_server(create_app(settings, served=served))

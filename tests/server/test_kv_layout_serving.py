@@ -11,7 +11,7 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from edgeopt.server.launcher import ServeOptions, load_served_model, serve_bundle, served_kv_layout, size_kv
+from edgeopt.server.launcher import ServeOptions, load_served_model, serve_bundle, serving_shape
 from tests.server.test_kv_type_serving import memory_for_f16_sequences
 from tests.fixtures.demo_gguf import optimize_demo_gguf
 
@@ -25,9 +25,10 @@ def test_streams_fit_the_memory_budget_and_keep_the_context(bundle: Path) -> Non
     manifest = load_bundle(bundle)
     options = ServeOptions(memory_bytes=memory_for_f16_sequences(bundle, 8.2, 256, 8), context=256, threads=1,
                            max_concurrency=8, kv_layout="streams")
-    sizing = size_kv(bundle, manifest, options)
+    shape = serving_shape(bundle, manifest, options)
+    sizing = shape.sizing
     assert sizing.kv_fit_tokens // 256 == 15  # q8_0 KV: 8.2 f16 contexts x 2 / (34 / 32)
-    served = load_served_model(bundle, manifest, sizing, options)
+    served = load_served_model(bundle, manifest, shape, options)
     try:
         info = served.runtime.info
         assert served.runtime.kv_layout == "streams" and not info.shares_kv_cells
@@ -51,8 +52,9 @@ def test_auto_picks_streams_when_memory_holds_a_stream_per_slot_and_cache_entry(
     manifest = load_bundle(bundle)
     options = ServeOptions(memory_bytes=memory_for_f16_sequences(bundle, 8.2, 256, slots), context=256, max_concurrency=slots,
                            prefix_cache=prefix_cache)
-    sizing = size_kv(bundle, manifest, options)  # q8_0: 15 streams of 256 cells fit
-    assert served_kv_layout(manifest, options, sizing) == layout
+    shape = serving_shape(bundle, manifest, options)  # q8_0: 15 streams of 256 cells fit
+    sizing = shape.sizing
+    assert shape.kv_layout == layout
 
 
 def test_an_unknown_layout_is_refused_before_loading(bundle: Path) -> None:

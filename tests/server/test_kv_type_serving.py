@@ -10,10 +10,10 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from edgeopt.memory_budget import DEFAULT_MAX_SEQUENCES, SAFETY_MARGIN
+from edgeopt.sizing.budget import DEFAULT_MAX_SEQUENCES, SAFETY_MARGIN
 from edgeopt.pipeline import OptimizeOptions, resolve
-from edgeopt.server.launcher import ServeOptions, load_served_model, serve_bundle, size_kv
-from edgeopt.server.sizing import bundle_kv_facts
+from edgeopt.server.launcher import ServeOptions, load_served_model, serve_bundle, serving_shape
+from edgeopt.sizing.bundle_facts import bundle_kv_facts
 from tests.fixtures.demo_gguf import optimize_demo_gguf
 
 F16_BYTES_PER_TOKEN = 2 * 4 * 2 * 64 * 2  # K and V x 4 layers x 2 KV heads x head_dim 64 x 2 bytes
@@ -36,10 +36,10 @@ def memory_for_f16_sequences(bundle: Path, sequences: float, context: int,
 @pytest.mark.parametrize("context", [256, 2048])
 def test_q8_0_serves_about_1_9x_the_sequences_of_f16_in_the_same_memory(q8_bundle: Path, context: int):
     manifest = load_bundle(q8_bundle)
-    assert manifest.export["kv_type"] == "q8_0"
+    assert manifest.kv.kv_type == "q8_0"
     memory = memory_for_f16_sequences(q8_bundle, 8.2, context)
-    f16 = size_kv(q8_bundle, manifest, ServeOptions(memory_bytes=memory, context=context, kv_type="f16"))
-    q8 = size_kv(q8_bundle, manifest, ServeOptions(memory_bytes=memory, context=context))  # the manifest's
+    f16 = serving_shape(q8_bundle, manifest, ServeOptions(memory_bytes=memory, context=context, kv_type="f16")).sizing
+    q8 = serving_shape(q8_bundle, manifest, ServeOptions(memory_bytes=memory, context=context)).sizing  # the manifest's
     assert (f16.kv_bytes_per_token, q8.kv_bytes_per_token) == (2048, 1088)
     full_contexts = {name: s.kv_capacity_tokens // s.context_length for name, s in (("f16", f16), ("q8_0", q8))}
     assert full_contexts == {"f16": 8, "q8_0": 15}  # 8.2 x 2 / (34 / 32) = 15.4
@@ -50,8 +50,9 @@ def test_q8_0_serves_about_1_9x_the_sequences_of_f16_in_the_same_memory(q8_bundl
 def test_the_runtime_is_built_with_the_served_kv_type(q8_bundle: Path):
     manifest = load_bundle(q8_bundle)
     options = ServeOptions(memory_bytes=memory_for_f16_sequences(q8_bundle, 8.2, 256), context=256, threads=1)
-    sizing = size_kv(q8_bundle, manifest, options)
-    served = load_served_model(q8_bundle, manifest, sizing, options)
+    shape = serving_shape(q8_bundle, manifest, options)
+    sizing = shape.sizing
+    served = load_served_model(q8_bundle, manifest, shape, options)
     try:
         assert served.runtime.kv_type == "q8_0"
         assert served.runtime.info.max_slots == sizing.max_sequences == 15

@@ -10,7 +10,7 @@ import pytest
 from edgeopt.bundle import load_bundle
 from edgeopt.model_spec import load_model_spec
 from edgeopt.plan import make_plan
-from edgeopt.server.launcher import ServeOptions, served_kv_layout, size_kv
+from edgeopt.server.launcher import ServeOptions, serving_shape
 from tests.server.gguf_bundle import make_gguf_bundle
 
 CONTEXT = 256
@@ -60,7 +60,8 @@ def test_a_plan_that_fits_also_serves(toml: str, pool_bytes: int, concurrency: i
     planned = next(c for c in plan.candidates if c.quant == "F16")
 
     options = ServeOptions(target=str(target), context=CONTEXT, max_concurrency=concurrency)
-    sizing = size_kv(bundle, load_bundle(bundle), options)
+    shape = serving_shape(bundle, load_bundle(bundle), options)
+    sizing = shape.sizing
     assert plan.usable_memory_bytes == sizing.usable_memory_bytes == pool_bytes
     assert planned.kv_bytes_per_token == sizing.kv_bytes_per_token
     assert planned.overhead_bytes == sizing.overhead_bytes
@@ -68,7 +69,7 @@ def test_a_plan_that_fits_also_serves(toml: str, pool_bytes: int, concurrency: i
     assert abs(planned.weight_bytes / sizing.weights_bytes - 1) < 0.1
     serves = sizing.kv_capacity_tokens >= CONTEXT * concurrency and sizing.context_length == CONTEXT
     assert planned.fits == serves
-    assert planned.kv_layout == served_kv_layout(load_bundle(bundle), options, sizing)
+    assert planned.kv_layout == shape.kv_layout
     # 8192 x 256 tokens of this model (512 MiB of KV) would fit 64 GB of RAM, but neither pool.
     assert planned.fits is (concurrency == 1)
 

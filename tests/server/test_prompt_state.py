@@ -12,7 +12,7 @@ import pytest
 from edgeopt.bundle import load_bundle
 from edgeopt.engine import SamplingParams
 from edgeopt.errors import ConfigError
-from edgeopt.server.launcher import ServeOptions, load_served_model, size_kv
+from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
 from edgeopt.server.prompt_state import state_paths, system_prefix_tokens
 from tests.server.gguf_bundle import make_gguf_bundle
 
@@ -28,7 +28,7 @@ def bundle(tiny_gguf_factory, tiny_model_factory, tmp_path_factory):
 def start(bundle, warm_file):
     manifest = load_bundle(bundle)
     options = ServeOptions(memory_bytes=1 << 30, context=512, max_concurrency=2, threads=1, warm_file=warm_file)
-    return load_served_model(bundle, manifest, size_kv(bundle, manifest, options), options)
+    return load_served_model(bundle, manifest, serving_shape(bundle, manifest, options), options)
 
 
 def first_chat(served, question: str = "How do I flash the board?") -> tuple[list[int], int]:
@@ -104,4 +104,4 @@ def test_warm_needs_the_prefix_cache(bundle, tmp_path) -> None:
     options = ServeOptions(memory_bytes=1 << 30, context=512, max_concurrency=2, threads=1, warm_file=warm_file,
                            prefix_cache=False)
     with pytest.raises(ConfigError, match="--warm needs the prefix cache.*--no-prefix-cache"):
-        load_served_model(bundle, manifest, size_kv(bundle, manifest, options), options)
+        load_served_model(bundle, manifest, serving_shape(bundle, manifest, options), options)

@@ -20,7 +20,7 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.serve_process import launched_server
-from edgeopt.server.launcher import ServeOptions, size_kv
+from edgeopt.server.launcher import ServeOptions, serving_shape
 from profiles import load_profile
 from tests.fixtures.tiny_models import build_tiny_model
 from tests.runtimes.torch_bundles import make_torch_bundle
@@ -57,8 +57,9 @@ def metric(url: str, name: str) -> float:
 def test_serve_for_a_jetson_sizes_kv_from_the_profile_and_stays_inside_it(wide_kv_bundle: Path) -> None:
     profile = load_profile(TARGET)
     assert profile.unified_memory
-    sizing = size_kv(wide_kv_bundle, load_bundle(wide_kv_bundle), ServeOptions(target=TARGET))
-    host = size_kv(wide_kv_bundle, load_bundle(wide_kv_bundle), ServeOptions(target="host"))
+    shape = serving_shape(wide_kv_bundle, load_bundle(wide_kv_bundle), ServeOptions(target=TARGET))
+    sizing = shape.sizing
+    host = serving_shape(wide_kv_bundle, load_bundle(wide_kv_bundle), ServeOptions(target="host")).sizing
     assert sizing.usable_memory_bytes == profile.usable_memory_bytes  # the one pool, not the GPU's memory
     assert sizing.kv_capacity_tokens == sizing.kv_fit_tokens < host.kv_capacity_tokens  # memory bounds it
     baseline = gpu_memory_used_bytes()

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from edgeopt.bundle import load_bundle
-from edgeopt.server.launcher import ServeOptions, served_kv_layout, size_kv
+from edgeopt.server.launcher import ServeOptions, serving_shape
 from tests.server.gguf_bundle import make_gguf_bundle
 from tests.server.live import free_port
 
@@ -70,8 +70,9 @@ def test_serve_gguf_bundle_end_to_end_without_torch(gguf_bundle: Path, tmp_path:
     url = f"http://127.0.0.1:{port}"
     manifest = load_bundle(gguf_bundle)
     options = ServeOptions(memory_bytes=2**30, max_concurrency=4, context=256)
-    sizing = size_kv(gguf_bundle, manifest, options)
-    served_layout = served_kv_layout(manifest, options, sizing)
+    shape = serving_shape(gguf_bundle, manifest, options)
+    sizing = shape.sizing
+    served_layout = shape.kv_layout
     try:
         wait_healthy(url, proc)
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0, timeout=60)

@@ -90,7 +90,7 @@ def test_import_inspect_and_plan_of_a_gguf_file(reference_gguf: Path, qwen2_chec
     assert manifest.source_revision == "sha256:" + manifest.files["model.gguf"]["sha256"]
     assert manifest.chat_template == json.loads((qwen2_checkpoint / "tokenizer_config.json").read_text())["chat_template"]
     config = json.loads((qwen2_checkpoint / "config.json").read_text())
-    assert manifest.export["context_length"] == config["max_position_embeddings"]
+    assert manifest.kv.context_length == config["max_position_embeddings"]
     for target in (reference_gguf, bundle):
         shown = runner.invoke(app, ["inspect", str(target)])
         assert shown.exit_code == 0, shown.output
@@ -100,7 +100,7 @@ def test_import_inspect_and_plan_of_a_gguf_file(reference_gguf: Path, qwen2_chec
     [candidate] = json.loads(planned.output)["candidates"]
     assert candidate["quant"] == "F32" and candidate["weight_bytes"] == reference_gguf.stat().st_size
     # The plan's KV/token is the one serving sizes with (from the same metadata).
-    assert candidate["kv_bytes_per_token"] == manifest.export["kv_elements_per_token"] * 2  # f16 KV
+    assert candidate["kv_bytes_per_token"] == manifest.kv.kv_elements_per_token * 2  # f16 KV
 
 
 def test_a_file_that_is_not_gguf_is_refused_with_the_fix(tmp_path: Path):

@@ -12,10 +12,10 @@ import pytest
 
 from edgeopt.bundle import load_bundle, write_manifest
 from edgeopt.errors import ConfigError
-from edgeopt.memory_budget import kv_bytes_per_token
+from edgeopt.sizing.budget import kv_bytes_per_token
 from edgeopt.serve_process import launched_server
-from edgeopt.server.launcher import ServeOptions, load_served_model, size_kv
-from edgeopt.server.sizing import kv_shape
+from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
+from edgeopt.sizing.bundle_facts import kv_shape
 from tests.server.gguf_bundle import make_gguf_bundle
 
 ONE_GIB = ServeOptions(memory_bytes=2**30, max_concurrency=2)
@@ -35,8 +35,9 @@ def test_a_151k_vocabulary_gguf_is_sized_from_the_manifest_and_loaded_once(big_v
     monkeypatch.setattr(llama_cpp, "llama_model_load_from_file", lambda path, params: loads.append(path) or
                         real_load(path, params))
     manifest = load_bundle(big_vocab_gguf_bundle)
-    sizing = size_kv(big_vocab_gguf_bundle, manifest, ONE_GIB)
-    served = load_served_model(big_vocab_gguf_bundle, manifest, sizing, ONE_GIB)
+    shape = serving_shape(big_vocab_gguf_bundle, manifest, ONE_GIB)
+    sizing = shape.sizing
+    served = load_served_model(big_vocab_gguf_bundle, manifest, shape, ONE_GIB)
     try:
         assert len(loads) == 1, f"llama.cpp loaded the model {len(loads)} times"
         facts = served.runtime.facts  # what llama.cpp itself read from the file: the reference
@@ -55,7 +56,7 @@ def test_a_bundle_without_recorded_kv_facts_is_sized_from_its_config_json(tiny_g
     gguf_path = tiny_gguf_factory("qwen3", "F16")  # explicit head_dim (16) != hidden / heads
     bundle = make_gguf_bundle(gguf_path, tiny_model_factory("qwen3"), tmp_path / "old")
     manifest = load_bundle(bundle)
-    assert "kv_bytes_per_token" not in manifest.export
+    assert manifest.kv is None and "kv_bytes_per_token" not in manifest.export
     model = load_model(gguf_path, 0)
     try:
         facts = model_facts(model, gguf_path)
@@ -67,10 +68,11 @@ def test_a_bundle_without_recorded_kv_facts_is_sized_from_its_config_json(tiny_g
 def test_an_onnx_bundle_serves_with_the_models_window_when_no_context_is_given(onnx_fp32_bundle: Path):
     """The tiny model has a 512-token window: the default (4096) must clamp to it, as it does for GGUF."""
     manifest = load_bundle(onnx_fp32_bundle)
-    assert manifest.export["context_length"] == 512
-    sizing = size_kv(onnx_fp32_bundle, manifest, ONE_GIB)
+    assert manifest.kv.context_length == 512
+    shape = serving_shape(onnx_fp32_bundle, manifest, ONE_GIB)
+    sizing = shape.sizing
     assert sizing.context_length == 512
-    served = load_served_model(onnx_fp32_bundle, manifest, sizing, ONE_GIB)
+    served = load_served_model(onnx_fp32_bundle, manifest, shape, ONE_GIB)
     try:
         assert served.context_length == 512
     finally:
@@ -81,7 +83,8 @@ def test_an_older_onnx_manifest_takes_the_window_from_the_models_config(onnx_fp3
     bundle = tmp_path / "older"
     shutil.copytree(onnx_fp32_bundle, bundle)
     manifest = load_bundle(bundle)
-    del manifest.export["context_length"]
+    manifest.kv = None  # written before the typed kv section: the exporter's own KV count, no context
+    assert "context_length" not in manifest.export
     write_manifest(bundle, manifest)
     assert kv_shape(bundle, load_bundle(bundle)) == (manifest.export["kv_bytes_per_token"], 512)
 
@@ -89,7 +92,7 @@ def test_an_older_onnx_manifest_takes_the_window_from_the_models_config(onnx_fp3
 def test_an_explicit_context_beyond_the_model_names_both_numbers_and_the_fix(onnx_fp32_bundle: Path):
     manifest = load_bundle(onnx_fp32_bundle)
     with pytest.raises(ConfigError, match="--context 1024 .* 512") as info:
-        size_kv(onnx_fp32_bundle, manifest, ServeOptions(memory_bytes=2**30, context=1024))
+        serving_shape(onnx_fp32_bundle, manifest, ServeOptions(memory_bytes=2**30, context=1024))
     assert "--context 512" in info.value.hint
 
 

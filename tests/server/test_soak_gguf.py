@@ -14,7 +14,7 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.server.app import create_app
-from edgeopt.server.launcher import ServeOptions, load_served_model, size_kv
+from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
 from edgeopt.server.state import ServerSettings
 from tests.server.conftest import MODEL
 from tests.server.gguf_bundle import make_gguf_bundle
@@ -30,8 +30,9 @@ async def test_soak_500_requests_on_llama_cpp(tiny_gguf_factory, tiny_model_fact
                               tmp_path / "tiny-llama")
     manifest = load_bundle(bundle)
     options = ServeOptions(memory_bytes=1 << 30, context=CONTEXT, max_concurrency=16, threads=1)
-    sizing = size_kv(bundle, manifest, options)
-    served = load_served_model(bundle, manifest, sizing, options)
+    shape = serving_shape(bundle, manifest, options)
+    sizing = shape.sizing
+    served = load_served_model(bundle, manifest, shape, options)
     live = start_live_server(create_app(ServerSettings(model_names=(MODEL,), memory_budget_bytes=1 << 30),
                                         served=served))
     try:

@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any
 from edgeopt.errors import ConfigError, DoesNotFitError
 from profiles import GIB, DeviceProfile, load_profile
 
-if TYPE_CHECKING:  # profiles imports backends, and model_spec imports this module
+if TYPE_CHECKING:  # profiles imports backends (through edgeopt.sizing.kv_types)
     from edgeopt.backends import Backend
-    from edgeopt.model_spec import ModelSpec
 
 MIB = 1024**2
 SAFETY_MARGIN = 0.05  # of usable memory, for fragmentation and the Python process itself
@@ -84,14 +83,14 @@ class KvFacts:
         return self.runtime_overhead_bytes + sequences * self.runtime_bytes_per_sequence
 
 
-def model_kv_facts(entry: Backend, spec: ModelSpec, weights_bytes: int, kv_elements_per_token: int,
-                   context_length: int) -> KvFacts:
-    """What sizing needs of ``spec`` in ``entry``'s format: its weights and KV shape as given, and the
-    runtime's memory for the model's vocabulary and width."""
+def model_kv_facts(entry: Backend, *, vocab_size: int, intermediate_size: int, weights_bytes: int,
+                   kv_elements_per_token: int, context_length: int) -> KvFacts:
+    """What sizing needs of a model in ``entry``'s format: its weights and KV shape as given, and the
+    runtime's memory for the model's vocabulary and feed-forward width."""
     return KvFacts(weights_bytes=weights_bytes, kv_elements_per_token=kv_elements_per_token,
                    context_length=context_length,
-                   runtime_overhead_bytes=entry.model_overhead_bytes(spec.vocab_size, spec.intermediate_size),
-                   runtime_bytes_per_sequence=entry.logits_bytes_per_sequence(spec.vocab_size))
+                   runtime_overhead_bytes=entry.model_overhead_bytes(vocab_size, intermediate_size),
+                   runtime_bytes_per_sequence=entry.logits_bytes_per_sequence(vocab_size))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The KV layout `serve --kv-layout auto` picks, computed without llama.cpp (edgeopt.kv_layout), against the
+"""The KV layout `serve --kv-layout auto` picks, computed without llama.cpp (edgeopt.sizing.layout), against the
 runtime's own split of the cells into streams; and what `edgeopt plan` shows of it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from edgeopt.errors import ConfigError
-from edgeopt.kv_layout import auto_kv_layout
+from edgeopt.sizing.layout import auto_kv_layout
 from edgeopt.model_spec import spec_from_config
 from edgeopt.plan import size_candidate
 from runtimes.llama_cpp import stream_layout

@@ -1,4 +1,4 @@
-"""KV sizing (edgeopt.memory_budget.size_kv): arithmetic, caps, the memory pool rule and the refusal."""
+"""KV sizing (edgeopt.sizing.budget.size_kv): arithmetic, caps, the memory pool rule and the refusal."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from edgeopt.errors import ConfigError, DoesNotFitError
-from edgeopt.memory_budget import (
+from edgeopt.sizing.budget import (
     MIB, SAFETY_MARGIN, KvFacts, kv_bytes_per_token, memory_pool, require_kv_room, size_kv,
 )
 from profiles import GIB, load_profile

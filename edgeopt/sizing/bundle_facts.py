@@ -1,9 +1,10 @@
-"""What the launcher must know about a bundle's model before loading it (:class:`KvFacts`): weight bytes,
+"""What serving must know about a bundle's model before loading it (:class:`KvFacts`): weight bytes,
 KV elements per token, the model's own context window and its runtime's overhead.
 
-These are a few numbers, and they are read from the manifest (``manifest.export``: ``edgeopt
-optimize`` records them for every causal LM) or, for bundles written before it did, computed from the
-model's ``config.json`` that every bundle carries, with the planner's formula. Never from the model
+These are a few numbers, and they are read from the manifest (its ``kv`` section, which ``edgeopt
+optimize`` writes for every causal LM: :mod:`edgeopt.sizing.manifest_section`) or, for bundles written
+before it did, computed from the model's ``config.json`` that every bundle carries, with the planner's
+formula. Never from the model
 file: a GGUF header holds the whole vocabulary, and parsing 150k token strings and merges in Python
 took most of a 30 s cold start. llama.cpp reads the file once, when the runtime loads it.
 """
@@ -17,8 +18,10 @@ from edgeopt import backends
 from edgeopt.bundle import Manifest
 from edgeopt.errors import BundleError, EdgeoptError
 from edgeopt.gguf_model import gguf_metadata, gguf_model_spec, is_gguf_only
-from edgeopt.kv_types import kv_element_bytes_for, parse_kv_type
-from edgeopt.memory_budget import KvFacts, kv_bytes_per_token, model_kv_facts
+from edgeopt.sizing.budget import KvFacts, kv_bytes_per_token, model_kv_facts
+from edgeopt.sizing.kv_types import kv_element_bytes_for
+from edgeopt.sizing.manifest_section import KvSection, legacy_kv_type, legacy_partial_facts
+from edgeopt.sizing.shape import served_kv_type
 from edgeopt.model_spec import ModelSpec, spec_from_config
 
 
@@ -37,43 +40,38 @@ def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:
 def bundle_kv_facts(bundle_dir: Path, manifest: Manifest) -> KvFacts:
     """The sizing facts of a causal-LM bundle: KV shape from the manifest (else config.json), the runtime's
     memory from the model's vocabulary and width in config.json."""
-    elements, context = kv_elements_and_context(Path(bundle_dir), manifest)
+    section = recorded_kv_section(Path(bundle_dir), manifest)
     spec = bundle_model_spec(Path(bundle_dir), manifest)
-    return model_kv_facts(backends.backend(manifest.format), spec, weights_bytes(bundle_dir, manifest), elements,
-                          context)
+    return model_kv_facts(backends.backend(manifest.format), vocab_size=spec.vocab_size,
+                          intermediate_size=spec.intermediate_size, weights_bytes=weights_bytes(bundle_dir, manifest),
+                          kv_elements_per_token=section.kv_elements_per_token, context_length=section.context_length)
 
 
-def kv_elements_and_context(bundle_dir: Path, manifest: Manifest) -> tuple[int, int]:
-    export = manifest.export
-    elements, context = export.get("kv_elements_per_token"), export.get("context_length")
-    recorded_bytes = export.get("kv_bytes_per_token")
-    if not elements and recorded_bytes:  # a manifest written before it recorded elements: at the format's KV type
-        elements = round(recorded_bytes / backends.backend(manifest.format).kv_element_bytes_for(manifest.quant))
-    if not (elements and context):  # a bundle written before the manifest recorded both
+def recorded_kv_section(bundle_dir: Path, manifest: Manifest) -> KvSection:
+    """The manifest's ``kv`` section; for a bundle written before it existed, the loose export keys it kept
+    then, completed from the bundle's config.json."""
+    if manifest.kv is not None:
+        return manifest.kv
+    element_bytes = backends.backend(manifest.format).kv_element_bytes_for(manifest.quant)
+    elements, context = legacy_partial_facts(manifest.export, element_bytes)
+    if not (elements and context):
         spec = bundle_model_spec(bundle_dir, manifest)
         elements, context = elements or spec.kv_elements_per_token, context or spec.max_position_embeddings
-    return int(elements), int(context)
+    return KvSection(elements, context, legacy_kv_type(manifest.export))
 
 
-def served_kv_type(manifest: Manifest, asked: str | None = None) -> str | None:
-    """The KV cache type to serve with: ``asked`` (``serve --kv-type``, refused for formats with one fixed
-    KV dtype), else the one ``edgeopt optimize`` recorded, else the format's default; None for a format
-    whose runtime has no choice (ONNX, torch)."""
-    if asked is not None:
-        return parse_kv_type(asked, manifest.format)
-    types = backends.backend(manifest.format).kv_cache_types
-    return str(manifest.export.get("kv_type") or types[0]) if types else None
-
-
-def served_kv_element_bytes(manifest: Manifest, kv_type: str | None) -> float:
-    return kv_element_bytes_for(manifest.format, manifest.quant, kv_type)
+def recorded_kv_type(manifest: Manifest) -> str | None:
+    """The KV cache type ``edgeopt optimize`` chose for the bundle (None: none recorded, or a format with one)."""
+    return manifest.kv.kv_type if manifest.kv is not None else legacy_kv_type(manifest.export)
 
 
 def kv_shape(bundle_dir: Path, manifest: Manifest, kv_type: str | None = None) -> tuple[int, int]:
-    """(KV bytes per token in ``kv_type``, default :func:`served_kv_type`; the model's context window)."""
-    elements, context = kv_elements_and_context(Path(bundle_dir), manifest)
-    element_bytes = served_kv_element_bytes(manifest, kv_type or served_kv_type(manifest))
-    return kv_bytes_per_token(elements, element_bytes), context
+    """(KV bytes per token in ``kv_type``, default the bundle's served type; the model's context window)."""
+    section = recorded_kv_section(Path(bundle_dir), manifest)
+    entry = backends.backend(manifest.format)
+    served = served_kv_type(entry, kv_type, section.kv_type)
+    element_bytes = kv_element_bytes_for(manifest.format, manifest.quant, served)
+    return kv_bytes_per_token(section.kv_elements_per_token, element_bytes), section.context_length
 
 
 def bundle_model_spec(bundle_dir: Path, manifest: Manifest) -> ModelSpec:

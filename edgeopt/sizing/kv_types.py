@@ -2,7 +2,7 @@
 ``--kv-type`` a bundle is served with.
 
 A format's backend entry (edgeopt.backends) lists the types its runtime can be asked for
-(``kv_cache_types``, the first its default); sizing (edgeopt.memory_budget.size_kv) takes the element
+(``kv_cache_types``, the first its default); sizing (edgeopt.sizing.budget.size_kv) takes the element
 size this module gives for the chosen one. llama.cpp stores its cache as f16 by default and can store it
 block-quantized (``type_k``/``type_v``): ``q8_0`` keeps 32 elements in 34 bytes (32 int8 + one f16
 scale), ``q4_0`` 32 elements in 18 bytes (16 bytes of nibbles + one f16 scale), i.e. 1.0625 and 0.5625
@@ -46,7 +46,7 @@ def selectable_kv_types() -> tuple[str, ...]:
 
 
 def kv_element_bytes(kv_type: str) -> float:
-    """Bytes per KV element of ``kv_type``: the element size :func:`edgeopt.memory_budget.size_kv` takes."""
+    """Bytes per KV element of ``kv_type``: the element size :func:`edgeopt.sizing.budget.size_kv` takes."""
     return KV_TYPES[kv_type].element_bytes
 
 

@@ -1,0 +1,11 @@
+"""Sizing: how a model is served in a memory pool, decided in one place for ``plan``, ``optimize`` and ``serve``.
+
+    budget.py            the memory pool and the KV arithmetic (size_kv): budget, cells that fit, sequences
+    kv_types.py          bytes per cached element of each KV cache type (--kv-type)
+    layout.py            llama.cpp's KV layouts (unified, streams) and the auto rule
+    shape.py             ServingShape: the one frozen value a server is started with (decide_serving_shape)
+    manifest_section.py  the manifest's typed ``kv`` section (what optimize records for serve)
+    bundle_facts.py      a bundle's sizing facts, read from that section (or from older manifests)
+
+Arithmetic only: nothing here loads a model, and the serving path may import all of it.
+"""
