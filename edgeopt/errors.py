@@ -7,6 +7,16 @@ and exits non-zero; the server maps :class:`RequestError` subclasses to OpenAI-s
 
 from __future__ import annotations
 
+# --- the hint vocabulary -------------------------------------------------------------------------
+# Hints that recur have one wording each, so the user (and a search of the log) meets the same fix
+# everywhere. Any hint that names a flag names a real option of the command that can raise it
+# (tests/test_error_hints.py walks every hint in the source and checks).
+
+# An inconsistency only a bug in edgeopt's serving core can cause: nothing the user passed explains it.
+ENGINE_BUG_HINT = "this is an engine bug; please report it"
+# The KV cache (cells x sequences) is more than the memory allows.
+FEWER_KV_CELLS_HINT = "serve fewer sequences (--max-concurrency), a shorter --context or a smaller --memory, or free memory"
+
 
 class EdgeoptError(Exception):
     """Base class: a failure the user can act on."""

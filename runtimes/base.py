@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 
-from edgeopt.errors import BackendError
+from edgeopt.errors import ENGINE_BUG_HINT, BackendError
 
 if TYPE_CHECKING:  # the engine imports this module; these names are only annotations here
     from edgeopt.engine.api import EngineConfig, ServingEngine
@@ -95,7 +95,6 @@ class Tokenizer(Protocol):
         ...
 
 
-_ENGINE_BUG = "this is an engine bug; please report it"
 
 
 class Runtime(Protocol):
@@ -122,17 +121,17 @@ class Runtime(Protocol):
         """``target``, which holds exactly positions [0, start), then holds [0, end): positions
         [start, end) are ``source``'s (either id may be a slot or a cache sequence id). The engine calls it
         only when ``info.cache_slots > 0``; runtimes without a prefix cache keep this refusal."""
-        raise BackendError(f"{type(self).__name__} keeps no prefix cache (RuntimeInfo.cache_slots is 0)", _ENGINE_BUG)
+        raise BackendError(f"{type(self).__name__} keeps no prefix cache (RuntimeInfo.cache_slots is 0)", ENGINE_BUG_HINT)
 
     def move_kv(self, source: int, target: int) -> None:
         """``target``, which holds nothing, takes over all that ``source`` holds, and ``source`` is left empty:
         a renaming, never a copy (the prefix cache parks a finished slot's KV with it, and hands an entry
         back to the request that continues it). Same condition as share_kv."""
-        raise BackendError(f"{type(self).__name__} keeps no prefix cache (RuntimeInfo.cache_slots is 0)", _ENGINE_BUG)
+        raise BackendError(f"{type(self).__name__} keeps no prefix cache (RuntimeInfo.cache_slots is 0)", ENGINE_BUG_HINT)
 
     def trim(self, slot: int, tokens: int) -> None:
         """Keep only the first ``tokens`` positions of a sequence's KV (same condition as share_kv)."""
-        raise BackendError(f"{type(self).__name__} keeps no prefix cache (RuntimeInfo.cache_slots is 0)", _ENGINE_BUG)
+        raise BackendError(f"{type(self).__name__} keeps no prefix cache (RuntimeInfo.cache_slots is 0)", ENGINE_BUG_HINT)
 
     def close(self) -> None: ...
 
@@ -170,25 +169,25 @@ def check_step_inputs(batch: list[StepInput], info: RuntimeInfo, held_tokens: Ca
     context, token ids outside the vocabulary. ``held_tokens(slot)`` is what the runtime holds now.
     Capacity is left to the runtime: how a rewind frees cells differs between backends."""
     if not batch:
-        raise BackendError("step() with an empty batch", _ENGINE_BUG)
+        raise BackendError("step() with an empty batch", ENGINE_BUG_HINT)
     seen: set[int] = set()
     for item in batch:
         if not 0 <= item.slot < info.max_slots or item.slot in seen:
             raise BackendError(f"slot {item.slot} is out of range (outside 0..{info.max_slots - 1}) or repeated "
-                               "in one batch", _ENGINE_BUG)
+                               "in one batch", ENGINE_BUG_HINT)
         seen.add(item.slot)
         if not item.tokens:
-            raise BackendError(f"slot {item.slot}: step with no tokens", _ENGINE_BUG)
+            raise BackendError(f"slot {item.slot}: step with no tokens", ENGINE_BUG_HINT)
         if item.all_logits and not info.position_logits:
             raise BackendError(f"slot {item.slot}: logits of every position asked from a runtime that "
-                               "returns only the last", _ENGINE_BUG)
+                               "returns only the last", ENGINE_BUG_HINT)
         held = held_tokens(item.slot)
         if item.start_pos > held:
             raise BackendError(f"slot {item.slot}: start_pos {item.start_pos} but only {held} tokens cached",
-                               _ENGINE_BUG)
+                               ENGINE_BUG_HINT)
         if item.start_pos < held and not allow_rewind:
             raise BackendError(f"slot {item.slot}: start_pos {item.start_pos} but the slot holds {held} and "
-                               "this runtime cannot rewind", _ENGINE_BUG)
+                               "this runtime cannot rewind", ENGINE_BUG_HINT)
         end = item.start_pos + len(item.tokens)
         if end > info.context_length:
             raise BackendError(f"slot {item.slot}: {end} tokens exceed the context length {info.context_length}",
@@ -203,7 +202,7 @@ def check_sequence_id(info: RuntimeInfo, seq_id: int) -> None:
     """A running slot or a cache sequence id (see RuntimeInfo.cache_slots); anything else is an engine bug."""
     if not 0 <= seq_id < info.max_slots + info.cache_slots:
         raise BackendError(f"sequence id {seq_id} is outside 0..{info.max_slots + info.cache_slots - 1} "
-                           f"({info.max_slots} slots + {info.cache_slots} cache entries)", _ENGINE_BUG)
+                           f"({info.max_slots} slots + {info.cache_slots} cache entries)", ENGINE_BUG_HINT)
 
 
 def rows_for_step(batch: list[StepInput], decode_together: Callable[[list[StepInput]], Sequence[Row]],

@@ -27,8 +27,10 @@ def inspect(
     typer.echo(f"format     {manifest.format} {manifest.quant} -> runtime {manifest.runtime}")
     typer.echo(f"model      {manifest.model_file} ({manifest.architecture}, {manifest.kind})")
     if is_gguf_only(manifest):
-        export = manifest.export
-        typer.echo(f"shape      context {export['context_length']} tokens, {export['kv_elements_per_token']} KV "
+        from edgeopt.sizing.bundle_facts import recorded_kv_section
+
+        kv = recorded_kv_section(source.bundle_dir, manifest)
+        typer.echo(f"shape      context {kv.context_length} tokens, {kv.kv_elements_per_token} KV "
                    f"elements/token, chat template {'yes' if manifest.chat_template else 'none'}")
     for p in manifest.passes:
         typer.echo(f"pass       {p.name} {p.params} {p.seconds:.1f}s {p.metrics}")

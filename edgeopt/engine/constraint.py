@@ -43,7 +43,7 @@ import llguidance.numpy as llnp
 import numpy as np
 
 from edgeopt.engine.grammar import Grammar
-from edgeopt.errors import BackendError
+from edgeopt.errors import ENGINE_BUG_HINT, BackendError
 
 # llguidance threads for one step's masks. A JSON mask over a 151k vocabulary costs 0.1-0.7 ms (most in
 # string contents, where nearly every token is allowed): 16 of them take ~10 ms of a step's forward.
@@ -96,8 +96,8 @@ class TokenConstraint:
     def advance(self, token: int) -> None:
         """Record a sampled token; the mask made it legal, so a refusal is an engine bug."""
         if not self.matcher.consume_token(token):
-            raise BackendError(f"the grammar refused token {token}: {self.matcher.get_error()}",
-                               "this is an engine bug (a token outside the mask was sampled); please report it")
+            raise BackendError(f"the grammar refused token {token}, sampled from outside its mask: "
+                               f"{self.matcher.get_error()}", ENGINE_BUG_HINT)
 
 
 @dataclass(frozen=True)

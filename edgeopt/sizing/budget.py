@@ -124,7 +124,9 @@ def size_kv(facts: KvFacts, memory: MemoryPool, *, kv_element_bytes: float, cont
                           f"context={context}, kv_element_bytes={kv_element_bytes} are invalid",
                           "these come from the model's config and the format's backend entry")
     if max_sequences is not None and max_sequences < 1:
-        raise ConfigError(f"max_sequences={max_sequences} is invalid", "pass --max-sequences >= 1")
+        raise ConfigError(f"max_sequences={max_sequences} is invalid",
+                          "pass edgeopt serve --max-concurrency >= 1, or edgeopt plan or edgeopt optimize "
+                          "--concurrency >= 1")
     per_token = kv_bytes_per_token(facts.kv_elements_per_token, kv_element_bytes)
     room = after_margin(memory.bytes)
     wanted = max_sequences or DEFAULT_MAX_SEQUENCES
@@ -148,4 +150,5 @@ def require_kv_room(sizing: KvSizing) -> KvSizing:
         f"({sizing.memory_source}) - {sizing.weights_bytes / MIB:.0f} MiB weights - "
         f"{sizing.overhead_bytes / MIB:.0f} MiB runtime - {sizing.margin_bytes / MIB:.0f} MiB margin = "
         f"{sizing.kv_budget_bytes / MIB:.0f} MiB",
-        "use a smaller quantization (edgeopt optimize --quant Q4_0), or a larger --memory if this is wrong")
+        "use a smaller quantization (edgeopt optimize --quant Q4_0), or if the memory is wrong give edgeopt "
+        "serve a larger --memory")

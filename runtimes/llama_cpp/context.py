@@ -30,7 +30,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from edgeopt.errors import BackendError
+from edgeopt.errors import ENGINE_BUG_HINT, FEWER_KV_CELLS_HINT, BackendError
 from runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id
 from runtimes.llama_cpp.batch import NumpyBatch, split_by_outputs
 from runtimes.llama_cpp.kv_type import configure_kv_cache
@@ -107,9 +107,9 @@ class LlamaCppRuntime(Runtime):
         configure_kv_cache(params, self.kv_type)
         ctx = llama_cpp.llama_init_from_model(self._model, params)
         if not ctx:
-            raise BackendError(f"llama.cpp could not create a context with n_ctx={n_ctx}, n_seq_max={max_slots}, "
-                               f"KV cache type {self.kv_type}",
-                               "lower --kv-tokens / --max-sequences, or free memory")
+            raise BackendError(f"llama.cpp could not create a context with n_ctx={n_ctx}, "
+                               f"n_seq_max={max_slots + cache_slots} ({max_slots} slots + {cache_slots} cached-prefix "
+                               f"ids), KV cache type {self.kv_type}", FEWER_KV_CELLS_HINT)
         return ctx
 
     def step(self, batch: list[StepInput]) -> np.ndarray:
@@ -171,8 +171,8 @@ class LlamaCppRuntime(Runtime):
             llama_cpp.llama_memory_seq_rm(self._memory, stream, position, -1)
         if code != 0:
             raise BackendError(f"llama_decode failed with code {code} ({_DECODE_ERRORS.get(code, 'unknown')}) "
-                               f"on a batch of {total} tokens over {len(batch)} sequences",
-                               "the engine's KV accounting and the runtime disagree; please report this")
+                               f"on a batch of {total} tokens over {len(batch)} sequences: the engine's KV "
+                               "accounting and llama.cpp's disagree", ENGINE_BUG_HINT)
         return outputs, row_order
 
     def _place_new_sequences(self, batch: list[StepInput]) -> None:
@@ -247,7 +247,7 @@ class LlamaCppRuntime(Runtime):
             self._check_open()
             if source == target or self._held(target) != 0:
                 raise BackendError(f"move_kv({source} -> {target}): the target holds {self._held(target)} positions",
-                                   "an engine bug; please report")
+                                   ENGINE_BUG_HINT)
             self._swap_names(source, target)
 
     def share_kv(self, source: int, target: int, start: int, end: int) -> None:
@@ -258,7 +258,7 @@ class LlamaCppRuntime(Runtime):
             held, into = self._held(source), self._held(target)
             if source == target or into != start or not 0 <= start < end <= held:
                 raise BackendError(f"share_kv({source} -> {target}, positions [{start}, {end})): the source holds "
-                                   f"{held} positions and the target {into}", "an engine bug; please report")
+                                   f"{held} positions and the target {into}", ENGINE_BUG_HINT)
             if self.info.shares_kv_cells:
                 # Same stream (kv_unified): adds the target's tag to the source's cells, copies no KV data.
                 llama_cpp.llama_memory_seq_cp(self._memory, self._stream[source], self._stream[target], start, end)
@@ -278,7 +278,7 @@ class LlamaCppRuntime(Runtime):
         self._pending_copies.add(into)
         if not llama_cpp.llama_memory_seq_rm(self._memory, into, end, -1):
             raise BackendError(f"llama.cpp refused to trim the copy of sequence {source} in {target} to {end} "
-                               "positions", "an engine bug; please report")
+                               "positions", ENGINE_BUG_HINT)
 
     def trim(self, slot: int, tokens: int) -> None:
         check_sequence_id(self.info, slot)
@@ -286,10 +286,10 @@ class LlamaCppRuntime(Runtime):
             self._check_open()
             if not 0 < tokens <= self._held(slot):
                 raise BackendError(f"trim({slot}, {tokens}) of a sequence holding {self._held(slot)} tokens",
-                                   "an engine bug; please report")
+                                   ENGINE_BUG_HINT)
             if not llama_cpp.llama_memory_seq_rm(self._memory, self._stream[slot], tokens, -1):
                 raise BackendError(f"llama.cpp refused to trim sequence {slot} to {tokens} tokens",
-                                   "an engine bug; please report")
+                                   ENGINE_BUG_HINT)
 
     def save_sequence(self, seq_id: int, path: Path, tokens: list[int]) -> int:
         """Write the sequence's KV (llama_state_seq_save_file, with its tokens) to ``path``; returns bytes."""
@@ -299,7 +299,7 @@ class LlamaCppRuntime(Runtime):
             self._check_open()
             if self._held(seq_id) != len(tokens):
                 raise BackendError(f"sequence {seq_id} holds {self._held(seq_id)} positions, not the "
-                                   f"{len(tokens)} tokens to save", "an engine bug; please report")
+                                   f"{len(tokens)} tokens to save", ENGINE_BUG_HINT)
             if self._stream[seq_id] in self._pending_copies:
                 self._move_pending_copies(seq_id, len(tokens))
             written = llama_cpp.llama_state_seq_save_file(self._ctx, str(path).encode(), self._stream[seq_id], array,
@@ -324,7 +324,7 @@ class LlamaCppRuntime(Runtime):
         with self._lock:
             self._check_open()
             if self._held(seq_id) != 0:
-                raise BackendError(f"sequence {seq_id} is not empty", "an engine bug; please report")
+                raise BackendError(f"sequence {seq_id} is not empty", ENGINE_BUG_HINT)
             read = llama_cpp.llama_state_seq_load_file(self._ctx, str(path).encode(), self._stream[seq_id], tokens,
                                                        max_tokens, ctypes.byref(count))
             if read == 0:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgeopt.errors import BackendError
+from edgeopt.errors import ENGINE_BUG_HINT, BackendError
 from runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id, check_step_inputs, rows_for_step
 from runtimes.onnxruntime.decode_group import DecodeGroup, advance, form_group, step_inputs
 from runtimes.onnxruntime.decoder_session import KV, DecoderSession
@@ -51,7 +51,7 @@ class OnnxDecoderRuntime(Runtime):
         check_sequence_id(self.info, target)
         if source == target or self.cached_tokens(target) != 0:
             raise BackendError(f"move_kv({source} -> {target}): the target holds {self.cached_tokens(target)} positions",
-                               "an engine bug; please report")
+                               ENGINE_BUG_HINT)
         self._leave_group(source)
         self._leave_group(target)
         kv = self._kv.pop(source, None)
@@ -64,7 +64,7 @@ class OnnxDecoderRuntime(Runtime):
         held, into = self.cached_tokens(source), self.cached_tokens(target)
         if source == target or into != start or not 0 <= start < end <= held:
             raise BackendError(f"share_kv({source} -> {target}, positions [{start}, {end})): the source holds {held} "
-                               f"positions and the target {into}", "an engine bug; please report")
+                               f"positions and the target {into}", ENGINE_BUG_HINT)
         self._leave_group(source)
         self._leave_group(target)
         kv = self._kv[source]
@@ -80,7 +80,7 @@ class OnnxDecoderRuntime(Runtime):
         check_sequence_id(self.info, slot)
         if not 0 < tokens <= self.cached_tokens(slot):
             raise BackendError(f"trim({slot}, {tokens}) of a sequence holding {self.cached_tokens(slot)} positions",
-                               "an engine bug; please report")
+                               ENGINE_BUG_HINT)
         self._leave_group(slot)
         self._kv[slot] = [np.ascontiguousarray(a[:, :, :tokens]) for a in self._kv[slot]]
 
@@ -106,7 +106,7 @@ class OnnxDecoderRuntime(Runtime):
         after += sum(inp.start_pos + len(inp.tokens) for inp in batch)
         if after > self.info.kv_capacity_tokens:
             raise BackendError(f"step would hold {after} KV tokens, above the capacity {self.info.kv_capacity_tokens}",
-                               "this is an engine bug (KV accounting); report it")
+                               ENGINE_BUG_HINT)
 
     def _past(self, inp: StepInput) -> KV:
         """The slot's KV truncated to start_pos (a recomputed or rewound sequence drops the rest)."""

@@ -19,7 +19,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from edgeopt.errors import BackendError
+from edgeopt.errors import ENGINE_BUG_HINT, BackendError
 from runtimes.base import Runtime, RuntimeInfo, StepInput, Tokenizer, check_step_inputs, rows_for_step
 from runtimes.torch.slot_cache import SlotKV, append_last_token, cache_for_slot, padded_cache, read_back
 
@@ -50,7 +50,7 @@ class TorchRuntime(Runtime):
     def release(self, slot: int) -> None:
         if not 0 <= slot < self.info.max_slots:
             raise BackendError(f"release of slot {slot}: slots are 0..{self.info.max_slots - 1}",
-                               "this is an engine bug; please report it")
+                               ENGINE_BUG_HINT)
         self._slots.pop(slot, None)
 
     def close(self) -> None:
@@ -89,9 +89,9 @@ class TorchRuntime(Runtime):
 
     def _check(self, batch: list[StepInput]) -> None:
         if self.closed:
-            raise BackendError("step() after close()", "this is an engine bug; please report it")
+            raise BackendError("step() after close()", ENGINE_BUG_HINT)
         check_step_inputs(batch, self.info, self._held, allow_rewind=False)
         new_tokens = sum(len(item.tokens) for item in batch)
         if self.kv_used_tokens + new_tokens > self.info.kv_capacity_tokens:
             raise BackendError(f"KV overflow: {self.kv_used_tokens} held + {new_tokens} new > capacity "
-                               f"{self.info.kv_capacity_tokens}", "this is an engine bug; please report it")
+                               f"{self.info.kv_capacity_tokens}", ENGINE_BUG_HINT)

@@ -61,7 +61,7 @@ def load_paged_runtime(bundle_dir: Path, manifest: Manifest, *, dtype: str, kv_c
     if cap:  # transformers' paged kernels (sdpa_paged, flash paged) never apply the cap
         raise BackendError(f"the paged CUDA engine cannot serve this model: its attention logits are soft-capped "
                            f"(attn_logit_softcapping={cap}, Gemma 2) and transformers' paged attention ignores that",
-                           "serve a --format gguf bundle of it (llama.cpp applies the cap), or run the torch "
+                           "serve a GGUF bundle of it (edgeopt optimize --format gguf: llama.cpp applies the cap), or run the torch "
                            "bundle on CPU (eager attention)")
     model, tokenizer, config = load_checkpoint(bundle_dir, manifest, device, dtype, threads=threads)
     info = runtime_info(bundle_dir / manifest.model_file, config, tokenizer, kv_capacity_tokens, max_slots,

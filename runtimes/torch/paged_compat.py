@@ -160,7 +160,8 @@ def check_unsupported(params: SamplingParams) -> None:
                            param="logit_bias")
     if params.grammar is not None:  # transformers' manager samples inside its own loop: no mask can reach it
         raise RequestError(f"constrained decoding ({params.grammar.spec.param}) is not supported by the CUDA "
-                           "paged engine", "serve on CPU (--runtime torch without CUDA), or a GGUF/ONNX bundle",
+                           "paged engine", "serve the bundle on a host without CUDA (the CPU torch runtime), or a GGUF/ONNX one "
+                           "(edgeopt optimize --format gguf)",
                            param=params.grammar.spec.param)
 
 
