@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
@@ -134,6 +135,21 @@ class Runtime(Protocol):
         raise BackendError(f"{type(self).__name__} keeps no prefix cache (RuntimeInfo.cache_slots is 0)", ENGINE_BUG_HINT)
 
     def close(self) -> None: ...
+
+    # Saved prefix state (``serve --warm``; RuntimeInfo.saves_prefix_state says a runtime has it).
+    # The KV cache's element type where the runtime has several (llama.cpp); part of a saved state's identity.
+    kv_type: str | None = None
+
+    def save_sequence(self, seq_id: int, path: Path, tokens: list[int]) -> int:
+        """Write the KV of ``seq_id``, which holds exactly ``tokens``, to ``path``; returns the bytes written."""
+        raise BackendError(f"{type(self).__name__} cannot save a sequence's KV (RuntimeInfo.saves_prefix_state)",
+                           ENGINE_BUG_HINT)
+
+    def load_sequence(self, seq_id: int, path: Path, max_tokens: int) -> list[int]:
+        """Load a state :meth:`save_sequence` wrote into the empty ``seq_id``; returns its tokens (empty when the
+        file is refused: then nothing was loaded)."""
+        raise BackendError(f"{type(self).__name__} cannot load a sequence's KV (RuntimeInfo.saves_prefix_state)",
+                           ENGINE_BUG_HINT)
 
     def create_engine(self, config: EngineConfig) -> ServingEngine | None:
         """The engine this runtime brings with its own scheduler (transformers' paged continuous batching on

@@ -6,13 +6,15 @@ the other modules of this package.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from edgeopt.engine.grammar import Grammar
     from edgeopt.engine.stream import RequestStream
 
+T = TypeVar("T")
 
 @dataclass
 class SamplingParams:
@@ -173,4 +175,14 @@ class ServingEngine(Protocol):
     def clear_prefix_cache(self) -> int:
         """Evict every cached prefix no running request uses (blocking until done); returns the KV cells
         freed. 0 from engines without a prefix cache."""
+        ...
+
+    def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+        """Make ``tokens`` a prefix-cache entry whose KV ``fill(sequence id)`` loads into the runtime (True when
+        it did; ``serve --warm`` loading a saved state). False from engines without a prefix cache."""
+        ...
+
+    def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T]) -> T | None:
+        """``use(sequence id)`` of the prefix-cache entry holding exactly ``tokens``, while no step can touch it
+        (``serve --warm`` saving a state); None when none holds them, or the engine keeps no prefix cache."""
         ...

@@ -27,6 +27,7 @@ from typing import TypeVar
 import numpy as np
 
 from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, SamplingParams, TokenLogprob
+from edgeopt.engine.commands import AbortRequest, AddRequest, BetweenSteps, EngineCommand
 from edgeopt.engine.constraint import MaskComputer, StepMasks
 from edgeopt.engine.engine_config import check_config
 from edgeopt.engine.logprobs import log_softmax, sampling_rows, token_logprob
@@ -47,7 +48,7 @@ from runtimes.base import Runtime, StepInput
 
 log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.5  # the thread sleeps on an event; this only bounds how long shutdown can take
-_CALL_TIMEOUT_S = 120.0  # with_scheduler waits for the step in flight, never for a request to end
+_CALL_TIMEOUT_S = 120.0  # _between_steps waits for the step in flight, never for a request to end
 T = TypeVar("T")
 
 
@@ -65,8 +66,7 @@ class Engine:
         self._grammar_steps = 0  # steps with at least one constrained row
         self._mask_wait_s = 0.0  # engine-thread time blocked on masks after the forward pass
         self._mask_apply_s = 0.0  # engine-thread time sampling and appending in steps that had masks
-        # ("add", tracker) | ("abort", request_id) | ("call", (work, future of its result))
-        self._inbox: deque[tuple[str, object]] = deque()
+        self._inbox: deque[EngineCommand] = deque()  # drained by the engine thread between steps
         self._wakeup = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -113,25 +113,39 @@ class Engine:
             raise OverloadedError(f"{self._num_waiting()} requests are already waiting (limit "
                                   f"{self.config.max_waiting})", "retry later")
         tracker = self._requests.open(request_id, prompt_ids, params, on_close=self.abort)
-        self._inbox.append(("add", tracker))
+        self._inbox.append(AddRequest(tracker))
         self._wakeup.set()
         return tracker.stream
 
     def abort(self, request_id: str) -> None:
-        self._inbox.append(("abort", request_id))
+        self._inbox.append(AbortRequest(request_id))
         self._wakeup.set()
 
     def clear_prefix_cache(self) -> int:
         """Evict every cached prefix no running request borrows; runs on the engine thread between steps."""
-        return self.with_scheduler(Scheduler.clear_cache)
+        return self._between_steps(Scheduler.clear_cache)
 
-    def with_scheduler(self, work: Callable[[Scheduler], T]) -> T:
+    def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+        """Make ``tokens`` a prefix-cache entry whose KV ``fill(sequence id)`` loads into the runtime (True
+        when it did); False without a prefix cache, or when the entry cannot fit beside running sequences."""
+        return self._between_steps(lambda scheduler: scheduler.adopt_prefix(tokens, fill))
+
+    def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T]) -> T | None:
+        """``use(sequence id)`` of the prefix-cache entry holding exactly ``tokens``, run while no step can
+        touch that entry; None when no entry holds them (or there is no prefix cache)."""
+        def run(scheduler: Scheduler) -> T | None:
+            seq_id = scheduler.cache.entry_holding(tokens) if scheduler.cache is not None else None
+            return None if seq_id is None else use(seq_id)
+
+        return self._between_steps(run)
+
+    def _between_steps(self, work: Callable[[Scheduler], T]) -> T:
         """Run ``work(scheduler)`` on the engine thread between two steps (the scheduler and the runtime
         belong to that thread) and return its result; directly when no engine thread runs."""
         if self._thread is None or not self._thread.is_alive():
             return work(self._scheduler)  # no thread (tests driving step() by hand, or stopped)
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._inbox.append(("call", (work, done)))
+        self._inbox.append(BetweenSteps(work, done))
         self._wakeup.set()
         return done.result(timeout=_CALL_TIMEOUT_S)
 
@@ -356,14 +370,14 @@ class Engine:
 
     def _drain_inbox(self) -> None:
         while self._inbox:
-            kind, item = self._inbox.popleft()
-            if kind == "add":
-                self._scheduler.add(item.seq)  # type: ignore[attr-defined]
-                self._scheduled_ids.add(item.seq.request_id)  # type: ignore[attr-defined]
-            elif kind == "call":
-                self._call(*item)  # type: ignore[misc]
+            command = self._inbox.popleft()
+            if isinstance(command, AddRequest):
+                self._scheduler.add(command.tracker.seq)
+                self._scheduled_ids.add(command.tracker.seq.request_id)
+            elif isinstance(command, BetweenSteps):
+                self._call(command)
             else:
-                tracker = self._requests.get(item)  # type: ignore[arg-type]
+                tracker = self._requests.get(command.request_id)
                 if tracker is not None and not tracker.seq.state.is_done:
                     self._finish(tracker.seq, SequenceState.ABORTED, "abort")
         self._requests.flush()
@@ -373,11 +387,11 @@ class Engine:
         assert tracker is not None, f"request {seq.request_id} is scheduled but not registered"
         return tracker
 
-    def _call(self, work: Callable[[Scheduler], object], done: concurrent.futures.Future) -> None:
+    def _call(self, command: BetweenSteps[object]) -> None:
         try:
-            done.set_result(work(self._scheduler))
+            command.done.set_result(command.work(self._scheduler))
         except Exception as exc:  # e.g. a runtime that cannot drop cells: the caller hears why
-            done.set_exception(exc)
+            command.done.set_exception(exc)
 
     def _new_scheduler(self) -> Scheduler:
         """A scheduler with a prefix cache when the config asks for one and the runtime has cache slots."""
@@ -425,7 +439,7 @@ class Engine:
             self._requests.end_all(reason, error)
 
     def _num_waiting(self) -> int:
-        return len(self._scheduler.waiting) + sum(1 for kind, _ in list(self._inbox) if kind == "add")
+        return len(self._scheduler.waiting) + sum(1 for command in list(self._inbox) if isinstance(command, AddRequest))
 
 
 def _mask_waits(seq: Sequence) -> bool:

@@ -128,7 +128,7 @@ def _warm(engine: ServingEngine, runtime: Runtime, manifest: Manifest, template:
     from edgeopt.server.prompt_state import warm_prompt_cache
 
     try:
-        if not isinstance(engine, Engine) or not runtime.info.saves_prefix_state:
+        if not runtime.info.saves_prefix_state:
             raise ConfigError(f"--warm needs the prefix cache of a llama.cpp (GGUF) bundle; this is {manifest.runtime}"
                               f"{' with --no-prefix-cache' if runtime.info.cache_slots == 0 else ''}",
                               "serve a GGUF bundle with the prefix cache on, or leave --warm out")

@@ -22,28 +22,18 @@ import time
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from edgeopt.bundle import Manifest
-from edgeopt.engine import Engine, SamplingParams
-from edgeopt.engine.scheduler import Scheduler
+from edgeopt.engine import SamplingParams
+from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ConfigError
 from edgeopt.server.chat_template import ChatTemplate
-from runtimes.base import Tokenizer
+from runtimes.base import Runtime, Tokenizer
 
 log = logging.getLogger("edgeopt.server")
 STATE_FORMAT = 1  # bump when what the fingerprint covers changes
 _PROBES = ("a", "b")  # two user messages whose renderings differ right after the shared prefix
-
-
-class PromptStateRuntime(Protocol):
-    """What saving and loading need from a runtime (RuntimeInfo.saves_prefix_state says it has it)."""
-
-    kv_type: str
-
-    def save_sequence(self, seq_id: int, path: Path, tokens: list[int]) -> int: ...
-
-    def load_sequence(self, seq_id: int, path: Path, max_tokens: int) -> list[int]: ...
 
 
 @dataclass(frozen=True)
@@ -69,13 +59,13 @@ def system_prefix_tokens(system_text: str, tokenizer: Tokenizer, template: ChatT
     return renders[0][:shared]
 
 
-def fingerprint(manifest: Manifest, runtime: PromptStateRuntime) -> dict[str, Any]:
+def fingerprint(manifest: Manifest, runtime: Runtime) -> dict[str, Any]:
     model_hash = manifest.files.get(manifest.model_file, {}).get("sha256")
     return {"format": STATE_FORMAT, "model_file": manifest.model_file, "model_sha256": model_hash,
             "kv_type": runtime.kv_type, "llama_cpp_python": version("llama-cpp-python")}
 
 
-def warm_prompt_cache(engine: Engine, runtime: PromptStateRuntime, manifest: Manifest, template: ChatTemplate | None,
+def warm_prompt_cache(engine: ServingEngine, runtime: Runtime, manifest: Manifest, template: ChatTemplate | None,
                       tokenizer: Tokenizer, warm_file: Path) -> WarmResult:
     """Load FILE's saved prompt state into the prefix cache, or compute and save it."""
     started = time.perf_counter()
@@ -91,11 +81,12 @@ def warm_prompt_cache(engine: Engine, runtime: PromptStateRuntime, manifest: Man
     expected = fingerprint(manifest, runtime)
     if state.is_file():
         _check_fingerprint(state, meta, expected)
-        if engine.with_scheduler(lambda s: s.adopt_prefix(tokens, _loader(runtime, state, tokens))):
+        if engine.adopt_prefix(tokens, _loader(runtime, state, tokens)):
             return WarmResult("loaded", len(tokens), time.perf_counter() - started)
         log.warning("%s no longer matches %s (edited?) or does not fit the cache: computing it again", state, warm_file)
     _compute(engine, tokens)
-    engine.with_scheduler(lambda s: _save(s, runtime, state, tokens))
+    if engine.with_cached_prefix(tokens, lambda seq_id: _save(runtime, seq_id, state, tokens)) is None:
+        raise ConfigError("the warmed prompt is not in the prefix cache", "serve without --no-prefix-cache")
     _write_json(meta, expected | {"tokens": len(tokens)})
     return WarmResult("computed", len(tokens), time.perf_counter() - started)
 
@@ -113,13 +104,13 @@ def _check_fingerprint(state: Path, meta: Path, expected: dict[str, Any]) -> Non
                           "model and --kv-type it was saved with")
 
 
-def _loader(runtime: PromptStateRuntime, state: Path, tokens: list[int]):
+def _loader(runtime: Runtime, state: Path, tokens: list[int]):
     def fill(seq_id: int) -> bool:
         return runtime.load_sequence(seq_id, state, len(tokens)) == tokens
     return fill
 
 
-def _compute(engine: Engine, tokens: list[int]) -> None:
+def _compute(engine: ServingEngine, tokens: list[int]) -> None:
     async def run() -> None:
         stream = engine.add_request("edgeopt-warm", tokens, SamplingParams(max_tokens=1, temperature=0.0))
         await stream.collect()
@@ -127,13 +118,12 @@ def _compute(engine: Engine, tokens: list[int]) -> None:
     asyncio.run(run())
 
 
-def _save(scheduler: Scheduler, runtime: PromptStateRuntime, state: Path, tokens: list[int]) -> None:
-    seq_id = scheduler.cache.entry_holding(tokens) if scheduler.cache is not None else None
-    if seq_id is None:
-        raise ConfigError("the warmed prompt is not in the prefix cache", "serve without --no-prefix-cache")
+def _save(runtime: Runtime, seq_id: int, state: Path, tokens: list[int]) -> int:
+    """Write cache entry ``seq_id``'s state to ``state`` (atomically); returns the bytes written."""
     partial = state.with_name(state.name + ".partial")
-    runtime.save_sequence(seq_id, partial, tokens)
+    written = runtime.save_sequence(seq_id, partial, tokens)
     os.replace(partial, state)
+    return written
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

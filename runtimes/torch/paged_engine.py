@@ -23,7 +23,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, SamplingParams
 from edgeopt.engine.outputs import RequestTracker, describe_failure, engine_stopped_message
@@ -36,6 +36,7 @@ from runtimes.base import RuntimeInfo, Tokenizer
 
 _RESULT_WAIT_S = 0.1  # the pump polls the manager's result queue; this bounds how long shutdown takes
 _STOP_TIMEOUT_S = 30
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,12 @@ class PagedEngine:
     def clear_prefix_cache(self) -> int:
         """transformers' continuous batching keeps no prefix cache here: nothing to evict."""
         return 0
+
+    def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+        return False  # no prefix cache to adopt into
+
+    def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T]) -> T | None:
+        return None  # no prefix cache holds anything
 
     def stats(self) -> EngineStats:
         usage = self._manager.usage() if self._manager is not None else PagedUsage(0, 0, 0, 0)

@@ -67,9 +67,9 @@ def test_greedy_outputs_are_plain_decoding_s_in_both_layouts(gguf_path: Path, la
         # Rejected guesses left no KV: running slots hold nothing, each parked answer exactly its emitted
         # tokens (all but the last, which was never fed), and emptying the cache empties every sequence.
         assert runtime.kv_cells_used() == 0 and stats.kv_used_tokens == 0
-        cache = engine.with_scheduler(lambda s: s.cache)
         parked = [prompts[rid] + results[rid].token_ids[:-1] for rid in prompts]
-        found = [(cid, len(tokens)) for tokens in parked if (cid := cache.entry_holding(tokens)) is not None]
+        found = [(cid, len(tokens)) for tokens in parked
+                 if (cid := engine.with_cached_prefix(tokens, lambda seq_id: seq_id)) is not None]
         assert len(found) >= 4 and all(runtime.held_tokens(cid) == n for cid, n in found)
         engine.clear_prefix_cache()
         assert all(runtime.held_tokens(s) == 0 for s in range(runtime.info.max_slots + runtime.info.cache_slots))
