@@ -32,7 +32,7 @@ from edgeopt.engine.constraint import MaskComputer, StepMasks
 from edgeopt.engine.engine_config import check_config
 from edgeopt.engine.logprobs import log_softmax, sampling_rows, token_logprob
 from edgeopt.engine.outputs import RequestTracker, describe_failure, engine_stopped_message
-from edgeopt.engine.prefix_cache import PrefixCache
+from edgeopt.engine.prefix_cache_modes import prefix_cache_for
 from edgeopt.engine.registry import RequestRegistry
 from edgeopt.engine.sampler import mask_can_wait, processed_logits, sample_masked_row, sample_next_tokens
 from edgeopt.engine.token_bitmask import allowed_tokens
@@ -134,7 +134,7 @@ class Engine:
         """``use(sequence id)`` of the prefix-cache entry holding exactly ``tokens``, run while no step can
         touch that entry; None when no entry holds them (or there is no prefix cache)."""
         def run(scheduler: Scheduler) -> T | None:
-            seq_id = scheduler.cache.entry_holding(tokens) if scheduler.cache is not None else None
+            seq_id = scheduler.cache.entry_holding(tokens)
             return None if seq_id is None else use(seq_id)
 
         return self._between_steps(run)
@@ -160,7 +160,7 @@ class Engine:
             generated_tokens_total=self._requests.generated_tokens_total, kv_cached_tokens=sched.cached_tokens,
             prefix_cache_queries_total=cache.queries, prefix_cache_hits_total=cache.hits,
             prefix_cache_query_tokens_total=cache.query_tokens, prefix_cache_hit_tokens_total=cache.hit_tokens,
-            prefix_cache_evicted_tokens_total=sched.cache.evicted_total if sched.cache is not None else 0,
+            prefix_cache_evicted_tokens_total=sched.cache.evicted_total,
             grammar_steps_total=self._grammar_steps, grammar_mask_seconds_total=self._masks.compute_seconds,
             grammar_wait_seconds_total=self._mask_wait_s, grammar_apply_seconds_total=self._mask_apply_s,
             grammar_checked_total=self._masks.checked_total, grammar_refused_total=self._masks.refused_total,
@@ -394,12 +394,11 @@ class Engine:
             command.done.set_exception(exc)
 
     def _new_scheduler(self) -> Scheduler:
-        """A scheduler with a prefix cache when the config asks for one and the runtime has cache slots."""
+        """A scheduler with a prefix cache when the config asks for one and the runtime has cache slots (in the
+        runtime's storage mode), else with the null cache."""
         info = self.runtime.info
-        cache = None
-        if self.config.prefix_cache and info.cache_slots > 0:
-            cache = PrefixCache(self.runtime, range(info.max_slots, info.max_slots + info.cache_slots),
-                                shares_cells=info.shares_kv_cells)
+        cache = prefix_cache_for(self.runtime, range(info.max_slots, info.max_slots + info.cache_slots),
+                                 shares_cells=info.shares_kv_cells, enabled=self.config.prefix_cache)
         return Scheduler(self.config, release_slot=self.runtime.release, cache=cache,
                          speculation=self._speculation)
 

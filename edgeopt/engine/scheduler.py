@@ -23,9 +23,10 @@ always progresses, and since every request fits the capacity alone (checked when
 engine never deadlocks and never overdraws the cache. Cached cells count against the capacity but
 never block anything: admission counts them as free when they can be evicted.
 
-With a prefix cache, an admitted sequence first borrows the KV of the longest cached prefix of its
-tokens (at most all but the last: the last must be fed to get logits), and a finished or aborted one
-parks its computed KV in the cache instead of dropping it (see :mod:`edgeopt.engine.prefix_cache`).
+An admitted sequence first borrows the KV of the longest cached prefix of its tokens (at most all but the
+last: the last must be fed to get logits), and a finished or aborted one parks its computed KV in the
+cache instead of dropping it (see :mod:`edgeopt.engine.prefix_cache`). With caching off the cache is a
+:class:`~edgeopt.engine.prefix_cache.NullPrefixCache`, which lends and keeps nothing.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from typing import TYPE_CHECKING
 
 from edgeopt.engine.api import EngineConfig
 from edgeopt.engine.kv_budget import KvBudget, SlotPool
-from edgeopt.engine.prefix_cache import NO_HIT, PrefixCache, common_prefix_length
+from edgeopt.engine.prefix_cache import NullPrefixCache, PrefixCacheCounters, PrefixReuse
+from edgeopt.engine.prefix_tree import NO_HIT, common_prefix_length
 from edgeopt.engine.sequence import Sequence, SequenceState
 
 if TYPE_CHECKING:
@@ -64,14 +66,6 @@ MIN_SHARED_TOKENS = 32
 
 
 @dataclass
-class PrefixCacheCounters:
-    queries: int = 0  # sequences admitted while a cache was on (each looks its tokens up once)
-    hits: int = 0  # of those, sequences that borrowed a cached prefix
-    query_tokens: int = 0  # tokens they had to compute without a cache
-    hit_tokens: int = 0  # tokens borrowed instead of computed
-
-
-@dataclass
 class SchedulerOutput:
     chunks: list[ScheduledChunk] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
@@ -94,12 +88,11 @@ class Speculation:
 
 class Scheduler:
     def __init__(self, config: EngineConfig, release_slot: Callable[[int], None],
-                 cache: PrefixCache | None = None, speculation: Speculation | None = None) -> None:
+                 cache: PrefixReuse | None = None, speculation: Speculation | None = None) -> None:
         self.config = config
         self.speculation = speculation
         self.kv = KvBudget(config.kv_capacity_tokens)
-        self.cache = cache
-        self.cache_counters = PrefixCacheCounters()
+        self.cache: PrefixReuse = cache or NullPrefixCache()
         self.slots = SlotPool(config.max_running)
         self._release_slot = release_slot  # the runtime's release(): drops the slot's KV storage
         self.waiting: deque[Sequence] = deque()
@@ -181,7 +174,7 @@ class Scheduler:
             if reason != "error":
                 self.drop_drafted(seq)  # the prefix cache gets the emitted tokens' KV only
             seq.draft_cells = 0
-            if self.cache is not None and reason != "error" and seq.num_computed > 0:
+            if reason != "error" and seq.num_computed > 0:
                 self._park(seq)
             self._free_slot(seq)
         elif seq in self.waiting:
@@ -191,19 +184,21 @@ class Scheduler:
 
     def clear_cache(self) -> int:
         """Evict every cached prefix no running sequence borrows; returns the cells freed."""
-        return self.cache.clear() if self.cache is not None else 0
+        return self.cache.clear()
 
     def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
         """Add a cache entry whose KV ``fill(cache_id)`` loads; evicts other entries to make room, and
         refuses (False) when the entry cannot fit beside the running sequences' cells."""
-        if self.cache is None:
-            return False
         self._evict_cached(len(tokens))
         return self._free >= len(tokens) and self.cache.adopt(tokens, fill)
 
     @property
     def cached_tokens(self) -> int:
-        return self.cache.cells if self.cache is not None else 0
+        return self.cache.cells
+
+    @property
+    def cache_counters(self) -> PrefixCacheCounters:
+        return self.cache.counters
 
     # --- internals -------------------------------------------------------------------------------
 
@@ -213,14 +208,14 @@ class Scheduler:
         return self.kv.free - self.cached_tokens
 
     def _park(self, seq: Sequence) -> None:
-        assert self.cache is not None and seq.slot is not None
+        assert seq.slot is not None
         try:
             self.cache.park(seq.slot, seq.all_ids[:seq.num_computed])
         except Exception:  # noqa: BLE001 - losing a cache entry must not lose the request's ending
             log.exception("keeping the KV of %s in the prefix cache failed; dropping it", seq.request_id)
 
     def _evict_cached(self, tokens: int) -> None:
-        if self.cache is not None and self._free < tokens:
+        if self._free < tokens:
             self.cache.evict(tokens - self._free)
 
     def _take(self, seq: Sequence, tokens: int) -> ScheduledChunk:
@@ -287,7 +282,7 @@ class Scheduler:
         burst of conversations on one system prompt): True while that sequence is still computing it
         (``seq`` waits rather than compute it again), else the computed prefix goes into the cache, where
         ``seq`` borrows it when admitted. llama-server's slots each compute such a prompt in full."""
-        if self.cache is None or seq.wants_position_logits:
+        if not self.cache.shares_running_prefixes or seq.wants_position_logits:
             return False
         limit = seq.num_tokens - 1  # the last token is always fed
         cached = self.cache.preview(seq.all_ids, limit).lent
@@ -304,17 +299,18 @@ class Scheduler:
         return False
 
     def _cache_running_prefix(self, owner: Sequence, tokens: int) -> None:
-        assert self.cache is not None and owner.slot is not None
-        if not self.cache.shares_cells:  # the entry is a copy: new cells
-            self._evict_cached(tokens)
-            if self._free < tokens:
+        assert owner.slot is not None
+        new_cells = self.cache.snapshot_cells(tokens)  # an entry that copies the prefix needs room first
+        if new_cells:
+            self._evict_cached(new_cells)
+            if self._free < new_cells:
                 return
         try:
             hit = self.cache.snapshot(owner.slot, owner.prompt_ids[:tokens], owner.prefix_hit)
         except Exception:  # noqa: BLE001 - the waiting prompt then computes the prefix itself
             log.exception("caching the prefix of running %s failed", owner.request_id)
             return
-        if hit is not None and self.cache.shares_cells:  # the owner now borrows these cells from the entry
+        if hit is not None and hit.pinned:  # shared cells: the owner now borrows them from the entry
             self.kv.hand_over(owner.slot, hit.tokens - owner.borrowed_cells)
             owner.prefix_hit = hit
 
@@ -323,11 +319,9 @@ class Scheduler:
         # (tokens without a cell yet: cells of chunks scheduled this step are already allocated).
         promised = sum(s.num_tokens - self.kv.held(s.slot) - s.borrowed_cells
                        for s in self.running if s.slot is not None)
-        needed, evictable = seq.num_pending, 0
-        if self.cache is not None:
-            lookup = self.cache.preview(seq.all_ids, seq.num_tokens - 1)
-            needed -= lookup.lent if lookup.from_cache else 0  # a copy spends new cells
-            evictable = self.cache.evictable - lookup.pinned
+        lookup = self.cache.preview(seq.all_ids, seq.num_tokens - 1)
+        needed = seq.num_pending - (lookup.lent if lookup.from_cache else 0)  # a copy spends new cells
+        evictable = self.cache.evictable - lookup.pinned
         return self._free + evictable - promised >= needed
 
     def _admit(self, seq: Sequence) -> Sequence:
@@ -335,15 +329,13 @@ class Scheduler:
         seq.state = SequenceState.PREFILLING
         self.running.append(seq)
         # A request that wants its prompt's logprobs (echo) computes every prompt position: no cached prefix.
-        if self.cache is not None and not seq.wants_position_logits:
+        if not seq.wants_position_logits:
             self._borrow_prefix(seq)
         return seq
 
     def _borrow_prefix(self, seq: Sequence) -> None:
-        assert self.cache is not None and seq.slot is not None and seq.num_computed == 0
-        counters = self.cache_counters
-        counters.queries += 1
-        counters.query_tokens += seq.num_tokens
+        assert seq.slot is not None and seq.num_computed == 0
+        self.cache.record_query(seq.num_tokens)
         lookup = self.cache.preview(seq.all_ids, seq.num_tokens - 1)
         if not lookup.from_cache:  # the copy lands in the slot: make room for it first
             self._evict_cached(lookup.lent)
@@ -358,13 +350,11 @@ class Scheduler:
         seq.num_computed = hit.tokens
         if not hit.pinned:
             self.kv.allocate(seq.slot, hit.tokens)
-        counters.hits += 1
-        counters.hit_tokens += hit.tokens
+        self.cache.record_hit(hit.tokens)
 
     def _free_slot(self, seq: Sequence) -> None:
         assert seq.slot is not None
-        if self.cache is not None:
-            self.cache.give_back(seq.prefix_hit)
+        self.cache.give_back(seq.prefix_hit)
         seq.prefix_hit = NO_HIT
         self.kv.release(seq.slot)
         self._release_slot(seq.slot)

@@ -16,7 +16,7 @@ import numpy as np
 
 from edgeopt.engine.api import SamplingParams, TokenLogprob
 from edgeopt.engine.constraint import TokenConstraint
-from edgeopt.engine.prefix_cache import NO_HIT, PrefixHit
+from edgeopt.engine.prefix_tree import NO_HIT, PrefixHit
 
 
 def generator_seed(seed: int | None) -> int | None:

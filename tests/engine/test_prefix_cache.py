@@ -196,6 +196,28 @@ def test_cache_off_computes_everything() -> None:
     assert runtime.kv_cells_total == 0 and stats.prefill_tokens_total == 2 * len(prompt)
 
 
+def test_with_the_cache_off_a_prompt_sharing_a_running_prefix_does_not_wait_for_it() -> None:
+    """The null cache lends nothing, so waiting for a running sequence's prefix would only delay the prompt:
+    the second prompt starts (at position 0) before the first has computed the shared system prompt."""
+    engine, runtime = cached_engine(True, step_token_budget=16, prefill_chunk=8, prefix_cache=False)
+    system = runtime.tokenizer.encode("S" * 80)
+    prompts = {"first": system + list(b"a?"), "same-system": system + list(b"b?")}
+    fed: list[tuple[int, int]] = []  # (slot, start position) of every chunk, in order
+    step = runtime.step
+
+    def recording_step(batch):
+        fed.extend((item.slot, item.start_pos) for item in batch)
+        return step(batch)
+
+    runtime.step = recording_step  # type: ignore[method-assign]
+    run_engine(engine, lambda e: generate_all(e, prompts, GREEDY), autostart=False)  # both queued first
+    first_slot = fed[0][0]
+    second_starts = next(i for i, (slot, _) in enumerate(fed) if slot != first_slot)
+    system_done = next(i for i, (slot, start) in enumerate(fed) if slot == first_slot and start >= len(system))
+    assert fed[second_starts][1] == 0 and second_starts < system_done
+    assert engine.stats().prefix_cache_queries_total == 0
+
+
 def test_identical_prompt_is_served_from_cache_but_its_last_token_is_recomputed() -> None:
     engine, runtime = cached_engine(True)
     prompt = runtime.tokenizer.encode("same prompt")
@@ -297,10 +319,10 @@ class RecordingStorage:
 def test_parking_evicts_until_an_id_is_free_even_when_an_eviction_frees_none() -> None:
     """Evicting a leaf whose parent has no other child hands its id to the parent (it frees no id), so
     parking must go on evicting rather than fail (it raised IndexError)."""
-    from edgeopt.engine.prefix_cache import PrefixCache
+    from edgeopt.engine.prefix_cache_modes import SharedCellsCache
 
     storage = RecordingStorage()
-    cache = PrefixCache(storage, range(10, 12), shares_cells=True)
+    cache = SharedCellsCache(storage, range(10, 12))
 
     def park(tokens: list[int]) -> bool:
         storage.sequences[0] = list(tokens)  # slot 0 computed them

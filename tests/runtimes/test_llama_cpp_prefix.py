@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
-from edgeopt.engine.prefix_cache import common_prefix_length
+from edgeopt.engine.prefix_tree import common_prefix_length
 from edgeopt.errors import BackendError
 from runtimes.base import StepInput
 from runtimes.llama_cpp import LlamaCppRuntime, load_gguf
