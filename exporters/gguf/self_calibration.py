@@ -26,7 +26,7 @@ def generate_calibration(gguf: Path, chunks: int = DEFAULT_CHUNKS, chunk_size: i
     processes leave free, re-measured while decoding (runtimes/llama_cpp/threads.py): with a busy neighbour on
     2 cores, 2 fixed threads took 170 s for what 1 thread did in 7 s. The tokens did not change with the
     thread count (SmolLM2-135M, 1 and 2 threads): llama.cpp's CPU kernels give each row to one thread."""
-    from edgeopt.sizing.layout import stream_cells
+    from edgeopt.sizing.layout import STREAMS, stream_cells
     from runtimes.llama_cpp import load_gguf
 
     check_budget(chunks, chunk_size, temperature, prompts)
@@ -36,7 +36,7 @@ def generate_calibration(gguf: Path, chunks: int = DEFAULT_CHUNKS, chunk_size: i
     # scans only its own sequence's cells, not every sequence's.
     runtime = load_gguf(gguf, kv_capacity_tokens=parallel * stream_cells(chunk_size), max_slots=parallel,
                         max_batch_tokens=max(512, parallel), threads=threads, context_length=chunk_size,
-                        cache_slots=0, kv_layout="streams")
+                        cache_slots=0, kv_layout=STREAMS)
     try:
         return sample_text(runtime, chunks, chunk_size, parallel, seed, temperature, min_p, prompts, report)
     finally:

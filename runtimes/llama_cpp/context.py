@@ -1,24 +1,15 @@
-"""The llama.cpp runtime: one context, one KV cache (unified by default), one sequence id per engine slot.
+"""The llama.cpp runtime: one context, one KV cache, one sequence id per engine slot.
 
-``n_ctx`` is the engine's KV capacity and ``kv_unified`` makes every sequence draw from that one pool
-(without it llama.cpp splits n_ctx evenly per sequence). Each engine step is ONE ``llama_decode``
-whose batch carries every scheduled token of every sequence, with logits requested only where the
-engine will sample.
+``n_ctx`` is the engine's KV capacity. Each engine step is ONE ``llama_decode`` whose batch carries every
+scheduled token of every sequence, with logits requested only where the engine will sample.
 
-Prefix cache: sequence ids ``max_slots ..`` hold cached prefixes. In the unified cache a sequence id
-is a tag on cells, so ``llama_memory_seq_cp`` shares cells between sequences without copying KV data
-(``share_kv``) and ``llama_memory_seq_rm`` frees a cell once no sequence tags it (``trim``).
+Prefix cache: sequence ids ``max_slots ..`` hold cached prefixes. How the cells are laid out (one unified
+pool whose cells sequences share by tag, or a stream per sequence id whose shares are copies) is a
+strategy chosen once at load (runtimes/llama_cpp/kv_layouts.py); this class drives llama.cpp the same way
+in both, and ``llama_memory_seq_rm`` frees a cell once no sequence tags it (``trim``).
 
-KV layout ``streams`` (``kv_unified = false``, llama-server's layout): every sequence id, slot or cache
-entry, owns a stream of ``n_ctx / n_seq_max`` cells, so a decode query scans only its own sequence's
-cells. llama.cpp copies between streams only whole (a partial range aborts the process in
-``llama_kv_cache::seq_cp``), so ``share_kv`` copies the whole source stream and trims the copy: the
-engine then runs its copied mode (``shares_kv_cells`` False), as on ONNX. A step is laid out over
-consecutive streams (runtimes/llama_cpp/stream_order.py), and a new sequence takes the lowest empty
-stream, so that llama.cpp decodes it in one pass.
-
-The engine's sequence ids are names for llama.cpp's (``_stream``): ``move_kv`` renames, so parking a
-finished sequence in the prefix cache, and continuing it later, moves no KV data in either layout.
+The engine's sequence ids are names for llama.cpp's (``kv_layouts.SequenceNames``): ``move_kv`` renames,
+so parking a finished sequence in the prefix cache, and continuing it later, moves no KV data.
 """
 
 from __future__ import annotations
@@ -31,11 +22,12 @@ import llama_cpp
 import numpy as np
 
 from edgeopt.errors import ENGINE_BUG_HINT, FEWER_KV_CELLS_HINT, BackendError
+from edgeopt.sizing.layout import UNIFIED
 from runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id
 from runtimes.llama_cpp.batch import NumpyBatch, split_by_outputs
+from runtimes.llama_cpp.kv_layouts import KV_LAYOUT_CLASSES, SequenceNames
 from runtimes.llama_cpp.kv_type import configure_kv_cache
 from runtimes.llama_cpp.model import ModelFacts
-from runtimes.llama_cpp.stream_order import PAD_TOKEN, hole_moves, lay_out, renamed
 from runtimes.llama_cpp.threads import ThreadGovernor
 from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
@@ -48,18 +40,22 @@ class LlamaCppRuntime(Runtime):
     def __init__(self, model: llama_cpp.llama_model_p, facts: ModelFacts, kv_capacity_tokens: int,
                  max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None,
                  adaptive_threads: bool = False, kv_type: str = "f16", cache_slots: int = 0,
-                 kv_layout: str = "unified") -> None:
+                 kv_layout: str = UNIFIED) -> None:
         self._model = model
         self.facts = facts
         self.kv_type = kv_type  # the KV cache's element type (edgeopt.sizing.kv_types); part of any saved state's identity
-        self.kv_layout = kv_layout  # "unified" (one shared pool) or "streams" (one stream per sequence id)
-        self._ctx = self._create_context(kv_capacity_tokens, max_slots, cache_slots, max_batch_tokens, n_threads)
+        self.kv_layout = kv_layout  # edgeopt.sizing.layout's name of the strategy below
+        layout_class = KV_LAYOUT_CLASSES[kv_layout]
+        self._ctx = self._create_context(kv_capacity_tokens, max_slots, cache_slots, max_batch_tokens, n_threads,
+                                         layout_class.kv_unified)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         vocab = llama_cpp.llama_model_get_vocab(model)
         self.tokenizer = LlamaCppTokenizer(vocab)
         n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))  # llama.cpp rounds n_ctx up to a multiple of 256
         n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(self._ctx))  # = n_ctx when unified, one stream's cells if not
-        unified = kv_layout == "unified"
+        # Engine sequence id -> llama.cpp sequence id (= its stream when not unified); move_kv swaps entries.
+        self._names = SequenceNames(self._memory, max_slots + cache_slots)
+        self._layout = layout_class(self._names, max_slots, n_ctx_seq)
         bos = int(llama_cpp.llama_vocab_bos(vocab))
         self.info = RuntimeInfo(
             # The capacity we were given, not llama.cpp's rounded-up n_ctx, so the memory budget holds.
@@ -67,9 +63,10 @@ class LlamaCppRuntime(Runtime):
             max_slots=max_slots,
             context_length=min(context_length or facts.context_train, n_ctx_seq),
             eos_token_ids=self.tokenizer.eog_token_ids(), bos_token_id=bos if bos >= 0 else None,
-            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)), cache_slots=cache_slots, shares_kv_cells=unified,
+            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)), cache_slots=cache_slots,
+            shares_kv_cells=self._layout.shares_cells,
             saves_prefix_state=cache_slots > 0, position_logits=True, trims_kv=True,
-            splits_mixed_lengths=not unified,
+            splits_mixed_lengths=self._layout.splits_mixed_lengths,
         )
         self._max_outputs = max_slots + cache_slots  # the context's n_outputs_max
         self.max_logit_rows: int | None = self._max_outputs
@@ -81,14 +78,9 @@ class LlamaCppRuntime(Runtime):
         # n_threads is then the most threads; the governor lowers it while other processes use our cores.
         self._governor = ThreadGovernor(self._set_threads, n_threads) if adaptive_threads else None
         self.decode_calls = 0
-        self.streams_moved = 0  # cached prefixes moved out of the running sequences' way (diagnostics)
-        self._pending_copies: set[int] = set()  # stream copy targets whose data llama.cpp moves at the next decode
-        self._stream_cells = n_ctx_seq
-        # Engine sequence id -> llama.cpp sequence id (= its stream when not unified); move_kv swaps entries.
-        self._stream = list(range(max_slots + cache_slots))
 
     def _create_context(self, n_ctx: int, max_slots: int, cache_slots: int, max_batch: int,
-                        n_threads: int) -> llama_cpp.llama_context_p:
+                        n_threads: int, kv_unified: bool) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = max_batch
@@ -100,7 +92,7 @@ class LlamaCppRuntime(Runtime):
         # Prompt logprobs (all_logits) are decoded in pieces of at most max_slots rows (split_by_outputs).
         params.n_outputs_max = max_slots + cache_slots
         # unified: one shared pool of n_ctx cells; streams: n_ctx / n_seq_max cells per sequence id
-        params.kv_unified = self.kv_layout == "unified"
+        params.kv_unified = kv_unified
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.no_perf = True
@@ -154,77 +146,16 @@ class LlamaCppRuntime(Runtime):
         self._check_open()
         if self._governor is not None:
             self._governor.before_decode()
-        padding: list[tuple[int, int]] = []
-        row_order = None
-        if self.kv_layout == "streams":
-            self._place_new_sequences(batch)
-            self._move_long_holes_out(batch)
-            laid = lay_out(batch, self._stream, self._held_stream, self._stream_cells, self.max_batch_tokens)
-            inputs, padding, row_order = laid.inputs, laid.padding, laid.row_order
-        else:  # one pool: any order decodes in one pass
-            inputs = renamed(batch, self._stream)
-        outputs = self._batch.fill(inputs)
+        arrangement = self._layout.arrange(batch, self.max_batch_tokens)
+        outputs = self._batch.fill(arrangement.inputs)
         code = llama_cpp.llama_decode(self._ctx, self._batch.struct)
         self.decode_calls += 1
-        self._pending_copies.clear()  # llama.cpp moved them before computing the batch
-        for stream, position in padding:
-            llama_cpp.llama_memory_seq_rm(self._memory, stream, position, -1)
+        self._layout.decoded(arrangement)
         if code != 0:
             raise BackendError(f"llama_decode failed with code {code} ({_DECODE_ERRORS.get(code, 'unknown')}) "
                                f"on a batch of {total} tokens over {len(batch)} sequences: the engine's KV "
                                "accounting and llama.cpp's disagree", ENGINE_BUG_HINT)
-        return outputs, row_order
-
-    def _place_new_sequences(self, batch: list[StepInput]) -> None:
-        """A sequence starting at position 0 holds nothing yet: give it a low stream (_claim_low_stream)."""
-        in_batch = {self._stream[item.slot] for item in batch}
-        for item in batch:
-            if item.start_pos == 0:
-                in_batch.discard(self._stream[item.slot])
-                in_batch.add(self._claim_low_stream(item.slot, in_batch))
-
-    def _claim_low_stream(self, slot: int, busy: set[int]) -> int:
-        """Give the empty sequence ``slot`` a stream next to the running sequences' (and ``busy``) streams, so
-        that no cached prefix sits between them: such a hole would pad every running stream's attention to
-        its length (stream_order.hole_moves). Usually the lowest empty stream; when that would leave cached
-        prefixes in the way, the stream of one of them instead, moved first to the highest empty stream: one
-        whole-stream copy, made at the next decode before its batch is computed, which the new sequence's
-        first token waits for, so it is made only when it leaves fewer holes. Returns the slot's stream."""
-        mine = self._stream[slot]
-        # held == 0 means empty: a pending copy's target has its cells tagged as soon as the copy is asked for.
-        held = [self._held_stream(s) for s in range(len(self._stream))]
-        running = set(busy) | {self._stream[s] for s in range(self.info.max_slots) if held[self._stream[s]]}
-        running.discard(mine)
-        empty = next(s for s in range(len(held)) if s == mine or (s not in running and held[s] == 0))
-        cached = [s for s in range(len(held)) if held[s] and s not in running]
-
-        def holes(stream: int) -> int:  # cached prefixes left between the running streams if we take `stream`
-            block = running | {stream}
-            return sum(1 for s in cached if s != stream and min(block) < s < max(block))
-
-        best = min([empty, *cached], key=lambda s: (holes(s), s != empty, s)) if running else empty
-        if held[best]:  # a cached prefix: move it up out of the way
-            self._move_stream(best, max(s for s in range(len(held)) if s not in running and held[s] == 0))
-        if best != mine:
-            self._swap_names(slot, self._stream.index(best))
-        return best
-
-    def _move_stream(self, source: int, target: int) -> None:
-        """Move a stream's KV into the empty ``target`` stream; its sequence id goes with it."""
-        llama_cpp.llama_memory_seq_cp(self._memory, source, target, -1, -1)
-        llama_cpp.llama_memory_seq_rm(self._memory, source, -1, -1)
-        self._pending_copies.add(target)
-        self._swap_names(self._stream.index(source), self._stream.index(target))
-        self.streams_moved += 1
-
-    def _swap_names(self, a: int, b: int) -> None:
-        self._stream[a], self._stream[b] = self._stream[b], self._stream[a]
-
-    def _move_long_holes_out(self, batch: list[StepInput]) -> None:
-        """Move each long cached prefix sitting between the step's streams to an empty stream outside them
-        (stream_order.hole_moves)."""
-        for hole, empty in hole_moves(batch, self._stream, self._held_stream, len(self._stream)):
-            self._move_stream(hole, empty)
+        return outputs, arrangement.row_order
 
     @property
     def threads(self) -> int:
@@ -238,7 +169,7 @@ class LlamaCppRuntime(Runtime):
         check_sequence_id(self.info, slot)
         with self._lock:
             self._check_open()
-            llama_cpp.llama_memory_seq_rm(self._memory, self._stream[slot], -1, -1)
+            llama_cpp.llama_memory_seq_rm(self._memory, self._names.of[slot], -1, -1)
 
     def move_kv(self, source: int, target: int) -> None:
         check_sequence_id(self.info, source)
@@ -248,7 +179,7 @@ class LlamaCppRuntime(Runtime):
             if source == target or self._held(target) != 0:
                 raise BackendError(f"move_kv({source} -> {target}): the target holds {self._held(target)} positions",
                                    ENGINE_BUG_HINT)
-            self._swap_names(source, target)
+            self._names.swap(source, target)
 
     def share_kv(self, source: int, target: int, start: int, end: int) -> None:
         check_sequence_id(self.info, source)
@@ -259,26 +190,7 @@ class LlamaCppRuntime(Runtime):
             if source == target or into != start or not 0 <= start < end <= held:
                 raise BackendError(f"share_kv({source} -> {target}, positions [{start}, {end})): the source holds "
                                    f"{held} positions and the target {into}", ENGINE_BUG_HINT)
-            if self.info.shares_kv_cells:
-                # Same stream (kv_unified): adds the target's tag to the source's cells, copies no KV data.
-                llama_cpp.llama_memory_seq_cp(self._memory, self._stream[source], self._stream[target], start, end)
-            else:
-                if start == 0 and target < self.info.max_slots:  # a new running sequence: on a low stream
-                    self._claim_low_stream(target, set())
-                self._copy_stream(source, target, end)
-
-    def _copy_stream(self, source: int, target: int, end: int) -> None:
-        """Per-sequence streams: the target becomes the source's first ``end`` positions. llama.cpp copies
-        across streams only whole (p0 = p1 = -1; any other range is a GGML_ASSERT abort), replacing the
-        target's stream, so copy it all and trim. The target's ``start`` positions it already held are the
-        source's own (the engine extends a cache entry only with the sequence it came from), so replacing
-        them changes nothing. The data moves at the next llama_decode, before that batch is computed."""
-        into = self._stream[target]
-        llama_cpp.llama_memory_seq_cp(self._memory, self._stream[source], into, -1, -1)
-        self._pending_copies.add(into)
-        if not llama_cpp.llama_memory_seq_rm(self._memory, into, end, -1):
-            raise BackendError(f"llama.cpp refused to trim the copy of sequence {source} in {target} to {end} "
-                               "positions", ENGINE_BUG_HINT)
+            self._layout.share(source, target, start, end)
 
     def trim(self, slot: int, tokens: int) -> None:
         check_sequence_id(self.info, slot)
@@ -287,7 +199,7 @@ class LlamaCppRuntime(Runtime):
             if not 0 < tokens <= self._held(slot):
                 raise BackendError(f"trim({slot}, {tokens}) of a sequence holding {self._held(slot)} tokens",
                                    ENGINE_BUG_HINT)
-            if not llama_cpp.llama_memory_seq_rm(self._memory, self._stream[slot], tokens, -1):
+            if not llama_cpp.llama_memory_seq_rm(self._memory, self._names.of[slot], tokens, -1):
                 raise BackendError(f"llama.cpp refused to trim sequence {slot} to {tokens} tokens",
                                    ENGINE_BUG_HINT)
 
@@ -300,20 +212,13 @@ class LlamaCppRuntime(Runtime):
             if self._held(seq_id) != len(tokens):
                 raise BackendError(f"sequence {seq_id} holds {self._held(seq_id)} positions, not the "
                                    f"{len(tokens)} tokens to save", ENGINE_BUG_HINT)
-            if self._stream[seq_id] in self._pending_copies:
-                self._move_pending_copies(seq_id, len(tokens))
-            written = llama_cpp.llama_state_seq_save_file(self._ctx, str(path).encode(), self._stream[seq_id], array,
+            self._layout.settle(seq_id, len(tokens), self._decode)  # a pending stream copy is made first
+            written = llama_cpp.llama_state_seq_save_file(self._ctx, str(path).encode(), self._names.of[seq_id], array,
                                                           len(tokens))
         if written == 0:
             raise BackendError(f"llama.cpp could not save sequence {seq_id} to {path}",
                                "check that the directory is writable")
         return int(written)
-
-    def _move_pending_copies(self, seq_id: int, held: int) -> None:
-        """A state save reads the stream as it is, and llama.cpp has no call that moves pending stream
-        copies but llama_decode: decode one throwaway token after ``seq_id``'s positions, then drop it."""
-        self._decode([StepInput(seq_id, [PAD_TOKEN], held, False)])
-        llama_cpp.llama_memory_seq_rm(self._memory, self._stream[seq_id], held, -1)
 
     def load_sequence(self, seq_id: int, path: Path, max_tokens: int) -> list[int]:
         """Load a state saved by :meth:`save_sequence` into the empty sequence ``seq_id``; returns its tokens
@@ -325,10 +230,10 @@ class LlamaCppRuntime(Runtime):
             self._check_open()
             if self._held(seq_id) != 0:
                 raise BackendError(f"sequence {seq_id} is not empty", ENGINE_BUG_HINT)
-            read = llama_cpp.llama_state_seq_load_file(self._ctx, str(path).encode(), self._stream[seq_id], tokens,
+            read = llama_cpp.llama_state_seq_load_file(self._ctx, str(path).encode(), self._names.of[seq_id], tokens,
                                                        max_tokens, ctypes.byref(count))
             if read == 0:
-                llama_cpp.llama_memory_seq_rm(self._memory, self._stream[seq_id], -1, -1)
+                llama_cpp.llama_memory_seq_rm(self._memory, self._names.of[seq_id], -1, -1)
                 return []
         return list(tokens[:count.value])
 
@@ -342,13 +247,15 @@ class LlamaCppRuntime(Runtime):
         """The llama.cpp sequence id (in the streams layout: the stream) ``seq_id`` lives in now: for tests
         and diagnostics."""
         check_sequence_id(self.info, seq_id)
-        return self._stream[seq_id]
+        return self._names.of[seq_id]
+
+    @property
+    def streams_moved(self) -> int:
+        """Cached prefixes the streams layout moved out of the running sequences' way (diagnostics)."""
+        return self._layout.streams_moved
 
     def _held(self, seq_id: int) -> int:
-        return self._held_stream(self._stream[seq_id])
-
-    def _held_stream(self, stream: int) -> int:
-        return int(llama_cpp.llama_memory_seq_pos_max(self._memory, stream)) + 1
+        return self._names.held(seq_id)
 
     def kv_cells_used(self) -> int:
         """Cells the running slots hold (sum over slots of max position + 1; cached prefixes not included):
