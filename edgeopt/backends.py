@@ -48,6 +48,10 @@ class Backend:
     planned_by_default: bool = True  # `edgeopt plan` compares it when no --format is given
     # The quant that picks each tensor's type to fit a file size (plan/optimize --size); "" when none.
     sized_quant: str = ""
+    # "module:function": (loaded Runtime, EngineConfig) -> ServingEngine | None, for a runtime that can bring its
+    # own scheduler (torch on CUDA: transformers' paged continuous batching), which then owns the model; None
+    # from it, or "" here: edgeopt's Engine drives the runtime.
+    own_engine: str = ""
     # Tokens one runtime step carries when the runtime has a fixed batch buffer (llama.cpp's n_batch = n_ubatch):
     # the serving shape hands it to the runtime, and the compute-buffer estimate below is per token of it.
     # 0: the runtime takes a step of any size and states its own buffer once loaded (Runtime.max_batch_tokens).
@@ -121,6 +125,7 @@ _BUILTIN = (
         # 5.17, paged engine): besides weights and KV the server's GPU held 1175 MiB (CUDA context, cuBLAS
         # workspaces, the batch's buffers); the 600 MiB this was put at let a Jetson-sized pool overflow by 242 MiB.
         runtime_overhead_bytes=1280 * MIB, planned_by_default=False,
+        own_engine="edgeopt.paged_batching:engine_for",  # on CUDA; the CPU runtime runs under our Engine
     ),
 )
 _REGISTRY: dict[str, Backend] = {entry.format: entry for entry in _BUILTIN}

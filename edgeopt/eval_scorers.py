@@ -3,7 +3,8 @@
 Evaluation is format-agnostic: it asks a scorer for logits and compares them with the original
 Hugging Face model's. Each format's backend entry (:mod:`edgeopt.backends`) names a ``"module:function"``
 loader, resolved lazily so that a missing backend only matters when its format is evaluated. A loader has the signature
-``load_scorer(bundle_dir, manifest, context=..., threads=...) -> Scorer``.
+``load_scorer(bundle_dir, manifest, context=..., threads=...) -> Scorer``; formats whose runtime has several KV
+cache types also take ``kv_type=`` (edgeopt.evaluate_kv).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class Scorer(Protocol):
     def close(self) -> None: ...
 
 
-def load_bundle_scorer(bundle_dir: Path, manifest: Any, context: int, threads: int = 2) -> Scorer:
+def load_bundle_scorer(bundle_dir: Path, manifest: Any, context: int, threads: int = 2, **options: Any) -> Scorer:
     try:
         target = backends.backend(manifest.format).scorer
     except ConfigError as exc:
@@ -37,7 +38,7 @@ def load_bundle_scorer(bundle_dir: Path, manifest: Any, context: int, threads: i
     except ModuleNotFoundError as exc:
         raise EvaluationError(f"the {manifest.format} scorer module {target} is not available ({exc.name})",
                               "install the optimize extra: pip install 'edgeopt[optimize]'") from exc
-    return loader(Path(bundle_dir), manifest, context=context, threads=threads)
+    return loader(Path(bundle_dir), manifest, context=context, threads=threads, **options)
 
 
 class HFScorer:

@@ -1,9 +1,9 @@
 """The quality cost of a quantized KV cache: logits with the bundle's q8_0/q4_0 cache against the same
 model with an f16 cache (llama.cpp's default), on the same evaluation windows as every other step.
 
-Both sides run the same GGUF through llama.cpp with flash attention, so the numbers isolate the cache's
-storage type: within a window every position's attention already reads keys and values back from the
-(quantized) cache, as serving does. Recorded in the manifest as ``kv_cache_*`` metrics.
+Both sides run the same model through the format's own scorer (the backend registry's: llama.cpp with
+flash attention for GGUF), so the numbers isolate the cache's storage type: within a window every
+position's attention already reads keys and values back from the (quantized) cache, as serving does. Recorded in the manifest as ``kv_cache_*`` metrics.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.eval_metrics import Comparison
+from edgeopt.eval_scorers import load_bundle_scorer
 from edgeopt import backends
 from edgeopt.sizing.bundle_facts import recorded_kv_type
 from edgeopt.sizing.kv_types import KV_TYPES
@@ -29,14 +30,11 @@ def needs_kv_cache_evaluation(manifest: Any) -> bool:
 def kv_cache_cost(chunks: list[list[int]], bundle_dir: Path, manifest: Any, window: int,
                   threads: int = 2) -> dict[str, Any]:
     """KL(f16 cache || quantized cache) and top-1 agreement over ``chunks`` (token windows)."""
-    from exporters.gguf.scorer import GGUFScorer
-
     kv_type = recorded_kv_type(manifest)
-    model_path = Path(bundle_dir) / manifest.model_file
     comparison = Comparison()
-    reference = GGUFScorer(model_path, context=window, threads=threads, kv_type=REFERENCE_KV_TYPE)
+    reference = load_bundle_scorer(bundle_dir, manifest, context=window, threads=threads, kv_type=REFERENCE_KV_TYPE)
     try:
-        candidate = GGUFScorer(model_path, context=window, threads=threads, kv_type=kv_type)
+        candidate = load_bundle_scorer(bundle_dir, manifest, context=window, threads=threads, kv_type=kv_type)
         try:
             for chunk in progress(chunks, f"evaluating the {kv_type} KV cache"):
                 comparison.add(reference.score(chunk), candidate.score(chunk))

@@ -17,14 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from edgeopt.errors import ENGINE_BUG_HINT, BackendError
-
-if TYPE_CHECKING:  # the engine imports this module; these names are only annotations here
-    from edgeopt.engine.api import EngineConfig, ServingEngine
 
 Row = TypeVar("Row")  # one position's logits: a numpy or torch vector
 
@@ -151,10 +148,6 @@ class Runtime(Protocol):
         raise BackendError(f"{type(self).__name__} cannot load a sequence's KV (RuntimeInfo.saves_prefix_state)",
                            ENGINE_BUG_HINT)
 
-    def create_engine(self, config: EngineConfig) -> ServingEngine | None:
-        """The engine this runtime brings with its own scheduler (transformers' paged continuous batching on
-        CUDA), which then owns the model; None (the default): edgeopt's Engine drives this runtime."""
-        return None
 
 
 class EmbeddingRuntime(Protocol):

@@ -5,9 +5,13 @@ model-making tooling (exporters, edgeopt.passes) nor torch/transformers.
 Lazy imports (inside a function) count as edges like module-level ones: they run as soon as the function
 does, so a lazy import only defers a cycle or a heavy dependency, it does not remove it. Imports under
 ``if TYPE_CHECKING:`` are not edges: they never run, they only name types for annotations. An edge goes to the deepest
-module named: ``from runtimes.torch import paged_compat`` is an edge to ``runtimes.torch.paged_compat``;
+module named: ``from edgeopt.paged_batching import paged_compat`` is an edge to ``edgeopt.paged_batching.paged_compat``;
 ``from profiles.device import GIB`` is an edge to ``profiles.device`` only (its package's ``__init__`` runs
 first, but it is a parent, not a dependency the importer chose).
+
+Rooms that sit below another may not name it at all, not even for a type: runtimes sit below the engine
+(the engine drives them; an engine a runtime's model runs under lives in edgeopt.paged_batching), so no
+module of ``runtimes`` imports ``edgeopt.engine``, under ``if TYPE_CHECKING:`` included.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("edgeopt", "exporters", "runtimes", "profiles")
 SERVING = ("edgeopt.engine", "edgeopt.server", "runtimes.llama_cpp", "runtimes.onnxruntime")
 FORBIDDEN_FOR_SERVING = ("exporters", "edgeopt.passes", "torch", "transformers", "optimum")
+# room -> rooms below it must never import, type-only imports included
+NEVER_UPWARD = {"runtimes": ("edgeopt.engine", "edgeopt.server", "edgeopt.paged_batching")}
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:
@@ -31,11 +37,13 @@ def module_files(root: Path = ROOT) -> dict[str, Path]:
     return files
 
 
-def imported_names(path: Path, module: str) -> set[str]:
-    """Every module name an import statement anywhere in the file asks for (module- and function-level)."""
+def imported_names(path: Path, module: str, type_only_too: bool = False) -> set[str]:
+    """Every module name an import statement anywhere in the file asks for (module- and function-level;
+    with ``type_only_too`` also those under ``if TYPE_CHECKING:``)."""
     is_package = path.name == "__init__.py"
     names: set[str] = set()
-    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in (ast.walk(tree) if type_only_too else _runtime_nodes(tree)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -132,6 +140,22 @@ def serving_violations(graph: dict[str, set[str]]) -> list[str]:
     return found
 
 
+def upward_imports(files: dict[str, Path]) -> list[str]:
+    """``module -> name`` for every import (type-only ones too) from a room into a room above it."""
+    found = []
+    for module, path in sorted(files.items()):
+        above = next((rooms for room, rooms in NEVER_UPWARD.items() if module == room or module.startswith(room + ".")),
+                     ())
+        found += [f"{module} -> {name}" for name in sorted(imported_names(path, module, type_only_too=True))
+                  if any(name == r or name.startswith(r + ".") for r in above)]
+    return found
+
+
+def test_runtimes_never_import_the_engine_or_the_server_even_for_types() -> None:
+    found = upward_imports(module_files())
+    assert found == [], "a runtime names a room above it:\n" + "\n".join(found)
+
+
 def test_the_import_graph_has_no_cycle() -> None:
     cycle = find_cycle(import_graph(module_files()))
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
@@ -162,3 +186,7 @@ def test_the_checker_sees_lazy_imports_cycles_and_forbidden_edges(tmp_path: Path
     assert find_cycle(graph) in (["exporters.a", "exporters.b", "exporters.a"],
                                  ["exporters.b", "exporters.a", "exporters.b"])
     assert serving_violations(graph) == ["edgeopt.engine.core -> runtimes.helper -> torch.nn"]
+    (tmp_path / "runtimes" / "annotated.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                        "    from edgeopt.engine.api import EngineConfig\n")
+    assert upward_imports(module_files(tmp_path)) == ["runtimes.annotated -> edgeopt.engine.api",
+                                                      "runtimes.annotated -> edgeopt.engine.api.EngineConfig"]

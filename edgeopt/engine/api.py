@@ -150,7 +150,7 @@ class ActiveRequest:
 
 class ServingEngine(Protocol):
     """What the server drives: :class:`edgeopt.engine.Engine`, or the engine a runtime brings with its own
-    scheduler (``Runtime.create_engine``: ``runtimes.torch.paged_engine.PagedEngine``). Both keep their
+    scheduler (``Backend.own_engine``: ``edgeopt.paged_batching.paged_engine.PagedEngine``). Both keep their
     requests in :class:`edgeopt.engine.registry.RequestRegistry`, so a request ends the same way in either:
     "stop" | "length", "abort" (client gone, shutdown) or "error" (the model failed; the routes answer 500)."""
 

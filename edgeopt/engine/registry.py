@@ -1,7 +1,7 @@
 """The requests an engine has accepted and not yet ended, and the one way each of them ends.
 
 Both engines keep their in-flight requests here: edgeopt's :class:`~edgeopt.engine.engine.Engine`, and the
-engine a runtime brings with its own scheduler (``runtimes.torch.paged_engine``). The registry opens a
+engine a runtime brings with its own scheduler (``edgeopt.paged_batching.paged_engine``). The registry opens a
 request (its :class:`RequestStream` on the caller's event loop and its :class:`RequestTracker`), turns
 each new token into a text delta, and ends the request exactly once with a final output. Outputs are
 collected during a step and reach each event loop in one callback when the engine calls :meth:`flush`.

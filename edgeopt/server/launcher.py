@@ -105,9 +105,7 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
                            **shape.runtime_options())
     try:
         config = engine_config(runtime, shape, options)
-        # A runtime that brings its own scheduler (torch on CUDA: transformers' paged continuous batching)
-        # offers an engine with our Engine API; every other runtime runs under our engine.
-        engine: ServingEngine = runtime.create_engine(config) or Engine(runtime, config)
+        engine = own_engine(manifest.format, runtime, config) or Engine(runtime, config)
         template = ChatTemplate.from_bundle(bundle_dir, manifest.chat_template, manifest.tokenizer_dir,
                                             manifest.export.get("special_tokens"))
     except BaseException:
@@ -120,6 +118,13 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
              config.max_running, engine.context_tokens)
     return ServedModel(context_length=engine.context_tokens, tokenizer=runtime.tokenizer, engine=engine,
                        runtime=runtime, chat_template=template)
+
+
+def own_engine(fmt: str, runtime: Runtime, config: EngineConfig) -> ServingEngine | None:
+    """The engine a runtime brings with its own scheduler (torch on CUDA: transformers' paged continuous
+    batching, with our Engine's API), named by the format's backend entry; None: our Engine drives it."""
+    target = backends.backend(fmt).own_engine
+    return backends.load_attr(target)(runtime, config) if target else None
 
 
 def _warm(engine: ServingEngine, runtime: Runtime, manifest: Manifest, template: ChatTemplate | None,

@@ -47,5 +47,8 @@ class GGUFScorer:
         self._llm.close()
 
 
-def load_scorer(bundle_dir: Path, manifest: Any, context: int = 512, threads: int = 2) -> GGUFScorer:
-    return GGUFScorer(Path(bundle_dir) / manifest.model_file, context=context, threads=threads)
+def load_scorer(bundle_dir: Path, manifest: Any, context: int = 512, threads: int = 2,
+                kv_type: str = "f32") -> GGUFScorer:
+    """``kv_type``: the cache to score with; f32 (the default) for the weights' own quality, another type to
+    measure that cache's cost (edgeopt.evaluate_kv)."""
+    return GGUFScorer(Path(bundle_dir) / manifest.model_file, context=context, threads=threads, kv_type=kv_type)

@@ -1,17 +1,14 @@
-"""CUDA path of ``--runtime torch``: the per-slot torch runtime that hands the model to a paged engine.
+"""CUDA path of ``--runtime torch``: the per-slot torch runtime whose model a paged engine takes over.
 
 :func:`load_paged_runtime` returns a :class:`PagedRuntime`: a complete :class:`runtimes.base.Runtime` (the
-per-slot ``DynamicCache`` runtime, which works on CUDA too) whose :meth:`~PagedRuntime.create_engine`
-brings transformers' continuous batching with paged attention
-(:class:`~runtimes.torch.paged_engine.PagedEngine`), which the launcher serves instead of edgeopt's Engine.
+per-slot ``DynamicCache`` runtime, which works on CUDA too) that can hand its model over
+(:meth:`PagedRuntime.hand_over_model`) to transformers' continuous batching with paged attention
+(:mod:`edgeopt.paged_batching`, the torch backend entry's own engine), which the launcher serves instead of
+edgeopt's Engine. This module knows nothing of either engine: runtimes sit below them.
 
 Sizing: the KV token budget our planner computed becomes ``num_blocks = budget // page_size`` (never the
 manager's "fraction of free GPU memory", which double counts on a Jetson's unified memory), and
 ``max_batch_tokens`` is ``EngineConfig.step_token_budget``.
-
-Sampling (see :mod:`runtimes.torch.paged_compat`): greedy always; with transformers 5.x also per-request
-temperature / top-k / top-p. What a version cannot honour (seed, penalties, min_p, logit_bias; on 4.5x any
-temperature > 0) is refused with a 400 naming the parameter, never silently ignored.
 
 The paged kernels have CPU fallbacks (``sdpa_paged``), so the engine is tested on CPU against the real
 manager too; only speed needs the GPU.
@@ -23,35 +20,26 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.bundle import Manifest
-from edgeopt.engine.api import EngineConfig
 from edgeopt.errors import BackendError
 from runtimes.base import RuntimeInfo, Tokenizer
-from runtimes.torch import paged_compat
 from runtimes.torch.cpu_runtime import TorchRuntime
 from runtimes.torch.loading import load_checkpoint, read_config, runtime_info
-from runtimes.torch.paged_engine import PagedEngine
 
 
 class PagedRuntime(TorchRuntime):
-    """The per-slot runtime on CUDA, plus the paged continuous-batching engine it brings. ``cuda_graphs``:
+    """The per-slot runtime on CUDA, whose model the paged continuous-batching engine takes over. ``cuda_graphs``:
     capture the paged steps as CUDA graphs (True), never (False), or transformers' choice (None)."""
 
     def __init__(self, model: Any, tokenizer: Tokenizer, info: RuntimeInfo, cuda_graphs: bool | None = None) -> None:
         super().__init__(model, tokenizer, info)
         self.cuda_graphs = cuda_graphs
 
-    def create_engine(self, config: EngineConfig) -> PagedEngine:
-        # From here on the model runs paged attention only; per-slot steps would misuse its kernels.
-        self.model.set_attn_implementation(paged_compat.paged_attention_implementation())
+    def hand_over_model(self, attention_implementation: str) -> Any:
+        """The model, switched to ``attention_implementation`` (a paged kernel) for the engine that takes it
+        over; this runtime is closed from here on, since per-slot steps would misuse those kernels."""
+        self.model.set_attn_implementation(attention_implementation)
         self.closed = True
-        context_tokens = min(config.context_length, config.kv_capacity_tokens, self.info.context_length)
-        eos_ids = sorted(self.info.eos_token_ids)
-
-        def create_manager() -> paged_compat.TransformersManager:
-            return paged_compat.TransformersManager(self.model, config, self.info.vocab_size, eos_ids, context_tokens,
-                                                    self.cuda_graphs)
-
-        return PagedEngine(create_manager, self.tokenizer, self.info, config)
+        return self.model
 
 
 def load_paged_runtime(bundle_dir: Path, manifest: Manifest, *, dtype: str, kv_capacity_tokens: int | None,
@@ -61,8 +49,8 @@ def load_paged_runtime(bundle_dir: Path, manifest: Manifest, *, dtype: str, kv_c
     if cap:  # transformers' paged kernels (sdpa_paged, flash paged) never apply the cap
         raise BackendError(f"the paged CUDA engine cannot serve this model: its attention logits are soft-capped "
                            f"(attn_logit_softcapping={cap}, Gemma 2) and transformers' paged attention ignores that",
-                           "serve a GGUF bundle of it (edgeopt optimize --format gguf: llama.cpp applies the cap), or run the torch "
-                           "bundle on CPU (eager attention)")
+                           "serve a GGUF bundle of it (edgeopt optimize --format gguf: llama.cpp applies the cap), "
+                           "or run the torch bundle on CPU (eager attention)")
     model, tokenizer, config = load_checkpoint(bundle_dir, manifest, device, dtype, threads=threads)
     info = runtime_info(bundle_dir / manifest.model_file, config, tokenizer, kv_capacity_tokens, max_slots,
                         context_length)

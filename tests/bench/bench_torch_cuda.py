@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from edgeopt.bundle import load_bundle  # noqa: E402
 from edgeopt.engine import Engine, SamplingParams, engine_config_for  # noqa: E402
+from edgeopt.paged_batching import engine_for  # noqa: E402
 from edgeopt.pipeline import OptimizeOptions, run_optimize  # noqa: E402
 from runtimes import load_runtime  # noqa: E402
 
@@ -156,7 +157,7 @@ def engine_rows(label: str, model: str, bundle_dir: Path, options: dict[str, Any
                            max_slots=most, context_length=CONTEXT, **options)
     config = engine_config_for(runtime, kv_capacity_tokens=most * CONTEXT, max_running=most, context_length=CONTEXT,
                                step_token_budget=STEP_TOKENS)
-    engine = runtime.create_engine(config) or Engine(runtime, config)
+    engine = engine_for(runtime, config) or Engine(runtime, config)
     engine.start()
     rows = []
     try:

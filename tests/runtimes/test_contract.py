@@ -16,7 +16,7 @@ import pytest
 from edgeopt.engine.api import EngineConfig, ServingEngine
 from edgeopt.engine.engine import Engine
 from runtimes.base import EmbeddingRuntime, Runtime
-from runtimes.torch.paged_engine import PagedEngine
+from edgeopt.paged_batching.paged_engine import PagedEngine
 from tests.fixtures.fake_runtime import FakeRuntime
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,20 +74,23 @@ def test_the_embedding_runtime_declares_its_protocol() -> None:
     assert_implements(OnnxEmbeddingRuntime, EmbeddingRuntime)
 
 
-def test_only_the_paged_runtime_brings_its_own_engine() -> None:
-    from runtimes.torch.paged import PagedRuntime
+def test_only_the_torch_format_brings_an_engine_and_only_over_the_paged_runtime() -> None:
+    """Bringing an own scheduler is a registry capability, not part of the runtime contract: only the torch
+    entry names one, and it declines every runtime but the CUDA paged one (edgeopt's Engine drives those)."""
+    from edgeopt import backends
+    from edgeopt.paged_batching import engine_for
 
-    own = [cls.__name__ for cls in runtime_classes() if cls.create_engine is not Runtime.create_engine]
-    assert own == [PagedRuntime.__name__]
+    assert [fmt for fmt in backends.formats() if backends.backend(fmt).own_engine] == ["torch"]
+    assert backends.load_attr(backends.backend("torch").own_engine) is engine_for
     fake = FakeRuntime()
     assert fake.max_batch_tokens is None
-    assert fake.create_engine(EngineConfig(kv_capacity_tokens=64, max_running=1)) is None  # edgeopt's Engine drives it
+    assert engine_for(fake, EngineConfig(kv_capacity_tokens=64, max_running=1)) is None
 
 
 def test_no_capability_probes_between_packages() -> None:
     """hasattr/getattr on our own objects hide the contract; the compat module that papers over
     transformers' releases is the one place allowed to probe (a third-party API, not ours)."""
-    allowed = {"runtimes/torch/paged_compat.py"}
+    allowed = {"edgeopt/paged_batching/paged_compat.py"}
     probes = []
     for package in ("edgeopt/engine", "edgeopt/server", "runtimes"):
         for path in sorted((REPO / package).rglob("*.py")):

@@ -16,7 +16,7 @@ from edgeopt.engine.api import EngineConfig, RequestOutput, SamplingParams
 from edgeopt.errors import BackendError, RequestError
 from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
-from runtimes.torch.paged_engine import PagedEngine
+from edgeopt.paged_batching.paged_engine import PagedEngine
 from tests.fixtures.fake_batching_manager import FakeBatchingManager
 from tests.fixtures.fake_runtime import FakeRuntime
 from tests.server.conftest import MODEL

@@ -18,7 +18,7 @@ from edgeopt.backends import backend
 from edgeopt.bundle import load_bundle
 from edgeopt.engine.api import EngineConfig, SamplingParams
 from edgeopt.errors import RequestError
-from runtimes.torch import paged_compat
+from edgeopt.paged_batching import engine_for, paged_compat
 from runtimes.torch.paged import load_paged_runtime
 from tests.runtimes.torch_bundles import make_torch_bundle
 
@@ -46,7 +46,7 @@ def load_runtime(bundle: Path, device: str, monkeypatch: pytest.MonkeyPatch, con
 
 def start_engine(bundle: Path, device: str, monkeypatch: pytest.MonkeyPatch, config: EngineConfig = CONFIG):
     runtime = load_runtime(bundle, device, monkeypatch, config)
-    engine = runtime.create_engine(config)
+    engine = engine_for(runtime, config)
     engine.start()
     return runtime, engine
 
@@ -145,7 +145,7 @@ def test_cuda_kv_memory_is_what_our_budget_asked_for(bundle: Path, monkeypatch: 
     per_token = 2 * model_config.num_hidden_layers * model_config.num_key_value_heads * head_dim * element
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
-    engine = runtime.create_engine(config)
+    engine = engine_for(runtime, config)
     engine.start()
     try:
         asyncio.run(run_requests(engine, [[5, 6, 7]], SamplingParams(temperature=0, max_tokens=2)))

@@ -1,4 +1,4 @@
-"""transformers' continuous-batching manager behind :class:`~runtimes.torch.paged_engine.BatchingManager`
+"""transformers' continuous-batching manager behind :class:`~edgeopt.paged_batching.paged_engine.BatchingManager`
 (:class:`TransformersManager`), and the parts of its API that changed between releases.
 
 transformers 4.5x: sizing (``num_blocks``, ``block_size``, ``max_batch_tokens``) and sampling travel on the
@@ -17,7 +17,7 @@ from typing import Any
 
 from edgeopt.engine.api import EngineConfig, SamplingParams
 from edgeopt.errors import ConfigError, RequestError
-from runtimes.torch.paged_engine import PagedResult, PagedUsage
+from edgeopt.paged_batching.paged_engine import PagedResult, PagedUsage
 
 PAGE_SIZE = 32  # tokens per page: small pages waste little KV on short chat requests
 GREEDY_TEMPERATURE = 1e-5  # 5.x: do_sample is global; this temperature makes sampling an argmax

@@ -9,7 +9,7 @@ one final output per request). Only the part below is specific: a pump thread tu
 cumulative results into our text deltas.
 
 The manager is reached through the small :class:`BatchingManager` protocol, which
-``runtimes.torch.paged_compat.TransformersManager`` implements over whichever transformers release is
+``edgeopt.paged_batching.paged_compat.TransformersManager`` implements over whichever transformers release is
 installed; tests drive the engine with a fake manager on CPU. Nothing here imports torch.
 
 Failures: a failed forward pass ends the requests it carried with finish_reason="error" (the server answers
