@@ -66,6 +66,7 @@ class Resolved:
     passes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # opts.passes, plus --fit's prune
     fit_ratio: float | None = None  # the prune ratio --fit chose, None when it was not needed
     kv_type: str | None = None  # the gguf bundle's KV cache type, recorded in its manifest; None: other formats
+    source_parameters: int = 0  # parameters of the model as given, before any pass (what the plan prints beside it)
 
 
 def resolve(opts: OptimizeOptions) -> Resolved:
@@ -74,6 +75,7 @@ def resolve(opts: OptimizeOptions) -> Resolved:
                           "drop --no-eval (the quality floor is checked on the evaluation), or drop --accept-quality-loss")
     profile = load_profile(opts.target)
     spec = load_model_spec(opts.model)
+    source_parameters = spec.num_parameters
     fmt = opts.format or (encoder_formats()[0] if spec.is_encoder else profile.preferred_format)
     if spec.is_encoder:
         _check_encoder_options(spec, fmt, opts)
@@ -108,7 +110,8 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     if output.exists() and not opts.force and not opts.dry_run:
         raise OutputExistsError(f"output directory {output} already exists", "pass --force to replace it, or choose -o")
     return Resolved(profile, plan, fmt, quant, backends.backend(fmt).runtime, output, fitted.passes, fitted.fit_ratio,
-                    kv_type=chosen.kv_type if backends.backend(fmt).kv_cache_types else None)
+                    kv_type=chosen.kv_type if backends.backend(fmt).kv_cache_types else None,
+                    source_parameters=source_parameters)
 
 
 def sized_quant(fmt: str, asked_quant: str | None, size_bytes: int) -> str:

@@ -11,7 +11,6 @@ from edgeopt import backends
 from edgeopt.byte_sizes import parse_size
 from edgeopt.cli_options import Concurrency, Context, KvType, ModelArg, Target
 from edgeopt.commands.plan_cmd import print_plan
-from edgeopt.model_spec import load_model_spec
 from edgeopt.passes.options import compression_passes
 from edgeopt.pipeline import OptimizeOptions, check_format, resolve, run_optimize
 from exporters.gguf.options import gguf_export_options
@@ -74,7 +73,7 @@ def optimize(
                            | gguf_export_options(parse_size(size, "--size") if size is not None else None,
                                                  self_calibration))
     resolved = resolve(opts)
-    print_plan(resolved.plan, load_model_spec(model).num_parameters)
+    print_plan(resolved.plan, resolved.source_parameters)
     if resolved.fit_ratio is not None:
         typer.echo(f"fit: the model does not fit {resolved.profile.name}; pruning {resolved.fit_ratio:.0%} of its "
                    "non-embedding parameters makes it fit")
