@@ -60,7 +60,7 @@ class SharedCellsCache(PrefixCache):
             return None
         if not self._free_id_by_eviction(keep=match.node):
             return None
-        match = self._tree.match(tokens)  # eviction may have reshaped the tree (never the pinned path the slot borrowed)
+        match = self._tree.match(tokens)  # eviction may have reshaped the tree (not the slot's pinned path)
         self._fill(self._free_ids[-1], slot, match, len(tokens))
         node = self._attach(tokens, match)
         self._tree.touch(node)
