@@ -30,11 +30,9 @@ from edgeopt.server.auth import check_exposure
 from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_protocol
 from edgeopt.server.responses_store import DEFAULT_STORE_BYTES
-from edgeopt.sizing.budget import memory_pool, require_kv_room
-from edgeopt.sizing.bundle_facts import bundle_kv_facts, recorded_kv_type
+from edgeopt.sizing.bundle_facts import bundle_serving_shape
 from edgeopt.sizing.layout import AUTO
-from edgeopt.sizing.shape import (ServingShape, ShapeRequest, check_shape_request, decide_serving_shape,
-                                  refuse_context_past_window)
+from edgeopt.sizing.shape import ServingShape, ShapeRequest, check_shape_request
 from edgeopt.server.state import ServedModel, ServerSettings
 from runtimes.base import Runtime
 
@@ -73,20 +71,8 @@ class ServeOptions:
 
 
 def serving_shape(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> ServingShape:
-    """The bundle's serving shape for these options (:func:`edgeopt.sizing.shape.decide_serving_shape`, the
-    planner's function, on the planner's memory pool); refused with the numbers when not even two tokens fit."""
-    from profiles import load_profile
-
-    entry = backends.backend(manifest.format)
-    request = options.shape_request()
-    check_shape_request(entry, request)  # a wrong --kv-type or --kv-layout before the bundle is read further
-    profile = None if options.memory_bytes is not None else load_profile(options.target)
-    facts = bundle_kv_facts(bundle_dir, manifest)
-    refuse_context_past_window(request, facts.context_length)
-    shape = decide_serving_shape(entry, manifest.quant, facts, memory_pool(profile, options.memory_bytes), request,
-                                 recorded_kv_type(manifest))
-    require_kv_room(shape.sizing)
-    return shape
+    """The bundle's serving shape for these options (edgeopt.sizing.bundle_facts.bundle_serving_shape)."""
+    return bundle_serving_shape(bundle_dir, manifest, options.shape_request(), options.memory_bytes, options.target)
 
 
 def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape | None,

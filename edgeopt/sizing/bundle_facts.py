@@ -18,10 +18,12 @@ from edgeopt import backends
 from edgeopt.bundle import Manifest
 from edgeopt.errors import BundleError, EdgeoptError
 from edgeopt.gguf_model import gguf_metadata, gguf_model_spec, is_gguf_only
-from edgeopt.sizing.budget import KvFacts, kv_bytes_per_token, model_kv_facts
+from edgeopt.sizing.budget import KvFacts, kv_bytes_per_token, memory_pool, model_kv_facts, require_kv_room
 from edgeopt.sizing.kv_types import kv_element_bytes_for
 from edgeopt.sizing.manifest_section import KvSection, legacy_kv_type, legacy_partial_facts
-from edgeopt.sizing.shape import served_kv_type
+from edgeopt.sizing.shape import (ServingShape, ShapeRequest, check_shape_request, decide_serving_shape,
+                                  refuse_context_past_window, served_kv_type)
+from profiles import load_profile
 from edgeopt.model_spec import ModelSpec, spec_from_config
 
 
@@ -35,6 +37,24 @@ def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:
     if not path.exists():
         raise BundleError(f"model file {path} is missing", "copy the whole bundle directory again")
     return path.stat().st_size
+
+
+def bundle_serving_shape(bundle_dir: Path, manifest: Manifest, request: ShapeRequest, memory_bytes: int | None = None,
+                         target: str = "host") -> ServingShape:
+    """The shape ``edgeopt serve`` starts a causal-LM bundle with: :func:`edgeopt.sizing.shape.decide_serving_shape`
+    (the planner's function) on the planner's memory pool (``memory_bytes``, else profile ``target``'s), from
+    the manifest's recorded facts. What serving refuses and planning only reports is refused here: a flag the
+    bundle's runtime lacks (before the bundle is read further), a ``--context`` past the model's window, and a
+    memory that holds not even two KV tokens (with the numbers)."""
+    entry = backends.backend(manifest.format)
+    check_shape_request(entry, request)
+    profile = None if memory_bytes is not None else load_profile(target)
+    facts = bundle_kv_facts(bundle_dir, manifest)
+    refuse_context_past_window(request, facts.context_length)
+    shape = decide_serving_shape(entry, manifest.quant, facts, memory_pool(profile, memory_bytes), request,
+                                 recorded_kv_type(manifest))
+    require_kv_room(shape.sizing)
+    return shape
 
 
 def bundle_kv_facts(bundle_dir: Path, manifest: Manifest) -> KvFacts:
