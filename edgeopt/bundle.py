@@ -21,7 +21,11 @@ from edgeopt.errors import BundleError, OutputExistsError
 from edgeopt.sizing.manifest_section import KvSection
 from edgeopt.staging import work_dir
 
-SCHEMA_VERSION = 1
+# 2: the typed ``kv`` section (edgeopt.sizing.manifest_section). Version 1 manifests still load: their KV
+# facts are loose export keys, which edgeopt.sizing.bundle_facts reads. An edgeopt that reads only 1 refuses a
+# version 2 manifest by its version, with the fix, instead of calling it malformed.
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 # Files already verified, by stat stamp (see verify_files); ".edgeopt" names are never part of a bundle.
 VERIFIED_STAMPS = ".edgeopt-verified.json"
@@ -66,13 +70,15 @@ class Manifest:
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: Path) -> Manifest:
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise BundleError(f"{where} has manifest schema_version={version!r}; this edgeopt reads {SCHEMA_VERSION}",
+        if version not in READABLE_SCHEMA_VERSIONS:
+            raise BundleError(f"{where} has manifest schema_version={version!r}; this edgeopt reads "
+                              f"{' and '.join(map(str, READABLE_SCHEMA_VERSIONS))}",
                               "re-run edgeopt optimize with this version")
         try:
             fields = dict(data)
             passes = [PassRecord(**p) for p in fields.pop("passes", [])]
             kv = fields.pop("kv", None)
+            fields["schema_version"] = SCHEMA_VERSION  # read as the current one: written back as it
             return cls(passes=passes, kv=KvSection.from_dict(kv) if kv else None, **fields)
         except (TypeError, KeyError, ValueError) as exc:
             raise BundleError(f"{where} has a malformed manifest: {exc}", "re-run edgeopt optimize") from exc

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,10 @@ def test_a_manifest_from_before_the_kv_section_loads_and_is_sized_from_its_expor
     written.export = {"kv_elements_per_token": 1024, "kv_bytes_per_token": 1088, "context_length": 2048,
                       "kv_type": "q8_0"}
     write_manifest(tmp_path / "b", written)
+    path = tmp_path / "b" / "manifest.json"
+    data = json.loads(path.read_text())
+    del data["kv"]
+    path.write_text(json.dumps(data | {"schema_version": 1}))  # exactly what an older edgeopt wrote
     loaded = load_bundle(tmp_path / "b")
     assert loaded.kv is None
     assert recorded_kv_section(tmp_path / "b", loaded) == KvSection(1024, 2048, "q8_0")
@@ -95,7 +100,7 @@ def test_existing_output_needs_force(tmp_path: Path):
 def test_schema_version_mismatch(tmp_path: Path):
     make_bundle(tmp_path / "b")
     path = tmp_path / "b" / "manifest.json"
-    path.write_text(path.read_text().replace('"schema_version": 1', '"schema_version": 99'))
+    path.write_text(path.read_text().replace('"schema_version": 2', '"schema_version": 99'))
     with pytest.raises(BundleError, match="schema_version=99"):
         load_bundle(tmp_path / "b")
 
