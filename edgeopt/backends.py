@@ -26,7 +26,7 @@ class Backend:
     """One bundle format and the runtime that serves it. ``"module:attr"`` strings are loaded lazily."""
 
     format: str  # the bundle's `format` (`--format`)
-    runtime: str  # the bundle's `runtime`: the name `runtimes.load_runtime` takes
+    runtime: str  # the bundle's `runtime`: the name `edgeopt.runtimes.load_runtime` takes
     exporter_module: str  # imported before export; its Exporter subclass registers `format`
     runtime_module: str  # exposes load(bundle_dir, manifest, **options)
     scorer: str  # "module:function": load_scorer(bundle_dir, manifest, context=..., threads=...)
@@ -81,9 +81,9 @@ class Backend:
 
 _BUILTIN = (
     Backend(
-        format="gguf", runtime="llama_cpp", exporter_module="exporters.gguf.exporter",
-        runtime_module="runtimes.llama_cpp", scorer="exporters.gguf.scorer:load_scorer",
-        quants="exporters.gguf.quant_types:QUANTS", size_estimate="exporters.gguf.quant_types:estimate_gguf_bytes",
+        format="gguf", runtime="llama_cpp", exporter_module="edgeopt.exporters.gguf.exporter",
+        runtime_module="edgeopt.runtimes.llama_cpp", scorer="edgeopt.exporters.gguf.scorer:load_scorer",
+        quants="edgeopt.exporters.gguf.quant_types:QUANTS", size_estimate="edgeopt.exporters.gguf.quant_types:estimate_gguf_bytes",
         quant_candidates=("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0"), sized_quant="MIX",
         kv_element_bytes=2,  # llama.cpp's default f16 KV cache
         kv_cache_types=("f16", "q8_0", "q4_0"),  # llama.cpp's type_k/type_v (quantized: with flash attention)
@@ -106,9 +106,9 @@ _BUILTIN = (
         logits_rows_per_sequence=4,
     ),
     Backend(
-        format="onnx", runtime="onnxruntime", exporter_module="exporters.onnx.exporter",
-        runtime_module="runtimes.onnxruntime", scorer="exporters.onnx.scorer:load_scorer",
-        quants="exporters.onnx.quant_types:QUANTS", size_estimate="exporters.onnx.quant_types:estimate_onnx_bytes",
+        format="onnx", runtime="onnxruntime", exporter_module="edgeopt.exporters.onnx.exporter",
+        runtime_module="edgeopt.runtimes.onnxruntime", scorer="edgeopt.exporters.onnx.scorer:load_scorer",
+        quants="edgeopt.exporters.onnx.quant_types:QUANTS", size_estimate="edgeopt.exporters.onnx.quant_types:estimate_onnx_bytes",
         quant_candidates=("fp32", "int8", "int4"),
         # Encoders are small: INT4 MatMulNBits buys them little.
         encoder_quant_candidates=("fp32", "int8"),
@@ -116,10 +116,10 @@ _BUILTIN = (
         runtime_overhead_bytes=200 * MIB, embeddings=True,
     ),
     Backend(
-        format="torch", runtime="torch", exporter_module="exporters.torch_export",
-        runtime_module="runtimes.torch", scorer="exporters.torch_scorer:load_scorer",
-        quants="exporters.torch_sizes:TORCH_DTYPES", size_estimate="exporters.torch_sizes:estimate_torch_bytes",
-        quant_candidates=(), profile_candidates="exporters.torch_sizes:torch_candidates",  # by device
+        format="torch", runtime="torch", exporter_module="edgeopt.exporters.torch_export",
+        runtime_module="edgeopt.runtimes.torch", scorer="edgeopt.exporters.torch_scorer:load_scorer",
+        quants="edgeopt.exporters.torch_sizes:TORCH_DTYPES", size_estimate="edgeopt.exporters.torch_sizes:estimate_torch_bytes",
+        quant_candidates=(), profile_candidates="edgeopt.exporters.torch_sizes:torch_candidates",  # by device
         kv_element_bytes=2, kv_element_bytes_by_quant=MappingProxyType({"fp32": 4}),  # KV in the checkpoint's dtype
         # Planned only when asked for: it is the GPU targets' format. Measured on an H100 (torch 2.11, transformers
         # 5.17, paged engine): besides weights and KV the server's GPU held 1175 MiB (CUDA context, cuBLAS

@@ -69,7 +69,7 @@ def evaluate_embedding_bundle(bundle_dir: Path, manifest: Any, original_model_di
 def embedding_pairs(bundle_dir: Path, manifest: Any, original_model_dir: Path, texts: list[str],
                     threads: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """(original's, bundle's) embeddings of ``texts``, row for row, both fed the same unpadded ids."""
-    from runtimes import load_embedding_runtime
+    from edgeopt.runtimes import load_embedding_runtime
 
     runtime = load_embedding_runtime(manifest.runtime, Path(bundle_dir), manifest, threads=threads)
     try:
@@ -102,8 +102,8 @@ def _original_embeddings(model_dir: Path, token_ids: list[list[int]], threads: i
     """The original checkpoint with the pooling of its own sentence-transformers configuration."""
     import torch
 
-    from exporters.onnx.encoder import torch_embeddings
-    from runtimes.onnxruntime.pooling import read_sentence_transformers_pooling
+    from edgeopt.exporters.onnx.encoder import torch_embeddings
+    from edgeopt.runtimes.onnxruntime.pooling import read_sentence_transformers_pooling
 
     torch.set_num_threads(threads)
     return torch_embeddings(model_dir, token_ids, read_sentence_transformers_pooling(model_dir), BATCH)

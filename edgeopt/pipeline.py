@@ -25,7 +25,7 @@ from edgeopt.model_spec import ModelSpec, load_model_spec
 from edgeopt.plan import Plan, canonical_quant, check_encoder_formats, encoder_formats, require_fit
 from edgeopt.source import resolve_model_dir
 from edgeopt.tokenizer_config import chat_template_in
-from profiles import DeviceProfile, load_profile
+from edgeopt.profiles import DeviceProfile, load_profile
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "generation_config.json", "chat_template.jinja", "config.json")
@@ -102,7 +102,7 @@ def resolve(opts: OptimizeOptions) -> Resolved:
         chosen = require_fit(plan)
     quant = chosen.quant
     _check_calibration_use(fmt, quant, opts.export_options)
-    from exporters import get_exporter
+    from edgeopt.exporters import get_exporter
 
     get_exporter(fmt).check_options(quant, opts.export_options)
     name = Path(opts.model.rstrip("/")).name
@@ -132,7 +132,7 @@ def sized_quant(fmt: str, asked_quant: str | None, size_bytes: int) -> str:
 def _check_calibration_use(fmt: str, quant: str, export_options: dict[str, Any]) -> None:
     """--calibration-data and --no-self-calibration are refused, before any work, where the chosen format and
     quant would not use calibration text."""
-    from exporters import get_exporter
+    from edgeopt.exporters import get_exporter
 
     data = export_options.get("calibration_data")
     reason = get_exporter(fmt).calibration_refusal(quant)
@@ -169,7 +169,7 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Reso
         current, record = _run_pass(name, params, current, model_dir, opts, res, report)
         records.append(record)
 
-    from exporters import get_exporter
+    from edgeopt.exporters import get_exporter
 
     exporter = get_exporter(res.format)
     export_params = {"quant": res.quant, **opts.export_options, "cpu_isa": res.profile.cpu_isa}

@@ -33,7 +33,7 @@ from edgeopt.sizing.budget import MIB, KvFacts, MemoryPool, after_margin, memory
 from edgeopt.sizing.kv_types import check_head_dims, head_dims_fit, kv_element_bytes
 from edgeopt.sizing.shape import DEFAULT_CONTEXT, ServingShape, ShapeRequest, decide_serving_shape
 from edgeopt.model_spec import ModelSpec
-from profiles import DeviceProfile
+from edgeopt.profiles import DeviceProfile
 
 
 @dataclass(frozen=True)

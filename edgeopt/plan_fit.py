@@ -18,7 +18,7 @@ from edgeopt.errors import DoesNotFitError, EdgeoptError
 from edgeopt.model_spec import ModelSpec
 from edgeopt.passes.prune_shape import MAX_RATIO, PruneRequest, pruned_spec
 from edgeopt.plan import MIB, Plan, make_plan
-from profiles import DeviceProfile
+from edgeopt.profiles import DeviceProfile
 
 RATIO_STEP = 0.01
 PRUNE_KNOBS = ("ratio", "heads", "mlp", "layers")

@@ -16,7 +16,7 @@ from edgeopt.plan import Plan, candidate_from_shape, choose_kv_type, recommend
 from edgeopt.sizing.budget import memory_pool, model_kv_facts
 from edgeopt.sizing.kv_types import check_head_dims
 from edgeopt.sizing.shape import DEFAULT_CONTEXT, ShapeRequest, decide_serving_shape
-from profiles import DeviceProfile
+from edgeopt.profiles import DeviceProfile
 
 
 def plan_gguf_file(path: Path, profile: DeviceProfile, context: int | None = None, concurrency: int = 1,

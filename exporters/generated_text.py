@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import ConfigError
-from runtimes.base import Runtime, StepInput
+from edgeopt.runtimes.base import Runtime, StepInput
 
 # Plain-text openings of different kinds of writing (the instruct models edgeopt targets see all of them).
 SEED_PROMPTS = (

@@ -26,7 +26,7 @@ MIN_CHUNK_TOKENS = 16  # llama-imatrix ignores smaller batches
 
 def tokenize_text(model_dir: Path, text: str) -> tuple[list[int], int | None]:
     """(token ids of ``text`` without specials, the BOS id the tokenizer puts in front or None)."""
-    from runtimes.bundle_tokenizer import open_tokenizer
+    from edgeopt.runtimes.bundle_tokenizer import open_tokenizer
 
     tok_file = Path(model_dir) / "tokenizer.json"
     if not tok_file.is_file():
@@ -105,8 +105,8 @@ def _torch_threads_left_free() -> Iterator[None]:
     torch's thread count is restored after."""
     import torch
 
-    from profiles.host import OtherCpuLoad
-    from runtimes.llama_cpp.threads import PROBE_S, threads_for
+    from edgeopt.profiles.host import OtherCpuLoad
+    from edgeopt.runtimes.llama_cpp.threads import PROBE_S, threads_for
 
     before = torch.get_num_threads()
     load = OtherCpuLoad()

@@ -1,7 +1,7 @@
 """``--format torch``: the (pruned, distilled) Hugging Face checkpoint itself, as safetensors in one dtype.
 
 The bundle's ``model/`` directory is a plain ``save_pretrained`` checkpoint (config.json,
-generation_config.json, model.safetensors), so ``runtimes.torch`` and any transformers tool can load
+generation_config.json, model.safetensors), so ``edgeopt.runtimes.torch`` and any transformers tool can load
 it. The dtype is the "quant": bf16/fp16 for CUDA targets (the planner's default there), fp32 for CPU
 targets, where half-precision matmuls are slow or missing.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ExportError, MissingDependencyError
-from exporters import Exporter, ExportResult
-from exporters.torch_sizes import TORCH_DTYPES
+from edgeopt.exporters import Exporter, ExportResult
+from edgeopt.exporters.torch_sizes import TORCH_DTYPES
 
 DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 MODEL_DIR = "model"

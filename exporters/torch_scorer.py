@@ -1,5 +1,5 @@
 """The torch bundle's scorer for :mod:`edgeopt.evaluate`: its checkpoint in transformers, loaded the way
-``runtimes.torch`` serves it (CUDA when present; on CPU fp16 is upcast, bf16 kept), so the metrics
+``edgeopt.runtimes.torch`` serves it (CUDA when present; on CPU fp16 is upcast, bf16 kept), so the metrics
 measure what the server will compute, not a float32 copy of it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from edgeopt.eval_scorers import HFScorer
 
 
 def load_scorer(bundle_dir: Path, manifest: Any, context: int, threads: int = 2) -> HFScorer:
-    from runtimes.torch.loading import checkpoint_dtype, pick_dtype, read_config, serving_device
+    from edgeopt.runtimes.torch.loading import checkpoint_dtype, pick_dtype, read_config, serving_device
 
     model_dir = Path(bundle_dir) / manifest.model_file
     device = serving_device()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from edgeopt.model_spec import ModelSpec
 
 if TYPE_CHECKING:
-    from profiles import DeviceProfile
+    from edgeopt.profiles import DeviceProfile
 
 TORCH_DTYPES = ("fp32", "fp16", "bf16")
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}

@@ -1,7 +1,7 @@
 """Device profiles: TOML data describing a target's memory, compute and preferred formats.
 
 ``load_profile("jetson")`` resolves a family alias to its default profile; ``load_profile("host")``
-describes this machine (see :mod:`profiles.host`).
+describes this machine (see :mod:`edgeopt.profiles.host`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 from edgeopt import backends
 from edgeopt.errors import ConfigError, UnknownTargetError
 from edgeopt.sizing.kv_types import selectable_kv_types
-from profiles.device import GIB, DeviceProfile  # noqa: F401  (re-exported: the package's public names)
+from edgeopt.profiles.device import GIB, DeviceProfile  # noqa: F401  (re-exported: the package's public names)
 
 PROFILE_DIR = Path(__file__).resolve().parent
 
@@ -72,7 +72,7 @@ def profile_names() -> list[str]:
 def load_profile(target: str) -> DeviceProfile:
     """Load a profile by name, family alias, ``host``, or path to a TOML file."""
     if target == "host":
-        from profiles.host import detect_host_profile
+        from edgeopt.profiles.host import detect_host_profile
 
         return detect_host_profile()
     path = Path(target)

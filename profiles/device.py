@@ -1,4 +1,4 @@
-"""A device profile's record, on its own so profiles.host (which builds one for this machine) and the
+"""A device profile's record, on its own so edgeopt.profiles.host (which builds one for this machine) and the
 package that loads the TOML profiles both depend on it, not on each other (no import cycle)."""
 
 from __future__ import annotations

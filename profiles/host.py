@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 
 from edgeopt import backends
-from profiles.device import GIB, DeviceProfile
+from edgeopt.profiles.device import GIB, DeviceProfile
 
 HOST_FORMAT = "gguf"  # llama.cpp runs on any CPU and offloads to any GPU it was built for
 

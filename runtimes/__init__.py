@@ -1,4 +1,4 @@
-"""Inference runtimes behind one small protocol (see :mod:`runtimes.base`), imported lazily by name."""
+"""Inference runtimes behind one small protocol (see :mod:`edgeopt.runtimes.base`), imported lazily by name."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError
-from runtimes.base import EmbeddingRuntime, Runtime
+from edgeopt.runtimes.base import EmbeddingRuntime, Runtime
 
 if TYPE_CHECKING:
     from edgeopt.bundle import Manifest

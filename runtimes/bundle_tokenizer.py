@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import BundleError, ConfigError
-from runtimes.token_bounds import max_input_bytes_per_token
+from edgeopt.runtimes.token_bounds import max_input_bytes_per_token
 
 
 def byte_level_decoder_table() -> dict[str, int]:
@@ -69,7 +69,7 @@ def _real_ids(encoding: Any) -> list[int]:
 
 
 class BundleTokenizer:
-    """runtimes.base.Tokenizer over a tokenizer.json, plus the special ids a runtime reports.
+    """edgeopt.runtimes.base.Tokenizer over a tokenizer.json, plus the special ids a runtime reports.
 
     ``padding`` and ``truncation`` keep the file's own settings (None when it has none), for reports;
     they are not applied (module docstring)."""

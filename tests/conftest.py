@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.demo.store import demo_cache_root
-from runtimes.llama_cpp.amx_guard import guard_amx_buffers
+from edgeopt.runtimes.llama_cpp.amx_guard import guard_amx_buffers
 from tests.fixtures.tiny_gguf import tiny_gguf_factory  # noqa: F401  (session fixture, GGUF of a tiny model)
 from tests.fixtures.big_vocab import big_vocab_gguf_bundle, big_vocab_model_dir  # noqa: F401  (151k vocabulary)
 from tests.fixtures.tool_chat_models import tool_chat_bundle_factory  # noqa: F401  (real tool templates)
@@ -97,7 +97,7 @@ def english_texts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``cuda`` are deselected by default; asked for on a machine without an NVIDIA GPU
     (``pytest -m cuda``), they skip with that reason instead of failing on a missing device."""
-    from profiles.host import cuda_accelerator
+    from edgeopt.profiles.host import cuda_accelerator
 
     if not any(item.get_closest_marker("cuda") for item in items) or cuda_accelerator() != "none":
         return

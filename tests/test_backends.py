@@ -7,8 +7,8 @@ import pytest
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError
-from exporters import Exporter
-from profiles import load_profile
+from edgeopt.exporters import Exporter
+from edgeopt.profiles import load_profile
 
 
 @pytest.mark.parametrize("fmt", backends.formats())

@@ -19,9 +19,9 @@ from edgeopt.pipeline import OptimizeOptions, resolve
 from edgeopt.plan import make_plan
 from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
-from exporters.onnx.quant_types import estimate_onnx_bytes
-from profiles import load_profile
-from runtimes import load_embedding_runtime
+from edgeopt.exporters.onnx.quant_types import estimate_onnx_bytes
+from edgeopt.profiles import load_profile
+from edgeopt.runtimes import load_embedding_runtime
 
 runner = CliRunner()
 

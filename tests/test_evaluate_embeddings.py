@@ -116,7 +116,7 @@ def test_optimize_quality_figure_matches_sentence_transformers_on_the_served_vec
     from edgeopt.pipeline import OptimizeOptions, run_optimize
     from edgeopt.server.app import create_app
     from edgeopt.server.state import ServedModel, ServerSettings
-    from runtimes import load_embedding_runtime
+    from edgeopt.runtimes import load_embedding_runtime
 
     model = SentenceTransformer(str(tiny_encoder_dir), device="cpu")
     texts = _lines_around_the_padding(model)

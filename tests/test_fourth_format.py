@@ -18,7 +18,7 @@ from edgeopt.plan import make_plan
 from edgeopt.server.app import create_app
 from edgeopt.server.launcher import ServeOptions, load_served_model, model_names, serving_shape
 from edgeopt.server.state import ServerSettings
-from profiles import load_profile
+from edgeopt.profiles import load_profile
 from tests.fourth_format import ENTRY
 from tests.server.live import start_live_server
 

@@ -6,7 +6,7 @@ Lazy imports (inside a function) count as edges like module-level ones: they run
 does, so a lazy import only defers a cycle or a heavy dependency, it does not remove it. Imports under
 ``if TYPE_CHECKING:`` are not edges: they never run, they only name types for annotations. An edge goes to the deepest
 module named: ``from edgeopt.paged_batching import paged_compat`` is an edge to ``edgeopt.paged_batching.paged_compat``;
-``from profiles.device import GIB`` is an edge to ``profiles.device`` only (its package's ``__init__`` runs
+``from edgeopt.profiles.device import GIB`` is an edge to ``edgeopt.profiles.device`` only (its package's ``__init__`` runs
 first, but it is a parent, not a dependency the importer chose).
 
 Rooms that sit below another may not name it at all, not even for a type: runtimes sit below the engine
@@ -20,11 +20,11 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("edgeopt", "exporters", "runtimes", "profiles")
-SERVING = ("edgeopt.engine", "edgeopt.server", "runtimes.llama_cpp", "runtimes.onnxruntime")
-FORBIDDEN_FOR_SERVING = ("exporters", "edgeopt.passes", "torch", "transformers", "optimum")
+PACKAGES = ("edgeopt", "exporters", "runtimes", "profiles")  # folders; all but edgeopt/ install inside edgeopt (setup.py)
+SERVING = ("edgeopt.engine", "edgeopt.server", "edgeopt.runtimes.llama_cpp", "edgeopt.runtimes.onnxruntime")
+FORBIDDEN_FOR_SERVING = ("edgeopt.exporters", "edgeopt.passes", "torch", "transformers", "optimum")
 # room -> rooms below it must never import, type-only imports included
-NEVER_UPWARD = {"runtimes": ("edgeopt.engine", "edgeopt.server", "edgeopt.paged_batching")}
+NEVER_UPWARD = {"edgeopt.runtimes": ("edgeopt.engine", "edgeopt.server", "edgeopt.paged_batching")}
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:
@@ -32,6 +32,7 @@ def module_files(root: Path = ROOT) -> dict[str, Path]:
     for package in PACKAGES:
         for path in (root / package).rglob("*.py"):
             parts = path.relative_to(root).with_suffix("").parts
+            parts = parts if package == "edgeopt" else ("edgeopt", *parts)  # the installed name
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             files[name] = path
     return files
@@ -75,7 +76,7 @@ def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
     for module, path in files.items():
         edges: set[str] = set()
         for name in imported_names(path, module):
-            if name.split(".")[0] in PACKAGES:
+            if name.split(".")[0] == "edgeopt":
                 if name in files and name != module:
                     edges.add(name)
             elif name:
@@ -175,18 +176,18 @@ def test_the_checker_sees_lazy_imports_cycles_and_forbidden_edges(tmp_path: Path
     (tmp_path / "profiles").mkdir()
     for package in ("edgeopt", "edgeopt/engine", "exporters", "runtimes", "profiles"):
         (tmp_path / package / "__init__.py").write_text("")
-    (tmp_path / "exporters" / "a.py").write_text("from exporters.b import thing\n")
-    (tmp_path / "exporters" / "b.py").write_text("def thing():\n    from exporters import a\n")
-    (tmp_path / "edgeopt" / "engine" / "core.py").write_text("def f():\n    from runtimes.helper import g\n")
+    (tmp_path / "exporters" / "a.py").write_text("from edgeopt.exporters.b import thing\n")
+    (tmp_path / "exporters" / "b.py").write_text("def thing():\n    from edgeopt.exporters import a\n")
+    (tmp_path / "edgeopt" / "engine" / "core.py").write_text("def f():\n    from edgeopt.runtimes.helper import g\n")
     (tmp_path / "runtimes" / "helper.py").write_text("def g():\n    import torch.nn\n")
     (tmp_path / "runtimes" / "typed.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                                    "    import torch\n    from exporters import a\n")
-    (tmp_path / "edgeopt" / "engine" / "types.py").write_text("from runtimes import typed\n")
+                                                    "    import torch\n    from edgeopt.exporters import a\n")
+    (tmp_path / "edgeopt" / "engine" / "types.py").write_text("from edgeopt.runtimes import typed\n")
     graph = import_graph(module_files(tmp_path))
-    assert find_cycle(graph) in (["exporters.a", "exporters.b", "exporters.a"],
-                                 ["exporters.b", "exporters.a", "exporters.b"])
-    assert serving_violations(graph) == ["edgeopt.engine.core -> runtimes.helper -> torch.nn"]
+    assert find_cycle(graph) in (["edgeopt.exporters.a", "edgeopt.exporters.b", "edgeopt.exporters.a"],
+                                 ["edgeopt.exporters.b", "edgeopt.exporters.a", "edgeopt.exporters.b"])
+    assert serving_violations(graph) == ["edgeopt.engine.core -> edgeopt.runtimes.helper -> torch.nn"]
     (tmp_path / "runtimes" / "annotated.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                                         "    from edgeopt.engine.api import EngineConfig\n")
-    assert upward_imports(module_files(tmp_path)) == ["runtimes.annotated -> edgeopt.engine.api",
-                                                      "runtimes.annotated -> edgeopt.engine.api.EngineConfig"]
+    assert upward_imports(module_files(tmp_path)) == ["edgeopt.runtimes.annotated -> edgeopt.engine.api",
+                                                      "edgeopt.runtimes.annotated -> edgeopt.engine.api.EngineConfig"]

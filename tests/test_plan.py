@@ -7,7 +7,7 @@ import pytest
 from edgeopt.errors import DoesNotFitError
 from edgeopt.model_spec import spec_from_config
 from edgeopt.plan import MIB, make_plan, require_fit, size_candidate
-from profiles import DeviceProfile
+from edgeopt.profiles import DeviceProfile
 
 GIB = 1024**3
 

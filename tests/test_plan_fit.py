@@ -9,7 +9,7 @@ from edgeopt.model_spec import spec_from_config
 from edgeopt.plan_fit import fit_prune_ratio, plan_after_passes, plan_fits
 from edgeopt.passes.prune_shape import PruneRequest, pruned_spec
 from edgeopt.plan import make_plan
-from profiles import load_profile
+from edgeopt.profiles import load_profile
 
 
 def big_spec():

@@ -52,8 +52,8 @@ def test_gemma_parameter_count_includes_sandwich_norms_and_tied_output() -> None
 
 def test_transformers5_per_layer_type_rope_block_is_read() -> None:
     """transformers 5 nests Gemma 3's rope as {"full_attention": ..., "sliding_attention": ...}."""
-    from exporters.gguf.arch_gemma import rope_blocks
-    from exporters.gguf.metadata import rope_scaling
+    from edgeopt.exporters.gguf.arch_gemma import rope_blocks
+    from edgeopt.exporters.gguf.metadata import rope_scaling
 
     config = dict(GEMMA3_1B, rope_parameters={
         "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},

@@ -15,7 +15,7 @@ from edgeopt.sizing.kv_types import kv_element_bytes, parse_kv_type
 from edgeopt.sizing.budget import kv_bytes_per_token
 from edgeopt.model_spec import spec_from_config
 from edgeopt.plan import make_plan, size_candidate
-from profiles import load_profile, profile_from_dict
+from edgeopt.profiles import load_profile, profile_from_dict
 from tests.test_plan import QWEN_05B, profile
 
 # Phi-2's attention: head_dim 2560 / 32 = 80, not a whole number of 32-element blocks.

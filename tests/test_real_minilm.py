@@ -20,7 +20,7 @@ from edgeopt.eval_metrics import row_cosines
 from edgeopt.pipeline import OptimizeOptions, run_optimize
 from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
-from runtimes import load_embedding_runtime
+from edgeopt.runtimes import load_embedding_runtime
 
 TEXTS = ["The function returns a list of the dictionary's keys.", "Trains depart for the airport three times an hour.",
          "json", "Heavy rain is expected in the north tomorrow afternoon, with strong winds along the coast. " * 8]

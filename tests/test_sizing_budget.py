@@ -10,7 +10,7 @@ from edgeopt.errors import ConfigError, DoesNotFitError
 from edgeopt.sizing.budget import (
     MIB, SAFETY_MARGIN, KvFacts, kv_bytes_per_token, memory_pool, require_kv_room, size_kv,
 )
-from profiles import GIB, load_profile
+from edgeopt.profiles import GIB, load_profile
 
 LLAMA_CPP_OVERHEAD = 100 * MIB
 

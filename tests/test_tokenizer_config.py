@@ -10,7 +10,7 @@ import pytest
 from edgeopt.pipeline import _chat_template as manifest_template
 from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.tokenizer_config import chat_template_in
-from exporters.gguf.vocab_common import _chat_template as gguf_template
+from edgeopt.exporters.gguf.vocab_common import _chat_template as gguf_template
 
 NAMED = [{"name": "tool_use", "template": "TOOLS"}, {"name": "default", "template": "DEF"}]
 

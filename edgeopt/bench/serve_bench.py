@@ -77,7 +77,7 @@ def kv_capacity_tokens(url: str) -> int:
 
 def run_serve_bench(cfg: ServeBenchConfig, report: Callable[[str], None] = print) -> dict[str, Any]:
     if cfg.threads is None:  # server and raw decode must use the same threads for the ratio to mean anything
-        from profiles import load_profile
+        from edgeopt.profiles import load_profile
 
         cfg = dataclasses.replace(cfg, threads=load_profile("host").cores)
     manifest = load_bundle(cfg.bundle, verify=False)
@@ -136,11 +136,11 @@ def rss_limit(bundle: Path, manifest: Manifest, kv_tokens: int, bundle_bytes: in
 
 
 def raw_decode(cfg: ServeBenchConfig, manifest: Manifest, sequences: int) -> dict[str, Any]:
-    """llama.cpp's own batched decode on the same GGUF and thread count (runtimes.llama_cpp.bench)."""
+    """llama.cpp's own batched decode on the same GGUF and thread count (edgeopt.runtimes.llama_cpp.bench)."""
     if manifest.runtime != "llama_cpp":
         raise ConfigError(f"--raw compares with llama.cpp, but this bundle runs on {manifest.runtime!r}",
                           "pass --no-raw")
-    from runtimes.llama_cpp.bench import raw_batched_decode
+    from edgeopt.runtimes.llama_cpp.bench import raw_batched_decode
 
     result = raw_batched_decode(cfg.bundle / manifest.model_file, sequences, decode_steps=cfg.max_tokens,
                                 prompt_tokens=cfg.prompt_tokens, threads=cfg.threads)

@@ -13,12 +13,12 @@ from edgeopt.cli_options import Concurrency, Context, KvType, ModelArg, Target
 from edgeopt.commands.plan_cmd import print_plan
 from edgeopt.passes.options import compression_passes
 from edgeopt.pipeline import OptimizeOptions, check_format, resolve, run_optimize
-from exporters.gguf.options import gguf_export_options
-from exporters.onnx.options import onnx_export_options
+from edgeopt.exporters.gguf.options import gguf_export_options
+from edgeopt.exporters.onnx.options import onnx_export_options
 
 
 def show_llama_log() -> None:
-    """Print what exporters.gguf.llama_log captures (it logs every llama.cpp message at DEBUG)."""
+    """Print what edgeopt.exporters.gguf.llama_log captures (it logs every llama.cpp message at DEBUG)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("llama.cpp: %(message)s"))
     logger = logging.getLogger("edgeopt.llama_cpp")

@@ -17,7 +17,7 @@ from edgeopt.sizing.kv_types import parse_kv_type
 from edgeopt.model_spec import load_model_spec
 from edgeopt.pipeline import sized_quant
 from edgeopt.plan import MIB, Plan, make_plan, size_candidate
-from profiles import load_profile
+from edgeopt.profiles import load_profile
 
 
 def plan(

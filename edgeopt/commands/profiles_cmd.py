@@ -6,7 +6,7 @@ from rich.console import Console
 
 from edgeopt.cli_options import JsonOut
 from edgeopt.cli_table import Column, print_line, print_table
-from profiles import FAMILY_DEFAULTS, all_profiles
+from edgeopt.profiles import FAMILY_DEFAULTS, all_profiles
 
 PROFILE_COLUMNS = (
     Column("name"), Column("memory GB", "right"), Column("usable GB", "right"), Column("unified", essential=False),

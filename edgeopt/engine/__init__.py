@@ -1,6 +1,6 @@
 """The serving core (pure Python + numpy; never imports torch or transformers).
 
-Entry point: :class:`Engine` (continuous batching over a :class:`runtimes.base.Runtime`). The engine never
+Entry point: :class:`Engine` (continuous batching over a :class:`edgeopt.runtimes.base.Runtime`). The engine never
 measures memory: it receives a KV capacity sized by :func:`edgeopt.sizing.budget.size_kv`.
 """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import codecs
 
-from runtimes.base import Tokenizer
+from edgeopt.runtimes.base import Tokenizer
 
 
 class IncrementalDetokenizer:

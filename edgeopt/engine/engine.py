@@ -44,7 +44,7 @@ from edgeopt.engine.sequence import Sequence, SequenceState
 from edgeopt.engine.stream import RequestStream
 from edgeopt.engine.validation import check_runtime_supports, validate_request
 from edgeopt.errors import BackendError, OverloadedError
-from runtimes.base import Runtime, StepInput
+from edgeopt.runtimes.base import Runtime, StepInput
 
 log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.5  # the thread sleeps on an event; this only bounds how long shutdown can take

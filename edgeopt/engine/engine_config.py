@@ -8,7 +8,7 @@ from typing import Any
 from edgeopt.engine.api import DEFAULT_PREFILL_CHUNK, EngineConfig
 from edgeopt.engine.speculation.controller import check_mode
 from edgeopt.errors import ConfigError
-from runtimes.base import Runtime
+from edgeopt.runtimes.base import Runtime
 
 
 def engine_config_for(runtime: Runtime, **overrides: Any) -> EngineConfig:

@@ -32,7 +32,7 @@ import llguidance
 
 from edgeopt.engine.grammar_vocab import grammar_tokenizer
 from edgeopt.errors import RequestError
-from runtimes.base import RuntimeInfo, Tokenizer
+from edgeopt.runtimes.base import RuntimeInfo, Tokenizer
 
 GrammarKind = Literal["json_schema", "json_object", "lark", "regex"]
 JSON_LAYOUT: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}

@@ -1,7 +1,7 @@
 """llguidance's view of a model's vocabulary, built from the runtime's own tokenizer.
 
 One builder for every runtime (llama.cpp GGUF vocabularies, tokenizer.json for ONNX and torch): each
-token's bytes are exactly what :meth:`runtimes.base.Tokenizer.token_bytes` gives, which are the bytes the
+token's bytes are exactly what :meth:`edgeopt.runtimes.base.Tokenizer.token_bytes` gives, which are the bytes the
 engine's detokenizer streams to the client. The grammar therefore constrains precisely the text the
 client receives, whatever the vocabulary's conventions (byte-level BPE stand-ins, SentencePiece "▁" and
 ``<0xNN>`` byte pieces are already undone there).
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import llguidance
 
-from runtimes.base import RuntimeInfo, Tokenizer
+from edgeopt.runtimes.base import RuntimeInfo, Tokenizer
 
 SPECIAL_MARKER = b"\xff"  # llguidance: a token whose bytes start with 0xFF is a special token
 

@@ -7,7 +7,7 @@ from edgeopt.engine.detokenizer import IncrementalDetokenizer
 from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.stop_strings import StopStringMatcher
 from edgeopt.engine.stream import RequestStream
-from runtimes.base import Tokenizer
+from edgeopt.runtimes.base import Tokenizer
 
 
 def describe_failure(exc: BaseException) -> str:

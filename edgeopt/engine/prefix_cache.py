@@ -23,7 +23,7 @@ from edgeopt.engine.prefix_tree import NO_HIT, NO_LOOKUP, Lookup, Match, Node, P
 
 
 class PrefixStorage(Protocol):
-    """The runtime operations the cache drives (a subset of :class:`runtimes.base.Runtime`)."""
+    """The runtime operations the cache drives (a subset of :class:`edgeopt.runtimes.base.Runtime`)."""
 
     def share_kv(self, source: int, target: int, start: int, end: int) -> None: ...
 

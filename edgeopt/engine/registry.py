@@ -22,7 +22,7 @@ from edgeopt.engine.outputs import RequestTracker
 from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.stream import OutputDispatcher, RequestStream
 from edgeopt.errors import RequestError
-from runtimes.base import Tokenizer
+from edgeopt.runtimes.base import Tokenizer
 
 
 class RequestRegistry:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from edgeopt.engine.api import SamplingParams
 from edgeopt.engine.logprobs import MAX_TOP_LOGPROBS
 from edgeopt.errors import ContextOverflowError, RequestError
-from runtimes.base import RuntimeInfo
+from edgeopt.runtimes.base import RuntimeInfo
 
 # OpenAI's limit, the one limit (the schema only parses types): a client written against OpenAI never sends
 # more, and each stop string costs a scan of every new piece of text on the engine thread.

@@ -15,8 +15,8 @@ from __future__ import annotations
 from edgeopt.engine.api import EngineConfig
 from edgeopt.paged_batching import paged_compat
 from edgeopt.paged_batching.paged_engine import PagedEngine
-from runtimes.base import Runtime
-from runtimes.torch.paged import PagedRuntime
+from edgeopt.runtimes.base import Runtime
+from edgeopt.runtimes.torch.paged import PagedRuntime
 
 
 def engine_for(runtime: Runtime, config: EngineConfig) -> PagedEngine | None:

@@ -1,7 +1,7 @@
 """The engine of ``--runtime torch`` on CUDA: a continuous-batching manager that owns its own scheduler.
 
 transformers' ``ContinuousBatchingManager`` schedules, keeps a paged KV cache and samples by itself, so
-it cannot sit *behind* edgeopt's engine as a per-step :class:`runtimes.base.Runtime`. :class:`PagedEngine`
+it cannot sit *behind* edgeopt's engine as a per-step :class:`edgeopt.runtimes.base.Runtime`. :class:`PagedEngine`
 is an alternative :class:`~edgeopt.engine.api.ServingEngine` instead: the routes, streaming and metrics
 are the same code, and the requests' lifecycle is the same object as in edgeopt's Engine
 (:class:`~edgeopt.engine.registry.RequestRegistry`: streams, detokenizing, stop strings and stop token ids,
@@ -32,7 +32,7 @@ from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.stream import RequestStream
 from edgeopt.engine.validation import validate_request
 from edgeopt.errors import BackendError
-from runtimes.base import RuntimeInfo, Tokenizer
+from edgeopt.runtimes.base import RuntimeInfo, Tokenizer
 
 _RESULT_WAIT_S = 0.1  # the pump polls the manager's result queue; this bounds how long shutdown takes
 _STOP_TIMEOUT_S = 30

@@ -27,7 +27,7 @@ def read_data_file(path: Path | str) -> str:
 
 def tokenize(model_dir: Path, text: str) -> torch.Tensor:
     """Token ids of ``text`` with the checkpoint's own tokenizer.json (no special tokens added)."""
-    from runtimes.bundle_tokenizer import open_tokenizer
+    from edgeopt.runtimes.bundle_tokenizer import open_tokenizer
 
     tok_file = Path(model_dir) / "tokenizer.json"
     if not tok_file.is_file():

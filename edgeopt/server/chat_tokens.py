@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeopt.server.chat_template import ChatTemplate
-from runtimes.control_text import ControlTextFinder
+from edgeopt.runtimes.control_text import ControlTextFinder
 
 _PLACEHOLDER = "EDGEOPTCONTROLTEXT{nonce}N{index}E"  # letters and digits: survives trim, tojson, upper
 
@@ -66,7 +66,7 @@ def _map_strings(value: Any, change: Callable[[str], str]) -> Any:
 
 def _split_at_placeholders(rendered: str, nonce: str, swapped: list[str]) -> list[PromptPiece]:
     """Markup pieces, and each swapped control text as a plain piece of its own (tokenizers can then look
-    its plain ids up instead of tokenizing it: see runtimes.bundle_tokenizer)."""
+    its plain ids up instead of tokenizing it: see edgeopt.runtimes.bundle_tokenizer)."""
     pattern = re.compile(_PLACEHOLDER.format(nonce=nonce, index=r"(\d+)"), re.IGNORECASE)
     pieces: list[PromptPiece] = []
     pos = 0

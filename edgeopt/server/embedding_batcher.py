@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgeopt.server.length_batches import DEFAULT_MAX_TOKENS, length_sorted_batches
-from runtimes.base import EmbeddingRuntime
+from edgeopt.runtimes.base import EmbeddingRuntime
 
 
 @dataclass

@@ -14,7 +14,7 @@ from edgeopt.errors import RequestError
 from edgeopt.server.request_prep import check_model_name
 from edgeopt.server.schemas import Text
 from edgeopt.server.state import ServerState
-from runtimes.base import EmbeddingRuntime
+from edgeopt.runtimes.base import EmbeddingRuntime
 
 router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
 MAX_INPUTS = 2048  # OpenAI's own limit per request

@@ -34,7 +34,7 @@ from edgeopt.sizing.bundle_facts import bundle_serving_shape
 from edgeopt.sizing.layout import AUTO
 from edgeopt.sizing.shape import ServingShape, ShapeRequest, check_shape_request
 from edgeopt.server.state import ServedModel, ServerSettings
-from runtimes.base import Runtime
+from edgeopt.runtimes.base import Runtime
 
 log = logging.getLogger("edgeopt.server")
 KEEP_ALIVE_S = 5  # uvicorn's default: an idle keep-alive connection is closed 5 s after its last response
@@ -81,7 +81,7 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
 
     Embedding bundles (``shape`` None) have no KV cache and no engine: the runtime alone serves them.
     """
-    from runtimes import load_embedding_runtime, load_runtime
+    from edgeopt.runtimes import load_embedding_runtime, load_runtime
 
     if shape is None:
         embedder = load_embedding_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeopt.engine.api import TokenLogprob
-from runtimes.base import Tokenizer
+from edgeopt.runtimes.base import Tokenizer
 
 
 class TokenTexts:

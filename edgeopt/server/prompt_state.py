@@ -29,7 +29,7 @@ from edgeopt.engine import SamplingParams
 from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ConfigError
 from edgeopt.server.chat_template import ChatTemplate
-from runtimes.base import Runtime, Tokenizer
+from edgeopt.runtimes.base import Runtime, Tokenizer
 
 log = logging.getLogger("edgeopt.server")
 STATE_FORMAT = 1  # bump when what the fingerprint covers changes

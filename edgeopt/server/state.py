@@ -18,8 +18,8 @@ from edgeopt.server.metrics import ServerMetrics
 from edgeopt.server.prompt_worker import PromptWorker
 from edgeopt.server.reasoning_syntax import ReasoningFormat, reasoning_format
 from edgeopt.server.responses_store import DEFAULT_STORE_BYTES, ResponseStore
-from runtimes.base import EmbeddingRuntime, Runtime, Tokenizer
-from runtimes.control_text import ControlTextFinder
+from edgeopt.runtimes.base import EmbeddingRuntime, Runtime, Tokenizer
+from edgeopt.runtimes.control_text import ControlTextFinder
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 

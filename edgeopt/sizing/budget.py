@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import ConfigError, DoesNotFitError
-from profiles import GIB, DeviceProfile, load_profile
+from edgeopt.profiles import GIB, DeviceProfile, load_profile
 
 if TYPE_CHECKING:  # profiles imports backends (through edgeopt.sizing.kv_types)
     from edgeopt.backends import Backend

@@ -23,7 +23,7 @@ from edgeopt.sizing.kv_types import kv_element_bytes_for
 from edgeopt.sizing.manifest_section import KvSection, legacy_kv_type, legacy_partial_facts
 from edgeopt.sizing.shape import (ServingShape, ShapeRequest, check_shape_request, decide_serving_shape,
                                   refuse_context_past_window, served_kv_type)
-from profiles import load_profile
+from edgeopt.profiles import load_profile
 from edgeopt.model_spec import ModelSpec, spec_from_config
 
 

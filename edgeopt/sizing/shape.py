@@ -53,7 +53,7 @@ class ServingShape:
         return self.sizing.context_length
 
     def runtime_options(self) -> dict[str, Any]:
-        """The sizes ``runtimes.load_runtime`` is given; options a runtime has no choice in are left out."""
+        """The sizes ``edgeopt.runtimes.load_runtime`` is given; options a runtime has no choice in are left out."""
         options: dict[str, Any] = {"kv_capacity_tokens": self.kv_cells, "max_slots": self.max_sequences,
                                    "context_length": self.context_length}
         if self.kv_type is not None:

@@ -43,11 +43,11 @@ class ArchExtras:
 
 _PLAIN = ArchExtras()
 _MODULES = {
-    "phi3": "exporters.gguf.arch_phi3",
-    "granite": "exporters.gguf.arch_granite",
-    "smollm3": "exporters.gguf.arch_smollm3",
-    "gemma2": "exporters.gguf.arch_gemma",
-    "gemma3": "exporters.gguf.arch_gemma",
+    "phi3": "edgeopt.exporters.gguf.arch_phi3",
+    "granite": "edgeopt.exporters.gguf.arch_granite",
+    "smollm3": "edgeopt.exporters.gguf.arch_smollm3",
+    "gemma2": "edgeopt.exporters.gguf.arch_gemma",
+    "gemma3": "edgeopt.exporters.gguf.arch_gemma",
 }
 _INLINE = {"llama": ArchExtras(rope_pairs_interleaved=True)}
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from edgeopt.errors import ExportError
 from edgeopt.model_spec import ModelSpec
-from exporters.gguf.arch_extras import ArchExtras
+from edgeopt.exporters.gguf.arch_extras import ArchExtras
 
 
 # Suffix after "model.layers.{i}." -> suffix after "blk.{i}." where Gemma differs from Llama.

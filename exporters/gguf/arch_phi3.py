@@ -22,8 +22,8 @@ import numpy as np
 
 from edgeopt.errors import ExportError
 from edgeopt.model_spec import ModelSpec
-from exporters.gguf.arch_extras import ArchExtras, Config
-from exporters.gguf.metadata import rope_scaling
+from edgeopt.exporters.gguf.arch_extras import ArchExtras, Config
+from edgeopt.exporters.gguf.metadata import rope_scaling
 
 LONGROPE_KINDS = ("longrope", "su")
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ConfigError
-from exporters.gguf.imatrix_file import ImportanceMatrix
-from exporters.gguf.quant_types import FILE_TYPES, MIX
-from exporters.generated_text import self_calibrates
+from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
+from edgeopt.exporters.gguf.quant_types import FILE_TYPES, MIX
+from edgeopt.exporters.generated_text import self_calibrates
 
 IMATRIX_FILE = "imatrix.gguf"
 DEFAULT_CHUNKS = 32  # 16k tokens: llama.cpp's gains come from the first few thousand; CPU time grows linearly
@@ -62,7 +62,7 @@ def export_imatrix(model_dir: Path, gguf: Path, out_dir: Path, quant: str, optio
 
 def _chunk_size(model_dir: Path) -> int:
     from edgeopt.model_spec import load_model_spec
-    from exporters.input_energy import CHUNK_SIZE
+    from edgeopt.exporters.input_energy import CHUNK_SIZE
 
     return min(CHUNK_SIZE, load_model_spec(str(model_dir)).max_position_embeddings)
 
@@ -70,7 +70,7 @@ def _chunk_size(model_dir: Path) -> int:
 def _store(matrix: ImportanceMatrix, out_dir: Path, token_chunks: list[list[int]], facts: dict[str, Any]) -> dict[str, Any]:
     """Write ``out_dir/imatrix.gguf``; the manifest facts describing it."""
     from edgeopt.bundle import sha256_file
-    from exporters.gguf.imatrix_file import write_imatrix
+    from edgeopt.exporters.gguf.imatrix_file import write_imatrix
 
     write_imatrix(out_dir / IMATRIX_FILE, matrix)
     return {"file": IMATRIX_FILE, "sha256": sha256_file(out_dir / IMATRIX_FILE), **facts,
@@ -83,8 +83,8 @@ def compute_imatrix(model_dir: Path, out_dir: Path, options: dict[str, Any],
     """The matrix of ``options['calibration_data']``; writes ``out_dir/imatrix.gguf``."""
     from edgeopt.bundle import sha256_file
     from edgeopt.textfile import read_text_file
-    from exporters.gguf.imatrix_collect import collect_imatrix
-    from exporters.input_energy import chunks, tokenize_text
+    from edgeopt.exporters.gguf.imatrix_collect import collect_imatrix
+    from edgeopt.exporters.input_energy import chunks, tokenize_text
 
     text_path = Path(options["calibration_data"])
     text = read_text_file(text_path, "calibration data", "--calibration-data", ConfigError)
@@ -103,9 +103,9 @@ def compute_imatrix(model_dir: Path, out_dir: Path, options: dict[str, Any],
 def generated_imatrix(model_dir: Path, gguf: Path, out_dir: Path, options: dict[str, Any],
                       report: Callable[[str], None] = lambda _m: None) -> Calibration:
     """The matrix of text sampled from ``gguf`` (exporters/gguf/self_calibration.py)."""
-    from exporters.gguf.imatrix_collect import collect_imatrix
-    from exporters.gguf.self_calibration import DEFAULT_CHUNKS as GENERATED_CHUNKS
-    from exporters.gguf.self_calibration import generate_calibration
+    from edgeopt.exporters.gguf.imatrix_collect import collect_imatrix
+    from edgeopt.exporters.gguf.self_calibration import DEFAULT_CHUNKS as GENERATED_CHUNKS
+    from edgeopt.exporters.gguf.self_calibration import generate_calibration
 
     # options["threads"] is the quantizer's. Decoding always follows the load (threads=None): llama.cpp's
     # threads spin at a barrier per operation, and 2 fixed threads beside a busy neighbour took 170 s for

@@ -7,22 +7,22 @@ from typing import Any
 
 from edgeopt.errors import ConfigError
 
-from exporters import ExportResult, Exporter
-from exporters.generated_text import self_calibrates
-from exporters.gguf.calibration import calibration_refusal, export_imatrix, uses_imatrix
-from exporters.gguf.mix import export_mix
-from exporters.gguf.quant_types import MIX, QUANTS
-from exporters.gguf.quant_report import summary_lines
-from exporters.gguf.quantize import check_quant, quantize_gguf
-from exporters.gguf.tokenizer_check import check_gguf_tokenizer
-from exporters.gguf.writer import UNQUANTIZED, convert_checkpoint
+from edgeopt.exporters import ExportResult, Exporter
+from edgeopt.exporters.generated_text import self_calibrates
+from edgeopt.exporters.gguf.calibration import calibration_refusal, export_imatrix, uses_imatrix
+from edgeopt.exporters.gguf.mix import export_mix
+from edgeopt.exporters.gguf.quant_types import MIX, QUANTS
+from edgeopt.exporters.gguf.quant_report import summary_lines
+from edgeopt.exporters.gguf.quantize import check_quant, quantize_gguf
+from edgeopt.exporters.gguf.tokenizer_check import check_gguf_tokenizer
+from edgeopt.exporters.gguf.writer import UNQUANTIZED, convert_checkpoint
 
 MODEL_FILE = "model.gguf"
 
 
 def _intermediate_type(model_dir: Path) -> str:
     """The unquantized type handed to the quantizer: BF16 for bf16 checkpoints (F16 could overflow)."""
-    from exporters.gguf.safetensors_reader import SafetensorsCheckpoint
+    from edgeopt.exporters.gguf.safetensors_reader import SafetensorsCheckpoint
 
     return "BF16" if "BF16" in SafetensorsCheckpoint(model_dir).dtypes else "F16"
 

@@ -18,9 +18,9 @@ import numpy as np
 
 from edgeopt.errors import ExportError
 from edgeopt.model_spec import load_model_spec
-from exporters.gguf.imatrix_file import ImportanceMatrix
-from exporters.gguf.tensor_names import gguf_name
-from exporters.input_energy import collect_input_energy
+from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
+from edgeopt.exporters.gguf.tensor_names import gguf_name
+from edgeopt.exporters.input_energy import collect_input_energy
 
 
 def linear_weight_names(model_dir: Path, module_names: list[str]) -> dict[str, str]:

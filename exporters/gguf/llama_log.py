@@ -80,10 +80,10 @@ def fallback_facts(counts: Counter[Fallback]) -> list[dict[str, str | int]]:
 @contextmanager
 def captured_llama_log() -> Iterator[LlamaLog]:
     """Capture llama.cpp's log for the duration of the block; afterwards it goes back to Python logging
-    (warnings and errors), as :func:`runtimes.llama_cpp.model.init_backend` routes it."""
+    (warnings and errors), as :func:`edgeopt.runtimes.llama_cpp.model.init_backend` routes it."""
     import llama_cpp
 
-    from runtimes.llama_cpp.model import init_backend, route_log_to_python
+    from edgeopt.runtimes.llama_cpp.model import init_backend, route_log_to_python
 
     init_backend()
     captured = LlamaLog()

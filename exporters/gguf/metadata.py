@@ -14,7 +14,7 @@ import numpy as np
 
 from edgeopt.errors import ExportError
 from edgeopt.model_spec import ModelSpec
-from exporters.gguf.arch_extras import extras_for
+from edgeopt.exporters.gguf.arch_extras import extras_for
 
 
 def rope_scaling(config: dict[str, Any]) -> dict[str, Any] | None:

@@ -22,14 +22,14 @@ from typing import Any
 
 from edgeopt.errors import ConfigError, ExportError
 from edgeopt.progress import progress
-from exporters.gguf.calibration import Calibration
-from exporters.gguf.imatrix_file import ImportanceMatrix
-from exporters.gguf.mix_choose import Option, choose_types
-from exporters.gguf.mix_measure import (QuantizedTensor, ReferenceDistribution, group_of, quantized_tensors,
+from edgeopt.exporters.gguf.calibration import Calibration
+from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
+from edgeopt.exporters.gguf.mix_choose import Option, choose_types
+from edgeopt.exporters.gguf.mix_measure import (QuantizedTensor, ReferenceDistribution, group_of, quantized_tensors,
                                         weighted_errors)
-from exporters.gguf.mix_palette import PALETTE_TYPES, REFERENCE_TYPE, palette, smallest_mix_bytes
-from exporters.gguf.quant_types import type_bytes
-from exporters.gguf.quantize import quantize_gguf
+from edgeopt.exporters.gguf.mix_palette import PALETTE_TYPES, REFERENCE_TYPE, palette, smallest_mix_bytes
+from edgeopt.exporters.gguf.quant_types import type_bytes
+from edgeopt.exporters.gguf.quantize import quantize_gguf
 
 DEFAULT_BANDS = 3  # layer bands per tensor role whose sensitivity is measured (30 layers: 10 a band)
 DEFAULT_SENSITIVITY_CHUNKS = 2  # 1,024 tokens a group: its forward passes are most of a mix's time
@@ -44,7 +44,7 @@ def export_mix(model_dir: Path, unquantized: Path, dst: Path, calibration: Calib
     """The exporter's ``--quant MIX``: sensitivity measured on the calibration's first chunks, budget
     ``options['mix_size_bytes']`` (default: the planner's Q4_K_M size of the model)."""
     from edgeopt.model_spec import load_model_spec
-    from exporters.gguf.quant_types import MIX_DEFAULT_SIZE_OF, estimate_gguf_bytes
+    from edgeopt.exporters.gguf.quant_types import MIX_DEFAULT_SIZE_OF, estimate_gguf_bytes
 
     spec = load_model_spec(str(model_dir))
     budget = int(options.get("mix_size_bytes") or estimate_gguf_bytes(spec, MIX_DEFAULT_SIZE_OF))
@@ -125,7 +125,7 @@ def _measure_groups(unquantized: Path, reference_file: Path, groups: dict[str, l
                     errors: dict[str, dict[str, float]], imatrix: ImportanceMatrix, token_chunks: list[list[int]],
                     work: Path, threads: int) -> Sensitivity:
     """KL per unit of weighted error for each group, from the KL its smallest types add to the reference."""
-    from exporters.gguf.scorer import GGUFScorer
+    from edgeopt.exporters.gguf.scorer import GGUFScorer
 
     context = max(len(c) for c in token_chunks)
 

@@ -15,7 +15,7 @@ back once a full-precision real model can be measured.
 from __future__ import annotations
 
 from edgeopt.model_spec import ModelSpec
-from exporters.gguf.quant_types import metadata_bytes, tensor_bytes, tensor_type, type_bytes
+from edgeopt.exporters.gguf.quant_types import metadata_bytes, tensor_bytes, tensor_type, type_bytes
 
 REFERENCE_TYPE = "Q8_0"  # what every tensor but the measured group keeps while sensitivity is measured
 _ROWS_OF_256 = ("IQ3_S", "IQ4_XS", "Q4_K", "Q5_K", "Q6_K", "Q8_0")

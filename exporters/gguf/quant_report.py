@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from exporters.gguf.llama_log import LlamaLog, fallback_facts
+from edgeopt.exporters.gguf.llama_log import LlamaLog, fallback_facts
 
 _BLOCK_PREFIX = re.compile(r"^blk\.\d+\.")
 

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import ConfigError, ExportError
-from exporters.gguf.llama_log import captured_llama_log
-from exporters.gguf.quant_report import quantize_facts
-from exporters.gguf.quant_types import FTYPE_IDS, NEEDS_IMATRIX
+from edgeopt.exporters.gguf.llama_log import captured_llama_log
+from edgeopt.exporters.gguf.quant_report import quantize_facts
+from edgeopt.exporters.gguf.quant_types import FTYPE_IDS, NEEDS_IMATRIX
 
 if TYPE_CHECKING:
-    from exporters.gguf.imatrix_file import ImportanceMatrix
+    from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
 
 
 def llama_ftype(name: str) -> int:
@@ -65,8 +65,8 @@ def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2, imatrix: I
     ftype = check_quant(quant, imatrix is not None)
     import llama_cpp
 
-    from exporters.gguf.imatrix_file import QuantizerImatrix
-    from runtimes.llama_cpp.model import init_backend
+    from edgeopt.exporters.gguf.imatrix_file import QuantizerImatrix
+    from edgeopt.runtimes.llama_cpp.model import init_backend
 
     # Routes llama.cpp's log (a line per tensor while quantizing) into Python logging, warnings only.
     init_backend()

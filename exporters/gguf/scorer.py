@@ -17,8 +17,8 @@ class GGUFScorer:
         try:
             from llama_cpp import Llama
 
-            from runtimes.llama_cpp.amx_guard import guard_amx_buffers
-            from runtimes.llama_cpp.kv_type import GGML_KV_TYPES
+            from edgeopt.runtimes.llama_cpp.amx_guard import guard_amx_buffers
+            from edgeopt.runtimes.llama_cpp.kv_type import GGML_KV_TYPES
         except ImportError as exc:
             raise EvaluationError("scoring a GGUF bundle needs llama-cpp-python", "pip install llama-cpp-python") from exc
         self.context = context

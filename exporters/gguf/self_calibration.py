@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from exporters.generated_text import (DEFAULT_CHUNKS, DEFAULT_SEED, MAX_PARALLEL, MIN_P, SEED_PROMPTS, TEMPERATURE,
+from edgeopt.exporters.generated_text import (DEFAULT_CHUNKS, DEFAULT_SEED, MAX_PARALLEL, MIN_P, SEED_PROMPTS, TEMPERATURE,
                                       GeneratedText, check_budget, sample_text)
 
 __all__ = ["DEFAULT_CHUNKS", "DEFAULT_SEED", "MAX_PARALLEL", "SEED_PROMPTS", "generate_calibration"]
@@ -27,7 +27,7 @@ def generate_calibration(gguf: Path, chunks: int = DEFAULT_CHUNKS, chunk_size: i
     2 cores, 2 fixed threads took 170 s for what 1 thread did in 7 s. The tokens did not change with the
     thread count (SmolLM2-135M, 1 and 2 threads): llama.cpp's CPU kernels give each row to one thread."""
     from edgeopt.sizing.layout import STREAMS, stream_cells
-    from runtimes.llama_cpp import load_gguf
+    from edgeopt.runtimes.llama_cpp import load_gguf
 
     check_budget(chunks, chunk_size, temperature, prompts)
     parallel = min(chunks, MAX_PARALLEL)

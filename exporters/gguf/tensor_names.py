@@ -18,7 +18,7 @@ import numpy as np
 
 from edgeopt.errors import ExportError
 from edgeopt.model_spec import SUPPORTED_ARCHITECTURES, ModelSpec
-from exporters.gguf.arch_extras import extras_for
+from edgeopt.exporters.gguf.arch_extras import extras_for
 
 # Suffix after "model.layers.{i}." -> suffix after "blk.{i}."
 _LAYER_NAMES = {

@@ -39,8 +39,8 @@ def check_gguf_tokenizer(gguf_path: Path, model_dir: Path) -> dict[str, Any]:
     """Raise ExportError naming the first string llama.cpp tokenizes differently; return facts for the manifest."""
     import json
 
-    from runtimes.bundle_tokenizer import open_tokenizer
-    from runtimes.llama_cpp.tokenizer import gguf_vocabulary
+    from edgeopt.runtimes.bundle_tokenizer import open_tokenizer
+    from edgeopt.runtimes.llama_cpp.tokenizer import gguf_vocabulary
 
     tokenizer_json = Path(model_dir) / "tokenizer.json"
     if not tokenizer_json.is_file():

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ExportError
-from exporters.gguf.pretokenizer import pre_tokenizer_name
-from exporters.gguf.vocab_common import (CONTROL, NORMAL, UNUSED, USER_DEFINED, Vocab, _add_flags, _chat_template,
+from edgeopt.exporters.gguf.pretokenizer import pre_tokenizer_name
+from edgeopt.exporters.gguf.vocab_common import (CONTROL, NORMAL, UNUSED, USER_DEFINED, Vocab, _add_flags, _chat_template,
                                          _read_json, _special_ids, looks_special)
-from exporters.gguf.vocab_spm import is_sentencepiece_json, load_spm_vocab
+from edgeopt.exporters.gguf.vocab_spm import is_sentencepiece_json, load_spm_vocab
 
 
 def load_bpe_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> Vocab:

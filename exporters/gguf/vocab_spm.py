@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ExportError, MissingDependencyError
-from exporters.gguf.vocab_common import (BYTE, CONTROL, NORMAL, UNKNOWN, UNUSED, USER_DEFINED, Vocab, _add_flags,
+from edgeopt.exporters.gguf.vocab_common import (BYTE, CONTROL, NORMAL, UNKNOWN, UNUSED, USER_DEFINED, Vocab, _add_flags,
                                          _chat_template, _read_json, _special_ids, looks_special)
 
 ADDED_TOKEN_SCORE = -1000.0  # user-defined and control tokens are matched by text, never merged

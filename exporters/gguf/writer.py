@@ -17,12 +17,12 @@ import numpy as np
 from edgeopt.errors import ConfigError, ExportError
 from edgeopt.model_spec import load_model_spec
 from edgeopt.progress import progress
-from exporters.gguf.arch_extras import extras_for
-from exporters.gguf.metadata import add_hyperparameters, llama3_rope_factors, rope_scaling
-from exporters.gguf.model_name import gguf_model_name
-from exporters.gguf.safetensors_reader import SafetensorsCheckpoint, f32_to_bf16
-from exporters.gguf.tensor_names import plan_tensors
-from exporters.gguf.vocab import add_vocab, load_vocab
+from edgeopt.exporters.gguf.arch_extras import extras_for
+from edgeopt.exporters.gguf.metadata import add_hyperparameters, llama3_rope_factors, rope_scaling
+from edgeopt.exporters.gguf.model_name import gguf_model_name
+from edgeopt.exporters.gguf.safetensors_reader import SafetensorsCheckpoint, f32_to_bf16
+from edgeopt.exporters.gguf.tensor_names import plan_tensors
+from edgeopt.exporters.gguf.vocab import add_vocab, load_vocab
 
 UNQUANTIZED = ("F32", "F16", "BF16")
 _FTYPE_IDS = {"F32": 0, "F16": 1, "BF16": 32}  # llama_ftype values
@@ -56,7 +56,7 @@ def convert_checkpoint(model_dir: Path, out_path: Path, out_type: str = "F16") -
 
     if out_type not in UNQUANTIZED:
         raise ConfigError(f"convert_checkpoint writes {', '.join(UNQUANTIZED)}, not {out_type!r}",
-                          "quantize the F16 output with exporters.gguf.quantize.quantize_gguf")
+                          "quantize the F16 output with edgeopt.exporters.gguf.quantize.quantize_gguf")
     started = time.perf_counter()
     model_dir = Path(model_dir)
     config = json.loads((model_dir / "config.json").read_text())

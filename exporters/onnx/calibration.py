@@ -31,7 +31,7 @@ def _calibration_text(data_file: Path | None) -> str:
 
 
 def read_calibration_ids(data_file: Path | None, tokenizer_json: Path) -> list[int]:
-    from runtimes.bundle_tokenizer import BundleTokenizer
+    from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 
     ids = BundleTokenizer(tokenizer_json).encode(_calibration_text(data_file), add_special=False)
     if len(ids) < MIN_TOKENS:
@@ -69,8 +69,8 @@ def decoder_reader(fp32_model: Path, ids: list[int], samples: int = DEFAULT_SAMP
                    window: int = DEFAULT_WINDOW) -> Any:
     from onnxruntime.quantization import CalibrationDataReader
 
-    from runtimes.onnxruntime.decoder_session import DecoderSession
-    from runtimes.onnxruntime.session import create_session
+    from edgeopt.runtimes.onnxruntime.decoder_session import DecoderSession
+    from edgeopt.runtimes.onnxruntime.session import create_session
 
     decoder = DecoderSession(create_session(fp32_model, 2, ["CPUExecutionProvider"]))
     feeds = []
@@ -91,7 +91,7 @@ def read_encoder_calibration(data_file: Path | None, tokenizer_json: Path, max_l
                              samples: int = DEFAULT_SAMPLES) -> list[list[int]]:
     """Up to ``samples`` lines of the file, spread over it, each tokenized as /v1/embeddings tokenizes a
     text (special tokens, no padding) and cut as sentence-transformers cuts it (``max_length``)."""
-    from runtimes.bundle_tokenizer import BundleTokenizer
+    from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 
     text = _calibration_text(data_file)
     lines = [line.strip() for line in text.splitlines() if line.strip()]

@@ -15,8 +15,8 @@ import numpy as np
 
 from edgeopt.errors import ExportError
 from edgeopt.eval_metrics import min_cosine
-from runtimes.onnxruntime.encoder import pad_batch
-from runtimes.onnxruntime.pooling import PoolingConfig, pool
+from edgeopt.runtimes.onnxruntime.encoder import pad_batch
+from edgeopt.runtimes.onnxruntime.pooling import PoolingConfig, pool
 
 FP32_COSINE_LIMIT = 0.9999
 PROBE_SENTENCES = (
@@ -29,7 +29,7 @@ PROBE_SENTENCES = (
 
 def probe_ids(model_dir: Path) -> list[list[int]]:
     """Token ids of PROBE_SENTENCES via the checkpoint's tokenizer.json."""
-    from runtimes.bundle_tokenizer import BundleTokenizer
+    from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 
     return BundleTokenizer(model_dir / "tokenizer.json").encode_batch(list(PROBE_SENTENCES))
 
@@ -54,7 +54,7 @@ def torch_embeddings(model_dir: Path, token_ids: list[list[int]], pooling: Pooli
 
 def onnx_embeddings(onnx_path: Path, token_ids: list[list[int]], pooling: PoolingConfig, pad_token_id: int,
                     threads: int = 2) -> np.ndarray:
-    from runtimes.onnxruntime.session import create_session
+    from edgeopt.runtimes.onnxruntime.session import create_session
 
     session = create_session(onnx_path, threads, ["CPUExecutionProvider"])
     ids, mask = pad_batch(token_ids, pad_token_id)
@@ -90,7 +90,7 @@ def _pad_token_id(model_dir: Path) -> int:
 def encoder_input_limit(model_dir: Path) -> int:
     """The input limit the bundle's runtime will apply (edgeopt.model_spec.encoder_input_limit)."""
     from edgeopt.model_spec import encoder_input_limit as limit_of
-    from runtimes.onnxruntime.pooling import read_sentence_transformers_pooling
+    from edgeopt.runtimes.onnxruntime.pooling import read_sentence_transformers_pooling
 
     config = json.loads((model_dir / "config.json").read_text())
     return limit_of(config, read_sentence_transformers_pooling(model_dir).max_seq_length)

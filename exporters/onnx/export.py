@@ -9,9 +9,9 @@ from typing import Any
 
 from edgeopt.errors import ExportError, MissingDependencyError, UnsupportedArchitectureError
 from edgeopt.eval_metrics import mean_kl, top1_agreement
-from exporters.onnx.longrope import traceable_longrope
-from exporters.onnx.tied_embedding import share_tied_embedding
-from exporters.onnx.validate import probe_text_ids, probe_token_ids
+from edgeopt.exporters.onnx.longrope import traceable_longrope
+from edgeopt.exporters.onnx.tied_embedding import share_tied_embedding
+from edgeopt.exporters.onnx.validate import probe_text_ids, probe_token_ids
 
 DECODER_TASK = "text-generation-with-past"
 ENCODER_TASK = "feature-extraction"
@@ -95,8 +95,8 @@ def torch_logits(model_dir: Path, token_ids: list[int]) -> Any:
 
 def validate_decoder(model_dir: Path, onnx_path: Path, threads: int = 2) -> dict[str, Any]:
     """KL(torch || onnx) on a probe sequence, run in two chunks so the KV-cache path is exercised too."""
-    from runtimes.onnxruntime.decoder_session import DecoderSession
-    from runtimes.onnxruntime.session import create_session
+    from edgeopt.runtimes.onnxruntime.decoder_session import DecoderSession
+    from edgeopt.runtimes.onnxruntime.session import create_session
 
     decoder = DecoderSession(create_session(onnx_path, threads, ["CPUExecutionProvider"]))
     ids = probe_token_ids(decoder.vocab_size)
@@ -114,8 +114,8 @@ def validate_decoder(model_dir: Path, onnx_path: Path, threads: int = 2) -> dict
 
 def compare_with_fp32(fp32_path: Path, quant_path: Path, tokenizer_json: Path, threads: int = 2) -> dict[str, float]:
     """Cheap fidelity figures of a quantized decoder against the fp32 graph (the full evaluation is separate)."""
-    from runtimes.onnxruntime.decoder_session import DecoderSession
-    from runtimes.onnxruntime.session import create_session
+    from edgeopt.runtimes.onnxruntime.decoder_session import DecoderSession
+    from edgeopt.runtimes.onnxruntime.session import create_session
 
     ref = DecoderSession(create_session(fp32_path, threads, ["CPUExecutionProvider"]))
     cand = DecoderSession(create_session(quant_path, threads, ["CPUExecutionProvider"]))

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ConfigError
-from exporters import Exporter, ExportResult
-from exporters.onnx import quantize as q
-from exporters.onnx.export import (DECODER_TASK, ENCODER_TASK, compare_with_fp32, copy_model_files, model_kind,
+from edgeopt.exporters import Exporter, ExportResult
+from edgeopt.exporters.onnx import quantize as q
+from edgeopt.exporters.onnx.export import (DECODER_TASK, ENCODER_TASK, compare_with_fp32, copy_model_files, model_kind,
                                    optimum_export, validate_decoder)
-from exporters.onnx.quant_types import QUANTS
+from edgeopt.exporters.onnx.quant_types import QUANTS
 
 MODEL_SUBDIR = "model"
 
@@ -88,8 +88,8 @@ class ONNXExporter(Exporter):
 
 
 def _encoder_checks(model_dir: Path, fp32: Path, final_dir: Path) -> dict[str, Any]:
-    from exporters.onnx.encoder import validate_encoder
-    from runtimes.onnxruntime.pooling import read_sentence_transformers_pooling, save_pooling
+    from edgeopt.exporters.onnx.encoder import validate_encoder
+    from edgeopt.runtimes.onnxruntime.pooling import read_sentence_transformers_pooling, save_pooling
 
     pooling = read_sentence_transformers_pooling(model_dir)
     final_dir.mkdir(parents=True, exist_ok=True)
@@ -112,7 +112,7 @@ def _uses_matmul_nbits(quant: str, kind: str, options: dict[str, Any]) -> bool:
 
 def _fused(fp32: Path) -> tuple[Path, dict[str, Any]]:
     """The graph INT4 quantization starts from: the fused one when it validates, else the export."""
-    from exporters.onnx.fusion import fuse_decoder
+    from edgeopt.exporters.onnx.fusion import fuse_decoder
 
     fused = fp32.with_name("model.fused.onnx")
     info = fuse_decoder(fp32, fused)
@@ -122,8 +122,8 @@ def _fused(fp32: Path) -> tuple[Path, dict[str, Any]]:
 def _quant_fidelity(kind: str, model_dir: Path, fp32: Path, quantized: Path, final_dir: Path) -> dict[str, float]:
     if kind == "causal-lm":
         return compare_with_fp32(fp32, quantized, model_dir / "tokenizer.json")
-    from exporters.onnx.encoder import quantized_cosine
-    from runtimes.onnxruntime.pooling import load_pooling
+    from edgeopt.exporters.onnx.encoder import quantized_cosine
+    from edgeopt.runtimes.onnxruntime.pooling import load_pooling
 
     return quantized_cosine(model_dir, fp32, quantized, load_pooling(final_dir))
 
@@ -149,7 +149,7 @@ def _int4(source: Path, fp32: Path, dst: Path, kind: str, model_dir: Path, prese
           options: dict[str, Any]) -> dict[str, Any]:
     """INT4; the weighted search first measures a decoder's activations on calibration text (or generated text,
     sampled from the ``fp32`` export)."""
-    from exporters.onnx.int4_calibration import int4_calibration
+    from edgeopt.exporters.onnx.int4_calibration import int4_calibration
 
     algorithm = options.get("int4_algorithm") or "weighted"
     calibration = None
@@ -167,7 +167,7 @@ def _int4(source: Path, fp32: Path, dst: Path, kind: str, model_dir: Path, prese
 
 def _static(fp32: Path, dst: Path, kind: str, model_dir: Path, preset: q.IsaPreset, keep_fp: list[str],
             options: dict[str, Any]) -> dict[str, Any]:
-    from exporters.onnx import calibration as cal
+    from edgeopt.exporters.onnx import calibration as cal
 
     method = options.get("calibration_method") or "minmax"
     if method not in q.CALIBRATION_METHODS:  # fail before the (slow) calibration runs
@@ -176,7 +176,7 @@ def _static(fp32: Path, dst: Path, kind: str, model_dir: Path, preset: q.IsaPres
     if kind == "causal-lm":
         reader = cal.decoder_reader(fp32, cal.read_calibration_ids(data, tokenizer_json))
     else:
-        from exporters.onnx.encoder import encoder_input_limit
+        from edgeopt.exporters.onnx.encoder import encoder_input_limit
 
         samples = cal.read_encoder_calibration(data, tokenizer_json, encoder_input_limit(model_dir))
         reader = cal.encoder_reader(fp32, samples)

@@ -60,9 +60,9 @@ def _trim_rotary_caches(model: Any, max_positions: int) -> None:
 
 def _probe_kl(reference: Path, candidate: Path, threads: int) -> float:
     from edgeopt.eval_metrics import mean_kl
-    from exporters.onnx.validate import probe_token_ids
-    from runtimes.onnxruntime.decoder_session import DecoderSession
-    from runtimes.onnxruntime.session import create_session
+    from edgeopt.exporters.onnx.validate import probe_token_ids
+    from edgeopt.runtimes.onnxruntime.decoder_session import DecoderSession
+    from edgeopt.runtimes.onnxruntime.session import create_session
 
     ref = DecoderSession(create_session(reference, threads, ["CPUExecutionProvider"]))
     cand = DecoderSession(create_session(candidate, threads, ["CPUExecutionProvider"]))

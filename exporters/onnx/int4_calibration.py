@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ConfigError
-from exporters.generated_text import DEFAULT_CHUNKS as GENERATED_CHUNKS
-from exporters.generated_text import self_calibrates
-from exporters.input_energy import CHUNK_SIZE, InputEnergy, chunks, collect_input_energy, tokenize_text
+from edgeopt.exporters.generated_text import DEFAULT_CHUNKS as GENERATED_CHUNKS
+from edgeopt.exporters.generated_text import self_calibrates
+from edgeopt.exporters.input_energy import CHUNK_SIZE, InputEnergy, chunks, collect_input_energy, tokenize_text
 
 TEXT_CHUNKS = 32  # chunks of --calibration-data used: the GGUF importance matrix's default (16k tokens)
 
@@ -58,8 +58,8 @@ def _from_text(model_dir: Path, text_path: Path, chunk_size: int, max_chunks: in
 
 def _generated(model_dir: Path, fp32: Path, chunk_size: int, count: int,
                report: Callable[[str], None]) -> Int4Calibration:
-    from exporters.generated_text import MAX_PARALLEL, sample_text
-    from runtimes.onnxruntime import open_decoder
+    from edgeopt.exporters.generated_text import MAX_PARALLEL, sample_text
+    from edgeopt.runtimes.onnxruntime import open_decoder
 
     parallel = min(count, MAX_PARALLEL)
     runtime = open_decoder(fp32, model_dir, max_slots=parallel, context_length=chunk_size)

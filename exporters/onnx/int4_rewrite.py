@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import ExportError
-from exporters.input_energy import InputEnergy
-from exporters.onnx.int4_search import search_int4_blocks
+from edgeopt.exporters.input_energy import InputEnergy
+from edgeopt.exporters.onnx.int4_search import search_int4_blocks
 
 
 def float_weights(model: Any, skip: set[str]) -> dict[str, np.ndarray]:

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ConfigError, ExportError, MissingDependencyError
-from exporters.input_energy import InputEnergy
-from exporters.onnx.embedding_quant import quantize_embedding
-from exporters.onnx.int4_rewrite import float_weights, weigh_int4_blocks
-from exporters.onnx.quant_types import INT4_INT8_ROLES
+from edgeopt.exporters.input_energy import InputEnergy
+from edgeopt.exporters.onnx.embedding_quant import quantize_embedding
+from edgeopt.exporters.onnx.int4_rewrite import float_weights, weigh_int4_blocks
+from edgeopt.exporters.onnx.quant_types import INT4_INT8_ROLES
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 INT8_METHODS = ("weight-only", "dynamic")  # what --quant int8 does (static INT8 is its own quant: int8-static)

@@ -12,8 +12,8 @@ from edgeopt.errors import EvaluationError
 
 class OnnxScorer:
     def __init__(self, model_path: Path, context: int, threads: int = 2) -> None:
-        from runtimes.onnxruntime.decoder_session import DecoderSession
-        from runtimes.onnxruntime.session import create_session
+        from edgeopt.runtimes.onnxruntime.decoder_session import DecoderSession
+        from edgeopt.runtimes.onnxruntime.session import create_session
 
         self._decoder = DecoderSession(create_session(model_path, threads, ["CPUExecutionProvider"]))
         self.vocab_size = self._decoder.vocab_size

@@ -26,7 +26,7 @@ def probe_text_ids(tokenizer_json, vocab_size: int) -> list[int]:
 
     if not Path(tokenizer_json).is_file():
         return probe_token_ids(vocab_size)
-    from runtimes.bundle_tokenizer import open_tokenizer
+    from edgeopt.runtimes.bundle_tokenizer import open_tokenizer
 
     ids = open_tokenizer(Path(tokenizer_json)).encode(PROBE_TEXT, add_special_tokens=False).ids
     return [i for i in ids if i < vocab_size]

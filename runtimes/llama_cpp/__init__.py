@@ -1,6 +1,6 @@
 """llama.cpp backend (GGUF bundles) through llama-cpp-python's low-level API.
 
-``load(bundle_dir, manifest, **options)`` is what :func:`runtimes.load_runtime` calls. Options:
+``load(bundle_dir, manifest, **options)`` is what :func:`edgeopt.runtimes.load_runtime` calls. Options:
 
 * ``kv_capacity_tokens``: KV cells (llama.cpp ``n_ctx``) and ``max_slots``: concurrent sequences
   (``n_seq_max``), both required: the caller sizes them (``edgeopt serve`` with
@@ -37,12 +37,12 @@ from edgeopt.backends import backend_for_runtime
 from edgeopt.errors import ConfigError
 from edgeopt.sizing.layout import KV_LAYOUTS, STREAM_ALIGN, STREAMS, UNIFIED, stream_cells
 from edgeopt.sizing.kv_types import check_head_dims
-from profiles import DeviceProfile, load_profile
-from profiles.host import usable_cpu_count
-from runtimes.llama_cpp.context import LlamaCppRuntime
-from runtimes.llama_cpp.kv_type import check_llama_kv_type
-from runtimes.llama_cpp.model import load_model, model_facts
-from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
+from edgeopt.profiles import DeviceProfile, load_profile
+from edgeopt.profiles.host import usable_cpu_count
+from edgeopt.runtimes.llama_cpp.context import LlamaCppRuntime
+from edgeopt.runtimes.llama_cpp.kv_type import check_llama_kv_type
+from edgeopt.runtimes.llama_cpp.model import load_model, model_facts
+from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 if TYPE_CHECKING:
     from edgeopt.bundle import Manifest

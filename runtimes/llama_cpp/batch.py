@@ -12,7 +12,7 @@ import ctypes
 import llama_cpp
 import numpy as np
 
-from runtimes.base import StepInput
+from edgeopt.runtimes.base import StepInput
 
 
 class NumpyBatch:

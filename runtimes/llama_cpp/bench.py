@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runtimes.base import StepInput, Tokenizer
-from runtimes.llama_cpp import load_gguf
+from edgeopt.runtimes.base import StepInput, Tokenizer
+from edgeopt.runtimes.llama_cpp import load_gguf
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,13 @@ import numpy as np
 
 from edgeopt.errors import ENGINE_BUG_HINT, FEWER_KV_CELLS_HINT, BackendError
 from edgeopt.sizing.layout import UNIFIED
-from runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id
-from runtimes.llama_cpp.batch import NumpyBatch, split_by_outputs
-from runtimes.llama_cpp.kv_layouts import KV_LAYOUT_CLASSES, SequenceNames
-from runtimes.llama_cpp.kv_type import configure_kv_cache
-from runtimes.llama_cpp.model import ModelFacts
-from runtimes.llama_cpp.threads import ThreadGovernor
-from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
+from edgeopt.runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id
+from edgeopt.runtimes.llama_cpp.batch import NumpyBatch, split_by_outputs
+from edgeopt.runtimes.llama_cpp.kv_layouts import KV_LAYOUT_CLASSES, SequenceNames
+from edgeopt.runtimes.llama_cpp.kv_type import configure_kv_cache
+from edgeopt.runtimes.llama_cpp.model import ModelFacts
+from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
+from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 # llama_decode return codes (llama.h): 1 = no KV slot for the batch, 2 = aborted, -1 = invalid input.
 _DECODE_ERRORS = {1: "no free KV cells for the batch", 2: "decode aborted", -1: "invalid batch",
@@ -131,7 +131,7 @@ class LlamaCppRuntime(Runtime):
 
     def decode_only(self, batch: list[StepInput]) -> None:
         """One ``llama_decode`` over ``batch``, waited for, with no logits copied out: llama.cpp's raw batched
-        speed, which ``runtimes.llama_cpp.bench`` measures our engine against."""
+        speed, which ``edgeopt.runtimes.llama_cpp.bench`` measures our engine against."""
         with self._lock:
             self._decode(batch)
             llama_cpp.llama_synchronize(self._ctx)  # GPU backends return early; count the work, not the launch

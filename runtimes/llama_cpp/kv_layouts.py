@@ -25,8 +25,8 @@ import numpy as np
 
 from edgeopt.errors import ENGINE_BUG_HINT, BackendError
 from edgeopt.sizing.layout import STREAMS, UNIFIED
-from runtimes.base import StepInput
-from runtimes.llama_cpp.stream_order import PAD_TOKEN, hole_moves, lay_out, renamed
+from edgeopt.runtimes.base import StepInput
+from edgeopt.runtimes.llama_cpp.stream_order import PAD_TOKEN, hole_moves, lay_out, renamed
 
 
 class SequenceNames:

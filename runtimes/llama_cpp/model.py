@@ -12,7 +12,7 @@ import llama_cpp
 
 from edgeopt.errors import BackendError, BundleError
 from edgeopt.sizing.budget import kv_elements_per_token
-from runtimes.llama_cpp.amx_guard import guard_amx_buffers
+from edgeopt.runtimes.llama_cpp.amx_guard import guard_amx_buffers
 
 log = logging.getLogger("llama_cpp")
 _init_lock = threading.Lock()
@@ -40,7 +40,7 @@ def _log_to_python(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
 
 def route_log_to_python() -> None:
     """Send llama.cpp's log to Python logging (warnings and errors): at start, and again after a
-    capture (exporters.gguf.llama_log) borrowed the callback."""
+    capture (edgeopt.exporters.gguf.llama_log) borrowed the callback."""
     llama_cpp.llama_log_set(_log_to_python, ctypes.c_void_p(0))
 
 

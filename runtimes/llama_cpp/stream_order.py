@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtimes.base import StepInput
+from edgeopt.runtimes.base import StepInput
 
 PAD_TOKEN = 0  # any valid token id: its KV cell is removed right after the decode
 KV_PAD = 256  # llama.cpp rounds a pass's attention span up to a multiple of this (llama_kv_cache::get_n_kv)

@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable
 
-from profiles.host import OtherCpuLoad
+from edgeopt.profiles.host import OtherCpuLoad
 
 log = logging.getLogger("edgeopt.runtime")
 INTERVAL_S = 0.5

@@ -22,7 +22,7 @@ from pathlib import Path
 import llama_cpp
 
 from edgeopt.errors import BundleError, RequestError
-from runtimes.control_text import ControlTextFinder
+from edgeopt.runtimes.control_text import ControlTextFinder
 
 _PIECE_BUFFER = 256
 # Tokens llama.cpp turns from text into ids only when asked to parse special tokens.
@@ -160,7 +160,7 @@ class LlamaCppTokenizer:
 @contextlib.contextmanager
 def gguf_vocabulary(path: Path) -> Iterator[LlamaCppTokenizer]:
     """The tokenizer of the GGUF at ``path`` as llama.cpp reads it, loading the vocabulary only (no weights)."""
-    from runtimes.llama_cpp.model import init_backend
+    from edgeopt.runtimes.llama_cpp.model import init_backend
 
     init_backend()
     params = llama_cpp.llama_model_default_params()

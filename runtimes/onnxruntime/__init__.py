@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import BundleError, ConfigError, UnknownTargetError
 from edgeopt.model_spec import encoder_input_limit
-from profiles import DeviceProfile
-from profiles.host import usable_cpu_count
-from runtimes.base import EmbeddingRuntime, Runtime, RuntimeInfo
+from edgeopt.profiles import DeviceProfile
+from edgeopt.profiles.host import usable_cpu_count
+from edgeopt.runtimes.base import EmbeddingRuntime, Runtime, RuntimeInfo
 
 if TYPE_CHECKING:
     from edgeopt.bundle import Manifest
-    from runtimes.bundle_tokenizer import BundleTokenizer
+    from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 
 DEFAULT_SLOTS = 8
 DEFAULT_CONTEXT = 4096
@@ -32,7 +32,7 @@ def load(bundle_dir: Path, manifest: Manifest, kv_capacity_tokens: int | None = 
          context_length: int | None = None, threads: int | None = None, providers: list[str] | None = None,
          profile: DeviceProfile | str | None = None, cache_slots: int | None = None,
          **_other_backends_options: Any) -> Runtime:
-    _check_kind(manifest, "causal-lm", "runtimes.load_embedding_runtime")
+    _check_kind(manifest, "causal-lm", "edgeopt.runtimes.load_embedding_runtime")
     bundle_dir = Path(bundle_dir)
     session, tokenizer, config = _open(bundle_dir, manifest, threads, providers, profile)
     return _decoder_runtime(session, tokenizer, config, bundle_dir / manifest.tokenizer_dir,
@@ -43,8 +43,8 @@ def open_decoder(model_path: Path, tokenizer_dir: Path, max_slots: int, context_
                  threads: int | None = None) -> Runtime:
     """A decoder runtime over an ONNX file outside any bundle (an exporter's intermediate fp32 graph, with the
     checkpoint's tokenizer files in ``tokenizer_dir``), on this machine's CPU, without a prefix cache."""
-    from runtimes.bundle_tokenizer import BundleTokenizer
-    from runtimes.onnxruntime.session import create_session, resolve_threads
+    from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
+    from edgeopt.runtimes.onnxruntime.session import create_session, resolve_threads
 
     session = create_session(Path(model_path), min(resolve_threads(threads, None), usable_cpu_count()),
                              ["CPUExecutionProvider"])
@@ -56,7 +56,7 @@ def open_decoder(model_path: Path, tokenizer_dir: Path, max_slots: int, context_
 def load_embedding(bundle_dir: Path, manifest: Manifest, threads: int | None = None,
                    providers: list[str] | None = None, profile: DeviceProfile | str | None = None,
                    **_other_backends_options: Any) -> EmbeddingRuntime:
-    _check_kind(manifest, "embedding", "runtimes.load_runtime")
+    _check_kind(manifest, "embedding", "edgeopt.runtimes.load_runtime")
     session, tokenizer, config = _open(Path(bundle_dir), manifest, threads, providers, profile)
     return _embedding_runtime(session, tokenizer, config, Path(bundle_dir) / manifest.model_file)
 
@@ -70,8 +70,8 @@ def _check_kind(manifest: Manifest, kind: str, other_loader: str) -> None:
 def _open(bundle_dir: Path, manifest: Manifest, threads: int | None, providers: list[str] | None,
           profile: DeviceProfile | str | None) -> tuple[Any, BundleTokenizer, dict]:
     """The session (providers and threads from the profile), the tokenizer and config.json of a bundle."""
-    from runtimes.onnxruntime.session import create_session, resolve_providers, resolve_threads
-    from runtimes.bundle_tokenizer import BundleTokenizer
+    from edgeopt.runtimes.onnxruntime.session import create_session, resolve_providers, resolve_threads
+    from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 
     model_path = bundle_dir / manifest.model_file
     chosen = _profile(profile, manifest)
@@ -84,8 +84,8 @@ def _open(bundle_dir: Path, manifest: Manifest, threads: int | None, providers: 
 
 
 def _embedding_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, model_path: Path) -> EmbeddingRuntime:
-    from runtimes.onnxruntime.encoder import OnnxEmbeddingRuntime
-    from runtimes.onnxruntime.pooling import load_pooling
+    from edgeopt.runtimes.onnxruntime.encoder import OnnxEmbeddingRuntime
+    from edgeopt.runtimes.onnxruntime.pooling import load_pooling
 
     pad = config.get("pad_token_id")
     pooling = load_pooling(model_path.parent)
@@ -98,10 +98,10 @@ def _embedding_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, m
 def _decoder_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, tokenizer_dir: Path,
                      kv_capacity: int | None, max_slots: int | None, context: int | None,
                      cache_slots: int | None = None) -> Runtime:
-    from runtimes.bundle_tokenizer import eos_token_ids
+    from edgeopt.runtimes.bundle_tokenizer import eos_token_ids
 
-    from runtimes.onnxruntime.decoder import OnnxDecoderRuntime
-    from runtimes.onnxruntime.decoder_session import DecoderSession
+    from edgeopt.runtimes.onnxruntime.decoder import OnnxDecoderRuntime
+    from edgeopt.runtimes.onnxruntime.decoder_session import DecoderSession
 
     model_max = int(config.get("max_position_embeddings", DEFAULT_CONTEXT))
     if context is not None and context > model_max:
@@ -139,7 +139,7 @@ def _read_json(path: Path) -> dict:
 
 
 def _profile(profile: DeviceProfile | str | None, manifest: Manifest) -> DeviceProfile:
-    from profiles import load_profile
+    from edgeopt.profiles import load_profile
 
     if isinstance(profile, DeviceProfile):
         return profile

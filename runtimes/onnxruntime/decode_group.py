@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtimes.onnxruntime.decoder_session import KV, DecoderLayout
+from edgeopt.runtimes.onnxruntime.decoder_session import KV, DecoderLayout
 
 
 @dataclass

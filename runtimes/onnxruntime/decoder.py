@@ -16,14 +16,14 @@ from __future__ import annotations
 import numpy as np
 
 from edgeopt.errors import ENGINE_BUG_HINT, BackendError
-from runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id, check_step_inputs, rows_for_step
-from runtimes.onnxruntime.decode_group import DecodeGroup, advance, form_group, step_inputs
-from runtimes.onnxruntime.decoder_session import KV, DecoderSession
-from runtimes.bundle_tokenizer import BundleTokenizer
+from edgeopt.runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id, check_step_inputs, rows_for_step
+from edgeopt.runtimes.onnxruntime.decode_group import DecodeGroup, advance, form_group, step_inputs
+from edgeopt.runtimes.onnxruntime.decoder_session import KV, DecoderSession
+from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 
 
 class OnnxDecoderRuntime(Runtime):
-    """runtimes.base.Runtime over a DecoderSession."""
+    """edgeopt.runtimes.base.Runtime over a DecoderSession."""
 
     def __init__(self, decoder: DecoderSession, tokenizer: BundleTokenizer, info: RuntimeInfo) -> None:
         self.decoder = decoder

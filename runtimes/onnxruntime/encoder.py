@@ -1,6 +1,6 @@
 """Sentence embeddings from an exported encoder: tokenize, pad a batch, run, pool, normalize.
 
-Texts are tokenized unpadded (runtimes.bundle_tokenizer switches off a tokenizer.json's own
+Texts are tokenized unpadded (edgeopt.runtimes.bundle_tokenizer switches off a tokenizer.json's own
 padding and truncation), so the attention mask of a batch marks exactly the tokens the tokenizer
 produced and pooling never counts padding. Inputs longer than ``info.context_length`` (the position
 table, or sentence-transformers' ``max_seq_length`` when smaller) are refused with a 400 rather than
@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from edgeopt.errors import BackendError, ContextOverflowError
-from runtimes.base import EmbeddingRuntime, RuntimeInfo
-from runtimes.onnxruntime.pooling import PoolingConfig, pool
-from runtimes.bundle_tokenizer import BundleTokenizer
+from edgeopt.runtimes.base import EmbeddingRuntime, RuntimeInfo
+from edgeopt.runtimes.onnxruntime.pooling import PoolingConfig, pool
+from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 
 
 def pad_batch(batch: list[list[int]], pad_token_id: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import BackendError, ConfigError
-from profiles import DeviceProfile
-from profiles.host import usable_cpu_count
+from edgeopt.profiles import DeviceProfile
+from edgeopt.profiles.host import usable_cpu_count
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"

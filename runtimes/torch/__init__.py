@@ -2,10 +2,10 @@
 
 Two paths, one entry point (:func:`load`):
 
-* CPU (and any device without CUDA): :class:`~runtimes.torch.cpu_runtime.TorchRuntime` implements
-  :class:`runtimes.base.Runtime`, so our engine schedules, samples and streams exactly as it does for
+* CPU (and any device without CUDA): :class:`~edgeopt.runtimes.torch.cpu_runtime.TorchRuntime` implements
+  :class:`edgeopt.runtimes.base.Runtime`, so our engine schedules, samples and streams exactly as it does for
   llama.cpp and onnxruntime. This path is fully tested.
-* CUDA: :mod:`runtimes.torch.paged` drives transformers' continuous batching with paged attention;
+* CUDA: :mod:`edgeopt.runtimes.torch.paged` drives transformers' continuous batching with paged attention;
   see that module for how it plugs into the server.
 
 This package may import torch and transformers; nothing on the serving path imports it unless the
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import ConfigError
-from runtimes.base import Runtime
+from edgeopt.runtimes.base import Runtime
 
 if TYPE_CHECKING:
     from edgeopt.bundle import Manifest
@@ -41,18 +41,18 @@ def load(bundle_dir: Path, manifest: Manifest, **options: Any) -> Runtime:
 def _load(bundle_dir: Path, manifest: Manifest, *, device: str = "auto", dtype: str = "auto",
           threads: int | None = None, kv_capacity_tokens: int | None = None, max_slots: int | None = None,
           context_length: int | None = None, cuda_graphs: bool | None = None) -> Runtime:
-    from runtimes.torch.loading import load_checkpoint, runtime_info, serving_device
+    from edgeopt.runtimes.torch.loading import load_checkpoint, runtime_info, serving_device
 
     device = serving_device(device)
     if device == "cuda":
-        from runtimes.torch.paged import load_paged_runtime
+        from edgeopt.runtimes.torch.paged import load_paged_runtime
 
         return load_paged_runtime(bundle_dir, manifest, dtype=dtype, kv_capacity_tokens=kv_capacity_tokens,
                                   max_slots=max_slots, context_length=context_length, cuda_graphs=cuda_graphs)
     if cuda_graphs is not None:
         raise ConfigError(f"cuda_graphs={cuda_graphs} applies to the CUDA paged engine, but this bundle runs on {device}",
                           "leave cuda_graphs unset, or serve on a CUDA GPU")
-    from runtimes.torch.cpu_runtime import TorchRuntime
+    from edgeopt.runtimes.torch.cpu_runtime import TorchRuntime
 
     model, tokenizer, config = load_checkpoint(bundle_dir, manifest, device, dtype, threads)
     info = runtime_info(bundle_dir / manifest.model_file, config, tokenizer, kv_capacity_tokens, max_slots,

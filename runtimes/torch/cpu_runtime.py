@@ -5,7 +5,7 @@ engine schedules; this class only runs forwards:
 
 * prefill chunks (several tokens) run one slot at a time, on a ``DynamicCache`` built from the slot;
 * single-token decodes of slots that already hold KV are grouped into one batched forward (left-padded
-  caches, see :mod:`runtimes.torch.slot_cache`), which is where continuous batching pays off.
+  caches, see :mod:`edgeopt.runtimes.torch.slot_cache`), which is where continuous batching pays off.
 
 Contract checks (unknown slot, a start position that is not the slot's length, KV capacity or context
 exceeded) raise :class:`BackendError`: they mean an engine bug, and running anyway would silently
@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from edgeopt.errors import ENGINE_BUG_HINT, BackendError
-from runtimes.base import Runtime, RuntimeInfo, StepInput, Tokenizer, check_step_inputs, rows_for_step
-from runtimes.torch.slot_cache import SlotKV, append_last_token, cache_for_slot, padded_cache, read_back
+from edgeopt.runtimes.base import Runtime, RuntimeInfo, StepInput, Tokenizer, check_step_inputs, rows_for_step
+from edgeopt.runtimes.torch.slot_cache import SlotKV, append_last_token, cache_for_slot, padded_cache, read_back
 
 
 class TorchRuntime(Runtime):

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import BundleError, ConfigError
-from runtimes.base import RuntimeInfo
-from runtimes.bundle_tokenizer import BundleTokenizer, eos_token_ids
+from edgeopt.runtimes.base import RuntimeInfo
+from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer, eos_token_ids
 
 if TYPE_CHECKING:
     from edgeopt.bundle import Manifest

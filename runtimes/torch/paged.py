@@ -1,6 +1,6 @@
 """CUDA path of ``--runtime torch``: the per-slot torch runtime whose model a paged engine takes over.
 
-:func:`load_paged_runtime` returns a :class:`PagedRuntime`: a complete :class:`runtimes.base.Runtime` (the
+:func:`load_paged_runtime` returns a :class:`PagedRuntime`: a complete :class:`edgeopt.runtimes.base.Runtime` (the
 per-slot ``DynamicCache`` runtime, which works on CUDA too) that can hand its model over
 (:meth:`PagedRuntime.hand_over_model`) to transformers' continuous batching with paged attention
 (:mod:`edgeopt.paged_batching`, the torch backend entry's own engine), which the launcher serves instead of
@@ -21,9 +21,9 @@ from typing import Any
 
 from edgeopt.bundle import Manifest
 from edgeopt.errors import BackendError
-from runtimes.base import RuntimeInfo, Tokenizer
-from runtimes.torch.cpu_runtime import TorchRuntime
-from runtimes.torch.loading import load_checkpoint, read_config, runtime_info
+from edgeopt.runtimes.base import RuntimeInfo, Tokenizer
+from edgeopt.runtimes.torch.cpu_runtime import TorchRuntime
+from edgeopt.runtimes.torch.loading import load_checkpoint, read_config, runtime_info
 
 
 class PagedRuntime(TorchRuntime):

@@ -26,7 +26,7 @@ def arch_dir(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path)
 @pytest.fixture(scope="session")
 def arch_gguf(tmp_path_factory: pytest.TempPathFactory, arch_dir) -> Callable[[str, str], Path]:
     """``arch_gguf(name, quant) -> Path`` of model.gguf written by edgeopt's exporter."""
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     built: dict[tuple[str, str], Path] = {}
 

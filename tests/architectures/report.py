@@ -20,8 +20,8 @@ from tests.fixtures.tiny_models import build_tokenizer
 
 
 def _onnx(model: Path, out: Path) -> tuple[str, int]:
-    from exporters.onnx.exporter import ONNXExporter
-    from exporters.onnx.scorer import OnnxScorer
+    from edgeopt.exporters.onnx.exporter import ONNXExporter
+    from edgeopt.exporters.onnx.scorer import OnnxScorer
 
     try:
         result = ONNXExporter().export(model, out, "fp32", {})
@@ -34,7 +34,7 @@ def _onnx(model: Path, out: Path) -> tuple[str, int]:
 
 
 def main() -> None:
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     root = Path(tempfile.mkdtemp(prefix="edgeopt-matrix-"))
     tokenizer = build_tokenizer(root / "tokenizer")

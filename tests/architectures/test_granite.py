@@ -31,7 +31,7 @@ def test_multipliers_are_written_under_llama_cpp_keys(arch_dir, arch_gguf) -> No
 
 @pytest.mark.parametrize("multiplier", list(KEYS))
 def test_each_multiplier_is_honoured(multiplier: str, tiny_tokenizer_dir: Path, tmp_path: Path) -> None:
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     base = by_name("granite3")
     config = {**base.config, **NEUTRAL, multiplier: base.config[multiplier]}

@@ -65,7 +65,7 @@ def test_gguf_q8_0_bundle_loads_and_runs(name: str, arch_dir, arch_bundle) -> No
 def test_onnx_export_logits_match_transformers(name: str, arch_dir, arch_bundle) -> None:
     """Over 300 tokens: past LongRoPE's original window (256) too, where a frozen trace branch shows."""
     from edgeopt.eval_scorers import HFScorer
-    from exporters.onnx.scorer import OnnxScorer
+    from edgeopt.exporters.onnx.scorer import OnnxScorer
 
     bundle = arch_bundle(name, "onnx", "fp32")
     manifest = load_bundle(bundle)
@@ -87,7 +87,7 @@ PRUNE_REQUESTS = {"ratio": {"ratio": 0.3}, "heads": {"heads": 0.5}, "layers": {"
 @pytest.mark.parametrize("name", NAMES)
 def test_structured_pruning_works_or_is_refused_clearly(name: str, knob: str, arch_dir, tmp_path: Path) -> None:
     from edgeopt.passes import PassContext, get_pass
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     arch, source = by_name(name), arch_dir(name)
     prune = get_pass("prune", eval_tokens=256, **PRUNE_REQUESTS[knob])

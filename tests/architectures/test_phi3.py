@@ -55,7 +55,7 @@ def test_short_factors_inside_the_original_window(name: str, arch_dir, arch_gguf
 
 
 def test_factor_lists_of_the_wrong_length_are_refused(arch_dir, tmp_path: Path) -> None:
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     model = shutil.copytree(arch_dir("phi4-mini"), tmp_path / "phi")
     config = json.loads((model / "config.json").read_text())
@@ -70,7 +70,7 @@ def test_head_pruned_phi3_is_refused_before_writing(arch_dir, tmp_path: Path) ->
     """llama.cpp's phi3 graph needs heads x head_dim == hidden: a checkpoint that breaks it is refused
     with the reason (the prune pass refuses to make one; this guards checkpoints pruned elsewhere)."""
     from edgeopt.model_spec import load_model_spec
-    from exporters.gguf.arch_phi3 import check
+    from edgeopt.exporters.gguf.arch_phi3 import check
 
     spec = load_model_spec(str(arch_dir("phi3-mini")))
     with pytest.raises(ExportError, match="llama.cpp's phi3 graph requires them equal"):
@@ -91,9 +91,9 @@ def test_fused_qkv_gets_llama_cpp_quant_type_and_planned_size(quant: str, tiny_t
     assume the same types tensor by tensor, or Phi-3's size estimate drifts."""
     from edgeopt.model_spec import load_model_spec
     from edgeopt.plan import weight_bytes
-    from exporters.gguf.exporter import GGUFExporter
-    from exporters.gguf.quant_types import tensor_type
-    from exporters.gguf.tensor_names import gguf_name
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.quant_types import tensor_type
+    from edgeopt.exporters.gguf.tensor_names import gguf_name
     from tests.architectures.catalog import build_architecture
 
     import gguf
@@ -120,8 +120,8 @@ def test_onnx_longrope_switches_factors_in_graph(name: str, arch_dir, arch_bundl
 
     from edgeopt.bundle import load_bundle
     from edgeopt.eval_metrics import Comparison
-    from runtimes.onnxruntime.decoder_session import DecoderSession
-    from runtimes.onnxruntime.session import create_session
+    from edgeopt.runtimes.onnxruntime.decoder_session import DecoderSession
+    from edgeopt.runtimes.onnxruntime.session import create_session
     from tests.fixtures.parity import parity_ids
 
     bundle = arch_bundle(name, "onnx", "fp32")

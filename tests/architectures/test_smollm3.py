@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.errors import ExportError
-from exporters.gguf.arch_smollm3 import llama_cpp_rope_layers
+from edgeopt.exporters.gguf.arch_smollm3 import llama_cpp_rope_layers
 
 
 def test_the_nope_layer_is_real_and_honoured(arch_dir, arch_gguf) -> None:
@@ -27,7 +27,7 @@ def test_the_nope_layer_is_real_and_honoured(arch_dir, arch_gguf) -> None:
 
 @pytest.mark.parametrize("pattern", [[1, 0, 1, 1], [1, 1, 1, 1]])
 def test_other_nope_patterns_are_refused(pattern: list[int], arch_dir, tmp_path: Path) -> None:
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     model = shutil.copytree(arch_dir("smollm3"), tmp_path / "smol")
     config = json.loads((model / "config.json").read_text())

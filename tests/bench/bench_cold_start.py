@@ -57,8 +57,8 @@ phases = {b[0]: round(b[1] - a[1], 3) for a, b in zip(marks, marks[1:])}
 # The parts of "load runtime", timed again on their own (warm now, so a lower bound)
 started = time.perf_counter()
 if manifest.runtime == "onnxruntime":
-    from runtimes.onnxruntime.session import create_session
-    from runtimes.bundle_tokenizer import BundleTokenizer
+    from edgeopt.runtimes.onnxruntime.session import create_session
+    from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
     create_session(bundle / manifest.model_file, 2, ["CPUExecutionProvider"])
     phases["of which: ORT session"] = round(time.perf_counter() - started, 3)
     started = time.perf_counter()
@@ -66,7 +66,7 @@ if manifest.runtime == "onnxruntime":
     phases["of which: tokenizer"] = round(time.perf_counter() - started, 3)
 else:
     import llama_cpp
-    from runtimes.llama_cpp.model import load_model
+    from edgeopt.runtimes.llama_cpp.model import load_model
     llama_cpp.llama_model_free(load_model(bundle / manifest.model_file, 0))
     phases["of which: llama.cpp model load"] = round(time.perf_counter() - started, 3)
 print(json.dumps(phases))

@@ -20,8 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from profiles.host import usable_cpus
-from runtimes.llama_cpp.bench import completion_speed
+from edgeopt.profiles.host import usable_cpus
+from edgeopt.runtimes.llama_cpp.bench import completion_speed
 
 SPIN = "while True: pass"
 

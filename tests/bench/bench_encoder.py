@@ -30,10 +30,10 @@ import numpy as np
 import pytest
 
 from edgeopt.bundle import load_bundle
-from profiles import load_profile
-from profiles.host import cpu_flags
-from runtimes import load_embedding_runtime
-from runtimes.onnxruntime.encoder import pad_batch
+from edgeopt.profiles import load_profile
+from edgeopt.profiles.host import cpu_flags
+from edgeopt.runtimes import load_embedding_runtime
+from edgeopt.runtimes.onnxruntime.encoder import pad_batch
 from tests.fixtures.onnx_bundles import encoder_bundle
 
 THREADS = int(os.environ.get("EDGEOPT_BENCH_THREADS", "2"))
@@ -126,8 +126,8 @@ def _gemm_ratio(work: Path, m: int = 2048, k: int = 384, n: int = 1536) -> float
     import torch
     from onnx import TensorProto, helper, numpy_helper
 
-    from exporters.onnx.quantize import isa_preset, quantize_dynamic_int8
-    from runtimes.onnxruntime.session import create_session
+    from edgeopt.exporters.onnx.quantize import isa_preset, quantize_dynamic_int8
+    from edgeopt.runtimes.onnxruntime.session import create_session
 
     rng = np.random.default_rng(0)
     weight = rng.normal(0, 0.05, (k, n)).astype(np.float32)

@@ -27,7 +27,7 @@ _CHILD = """
 import json, sys, time
 from pathlib import Path
 sys.path.insert(0, {root!r})
-from exporters.gguf.exporter import GGUFExporter
+from edgeopt.exporters.gguf.exporter import GGUFExporter
 started = time.perf_counter()
 result = GGUFExporter().export(Path({model!r}), Path({out!r}), {quant!r}, {{"threads": 2}})
 # VmHWM is this process image's own peak; ru_maxrss would also count the parent's RSS inherited at fork.

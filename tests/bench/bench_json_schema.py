@@ -41,7 +41,7 @@ def build_bundle(work: Path, model: str) -> Path:
     bundle = work / f"bundle-151k-{name}-q8_0"
     if (bundle / "manifest.json").is_file():
         return bundle
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
     from tests.fixtures.big_vocab import write_big_bpe_tokenizer
     from tests.fixtures.tiny_models import build_tiny_model
     from tests.server.gguf_bundle import make_gguf_bundle

@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from runtimes.llama_cpp.bench import raw_batched_decode
+from edgeopt.runtimes.llama_cpp.bench import raw_batched_decode
 
 KV_TYPES = ("f16", "q8_0", "q4_0")
 

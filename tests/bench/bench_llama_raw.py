@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from runtimes.llama_cpp.bench import raw_batched_decode
+from edgeopt.runtimes.llama_cpp.bench import raw_batched_decode
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 The encoder benchmark (INT8 ONNX vs fp32 torch) is tests/bench/bench_encoder.py.
 
 Decode: INT4 ONNX (onnxruntime runtime) vs Q4_0 GGUF (llama.cpp runtime), single stream and 8
-streams, driven through the same runtimes.base.Runtime interface, on two models: the 5M-parameter
+streams, driven through the same edgeopt.runtimes.base.Runtime interface, on two models: the 5M-parameter
 demo model (printed for information: per-step dispatch overhead dominates it) and a ~200M-parameter
 random-init Llama (bench_serve_200m's), where the matmul kernels dominate as on real edge models;
 the targets are asserted on the latter.
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from edgeopt.bundle import load_bundle
-from runtimes import load_runtime
-from runtimes.base import StepInput
+from edgeopt.runtimes import load_runtime
+from edgeopt.runtimes.base import StepInput
 
 THREADS = int(os.environ.get("EDGEOPT_BENCH_THREADS", "2"))
 BENCH_WORK = Path(os.environ.get("EDGEOPT_BENCH_WORK", "/tmp/edgeopt-bench-200m"))  # shared with bench_serve_200m

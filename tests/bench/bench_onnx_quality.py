@@ -42,8 +42,8 @@ SETTINGS: list[tuple[str, str, str, dict[str, Any]]] = [
 
 
 def decode_ms_per_token(model_path: Path, prompt: list[int], threads: int, steps: int = 48) -> float:
-    from runtimes.onnxruntime.decoder_session import DecoderSession
-    from runtimes.onnxruntime.session import create_session
+    from edgeopt.runtimes.onnxruntime.decoder_session import DecoderSession
+    from edgeopt.runtimes.onnxruntime.session import create_session
 
     decoder = DecoderSession(create_session(model_path, threads, ["CPUExecutionProvider"]))
     _, past = decoder.run_sequence(prompt)
@@ -56,7 +56,7 @@ def decode_ms_per_token(model_path: Path, prompt: list[int], threads: int, steps
 
 def run(settings: list[tuple[str, str, str, dict[str, Any]]], work: Path, threads: int) -> list[dict[str, Any]]:
     from edgeopt.pipeline import OptimizeOptions, run_optimize
-    from runtimes.bundle_tokenizer import open_tokenizer
+    from edgeopt.runtimes.bundle_tokenizer import open_tokenizer
     from tests.fixtures.english_texts import write_texts
     from tests.fixtures.smollm2 import ensure_smollm2_checkpoint
 

@@ -24,8 +24,8 @@ from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.request_prep import completion_prompt_ids, output_budget
 from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServedModel
-from runtimes.llama_cpp import load_gguf
-from runtimes.bundle_tokenizer import BundleTokenizer
+from edgeopt.runtimes.llama_cpp import load_gguf
+from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 
 FLOOD = "<|endoftext|>a" * 25000
 

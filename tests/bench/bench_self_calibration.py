@@ -35,7 +35,7 @@ SOURCES = ("none", "real text", "generated")
 def export(checkpoint: Path, out: Path, quant: str, source: str, calibration: Path,
            chunks: int) -> tuple[Path, dict]:
     """edgeopt's GGUF exporter with the matrix from ``source``; (model file, export details + seconds)."""
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     # No "threads": as `edgeopt optimize` runs it (generation on the cores other processes leave free)
     options: dict = {"calibration_chunks": chunks}

@@ -61,7 +61,7 @@ def build_bundle(work: Path, shape: str) -> Path:
     bundle = work / f"bundle-200m{suffix}-q8_0"
     if (bundle / "manifest.json").is_file():
         return bundle
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
     from tests.server.gguf_bundle import make_gguf_bundle
 
     checkpoint = build_checkpoint(checkpoint_dir(work, shape), shape)

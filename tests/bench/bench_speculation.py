@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
-from runtimes.llama_cpp import load_gguf
+from edgeopt.runtimes.llama_cpp import load_gguf
 
 
 

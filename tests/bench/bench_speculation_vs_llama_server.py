@@ -128,7 +128,7 @@ def main() -> None:
                         help="also run llama-server -np 16 at 16 streams (slow: it prefills every slot's prompt)")
     args = parser.parse_args()
 
-    from runtimes.llama_cpp.amx_guard import cpu_has_amx
+    from edgeopt.runtimes.llama_cpp.amx_guard import cpu_has_amx
     from tests.fixtures.smollm2 import ensure_smollm2_checkpoint, smollm2_gguf_path
 
     gguf = smollm2_gguf_path()

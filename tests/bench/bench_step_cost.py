@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script:
 
 from edgeopt.engine.api import SamplingParams  # noqa: E402
 from edgeopt.engine import Engine, engine_config_for  # noqa: E402
-from runtimes.base import StepInput  # noqa: E402
-from runtimes.llama_cpp import load_gguf  # noqa: E402
-from runtimes.llama_cpp.batch import NumpyBatch  # noqa: E402
+from edgeopt.runtimes.base import StepInput  # noqa: E402
+from edgeopt.runtimes.llama_cpp import load_gguf  # noqa: E402
+from edgeopt.runtimes.llama_cpp.batch import NumpyBatch  # noqa: E402
 from tests.bench.bench_serve_200m import build_bundle  # noqa: E402
 from tests.bench.bench_vs_llama_server import cpu_model  # noqa: E402
 

@@ -28,8 +28,8 @@ import llama_cpp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 
-from runtimes.base import StepInput  # noqa: E402
-from runtimes.llama_cpp import load_gguf  # noqa: E402
+from edgeopt.runtimes.base import StepInput  # noqa: E402
+from edgeopt.runtimes.llama_cpp import load_gguf  # noqa: E402
 from tests.bench.bench_serve_200m import build_bundle  # noqa: E402
 from tests.bench.bench_vs_llama_server import cpu_model  # noqa: E402
 

@@ -39,7 +39,7 @@ from edgeopt.bundle import load_bundle  # noqa: E402
 from edgeopt.engine import Engine, SamplingParams, engine_config_for  # noqa: E402
 from edgeopt.paged_batching import engine_for  # noqa: E402
 from edgeopt.pipeline import OptimizeOptions, run_optimize  # noqa: E402
-from runtimes import load_runtime  # noqa: E402
+from edgeopt.runtimes import load_runtime  # noqa: E402
 
 CONTEXT = 512
 STEP_TOKENS = 512  # tokens per forward pass, both engines (llama.cpp n_batch): 64 prompts prefill in 8 steps
@@ -178,7 +178,7 @@ def engine_rows(label: str, model: str, bundle_dir: Path, options: dict[str, Any
 
 
 def raw_rows(model: str, gguf: Path, streams: list[int], max_tokens: int, prompt_tokens: int) -> list[dict[str, Any]]:
-    from runtimes.llama_cpp.bench import raw_batched_decode
+    from edgeopt.runtimes.llama_cpp.bench import raw_batched_decode
 
     rows = []
     for n in streams:

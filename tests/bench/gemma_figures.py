@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 def gguf_rows(model_dir: Path, out: Path) -> list[str]:
     from edgeopt.model_spec import load_model_spec
     from edgeopt.plan import weight_bytes
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
     from tests.fixtures.parity import gguf_parity
 
     spec, rows = load_model_spec(str(model_dir)), []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtimes.base import StepInput
+from edgeopt.runtimes.base import StepInput
 from tests.fixtures.fake_runtime import EOS_ID, ContractViolation, FakeRuntime
 
 

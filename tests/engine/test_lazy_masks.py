@@ -18,7 +18,7 @@ from edgeopt.engine.constraint import PROBE_EVERY, TokenConstraint
 from edgeopt.engine.grammar import GrammarCompiler, GrammarSpec
 from edgeopt.engine.sampler import mask_can_wait
 from edgeopt.engine.token_bitmask import allowed_tokens
-from runtimes.base import StepInput
+from edgeopt.runtimes.base import StepInput
 from tests.engine.helpers import make_engine
 from tests.engine.test_grammar import PROMPT, generate
 from tests.fixtures.fake_runtime import BOS_ID, EOS_ID, VOCAB_SIZE, FakeRuntime

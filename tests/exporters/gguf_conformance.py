@@ -1,6 +1,6 @@
 """Conformance of our GGUF writer to llama.cpp's own converter, as one reusable check.
 
-``check_conformance(model_dir, work_dir)`` converts the same checkpoint with ``exporters.gguf`` and
+``check_conformance(model_dir, work_dir)`` converts the same checkpoint with ``edgeopt.exporters.gguf`` and
 with ``convert_hf_to_gguf.py`` (the oracle, see reference_converter.py) and asserts that llama.cpp
 would see the same model: the same tensors (names, shapes, types; equal values for F32), the same
 metadata keys and values (tokenizer included), and the same logits on a prompt once both are loaded
@@ -157,7 +157,7 @@ def check_conformance(model_dir: Path, work_dir: Path, out_type: str = "F32",
     """
     from transformers import AutoTokenizer
 
-    from exporters.gguf.writer import convert_checkpoint
+    from edgeopt.exporters.gguf.writer import convert_checkpoint
 
     allowed = allowed or {}
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporters.gguf.pretokenizer import LLAMA3, QWEN2
+from edgeopt.exporters.gguf.pretokenizer import LLAMA3, QWEN2
 from tests.exporters.gguf_file import read_gguf
 from tests.exporters.reference_converter import reference_vocab
 from tests.exporters.spm_tokenizers import save_llama2_hf_files

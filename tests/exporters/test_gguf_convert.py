@@ -28,7 +28,7 @@ def test_f32_logits_match_transformers(variant: str, tiny_model_factory, tiny_gg
 
 def test_pruned_shapes_convert_and_match(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
     """Fewer heads than hidden/head_dim implies, a narrow MLP and one layer: what structured pruning leaves."""
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     model_dir = build_tiny_model(tmp_path / "hf", "llama-gqa", tiny_tokenizer_dir, num_layers=1, intermediate_size=96)
     config = json.loads((model_dir / "config.json").read_text())
@@ -79,7 +79,7 @@ def test_llama_cpp_chats_with_the_stored_template(tiny_gguf_factory) -> None:
 
 
 def test_unsupported_architecture_lists_supported(tmp_path: Path, tiny_model_factory) -> None:
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     model_dir = tmp_path / "gpt2"
     shutil.copytree(tiny_model_factory("llama-gqa"), model_dir)
@@ -91,7 +91,7 @@ def test_unsupported_architecture_lists_supported(tmp_path: Path, tiny_model_fac
 
 
 def test_unknown_tensor_is_refused(tmp_path: Path, tiny_model_factory) -> None:
-    from exporters.gguf.tensor_names import plan_tensors
+    from edgeopt.exporters.gguf.tensor_names import plan_tensors
     from edgeopt.model_spec import load_model_spec
 
     spec = load_model_spec(str(tiny_model_factory("llama-gqa")))

@@ -14,7 +14,7 @@ THRESHOLDS = {"Q8_0": ("kl_divergence", 1e-3), "Q4_K_M": ("top1_agreement", 0.90
 
 @pytest.mark.parametrize("quant", ["Q8_0", "Q4_K_M"])
 def test_demo_model_quality(quant: str, demo_model_dir: Path, tmp_path: Path) -> None:
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     result = GGUFExporter().export(demo_model_dir, tmp_path, quant, {"threads": 2})
     manifest = Manifest(source_model=str(demo_model_dir), source_revision="", target="host", format="gguf",

@@ -17,7 +17,7 @@ from edgeopt.demo.corpus import stdlib_text
 from edgeopt.errors import ExportError
 from edgeopt.eval_metrics import Comparison
 from edgeopt.model_spec import load_model_spec
-from exporters.gguf.scorer import GGUFScorer
+from edgeopt.exporters.gguf.scorer import GGUFScorer
 
 PARITY_TOKENS = 300  # > 18 windows of 16 tokens
 F32_KL_LIMIT = 1e-5
@@ -48,7 +48,7 @@ def _reference(model_dir: Path) -> np.ndarray:
 
 
 def _export(model_dir: Path, out: Path, quant: str = "F32") -> Path:
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     result = GGUFExporter().export(model_dir, out, quant, {"threads": 2})
     return out / result.model_file
@@ -130,7 +130,7 @@ def test_norms_without_the_plus_one_fold_are_wrong(variant: str, tiny_gemma_fact
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
-    import exporters.gguf.arch_gemma as arch_gemma
+    import edgeopt.exporters.gguf.arch_gemma as arch_gemma
 
     original = arch_gemma.gemma_transform
     no_fold = dataclasses.replace(arch_gemma.EXTRAS, tensor_transform=lambda name, spec, config: (
@@ -247,8 +247,8 @@ def test_quantized_gemma_loads_runs_and_is_sized_as_planned(variant: str, quant:
     from llama_cpp import Llama
 
     from edgeopt.plan import weight_bytes
-    from exporters.gguf.quant_types import tensor_type
-    from exporters.gguf.tensor_names import gguf_name
+    from edgeopt.exporters.gguf.quant_types import tensor_type
+    from edgeopt.exporters.gguf.tensor_names import gguf_name
 
     model_dir = tiny_gemma_factory(variant)
     spec = load_model_spec(str(model_dir))

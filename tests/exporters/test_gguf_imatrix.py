@@ -14,11 +14,11 @@ from edgeopt.bundle import sha256_file
 from edgeopt.errors import ConfigError
 from edgeopt.model_spec import load_model_spec
 from edgeopt.pipeline import OptimizeOptions, run_optimize
-from exporters.gguf.imatrix_collect import collect_imatrix
-from exporters.input_energy import chunks, tokenize_text
-from exporters.gguf.imatrix_file import read_imatrix, write_imatrix
-from exporters.gguf.tensor_names import gguf_name
-from exporters.onnx.options import onnx_export_options
+from edgeopt.exporters.gguf.imatrix_collect import collect_imatrix
+from edgeopt.exporters.input_energy import chunks, tokenize_text
+from edgeopt.exporters.gguf.imatrix_file import read_imatrix, write_imatrix
+from edgeopt.exporters.gguf.tensor_names import gguf_name
+from edgeopt.exporters.onnx.options import onnx_export_options
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_calibration_data_is_refused_where_the_format_cannot_use_it(fmt: str, qu
 def test_types_that_need_a_matrix_are_made_with_calibration_or_generated_text(tiny_model_factory,
                                                                               tiny_tokenizer_dir: Path,
                                                                               tiny_calibration: Path, tmp_path: Path):
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     from tests.fixtures.tiny_models import build_tiny_model
 

@@ -12,9 +12,9 @@ import pytest
 
 from edgeopt.errors import ConfigError
 from edgeopt.pipeline import OptimizeOptions, run_optimize
-from exporters.gguf.mix_palette import palette
-from exporters.gguf.quant_types import type_bytes
-from exporters.onnx.options import onnx_export_options
+from edgeopt.exporters.gguf.mix_palette import palette
+from edgeopt.exporters.gguf.quant_types import type_bytes
+from edgeopt.exporters.onnx.options import onnx_export_options
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_a_mix_fits_its_size_and_holds_the_types_it_records(two_palette_model: P
                                                             tmp_path: Path) -> None:
     import gguf
 
-    from exporters.gguf.scorer import GGUFScorer
+    from edgeopt.exporters.gguf.scorer import GGUFScorer
 
     out = tmp_path / "bundle"
     # Halfway between every tensor at its smallest type and every tensor at Q8_0: a real choice to make.

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from edgeopt.errors import ConfigError
-from exporters.gguf.mix_choose import Option, choose_types
+from edgeopt.exporters.gguf.mix_choose import Option, choose_types
 
 
 def options(costs: dict[str, float], sizes: dict[str, int]) -> list[Option]:

@@ -9,8 +9,8 @@ import pytest
 
 from edgeopt.errors import ConfigError
 from edgeopt.pipeline import OptimizeOptions, run_optimize
-from exporters.gguf.options import gguf_export_options
-from exporters.onnx.options import onnx_export_options
+from edgeopt.exporters.gguf.options import gguf_export_options
+from edgeopt.exporters.onnx.options import onnx_export_options
 
 
 def optimize(model: Path, out: Path, fmt: str, quant: str, options: dict) -> object:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.demo.corpus import stdlib_text
-from exporters.gguf.quant_report import summary_lines, tensor_role
+from edgeopt.exporters.gguf.quant_report import summary_lines, tensor_role
 from tests.fixtures.tiny_models import build_tiny_model
 
 MAX_LINES = 30

@@ -9,8 +9,8 @@ import pytest
 from edgeopt.errors import ConfigError
 from edgeopt.model_spec import load_model_spec
 from edgeopt.plan import weight_bytes
-from exporters.gguf.quant_types import tensor_type
-from exporters.gguf.tensor_names import gguf_name
+from edgeopt.exporters.gguf.quant_types import tensor_type
+from edgeopt.exporters.gguf.tensor_names import gguf_name
 from tests.fixtures.tiny_models import build_tiny_model
 
 
@@ -31,7 +31,7 @@ def calibration_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _export(model_dir: Path, out: Path, quant: str, calibration: Path | None = None) -> Path:
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     options = {"threads": 2} | ({"calibration_data": str(calibration), "calibration_chunks": 2} if calibration else {})
     result = GGUFExporter().export(model_dir, out, quant, options)
@@ -78,7 +78,7 @@ def test_unknown_quant_is_refused(tiny_llama_dir: Path, tmp_path: Path) -> None:
 def test_imatrix_only_types_are_refused_up_front_when_no_matrix_is_made(tiny_llama_dir: Path, tmp_path: Path) -> None:
     """Without calibration text the matrix comes from generated text (tests/exporters/test_self_calibration.py);
     with that turned off too there is none, and a type that needs one is refused before any work."""
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     with pytest.raises(ConfigError, match="importance matrix"):
         GGUFExporter().export(tiny_llama_dir, tmp_path, "IQ2_XXS", {"self_calibration": False})

@@ -50,7 +50,7 @@ def test_byte_level_bpe_matches_hf(tiny_model_factory, tiny_gguf_factory) -> Non
 def test_sentencepiece_matches_hf(spm_model_dir: Path, tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     result = GGUFExporter().export(spm_model_dir, tmp_path, "F16", {})
     hf = AutoTokenizer.from_pretrained(str(spm_model_dir))
@@ -60,7 +60,7 @@ def test_sentencepiece_matches_hf(spm_model_dir: Path, tmp_path: Path) -> None:
 def test_sentencepiece_metadata(spm_model_dir: Path, tmp_path: Path) -> None:
     import gguf
 
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     GGUFExporter().export(spm_model_dir, tmp_path, "F16", {})
     fields = {n: f.contents() for n, f in gguf.GGUFReader(tmp_path / "model.gguf").fields.items()}
@@ -75,7 +75,7 @@ def test_sentencepiece_metadata(spm_model_dir: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize("pre", ["Whitespace", "Punctuation"])
 def test_unknown_pre_tokenizer_is_refused(pre: str) -> None:
     from edgeopt.errors import ExportError
-    from exporters.gguf.pretokenizer import pre_tokenizer_name
+    from edgeopt.exporters.gguf.pretokenizer import pre_tokenizer_name
 
     with pytest.raises(ExportError, match=pre):
         pre_tokenizer_name({"pre_tokenizer": {"type": pre}}, Path("tokenizer.json"))
@@ -83,7 +83,7 @@ def test_unknown_pre_tokenizer_is_refused(pre: str) -> None:
 
 def test_known_pre_tokenizers_are_recognised() -> None:
     """Llama 3, Qwen2 and SmolLM spell their pre-tokenizers as tokenizer.json sequences; each maps to its name."""
-    from exporters.gguf.pretokenizer import LLAMA3, QWEN2, pre_tokenizer_name
+    from edgeopt.exporters.gguf.pretokenizer import LLAMA3, QWEN2, pre_tokenizer_name
 
     def split(regex: str) -> dict:
         return {"type": "Sequence", "pretokenizers": [
@@ -112,7 +112,7 @@ def test_sentencepiece_tokenizer_json_only_matches_hf(spm_model_dir: Path, tmp_p
     is derived from the JSON (scores ranked by its merges) and llama.cpp tokenizes like transformers."""
     from transformers import AutoTokenizer
 
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     model_dir = _without_tokenizer_model(spm_model_dir, tmp_path / "model")
     result = GGUFExporter().export(model_dir, tmp_path / "out", "F16", {})
@@ -136,7 +136,7 @@ def test_llama2_vocabulary_matches_llama_cpp_reference_tokenizations(llama2_chec
                                                                      files: str) -> None:
     """llama.cpp's own tokenizer test strings for Llama 2 (models/ggml-vocab-llama-spm.gguf.inp/.out, the ids
     transformers gives the published tokenizer) come out of our GGUF, from either tokenizer file."""
-    from exporters.gguf.writer import convert_checkpoint
+    from edgeopt.exporters.gguf.writer import convert_checkpoint
     from tests.exporters.real_tokenizers import reference_tokenizations
 
     model_dir = llama2_checkpoint if files == "tokenizer.model" else _without_tokenizer_model(
@@ -156,7 +156,7 @@ def test_tokenizer_model_that_is_not_sentencepiece_is_an_export_error(spm_model_
     import shutil
 
     from edgeopt.errors import ExportError
-    from exporters.gguf.writer import convert_checkpoint
+    from edgeopt.exporters.gguf.writer import convert_checkpoint
 
     model_dir = tmp_path / "model"
     shutil.copytree(spm_model_dir, model_dir)
@@ -174,7 +174,7 @@ def test_real_byte_level_vocabularies_match_llama_cpp_reference_tokenizations(ca
     """The Llama 3 (128,256 tokens) and Qwen2 (151,646) tokenizers, rebuilt from llama.cpp's test
     vocabularies: our GGUF tokenizes llama.cpp's test strings into the ids transformers gave the
     published tokenizers (models/ggml-vocab-NAME.gguf.inp/.out)."""
-    from exporters.gguf.writer import convert_checkpoint
+    from edgeopt.exporters.gguf.writer import convert_checkpoint
     from tests.exporters.conformance_models import CASES, build_conformance_checkpoint, build_tokenizer_files
     from tests.exporters.real_tokenizers import reference_tokenizations
 
@@ -197,7 +197,7 @@ def test_bos_follows_the_post_processor_when_the_tokenizer_class_ignores_add_bos
     from llama_cpp import Llama
     from transformers import AutoTokenizer
 
-    from exporters.gguf.writer import convert_checkpoint
+    from edgeopt.exporters.gguf.writer import convert_checkpoint
 
     model_dir = tmp_path / "model"
     shutil.copytree(tiny_model_factory("llama-gqa"), model_dir)

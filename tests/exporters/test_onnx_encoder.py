@@ -9,8 +9,8 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from runtimes import load_embedding_runtime
-from runtimes.onnxruntime.pooling import PoolingConfig, pool, read_sentence_transformers_pooling
+from edgeopt.runtimes import load_embedding_runtime
+from edgeopt.runtimes.onnxruntime.pooling import PoolingConfig, pool, read_sentence_transformers_pooling
 from tests.fixtures.onnx_bundles import encoder_bundle
 from tests.fixtures.tiny_encoder import ST_MAX_SEQ_LENGTH, write_sentence_transformers_config
 
@@ -80,8 +80,8 @@ def test_ambiguous_pooling_config_is_refused(tmp_path):
 def test_static_int8_calibrates_on_unpadded_served_shaped_inputs(tiny_encoder_dir, encoder_fp32_bundle, tmp_path):
     """Calibration samples are lines tokenized as /v1/embeddings does: [CLS] ... [SEP], never the
     tokenizer.json's fixed padding of 64, cut at sentence-transformers' max_seq_length (96)."""
-    from exporters.onnx.calibration import read_encoder_calibration
-    from exporters.onnx.encoder import encoder_input_limit
+    from edgeopt.exporters.onnx.calibration import read_encoder_calibration
+    from edgeopt.exporters.onnx.encoder import encoder_input_limit
 
     data = tmp_path / "calibration.txt"
     data.write_text("\n".join(SENTENCES + [" ".join(["the keys of the mapping"] * 60)]) + "\n")

@@ -7,9 +7,9 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import UnsupportedArchitectureError
-from exporters.onnx.export import model_kind
+from edgeopt.exporters.onnx.export import model_kind
 from edgeopt.eval_metrics import mean_kl
-from exporters.onnx.validate import probe_token_ids
+from edgeopt.exporters.onnx.validate import probe_token_ids
 from tests.fixtures.onnx_bundles import optimize_onnx
 
 
@@ -30,7 +30,7 @@ def test_fp32_bundle_matches_torch(onnx_fp32_bundle, tiny_llama_dir):
     assert manifest.export["fp32_kl_vs_torch"] <= 1e-5
     # 2 (K,V) x 2 layers x 2 KV heads x 16 head dim x 4 bytes (fp32 KV), read by the server's sizing.
     assert manifest.export["kv_bytes_per_token"] == 2 * 2 * 2 * 16 * 4
-    from exporters.onnx.scorer import load_scorer
+    from edgeopt.exporters.onnx.scorer import load_scorer
 
     scorer = load_scorer(onnx_fp32_bundle, manifest, context=64)
     ids = probe_token_ids(scorer.vocab_size, 40, seed=7)

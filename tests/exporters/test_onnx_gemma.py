@@ -40,7 +40,7 @@ def test_gemma2_export_keeps_attention_soft_capping(tiny_gemma_factory, tmp_path
 
 @pytest.mark.parametrize("quant", ["int8", "int4"])
 def test_gemma3_quantized_onnx_runs(quant: str, tiny_gemma_factory, tmp_path: Path) -> None:
-    from exporters.onnx.scorer import OnnxScorer
+    from edgeopt.exporters.onnx.scorer import OnnxScorer
     from tests.fixtures.parity import parity_ids
 
     model_dir = tiny_gemma_factory("gemma3")

@@ -7,7 +7,7 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from exporters.onnx.quantize import ISA_PRESETS, isa_preset
+from edgeopt.exporters.onnx.quantize import ISA_PRESETS, isa_preset
 from tests.fixtures.onnx_bundles import optimize_onnx
 
 
@@ -103,7 +103,7 @@ def test_int4_weighs_its_blocks_by_the_calibration_text_given(tiny_llama_dir, tm
     ("int8-static", {"self_calibration": False}, "--no-self-calibration"),
 ])
 def test_calibration_flags_that_would_change_nothing_are_refused(quant, options, flag):
-    from exporters.onnx.exporter import ONNXExporter
+    from edgeopt.exporters.onnx.exporter import ONNXExporter
 
     with pytest.raises(ConfigError, match=f"{flag} changes nothing") as caught:
         ONNXExporter().check_options(quant, options)
@@ -136,7 +136,7 @@ def test_int4_graph_is_fused_and_rotary_tables_fit_the_model(tiny_llama_dir, tmp
 def test_fusion_that_matches_nothing_keeps_the_export(tmp_path):
     from onnx import TensorProto, helper
 
-    from exporters.onnx.fusion import fuse_decoder
+    from edgeopt.exporters.onnx.fusion import fuse_decoder
 
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],

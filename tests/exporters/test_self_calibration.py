@@ -10,9 +10,9 @@ import pytest
 
 from edgeopt.bundle import sha256_file
 from edgeopt.errors import ConfigError
-from exporters.gguf import self_calibration
-from exporters.gguf.imatrix_file import read_imatrix
-from exporters.gguf.self_calibration import SEED_PROMPTS, generate_calibration
+from edgeopt.exporters.gguf import self_calibration
+from edgeopt.exporters.gguf.imatrix_file import read_imatrix
+from edgeopt.exporters.gguf.self_calibration import SEED_PROMPTS, generate_calibration
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def tiny_f16(tiny_gguf_factory) -> Path:
 
 
 def _prompt_ids(gguf: Path, prompt: str) -> list[int]:
-    from runtimes.llama_cpp.tokenizer import gguf_vocabulary
+    from edgeopt.runtimes.llama_cpp.tokenizer import gguf_vocabulary
 
     with gguf_vocabulary(gguf) as tokenizer:
         return tokenizer.encode(prompt, add_special=True)
@@ -50,7 +50,7 @@ def test_more_chunks_than_run_at_once_cycle_the_prompts(tiny_f16: Path, monkeypa
 
 
 def test_end_of_generation_tokens_are_never_sampled(tiny_f16: Path):
-    from runtimes.llama_cpp.tokenizer import gguf_vocabulary
+    from edgeopt.runtimes.llama_cpp.tokenizer import gguf_vocabulary
 
     with gguf_vocabulary(tiny_f16) as tokenizer:
         eog = tokenizer.eog_token_ids()
@@ -87,7 +87,7 @@ def test_k_quant_without_calibration_text_gets_a_generated_matrix(tiny_llama_dir
 
 def test_self_calibration_off_writes_no_matrix_and_types_needing_one_are_refused(tiny_llama_dir: Path,
                                                                                   tmp_path: Path):
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     result = GGUFExporter().export(tiny_llama_dir, tmp_path / "plain", "Q4_K_M", {"self_calibration": False})
     assert "imatrix" not in result.details and not (tmp_path / "plain" / "imatrix.gguf").exists()
@@ -97,7 +97,7 @@ def test_self_calibration_off_writes_no_matrix_and_types_needing_one_are_refused
 
 def test_types_without_a_matrix_generate_nothing(tiny_llama_dir: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch):
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("Q8_0 ignores an importance matrix: nothing should be generated for it")
@@ -112,7 +112,7 @@ def test_generation_decodes_on_the_free_cores_whatever_threads_the_quantizer_get
                                                                                    monkeypatch: pytest.MonkeyPatch):
     """``threads`` is the quantizer's: fixed llama.cpp decode threads beside a busy neighbour spin at every
     barrier (170 s instead of 7 s measured on 2 cores), so generation always follows the load."""
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     asked: list[int | None] = []
     real = self_calibration.generate_calibration

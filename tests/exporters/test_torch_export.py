@@ -14,11 +14,11 @@ from edgeopt.cli import app
 from edgeopt.errors import ExportError
 from edgeopt.model_spec import load_model_spec
 from edgeopt.pipeline import manifest_kv_section
-from exporters import get_exporter
-from exporters.torch_sizes import torch_candidates
-from profiles import load_profile
-from runtimes import load_runtime
-from runtimes.base import StepInput
+from edgeopt.exporters import get_exporter
+from edgeopt.exporters.torch_sizes import torch_candidates
+from edgeopt.profiles import load_profile
+from edgeopt.runtimes import load_runtime
+from edgeopt.runtimes.base import StepInput
 from tests.runtimes.torch_bundles import reference_logits
 
 

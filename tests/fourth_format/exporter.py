@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from exporters import Exporter, ExportResult
+from edgeopt.exporters import Exporter, ExportResult
 from tests.fourth_format.sizes import QUANTS
 
 MODEL_FILE = "model.json"

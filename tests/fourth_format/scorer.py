@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from runtimes.base import StepInput
+from edgeopt.runtimes.base import StepInput
 from tests.fourth_format.runtime import load
 
 

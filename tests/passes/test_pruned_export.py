@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 
 from edgeopt.passes import PassContext
 from edgeopt.passes.prune import PrunePass
-from exporters import get_exporter
+from edgeopt.exporters import get_exporter
 
 
 @pytest.fixture(scope="module")

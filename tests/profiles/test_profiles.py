@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-import profiles
+import edgeopt.profiles
 from edgeopt.errors import ConfigError, UnknownTargetError
-from profiles import FAMILY_DEFAULTS, load_profile, profile_names
-from profiles.host import cgroup_memory_limit, detect_host_profile
+from edgeopt.profiles import FAMILY_DEFAULTS, load_profile, profile_names
+from edgeopt.profiles.host import cgroup_memory_limit, detect_host_profile
 
 REQUIRED = {"jetson-orin-nano-8gb", "jetson-orin-nx-16gb", "jetson-agx-orin-64gb", "raspberry-pi-5-8gb",
             "raspberry-pi-5-4gb", "x86-64-cpu", "host"}
@@ -44,7 +44,7 @@ def test_unknown_target_lists_valid_names():
 
 
 def test_invalid_profile_file_names_the_field(tmp_path: Path):
-    good = (profiles.PROFILE_DIR / "x86-64-cpu.toml").read_text()
+    good = (edgeopt.profiles.PROFILE_DIR / "x86-64-cpu.toml").read_text()
     bad = tmp_path / "bad.toml"
     bad.write_text(good.replace('preferred_format = "gguf"', 'preferred_format = "tflite"'))
     with pytest.raises(ConfigError, match="preferred_format='tflite'"):
@@ -66,7 +66,7 @@ def test_host_profile_uses_the_smaller_of_ram_and_cgroup_limit():
 
 
 def test_cgroup_limit_parsing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    import profiles.host as host
+    import edgeopt.profiles.host as host
 
     f = tmp_path / "memory.max"
     monkeypatch.setattr(host, "_CGROUP_LIMIT_FILES", (str(f),))
@@ -79,8 +79,8 @@ def test_cgroup_limit_parsing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_host_isa_agrees_with_the_cpu_flags() -> None:
-    from profiles import load_profile
-    from profiles.host import cpu_flags
+    from edgeopt.profiles import load_profile
+    from edgeopt.profiles.host import cpu_flags
 
     flags, isa = cpu_flags(), load_profile("host").cpu_isa
     if not Path("/proc/cpuinfo").is_file():

@@ -1,8 +1,8 @@
-"""runtimes.base.rows_for_step: which inputs are decoded together, and the order of the rows."""
+"""edgeopt.runtimes.base.rows_for_step: which inputs are decoded together, and the order of the rows."""
 
 from __future__ import annotations
 
-from runtimes.base import StepInput, rows_for_step
+from edgeopt.runtimes.base import StepInput, rows_for_step
 
 
 def _record(batch: list[StepInput]) -> tuple[list[str], list[list[int]]]:

@@ -15,7 +15,7 @@ import pytest
 
 from edgeopt.engine.api import EngineConfig, ServingEngine
 from edgeopt.engine.engine import Engine
-from runtimes.base import EmbeddingRuntime, Runtime
+from edgeopt.runtimes.base import EmbeddingRuntime, Runtime
 from edgeopt.paged_batching.paged_engine import PagedEngine
 from tests.fixtures.fake_runtime import FakeRuntime
 
@@ -53,22 +53,22 @@ def test_both_engines_implement_the_serving_engine_protocol(engine: type) -> Non
 
 
 def runtime_classes() -> list[type]:
-    from runtimes.llama_cpp.context import LlamaCppRuntime
-    from runtimes.onnxruntime.decoder import OnnxDecoderRuntime
-    from runtimes.torch.cpu_runtime import TorchRuntime
-    from runtimes.torch.paged import PagedRuntime
+    from edgeopt.runtimes.llama_cpp.context import LlamaCppRuntime
+    from edgeopt.runtimes.onnxruntime.decoder import OnnxDecoderRuntime
+    from edgeopt.runtimes.torch.cpu_runtime import TorchRuntime
+    from edgeopt.runtimes.torch.paged import PagedRuntime
 
     return [LlamaCppRuntime, OnnxDecoderRuntime, TorchRuntime, PagedRuntime, FakeRuntime]
 
 
 def test_every_runtime_declares_the_runtime_protocol_and_inherits_its_defaults() -> None:
     for cls in runtime_classes():
-        assert Runtime in cls.__mro__, f"{cls.__name__} must subclass runtimes.base.Runtime"
+        assert Runtime in cls.__mro__, f"{cls.__name__} must subclass edgeopt.runtimes.base.Runtime"
         assert_implements(cls, Runtime)
 
 
 def test_the_embedding_runtime_declares_its_protocol() -> None:
-    from runtimes.onnxruntime.encoder import OnnxEmbeddingRuntime
+    from edgeopt.runtimes.onnxruntime.encoder import OnnxEmbeddingRuntime
 
     assert EmbeddingRuntime in OnnxEmbeddingRuntime.__mro__
     assert_implements(OnnxEmbeddingRuntime, EmbeddingRuntime)

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from edgeopt.bundle import load_bundle
-from runtimes.llama_cpp import load_gguf
-from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
-from runtimes.token_bounds import max_input_bytes_per_token
-from runtimes.bundle_tokenizer import BundleTokenizer
+from edgeopt.runtimes.llama_cpp import load_gguf
+from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
+from edgeopt.runtimes.token_bounds import max_input_bytes_per_token
+from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 from tests.exporters.conftest import build_spm_model
 from tests.fixtures.big_vocab import write_big_bpe_tokenizer
 
@@ -35,7 +35,7 @@ def random_texts(seed: int, count: int) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def spm_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     model_dir = build_spm_model(tmp_path_factory.mktemp("spm-model"))
     out = tmp_path_factory.mktemp("spm-gguf")

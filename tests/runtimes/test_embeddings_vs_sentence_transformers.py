@@ -20,7 +20,7 @@ from sentence_transformers import SentenceTransformer
 from edgeopt.bundle import load_bundle
 from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
-from runtimes import load_embedding_runtime
+from edgeopt.runtimes import load_embedding_runtime
 from tests.fixtures.onnx_bundles import encoder_bundle
 from tests.fixtures.tiny_encoder import ST_MAX_SEQ_LENGTH, build_tiny_encoder
 

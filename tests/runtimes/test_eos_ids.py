@@ -8,8 +8,8 @@ from pathlib import Path
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
-from runtimes.bundle_tokenizer import BundleTokenizer, eos_token_ids
-from runtimes.torch.loading import runtime_info
+from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer, eos_token_ids
+from edgeopt.runtimes.torch.loading import runtime_info
 
 VOCAB = {"a": 0, "<|endoftext|>": 1, "<|im_end|>": 2, "<|eot_id|>": 3, "<unk>": 4}
 

@@ -16,8 +16,8 @@ import pytest
 from edgeopt.bundle import load_bundle
 from edgeopt.engine.grammar import JSON_LAYOUT, GrammarCompiler, GrammarSpec
 from edgeopt.engine.grammar_vocab import grammar_tokenizer
-from runtimes import load_runtime
-from runtimes.llama_cpp import load_gguf
+from edgeopt.runtimes import load_runtime
+from edgeopt.runtimes.llama_cpp import load_gguf
 
 # llguidance.llamacpp still calls llama_token_get_attr, which llama-cpp-python marks deprecated.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -16,8 +16,8 @@ import pytest
 
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
 from edgeopt.errors import BackendError, ConfigError
-from runtimes.base import StepInput
-from runtimes.llama_cpp import LlamaCppRuntime, load, load_gguf
+from edgeopt.runtimes.base import StepInput
+from edgeopt.runtimes.llama_cpp import LlamaCppRuntime, load, load_gguf
 from tests.engine.helpers import generate_all, run_engine
 
 LOGIT_TOLERANCE = 2e-2
@@ -171,7 +171,7 @@ def test_tokenizer_matches_the_hf_tokenizer_and_streams_bytes(gguf_path: Path, t
 def test_cuda_profile_offloads_every_layer_and_matches_cpu_logits(gguf_path: Path) -> None:
     import llama_cpp
 
-    from profiles import load_profile
+    from edgeopt.profiles import load_profile
 
     assert llama_cpp.llama_supports_gpu_offload(), "this llama-cpp-python build has no GPU backend"
     prompt_text = TEXTS[2]
@@ -191,7 +191,7 @@ def test_cuda_profile_offloads_every_layer_and_matches_cpu_logits(gguf_path: Pat
 def test_the_raw_benchmark_decodes_through_the_public_decode_only(gguf_path: Path) -> None:
     """runtimes/llama_cpp/bench.py measures llama.cpp's ceiling through ``decode_only``, not the runtime's
     private context and batch: the same cells fill as with ``step``, and the figure counts every token."""
-    from runtimes.llama_cpp.bench import raw_batched_decode
+    from edgeopt.runtimes.llama_cpp.bench import raw_batched_decode
 
     runtime = open_runtime(gguf_path, kv=256, slots=2)
     try:

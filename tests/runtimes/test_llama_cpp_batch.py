@@ -1,11 +1,11 @@
-"""runtimes.llama_cpp.batch: the llama_batch the runtime fills, decode tokens and prompt chunks mixed."""
+"""edgeopt.runtimes.llama_cpp.batch: the llama_batch the runtime fills, decode tokens and prompt chunks mixed."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from runtimes.base import StepInput
-from runtimes.llama_cpp.batch import NumpyBatch
+from edgeopt.runtimes.base import StepInput
+from edgeopt.runtimes.llama_cpp.batch import NumpyBatch
 
 
 def test_fill_lays_decode_tokens_and_chunks_back_to_back_with_their_logits_flags() -> None:

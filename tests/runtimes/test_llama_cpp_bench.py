@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
-from runtimes.llama_cpp import load_gguf
-from runtimes.llama_cpp.bench import raw_batched_decode
+from edgeopt.runtimes.llama_cpp import load_gguf
+from edgeopt.runtimes.llama_cpp.bench import raw_batched_decode
 
 pytestmark = pytest.mark.slow
 THREADS = int(os.environ.get("EDGEOPT_BENCH_THREADS", "2"))
@@ -38,7 +38,7 @@ def bench_model_dir(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir
 
 
 def export(model_dir: Path, out_dir: Path, quant: str) -> Path:
-    from exporters.gguf.exporter import GGUFExporter
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
 
     return out_dir / GGUFExporter().export(model_dir, out_dir, quant, {"threads": THREADS}).model_file
 

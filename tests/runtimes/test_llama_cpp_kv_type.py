@@ -13,9 +13,9 @@ from edgeopt.errors import ConfigError
 from edgeopt.eval_metrics import mean_kl
 from edgeopt.sizing.kv_types import kv_element_bytes
 from edgeopt.sizing.budget import kv_bytes_per_token
-from runtimes.base import StepInput
+from edgeopt.runtimes.base import StepInput
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
-from runtimes.llama_cpp import LlamaCppRuntime, load_gguf
+from edgeopt.runtimes.llama_cpp import LlamaCppRuntime, load_gguf
 from tests.engine.helpers import generate_all, run_engine
 from tests.fixtures.demo_gguf import optimize_demo_gguf
 from tests.runtimes.test_llama_cpp import TEXTS, assert_same_greedy, greedy_alone

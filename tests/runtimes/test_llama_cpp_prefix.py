@@ -14,8 +14,8 @@ import pytest
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
 from edgeopt.engine.prefix_tree import common_prefix_length
 from edgeopt.errors import BackendError
-from runtimes.base import StepInput
-from runtimes.llama_cpp import LlamaCppRuntime, load_gguf
+from edgeopt.runtimes.base import StepInput
+from edgeopt.runtimes.llama_cpp import LlamaCppRuntime, load_gguf
 from tests.engine.helpers import generate_all, run_engine
 from tests.runtimes.test_llama_cpp import LOGIT_TOLERANCE, THREADS, assert_same_greedy, greedy_alone
 

@@ -16,7 +16,7 @@ import pytest
 
 from edgeopt.engine import Engine, RequestOutput, SamplingParams, engine_config_for
 from edgeopt.engine.grammar import GrammarCompiler, GrammarSpec
-from runtimes.llama_cpp import LlamaCppRuntime, load_gguf
+from edgeopt.runtimes.llama_cpp import LlamaCppRuntime, load_gguf
 from tests.engine.helpers import run_engine
 from tests.runtimes.test_llama_cpp import LOGIT_TOLERANCE, THREADS, assert_same_greedy, greedy_alone
 

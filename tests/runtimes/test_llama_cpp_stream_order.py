@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtimes.base import StepInput
-from runtimes.llama_cpp import LlamaCppRuntime, load_gguf
-from runtimes.llama_cpp.stream_order import PAD_TOKEN, hole_moves, lay_out
+from edgeopt.runtimes.base import StepInput
+from edgeopt.runtimes.llama_cpp import LlamaCppRuntime, load_gguf
+from edgeopt.runtimes.llama_cpp.stream_order import PAD_TOKEN, hole_moves, lay_out
 from tests.runtimes.test_llama_cpp import LOGIT_TOLERANCE, THREADS
 from tests.runtimes.test_llama_cpp_prefix import prompt_ids
 

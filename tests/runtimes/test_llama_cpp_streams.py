@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from edgeopt.errors import ConfigError
-from runtimes.base import StepInput
-from runtimes.llama_cpp import STREAM_ALIGN, LlamaCppRuntime, load_gguf, stream_layout
+from edgeopt.runtimes.base import StepInput
+from edgeopt.runtimes.llama_cpp import STREAM_ALIGN, LlamaCppRuntime, load_gguf, stream_layout
 from tests.runtimes.test_llama_cpp import LOGIT_TOLERANCE, THREADS, assert_same_greedy, greedy_alone
 from tests.runtimes.test_llama_cpp_prefix import (check_shared_prefix_logits, prompt_ids, run_conversations,
                                                   shared_system)

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from profiles import load_profile
-from profiles.host import OtherCpuLoad, usable_cpus
-from runtimes.base import StepInput
-from runtimes.llama_cpp import load_gguf, max_default_threads
-from runtimes.llama_cpp import threads as threads_module
-from runtimes.llama_cpp.threads import ThreadGovernor, threads_for
+from edgeopt.profiles import load_profile
+from edgeopt.profiles.host import OtherCpuLoad, usable_cpus
+from edgeopt.runtimes.base import StepInput
+from edgeopt.runtimes.llama_cpp import load_gguf, max_default_threads
+from edgeopt.runtimes.llama_cpp import threads as threads_module
+from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor, threads_for
 
 
 class FixedLoad:

@@ -21,9 +21,9 @@ from edgeopt.engine import Engine, SamplingParams
 from edgeopt.engine.api import TokenLogprob
 from edgeopt.engine.engine_config import engine_config_for
 from edgeopt.engine.logprobs import log_softmax
-from runtimes import load_runtime
-from runtimes.base import Runtime, StepInput
-from runtimes.llama_cpp import load_gguf
+from edgeopt.runtimes import load_runtime
+from edgeopt.runtimes.base import Runtime, StepInput
+from edgeopt.runtimes.llama_cpp import load_gguf
 from tests.engine.helpers import run_engine
 
 TOLERANCE = 1e-4

@@ -7,9 +7,9 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import BackendError, ConfigError
-from runtimes import load_runtime
-from runtimes.base import StepInput
-from runtimes.bundle_tokenizer import BundleTokenizer, byte_level_decoder_table
+from edgeopt.runtimes import load_runtime
+from edgeopt.runtimes.base import StepInput
+from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer, byte_level_decoder_table
 from tests.fixtures.import_probe import banned_modules_after
 
 
@@ -157,7 +157,7 @@ def test_unknown_provider_and_bad_context_are_clear_errors(onnx_fp32_bundle):
 
 
 def test_serving_path_does_not_import_torch(onnx_fp32_bundle):
-    code = ("from edgeopt.bundle import load_bundle; from runtimes import load_runtime; "
+    code = ("from edgeopt.bundle import load_bundle; from edgeopt.runtimes import load_runtime; "
             f"b = {str(onnx_fp32_bundle)!r}; rt = load_runtime('onnxruntime', b, load_bundle(b), threads=1); "
             "import edgeopt.server.embeddings")
     assert banned_modules_after(code, must_load=("onnxruntime", "edgeopt.server.embeddings")) == []

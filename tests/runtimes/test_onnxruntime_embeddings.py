@@ -13,7 +13,7 @@ from edgeopt.bundle import load_bundle
 from edgeopt.server.app import create_app
 
 from edgeopt.server.state import ServedModel, ServerSettings
-from runtimes import load_embedding_runtime
+from edgeopt.runtimes import load_embedding_runtime
 
 
 @pytest.fixture()

@@ -9,8 +9,8 @@ import pytest
 from edgeopt.bundle import load_bundle
 from edgeopt.engine import Engine, EngineConfig, SamplingParams
 from edgeopt.errors import BackendError
-from runtimes import load_runtime
-from runtimes.base import StepInput
+from edgeopt.runtimes import load_runtime
+from edgeopt.runtimes.base import StepInput
 from tests.engine.helpers import generate_all, run_engine
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)

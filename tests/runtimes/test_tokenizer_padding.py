@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from runtimes.bundle_tokenizer import BundleTokenizer, open_tokenizer
+from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer, open_tokenizer
 from tests.fixtures.encoder_tokenizers import FIXED_PADDING, build_encoder_tokenizer
 
 LONG = "The collections module provides specialized container datatypes such as deque and Counter. " * 12

@@ -19,7 +19,7 @@ from edgeopt.bundle import load_bundle
 from edgeopt.engine.api import EngineConfig, SamplingParams
 from edgeopt.errors import RequestError
 from edgeopt.paged_batching import engine_for, paged_compat
-from runtimes.torch.paged import load_paged_runtime
+from edgeopt.runtimes.torch.paged import load_paged_runtime
 from tests.runtimes.torch_bundles import make_torch_bundle
 
 pytestmark = pytest.mark.timeout(300)

@@ -9,8 +9,8 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import BackendError
-from runtimes import load_runtime
-from runtimes.base import StepInput
+from edgeopt.runtimes import load_runtime
+from edgeopt.runtimes.base import StepInput
 from tests.fixtures.parity import parity_ids
 from tests.runtimes.torch_bundles import make_torch_bundle
 
@@ -41,7 +41,7 @@ def test_cpu_runtime_applies_attention_soft_capping(gemma2_torch_bundle: Path, t
 
 
 def test_paged_cuda_engine_refuses_soft_capped_models(gemma2_torch_bundle: Path) -> None:
-    from runtimes.torch.paged import load_paged_runtime
+    from edgeopt.runtimes.torch.paged import load_paged_runtime
 
     with pytest.raises(BackendError) as refused:  # before any CUDA work: this runs on CPU-only machines
         load_paged_runtime(gemma2_torch_bundle, load_bundle(gemma2_torch_bundle), dtype="auto",

@@ -9,8 +9,8 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import BackendError, ConfigError
-from runtimes import load_runtime
-from runtimes.base import StepInput
+from edgeopt.runtimes import load_runtime
+from edgeopt.runtimes.base import StepInput
 from tests.runtimes.torch_bundles import make_torch_bundle, reference_logits
 
 ATOL = 2e-4  # float32 on CPU: batched/padded attention reorders sums, nothing more

@@ -24,8 +24,8 @@ from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.server.request_prep import chat_prompt_ids
 from edgeopt.server.schemas import ChatCompletionRequest
 from edgeopt.server.state import ServedModel
-from runtimes.llama_cpp import load_gguf
-from runtimes.bundle_tokenizer import BundleTokenizer
+from edgeopt.runtimes.llama_cpp import load_gguf
+from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 from tests.fixtures.big_vocab import write_big_bpe_tokenizer
 from tests.server.conftest import MODEL
 from tests.server.gguf_bundle import make_gguf_bundle, serve_bundle_live

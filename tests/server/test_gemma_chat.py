@@ -50,8 +50,8 @@ def test_end_of_turn_ends_generation_in_the_gguf(variant: str, tiny_gemma_factor
     """The served runtime stops on <end_of_turn> (the turn end the template writes), as on <eos>."""
     import llama_cpp
 
-    from exporters.gguf.exporter import GGUFExporter
-    from runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
+    from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
     model_dir = tiny_gemma_factory(variant)
     result = GGUFExporter().export(model_dir, tmp_path, "F16", {})

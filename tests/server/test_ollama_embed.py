@@ -11,7 +11,7 @@ import pytest
 from edgeopt.bundle import load_bundle
 from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
-from runtimes import load_embedding_runtime
+from edgeopt.runtimes import load_embedding_runtime
 from tests.server.live import start_live_server
 
 pytestmark = pytest.mark.timeout(120)

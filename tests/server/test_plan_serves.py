@@ -75,6 +75,6 @@ def test_a_plan_that_fits_also_serves(toml: str, pool_bytes: int, concurrency: i
 
 
 def _profile(path: Path):  # noqa: ANN202 - a DeviceProfile
-    from profiles import load_profile
+    from edgeopt.profiles import load_profile
 
     return load_profile(str(path))

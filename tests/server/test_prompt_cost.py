@@ -124,7 +124,7 @@ def test_health_answers_while_embedding_inputs_are_tokenized(encoder_fp32_bundle
     from edgeopt.bundle import load_bundle
     from edgeopt.server.app import create_app
     from edgeopt.server.state import ServedModel, ServerSettings
-    from runtimes import load_embedding_runtime
+    from edgeopt.runtimes import load_embedding_runtime
     from tests.server.live import start_live_server
 
     runtime = load_embedding_runtime("onnxruntime", encoder_fp32_bundle, load_bundle(encoder_fp32_bundle), threads=1)

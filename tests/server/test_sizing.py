@@ -51,7 +51,7 @@ def test_a_151k_vocabulary_gguf_is_sized_from_the_manifest_and_loaded_once(big_v
 def test_a_bundle_without_recorded_kv_facts_is_sized_from_its_config_json(tiny_gguf_factory, tiny_model_factory,
                                                                           tmp_path: Path):
     """Bundles written before the manifest recorded kv_bytes_per_token agree with llama.cpp's own reading."""
-    from runtimes.llama_cpp.model import load_model, model_facts
+    from edgeopt.runtimes.llama_cpp.model import load_model, model_facts
 
     gguf_path = tiny_gguf_factory("qwen3", "F16")  # explicit head_dim (16) != hidden / heads
     bundle = make_gguf_bundle(gguf_path, tiny_model_factory("qwen3"), tmp_path / "old")

@@ -15,7 +15,7 @@ from edgeopt.server.chat_tokens import chat_prompt_pieces
 from edgeopt.server.request_prep import template_variables
 from edgeopt.server.schemas import ChatCompletionRequest
 from edgeopt.server.tool_request import plan_tools
-from runtimes.control_text import ControlTextFinder
+from edgeopt.runtimes.control_text import ControlTextFinder
 from tests.exporters.reference_converter import reference_chat_template
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",

@@ -7,7 +7,7 @@ import logging
 from edgeopt.engine.scheduler import Speculation
 from edgeopt.engine.speculation.controller import SpeculationController
 from edgeopt.errors import ConfigError
-from runtimes.base import Runtime
+from edgeopt.runtimes.base import Runtime
 
 log = logging.getLogger(__name__)
 
