@@ -61,6 +61,12 @@ class GeneratedText:
         """How the manifest names the calibration text."""
         return f"generated: {self.tokens} tokens from {self.prompts} seed prompts"
 
+    def facts(self) -> dict[str, Any]:
+        """What a manifest records about the text (beside the token counts the caller adds)."""
+        return {"source": self.source, "tokens_sha256": self.sha256(),
+                "generated": {"seed": self.seed, "temperature": self.temperature, "min_p": self.min_p,
+                              "prompts": self.prompts, "seconds": self.seconds}}
+
     def sha256(self) -> str:
         """Hash of the token ids (int32, chunk after chunk): identifies the calibration text."""
         digest = hashlib.sha256()

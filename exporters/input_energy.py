@@ -48,6 +48,28 @@ def chunks(ids: list[int], bos: int | None, chunk_size: int = CHUNK_SIZE, max_ch
     return [[bos, *c[1:]] if bos is not None else c for c in out]
 
 
+def chunk_size_for(model_dir: Path) -> int:
+    """The chunk a model's calibration text is cut into: CHUNK_SIZE, or the model's whole context when shorter."""
+    from edgeopt.model_spec import load_model_spec
+
+    return min(CHUNK_SIZE, load_model_spec(str(model_dir)).max_position_embeddings)
+
+
+def text_file_chunks(model_dir: Path, text_path: Path, max_chunks: int, use: str) -> list[list[int]]:
+    """``--calibration-data``'s text read, tokenized and cut into chunks; refused, naming ``use`` (what the chunks
+    are for), when it gives no chunk."""
+    from edgeopt.errors import ConfigError
+    from edgeopt.textfile import read_text_file
+
+    text = read_text_file(text_path, "calibration data", "--calibration-data", ConfigError)
+    ids, bos = tokenize_text(model_dir, text)
+    token_chunks = chunks(ids, bos, chunk_size_for(model_dir), max_chunks=max_chunks)
+    if not token_chunks:
+        raise ConfigError(f"calibration data {text_path} gives {len(ids)} tokens, too few {use}",
+                          "give a text of at least a few thousand words like what the model will see")
+    return token_chunks
+
+
 @dataclass(frozen=True)
 class InputEnergy:
     """Per linear module (HF name, ``model.layers.3.mlp.down_proj``): the sum over tokens of its input squared,

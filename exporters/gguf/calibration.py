@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeopt.errors import ConfigError
 from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
 from edgeopt.exporters.gguf.quant_types import FILE_TYPES, MIX
 from edgeopt.exporters.generated_text import self_calibrates
@@ -60,13 +59,6 @@ def export_imatrix(model_dir: Path, gguf: Path, out_dir: Path, quant: str, optio
     return None
 
 
-def _chunk_size(model_dir: Path) -> int:
-    from edgeopt.model_spec import load_model_spec
-    from edgeopt.exporters.input_energy import CHUNK_SIZE
-
-    return min(CHUNK_SIZE, load_model_spec(str(model_dir)).max_position_embeddings)
-
-
 def _store(matrix: ImportanceMatrix, out_dir: Path, token_chunks: list[list[int]], facts: dict[str, Any]) -> dict[str, Any]:
     """Write ``out_dir/imatrix.gguf``; the manifest facts describing it."""
     from edgeopt.bundle import sha256_file
@@ -82,18 +74,12 @@ def compute_imatrix(model_dir: Path, out_dir: Path, options: dict[str, Any],
                     report: Callable[[str], None] = lambda _m: None) -> Calibration:
     """The matrix of ``options['calibration_data']``; writes ``out_dir/imatrix.gguf``."""
     from edgeopt.bundle import sha256_file
-    from edgeopt.textfile import read_text_file
     from edgeopt.exporters.gguf.imatrix_collect import collect_imatrix
-    from edgeopt.exporters.input_energy import chunks, tokenize_text
+    from edgeopt.exporters.input_energy import text_file_chunks
 
     text_path = Path(options["calibration_data"])
-    text = read_text_file(text_path, "calibration data", "--calibration-data", ConfigError)
-    ids, bos = tokenize_text(model_dir, text)
-    token_chunks = chunks(ids, bos, _chunk_size(model_dir),
-                          max_chunks=int(options.get("calibration_chunks") or DEFAULT_CHUNKS))
-    if not token_chunks:
-        raise ConfigError(f"calibration data {text_path} gives {len(ids)} tokens, too few for an importance matrix",
-                          "give a text of at least a few thousand words like what the model will see")
+    token_chunks = text_file_chunks(model_dir, text_path, int(options.get("calibration_chunks") or DEFAULT_CHUNKS),
+                                    "for an importance matrix")
     source = options.get("calibration_source") or text_path.name
     matrix = collect_imatrix(model_dir, token_chunks, [source], report)
     facts = {"source": source, "text_sha256": options.get("calibration_sha256") or sha256_file(text_path)}
@@ -105,15 +91,13 @@ def generated_imatrix(model_dir: Path, gguf: Path, out_dir: Path, options: dict[
     """The matrix of text sampled from ``gguf`` (exporters/gguf/self_calibration.py)."""
     from edgeopt.exporters.gguf.imatrix_collect import collect_imatrix
     from edgeopt.exporters.gguf.self_calibration import DEFAULT_CHUNKS as GENERATED_CHUNKS
+    from edgeopt.exporters.input_energy import chunk_size_for
     from edgeopt.exporters.gguf.self_calibration import generate_calibration
 
     # options["threads"] is the quantizer's. Decoding always follows the load (threads=None): llama.cpp's
     # threads spin at a barrier per operation, and 2 fixed threads beside a busy neighbour took 170 s for
     # what the cores left free did in 7 s (runtimes/llama_cpp/threads.py).
     text = generate_calibration(gguf, chunks=int(options.get("calibration_chunks") or GENERATED_CHUNKS),
-                                chunk_size=_chunk_size(model_dir), threads=None, report=report)
+                                chunk_size=chunk_size_for(model_dir), threads=None, report=report)
     matrix = collect_imatrix(model_dir, text.chunks, [text.source], report)
-    facts = {"source": text.source, "tokens_sha256": text.sha256(),
-             "generated": {"seed": text.seed, "temperature": text.temperature, "min_p": text.min_p,
-                           "prompts": text.prompts, "seconds": text.seconds}}
-    return Calibration(matrix, _store(matrix, out_dir, text.chunks, facts), text.chunks)
+    return Calibration(matrix, _store(matrix, out_dir, text.chunks, text.facts()), text.chunks)

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeopt.errors import ConfigError
 from edgeopt.exporters.generated_text import DEFAULT_CHUNKS as GENERATED_CHUNKS
 from edgeopt.exporters.generated_text import self_calibrates
-from edgeopt.exporters.input_energy import CHUNK_SIZE, InputEnergy, chunks, collect_input_energy, tokenize_text
+from edgeopt.exporters.input_energy import InputEnergy, chunk_size_for, collect_input_energy, text_file_chunks
 
 TEXT_CHUNKS = 32  # chunks of --calibration-data used: the GGUF importance matrix's default (16k tokens)
 
@@ -29,47 +28,32 @@ class Int4Calibration:
 def int4_calibration(model_dir: Path, fp32: Path, options: dict[str, Any],
                      report: Callable[[str], None] = lambda _m: None) -> Int4Calibration | None:
     """The statistics of the calibration text (or of generated text), or None with ``--no-self-calibration``."""
-    from edgeopt.model_spec import load_model_spec
-
-    chunk_size = min(CHUNK_SIZE, load_model_spec(str(model_dir)).max_position_embeddings)
     if options.get("calibration_data") is not None:
-        return _from_text(model_dir, Path(options["calibration_data"]), chunk_size,
+        return _from_text(model_dir, Path(options["calibration_data"]),
                           int(options.get("calibration_chunks") or TEXT_CHUNKS), report)
     if not self_calibrates(options):
         return None
-    return _generated(model_dir, fp32, chunk_size, int(options.get("calibration_chunks") or GENERATED_CHUNKS), report)
+    return _generated(model_dir, fp32, int(options.get("calibration_chunks") or GENERATED_CHUNKS), report)
 
 
-def _from_text(model_dir: Path, text_path: Path, chunk_size: int, max_chunks: int,
-               report: Callable[[str], None]) -> Int4Calibration:
+def _from_text(model_dir: Path, text_path: Path, max_chunks: int, report: Callable[[str], None]) -> Int4Calibration:
     from edgeopt.bundle import sha256_file
-    from edgeopt.textfile import read_text_file
 
-    text = read_text_file(text_path, "calibration data", "--calibration-data", ConfigError)
-    ids, bos = tokenize_text(model_dir, text)
-    token_chunks = chunks(ids, bos, chunk_size, max_chunks=max_chunks)
-    if not token_chunks:
-        raise ConfigError(f"calibration data {text_path} gives {len(ids)} tokens, too few to weigh INT4 blocks",
-                          "give a text of at least a few thousand words like what the model will see")
+    token_chunks = text_file_chunks(model_dir, text_path, max_chunks, "to weigh INT4 blocks")
     energy = collect_input_energy(model_dir, token_chunks, report)
     return Int4Calibration(energy, {"source": text_path.name, "text_sha256": sha256_file(text_path),
                                     "tokens": sum(len(c) for c in token_chunks), "chunks": len(token_chunks)})
 
 
-def _generated(model_dir: Path, fp32: Path, chunk_size: int, count: int,
-               report: Callable[[str], None]) -> Int4Calibration:
+def _generated(model_dir: Path, fp32: Path, count: int, report: Callable[[str], None]) -> Int4Calibration:
     from edgeopt.exporters.generated_text import MAX_PARALLEL, sample_text
     from edgeopt.runtimes.onnxruntime import open_decoder
 
-    parallel = min(count, MAX_PARALLEL)
+    parallel, chunk_size = min(count, MAX_PARALLEL), chunk_size_for(model_dir)
     runtime = open_decoder(fp32, model_dir, max_slots=parallel, context_length=chunk_size)
     try:
         text = sample_text(runtime, count, chunk_size, parallel, report=report)
     finally:
         runtime.close()
     energy = collect_input_energy(model_dir, text.chunks, report)
-    return Int4Calibration(energy, {"source": text.source, "tokens_sha256": text.sha256(), "tokens": text.tokens,
-                                    "chunks": len(text.chunks),
-                                    "generated": {"seed": text.seed, "temperature": text.temperature,
-                                                  "min_p": text.min_p, "prompts": text.prompts,
-                                                  "seconds": text.seconds}})
+    return Int4Calibration(energy, {**text.facts(), "tokens": text.tokens, "chunks": len(text.chunks)})

@@ -29,8 +29,8 @@ def float_weights(model: Any, skip: set[str]) -> dict[str, np.ndarray]:
 def module_of(node_name: str) -> str:
     """The HF module an optimum node belongs to: ``/model/layers.0/mlp/up_proj/MatMul_Q4`` ->
     ``model.layers.0.mlp.up_proj`` (optimum names nodes after modules, fusion keeps MatMul names)."""
-    path = node_name.strip("/").rsplit("/", 1)[0] if "/" in node_name.strip("/") else node_name
-    return path.replace("/", ".")
+    parts = node_name.strip("/").split("/")
+    return ".".join(parts[:-1]) if len(parts) > 1 else node_name
 
 
 def weigh_int4_blocks(model: Any, weights: dict[str, np.ndarray], energy: InputEnergy | None,
