@@ -102,8 +102,8 @@ def _original_embeddings(model_dir: Path, token_ids: list[list[int]], threads: i
     """The original checkpoint with the pooling of its own sentence-transformers configuration."""
     import torch
 
-    from edgeopt.exporters.onnx.encoder import torch_embeddings
-    from edgeopt.runtimes.onnxruntime.pooling import read_sentence_transformers_pooling
+    from edgeopt.reference_embeddings import torch_embeddings
+    from edgeopt.pooling import read_sentence_transformers_pooling
 
     torch.set_num_threads(threads)
     return torch_embeddings(model_dir, token_ids, read_sentence_transformers_pooling(model_dir), BATCH)

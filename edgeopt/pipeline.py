@@ -16,6 +16,7 @@ from typing import Any
 
 from edgeopt.bundle import Manifest, PassRecord, content_hash, staged_bundle, write_manifest
 from edgeopt.cache import cache_root, cached_step, step_key
+from edgeopt.export_options import check_export_options
 from edgeopt.errors import ConfigError, OutputExistsError, UnsupportedArchitectureError
 from edgeopt import backends
 from edgeopt.sizing.budget import kv_bytes_per_token
@@ -101,10 +102,7 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     else:
         chosen = require_fit(plan)
     quant = chosen.quant
-    _check_calibration_use(fmt, quant, opts.export_options)
-    from edgeopt.exporters import get_exporter
-
-    get_exporter(fmt).check_options(quant, opts.export_options)
+    check_export_options(fmt, quant, opts.export_options)
     name = Path(opts.model.rstrip("/")).name
     output = opts.output or Path(f"{name}-{profile.name}-{quant.lower()}")
     if output.exists() and not opts.force and not opts.dry_run:
@@ -127,24 +125,6 @@ def sized_quant(fmt: str, asked_quant: str | None, size_bytes: int) -> str:
         raise ConfigError(f"{size} chooses every tensor's type itself; it cannot be combined with --quant {asked_quant}",
                           f"drop --quant (or pass --quant {sized}), or drop --size")
     return sized
-
-
-def _check_calibration_use(fmt: str, quant: str, export_options: dict[str, Any]) -> None:
-    """--calibration-data and --no-self-calibration are refused, before any work, where the chosen format and
-    quant would not use calibration text."""
-    from edgeopt.exporters import get_exporter
-
-    data = export_options.get("calibration_data")
-    reason = get_exporter(fmt).calibration_refusal(quant)
-    if export_options.get("self_calibration") is False and reason:
-        raise ConfigError(f"--no-self-calibration changes nothing with --format {fmt} --quant {quant}: {reason}",
-                          "drop --no-self-calibration")
-    if data is None:
-        return
-    if reason:
-        raise ConfigError(f"--calibration-data {data} cannot be used with --format {fmt} --quant {quant}: {reason}",
-                          "drop --calibration-data, or choose a quant that uses it (gguf Q4_K_M, IQ4_XS, ...; "
-                          "onnx int8-static)")
 
 
 def _check_encoder_options(spec: ModelSpec, fmt: str, opts: OptimizeOptions) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from edgeopt.errors import ConfigError
@@ -32,6 +33,9 @@ class Exporter:
     # Set or bump when the exporter's output changes, so cached exports made by older code are not reused
     # (None keeps the cache keys of exporters that never changed).
     cache_version: ClassVar[int | None] = None
+    # The export options this exporter reads, each with the quants that read it (None: every quant). The
+    # pipeline refuses any other option before work (edgeopt.export_options), so none is silently ignored.
+    options: ClassVar[Mapping[str, tuple[str, ...] | None]] = {}
     registry: ClassVar[dict[str, type[Exporter]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

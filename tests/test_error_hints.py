@@ -24,6 +24,7 @@ SERVE = ("serve", "bench serve")  # `bench serve` starts the same server
 ROOMS = (
     ("edgeopt/server/", SERVE), ("edgeopt/engine/", SERVE), ("runtimes/", SERVE),
     ("exporters/", ("optimize",)), ("edgeopt/passes/", ("optimize",)), ("edgeopt/pipeline.py", ("optimize",)),
+    ("edgeopt/export_options.py", ("optimize",)),
     ("edgeopt/sizing/", ("plan", "optimize", *SERVE)), ("edgeopt/plan", ("plan", "optimize")),
     ("edgeopt/evaluate", ("eval", "optimize")), ("edgeopt/commands/serve_cmd.py", ("serve",)),
     ("edgeopt/commands/optimize_cmd.py", ("optimize",)), ("edgeopt/commands/plan_cmd.py", ("plan",)),

@@ -11,10 +11,9 @@ from edgeopt import backends
 from edgeopt.byte_sizes import parse_size
 from edgeopt.cli_options import Concurrency, Context, KvType, ModelArg, Target
 from edgeopt.commands.plan_cmd import print_plan
+from edgeopt.export_options import export_options
 from edgeopt.passes.options import compression_passes
 from edgeopt.pipeline import OptimizeOptions, check_format, resolve, run_optimize
-from edgeopt.exporters.gguf.options import gguf_export_options
-from edgeopt.exporters.onnx.options import onnx_export_options
 
 
 def show_llama_log() -> None:
@@ -68,10 +67,12 @@ def optimize(
                            dry_run=dry_run, fit=fit, accept_quality_loss=accept_quality_loss,
                            passes=compression_passes(prune, prune_heads, prune_mlp, prune_layers, distil, distil_data,
                                                      distil_steps, fit),
-                           export_options=onnx_export_options(calibration_data, calibration_method, int4_block_size,
-                                                              keep_fp, int8_method, int4_mix, int4_algorithm)
-                           | gguf_export_options(parse_size(size, "--size") if size is not None else None,
-                                                 self_calibration))
+                           export_options=export_options(
+                               calibration_data=calibration_data, calibration_method=calibration_method,
+                               int4_block_size=int4_block_size, int8_method=int8_method, int4_mix=int4_mix,
+                               int4_algorithm=int4_algorithm, keep_fp=keep_fp,
+                               size_bytes=parse_size(size, "--size") if size is not None else None,
+                               self_calibration=self_calibration))
     resolved = resolve(opts)
     print_plan(resolved.plan, resolved.source_parameters)
     if resolved.fit_ratio is not None:

@@ -119,7 +119,10 @@ class PrefixCache(ABC):
 
     @abstractmethod
     def _recount(self) -> None:
-        """Set ``cells`` and ``evictable`` from the tree."""
+        """Set ``cells`` and ``evictable`` from the tree. A walk of the whole tree, on purpose: it holds at
+        most two nodes per cache id, and a walk costs 11 us at serve's default 16 ids and 83 us at 240
+        (AMD EPYC), against decode steps of milliseconds; counting at every split, pin and eviction
+        instead would spread one invariant over every tree operation."""
 
     # --- counting lookups --------------------------------------------------------------------------
 

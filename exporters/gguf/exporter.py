@@ -35,6 +35,8 @@ class GGUFExporter(Exporter):
     # 3: without calibration text, types that use a matrix get one from text the model writes itself;
     # --quant MIX (per-tensor types by measured sensitivity)
     cache_version = 3
+    options = {"calibration_data": None, "calibration_sha256": None, "calibration_chunks": None,
+               "calibration_source": None, "self_calibration": None, "mix_size_bytes": (MIX,), "threads": None}
 
     def calibration_refusal(self, quant: str) -> str | None:
         return calibration_refusal(quant)

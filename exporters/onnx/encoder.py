@@ -15,8 +15,8 @@ import numpy as np
 
 from edgeopt.errors import ExportError
 from edgeopt.eval_metrics import min_cosine
-from edgeopt.runtimes.onnxruntime.encoder import pad_batch
-from edgeopt.runtimes.onnxruntime.pooling import PoolingConfig, pool
+from edgeopt.pooling import PoolingConfig, pad_batch, pool
+from edgeopt.reference_embeddings import torch_embeddings
 
 FP32_COSINE_LIMIT = 0.9999
 PROBE_SENTENCES = (
@@ -32,24 +32,6 @@ def probe_ids(model_dir: Path) -> list[list[int]]:
     from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 
     return BundleTokenizer(model_dir / "tokenizer.json").encode_batch(list(PROBE_SENTENCES))
-
-
-def torch_embeddings(model_dir: Path, token_ids: list[list[int]], pooling: PoolingConfig,
-                     batch_size: int = 16) -> np.ndarray:
-    """The checkpoint's own sentence embeddings (transformers, fp32), in padded batches of batch_size."""
-    import torch
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32)
-    model.eval()
-    pad = model.config.pad_token_id or 0  # RoBERTa derives positions from it
-    rows = []
-    for start in range(0, len(token_ids), batch_size):
-        ids, mask = pad_batch(token_ids[start:start + batch_size], pad)
-        with torch.no_grad():
-            hidden = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state
-        rows.append(pool(hidden.numpy(), mask, pooling))
-    return np.concatenate(rows)
 
 
 def onnx_embeddings(onnx_path: Path, token_ids: list[list[int]], pooling: PoolingConfig, pad_token_id: int,
@@ -90,7 +72,7 @@ def _pad_token_id(model_dir: Path) -> int:
 def encoder_input_limit(model_dir: Path) -> int:
     """The input limit the bundle's runtime will apply (edgeopt.model_spec.encoder_input_limit)."""
     from edgeopt.model_spec import encoder_input_limit as limit_of
-    from edgeopt.runtimes.onnxruntime.pooling import read_sentence_transformers_pooling
+    from edgeopt.pooling import read_sentence_transformers_pooling
 
     config = json.loads((model_dir / "config.json").read_text())
     return limit_of(config, read_sentence_transformers_pooling(model_dir).max_seq_length)

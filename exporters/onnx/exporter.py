@@ -30,6 +30,10 @@ class ONNXExporter(Exporter):
     # 5: INT4's blocks searched for, weighted by calibration text (--int4-algorithm weighted)
     # 6: a decoder's token embedding in 8 bits (GatherBlockQuantized) with weight-only INT8 and INT4
     cache_version = 6
+    options = {"calibration_data": None, "calibration_sha256": None, "calibration_chunks": None,
+               "self_calibration": None, "calibration_method": ("int8-static",), "int8_method": ("int8",),
+               "int4_block_size": ("int4",), "int4_mix": ("int4",), "int4_algorithm": ("int4",),
+               "int4_accuracy_level": ("int4",), "keep_fp": tuple(quant for quant in QUANTS if quant != "fp32")}
 
     def calibration_refusal(self, quant: str) -> str | None:
         if quant in ("int8-static", "int4"):
@@ -38,6 +42,12 @@ class ONNXExporter(Exporter):
                 "weighs its blocks by them)")
 
     def check_options(self, quant: str, options: dict[str, Any]) -> None:
+        for key, flag, valid in (("int8_method", "--int8-method", q.INT8_METHODS),
+                                 ("int4_mix", "--int4-mix", q.INT4_MIXES),
+                                 ("int4_algorithm", "--int4-algorithm", q.INT4_ALGORITHMS),
+                                 ("calibration_method", "--calibration-method", q.CALIBRATION_METHODS)):
+            if key in options and options[key] not in valid:
+                raise ConfigError(f"unknown {flag} {options[key]!r}", f"valid: {', '.join(valid)}")
         algorithm = options.get("int4_algorithm") or "weighted"
         if quant == "int4" and algorithm != "weighted" and ("calibration_data" in options
                                                             or options.get("self_calibration") is False):
@@ -52,19 +62,9 @@ class ONNXExporter(Exporter):
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         if quant not in self.quants:
             raise ConfigError(f"unknown ONNX quant {quant!r}", f"valid: {', '.join(self.quants)}")
+        self.check_options(quant, options)  # before the (slow) export
         model_dir, out_dir = Path(model_dir), Path(out_dir)
         kind = model_kind(model_dir)
-        if "int8_method" in options and quant != "int8":
-            raise ConfigError(f"--int8-method {options['int8_method']} applies to --quant int8, not {quant}",
-                              "drop --int8-method, or use --quant int8")
-        if quant == "int8":
-            int8_method(kind, options)  # refuse an unknown method before the (slow) export
-        if "int4_mix" in options and (quant != "int4" or options["int4_mix"] not in q.INT4_MIXES):
-            raise ConfigError(f"--int4-mix {options['int4_mix']} does not apply to --quant {quant}",
-                              f"--int4-mix takes {', '.join(q.INT4_MIXES)}, with --quant int4 only")
-        if "int4_algorithm" in options and (quant != "int4" or options["int4_algorithm"] not in q.INT4_ALGORITHMS):
-            raise ConfigError(f"--int4-algorithm {options['int4_algorithm']} does not apply to --quant {quant}",
-                              f"--int4-algorithm takes {', '.join(q.INT4_ALGORITHMS)}, with --quant int4 only")
         final_dir = out_dir / MODEL_SUBDIR
         with tempfile.TemporaryDirectory(prefix="edgeopt-onnx-") as tmp:
             fp32_dir = Path(tmp) / "fp32"
@@ -89,7 +89,7 @@ class ONNXExporter(Exporter):
 
 def _encoder_checks(model_dir: Path, fp32: Path, final_dir: Path) -> dict[str, Any]:
     from edgeopt.exporters.onnx.encoder import validate_encoder
-    from edgeopt.runtimes.onnxruntime.pooling import read_sentence_transformers_pooling, save_pooling
+    from edgeopt.pooling import read_sentence_transformers_pooling, save_pooling
 
     pooling = read_sentence_transformers_pooling(model_dir)
     final_dir.mkdir(parents=True, exist_ok=True)
@@ -100,10 +100,7 @@ def _encoder_checks(model_dir: Path, fp32: Path, final_dir: Path) -> dict[str, A
 def int8_method(kind: str, options: dict[str, Any]) -> str:
     """Decoders: weight-only (see exporters/onnx/quantize.py for why); encoders keep dynamic INT8,
     whose per-tensor activation scale their cosine checks accept (tests/bench/int8_settings_minilm.py)."""
-    method = options.get("int8_method") or ("weight-only" if kind == "causal-lm" else "dynamic")
-    if method not in q.INT8_METHODS:
-        raise ConfigError(f"unknown --int8-method {method!r}", f"valid: {', '.join(q.INT8_METHODS)}")
-    return method
+    return options.get("int8_method") or ("weight-only" if kind == "causal-lm" else "dynamic")
 
 
 def _uses_matmul_nbits(quant: str, kind: str, options: dict[str, Any]) -> bool:
@@ -123,7 +120,7 @@ def _quant_fidelity(kind: str, model_dir: Path, fp32: Path, quantized: Path, fin
     if kind == "causal-lm":
         return compare_with_fp32(fp32, quantized, model_dir / "tokenizer.json")
     from edgeopt.exporters.onnx.encoder import quantized_cosine
-    from edgeopt.runtimes.onnxruntime.pooling import load_pooling
+    from edgeopt.pooling import load_pooling
 
     return quantized_cosine(model_dir, fp32, quantized, load_pooling(final_dir))
 
@@ -169,9 +166,7 @@ def _static(fp32: Path, dst: Path, kind: str, model_dir: Path, preset: q.IsaPres
             options: dict[str, Any]) -> dict[str, Any]:
     from edgeopt.exporters.onnx import calibration as cal
 
-    method = options.get("calibration_method") or "minmax"
-    if method not in q.CALIBRATION_METHODS:  # fail before the (slow) calibration runs
-        raise ConfigError(f"unknown --calibration-method {method!r}", f"valid: {', '.join(q.CALIBRATION_METHODS)}")
+    method = options.get("calibration_method") or "minmax"  # a known one (check_options)
     data, tokenizer_json = options.get("calibration_data"), model_dir / "tokenizer.json"
     if kind == "causal-lm":
         reader = cal.decoder_reader(fp32, cal.read_calibration_ids(data, tokenizer_json))

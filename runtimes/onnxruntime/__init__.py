@@ -85,7 +85,7 @@ def _open(bundle_dir: Path, manifest: Manifest, threads: int | None, providers: 
 
 def _embedding_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, model_path: Path) -> EmbeddingRuntime:
     from edgeopt.runtimes.onnxruntime.encoder import OnnxEmbeddingRuntime
-    from edgeopt.runtimes.onnxruntime.pooling import load_pooling
+    from edgeopt.pooling import load_pooling
 
     pad = config.get("pad_token_id")
     pooling = load_pooling(model_path.parent)

@@ -14,19 +14,8 @@ import numpy as np
 
 from edgeopt.errors import BackendError, ContextOverflowError
 from edgeopt.runtimes.base import EmbeddingRuntime, RuntimeInfo
-from edgeopt.runtimes.onnxruntime.pooling import PoolingConfig, pool
+from edgeopt.pooling import PoolingConfig, pad_batch, pool
 from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
-
-
-def pad_batch(batch: list[list[int]], pad_token_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Right-padded int64 token ids and the matching attention mask (1 on real tokens)."""
-    longest = max(len(ids) for ids in batch)
-    ids = np.full((len(batch), longest), pad_token_id, dtype=np.int64)
-    mask = np.zeros((len(batch), longest), dtype=np.int64)
-    for row, seq in enumerate(batch):
-        ids[row, :len(seq)] = seq
-        mask[row, :len(seq)] = 1
-    return ids, mask
 
 
 class OnnxEmbeddingRuntime(EmbeddingRuntime):

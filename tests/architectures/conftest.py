@@ -53,7 +53,8 @@ def arch_bundle(tmp_path_factory: pytest.TempPathFactory, arch_dir) -> Callable[
         if key not in built:
             out = tmp_path_factory.mktemp(f"bundle-{name}-{fmt}") / f"{name}-{quant.lower()}"
             run_optimize(OptimizeOptions(model=str(arch_dir(name)), target="host", output=out, format=fmt,
-                                         quant=quant, context=256, export_options={"threads": 2}, evaluate=False,
+                                         quant=quant, context=256, evaluate=False,
+                                         export_options={"threads": 2} if fmt == "gguf" else {},
                                          force=True), report=lambda _msg: None)
             built[key] = out
         return built[key]

@@ -33,7 +33,7 @@ from edgeopt.bundle import load_bundle
 from edgeopt.profiles import load_profile
 from edgeopt.profiles.host import cpu_flags
 from edgeopt.runtimes import load_embedding_runtime
-from edgeopt.runtimes.onnxruntime.encoder import pad_batch
+from edgeopt.pooling import pad_batch
 from tests.fixtures.onnx_bundles import encoder_bundle
 
 THREADS = int(os.environ.get("EDGEOPT_BENCH_THREADS", "2"))

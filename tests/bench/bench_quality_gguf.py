@@ -72,9 +72,9 @@ def llama_f16(checkpoint: Path, out: Path) -> Path:
 def edgeopt_gguf(checkpoint: Path, out: Path, quant: str, calibration: Path | None, chunks: int,
                  size: int | None = None) -> Path:
     from edgeopt.pipeline import OptimizeOptions, run_optimize
-    from edgeopt.exporters.onnx.options import onnx_export_options
+    from edgeopt.export_options import export_options
 
-    options = onnx_export_options(calibration_data=calibration)
+    options = export_options(calibration_data=calibration)
     if calibration is not None:
         options["calibration_chunks"] = chunks
     if size is not None:  # --quant MIX --size: each tensor's type chosen to fit it

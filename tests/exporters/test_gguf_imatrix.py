@@ -18,7 +18,7 @@ from edgeopt.exporters.gguf.imatrix_collect import collect_imatrix
 from edgeopt.exporters.input_energy import chunks, tokenize_text
 from edgeopt.exporters.gguf.imatrix_file import read_imatrix, write_imatrix
 from edgeopt.exporters.gguf.tensor_names import gguf_name
-from edgeopt.exporters.onnx.options import onnx_export_options
+from edgeopt.export_options import export_options
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_calibrated_gguf_bundle_holds_the_matrix_and_says_where_it_came_from(tin
     out = tmp_path / "bundle"
     manifest = run_optimize(OptimizeOptions(
         model=str(tiny_llama_dir), output=out, format="gguf", quant="Q4_K_M", evaluate=False,
-        export_options=onnx_export_options(calibration_data=tiny_calibration)), report=lambda _m: None)
+        export_options=export_options(calibration_data=tiny_calibration)), report=lambda _m: None)
     facts = manifest.export["imatrix"]
     assert facts["file"] == "imatrix.gguf" and facts["sha256"] == sha256_file(out / "imatrix.gguf")
     assert facts["source"] == "calibration.txt" and facts["text_sha256"] == sha256_file(tiny_calibration)
@@ -79,7 +79,7 @@ def test_calibration_data_is_refused_where_the_format_cannot_use_it(fmt: str, qu
                                                                      tiny_calibration: Path, tmp_path: Path):
     with pytest.raises(ConfigError) as caught:
         run_optimize(OptimizeOptions(model=str(tiny_llama_dir), output=tmp_path / "b", format=fmt, quant=quant,
-                                     evaluate=False, export_options=onnx_export_options(tiny_calibration)),
+                                     evaluate=False, export_options=export_options(calibration_data=tiny_calibration)),
                      report=lambda _m: None)
     message = str(caught.value)
     assert "--calibration-data" in message and quant in message and "without" in message

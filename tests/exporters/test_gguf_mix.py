@@ -14,7 +14,7 @@ from edgeopt.errors import ConfigError
 from edgeopt.pipeline import OptimizeOptions, run_optimize
 from edgeopt.exporters.gguf.mix_palette import palette
 from edgeopt.exporters.gguf.quant_types import type_bytes
-from edgeopt.exporters.onnx.options import onnx_export_options
+from edgeopt.export_options import export_options
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +36,9 @@ def two_palette_model(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_d
 
 
 def optimize(model: Path, out: Path, calibration: Path | None, quant: str | None = None, **options: object) -> Any:
-    export_options = onnx_export_options(calibration_data=calibration) | {"calibration_chunks": 2, **options}
+    given = export_options(calibration_data=calibration) | {"calibration_chunks": 2, **options}
     return run_optimize(OptimizeOptions(model=str(model), output=out, format="gguf", quant=quant, evaluate=False,
-                                        export_options=export_options), report=lambda _m: None)
+                                        export_options=given), report=lambda _m: None)
 
 
 def test_a_mix_fits_its_size_and_holds_the_types_it_records(two_palette_model: Path, calibration: Path,

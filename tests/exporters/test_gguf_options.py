@@ -9,8 +9,7 @@ import pytest
 
 from edgeopt.errors import ConfigError
 from edgeopt.pipeline import OptimizeOptions, run_optimize
-from edgeopt.exporters.gguf.options import gguf_export_options
-from edgeopt.exporters.onnx.options import onnx_export_options
+from edgeopt.export_options import export_options
 
 
 def optimize(model: Path, out: Path, fmt: str, quant: str, options: dict) -> object:
@@ -19,7 +18,7 @@ def optimize(model: Path, out: Path, fmt: str, quant: str, options: dict) -> obj
 
 
 def test_without_self_calibration_a_k_quant_is_made_without_a_matrix(tiny_llama_dir: Path, tmp_path: Path) -> None:
-    manifest = optimize(tiny_llama_dir, tmp_path / "b", "gguf", "Q4_K_M", gguf_export_options(self_calibration=False))
+    manifest = optimize(tiny_llama_dir, tmp_path / "b", "gguf", "Q4_K_M", export_options(self_calibration=False))
     assert "imatrix" not in manifest.export and not (tmp_path / "b" / "imatrix.gguf").exists()
 
 
@@ -32,7 +31,7 @@ def test_no_self_calibration_is_refused_where_it_changes_nothing(fmt: str, quant
                                                                  tiny_llama_dir: Path, tmp_path: Path) -> None:
     text = tmp_path / "calibration.txt"
     text.write_text("Some calibration text. " * 400)
-    options = onnx_export_options(calibration_data=text if with_text else None)
+    options = export_options(calibration_data=text if with_text else None)
     with pytest.raises(ConfigError, match=needle):
-        optimize(tiny_llama_dir, tmp_path / "b", fmt, quant, options | gguf_export_options(self_calibration=False))
+        optimize(tiny_llama_dir, tmp_path / "b", fmt, quant, options | export_options(self_calibration=False))
     assert not (tmp_path / "b").exists()

@@ -5,7 +5,8 @@ A sentence-transformers model directory lists its modules in ``modules.json``; t
 tokens, last token), and a Normalize module, when present, scales each vector to unit length;
 ``sentence_bert_config.json`` gives ``max_seq_length``, the token count (special tokens included)
 sentence-transformers truncates every text to. The exporter copies these facts into the bundle
-(``pooling.json``) so the device needs no sentence-transformers package.
+(``pooling.json``) so the device needs no sentence-transformers package; the runtime serving the bundle and
+the original's reference embeddings (edgeopt/reference_embeddings.py) pool alike, whatever the format.
 """
 
 from __future__ import annotations
@@ -112,3 +113,14 @@ def pool(hidden: np.ndarray, attention_mask: np.ndarray, config: PoolingConfig) 
     if config.normalize:
         out = out / np.clip(np.linalg.norm(out, axis=1, keepdims=True), 1e-12, None)
     return out.astype(np.float32, copy=False)
+
+
+def pad_batch(batch: list[list[int]], pad_token_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Right-padded int64 token ids and the matching attention mask (1 on real tokens)."""
+    longest = max(len(ids) for ids in batch)
+    ids = np.full((len(batch), longest), pad_token_id, dtype=np.int64)
+    mask = np.zeros((len(batch), longest), dtype=np.int64)
+    for row, seq in enumerate(batch):
+        ids[row, :len(seq)] = seq
+        mask[row, :len(seq)] = 1
+    return ids, mask

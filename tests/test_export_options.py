@@ -1,0 +1,63 @@
+"""Export flags (edgeopt/export_options.py): one dict for every format, and every option given is read by the
+chosen format and quant or refused before any work, naming where it applies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgeopt import backends
+from edgeopt.errors import ConfigError
+from edgeopt.export_options import FLAGS, check_export_options, export_options
+from edgeopt.exporters import get_exporter
+from edgeopt.pipeline import OptimizeOptions, resolve
+from tests.test_cli import run_main
+
+
+def test_only_the_flags_given_become_options(tmp_path: Path) -> None:
+    assert export_options() == {}
+    text = tmp_path / "text.txt"
+    text.write_text("some text")
+    options = export_options(calibration_data=text, keep_fp=["lm_head,embeddings"], self_calibration=False)
+    assert options["keep_fp"] == ["lm_head", "embeddings"] and options["self_calibration"] is False
+    assert len(options["calibration_sha256"]) == 64
+
+
+def test_every_flag_is_read_by_some_exporter() -> None:
+    read = {key for fmt in backends.formats() for key in get_exporter(fmt).options}
+    assert set(FLAGS) <= read, set(FLAGS) - read
+
+
+@pytest.mark.parametrize(("fmt", "quant", "options", "needle"), [
+    ("gguf", "Q4_K_M", {"int4_block_size": 64}, "--int4-block-size 64 is an option of --format onnx"),
+    ("gguf", "Q8_0", {"keep_fp": ["lm_head"]}, "--keep-fp lm_head is an option of --format onnx"),
+    ("onnx", "int4", {"calibration_method": "entropy"}, "applies to --quant int8-static, not int4"),
+    ("onnx", "int8", {"int4_block_size": 64}, "--int4-block-size 64 applies to --quant int4, not int8"),
+    ("onnx", "fp32", {"keep_fp": ["lm_head"]}, "--keep-fp lm_head applies to --quant int8 or int8-static or int4"),
+    ("onnx", "int8", {"int8_method": "static"}, "unknown --int8-method 'static'"),
+    ("onnx", "int8", {"threads": 2}, "export option 'threads' is an option of --format gguf, not onnx"),
+])
+def test_an_option_the_format_or_quant_would_ignore_is_refused(fmt: str, quant: str, options: dict,
+                                                                needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle) as raised:
+        check_export_options(fmt, quant, options)
+    assert raised.value.hint
+
+
+def test_optimize_refuses_another_formats_flag_before_any_work(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--int4-block-size 64 is an option of --format onnx") as raised:
+        resolve(OptimizeOptions(model=str(tiny_llama_dir), output=tmp_path / "b", format="gguf", quant="Q8_0",
+                                export_options=export_options(int4_block_size=64)))
+    assert "pass --format onnx" in raised.value.hint
+    assert not (tmp_path / "b").exists()
+
+
+def test_the_cli_names_the_flag_and_where_it_applies(tiny_llama_dir: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = run_main(["optimize", str(tiny_llama_dir), "--format", "gguf", "--quant", "Q8_0",
+                          "--int4-algorithm", "rtn", "-o", str(tmp_path / "b"), "--no-eval"], capsys, monkeypatch)
+    assert code != 0
+    assert "--int4-algorithm rtn is an option of --format onnx, not gguf" in out and "--format onnx" in out
+    assert not (tmp_path / "b").exists()
