@@ -167,7 +167,7 @@ def _draw(scaled: np.ndarray, params: SamplingParams, rng: np.random.Generator) 
     over the whole vocabulary are float32 exponentials computed in place (numpy's float64 exp is ten times
     slower; float32 keeps every token above e^-87 of the best), drawn from by block sums. Sorting and
     gathering every candidate in float64 cost 6.5 ms a token over a 49k vocabulary, more than a 135M
-    model's whole decode step on two cores; this costs under 0.1 ms."""
+    model's whole decode step on two cores; this costs 0.15 ms in a loop, 0.5 ms between decode steps."""
     candidates: np.ndarray | None = None
     if 0 < params.top_k < scaled.shape[0]:
         candidates = np.argpartition(scaled, scaled.shape[0] - params.top_k)[-params.top_k:]

@@ -28,8 +28,9 @@ def keep_freed_heap() -> bool:
     """Raise glibc's mmap and trim thresholds for this process; False where the C library is not glibc."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is None:
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except AttributeError:  # a glibc without it (never seen): nothing to tune
         return False
     done = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     if not done:
