@@ -7,9 +7,9 @@ done; heavy libraries (torch, onnx, llama.cpp) are imported inside ``export`` on
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from edgeopt.errors import ConfigError
