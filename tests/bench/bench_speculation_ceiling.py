@@ -5,8 +5,8 @@
 Three measurements on SmolLM2-135M-Instruct (by default edgeopt's Q4_K_M of it, as
 tests/bench/bench_speculation_vs_llama_server.py serves it):
 
-1. **Pass cost**: llama_decode of n tokens (logits on every one, as verification needs) at position 500,
-   relative to one token: t(n) / t(1). On a memory-bound device t(n) stays near 1 for small n; on a
+1. **Pass cost**: a runtime step of n tokens (a logits row for every one, as verification needs) at
+   position 500, relative to one token: t(n) / t(1). On a memory-bound device t(n) stays near 1 for small n; on a
    compute-bound one it grows with n, and each verified guess costs that much.
 2. **n-gram drafting per workload**: the greedy answer (engine, speculation off) is replayed with an
    n-gram draft of at most k tokens wherever the lookup finds one; a draft's tokens count as accepted up
@@ -32,6 +32,7 @@ from pathlib import Path
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
 from edgeopt.engine.speculation.controller import expected_gain
 from edgeopt.engine.speculation.ngram import NgramIndex
+from edgeopt.runtimes.base import Runtime, StepInput
 from edgeopt.runtimes.llama_cpp import load_gguf
 from tests.bench.bench_speculation import workloads
 from tests.bench.bench_speculation_vs_llama_server import edgeopt_q4_k_m
@@ -42,50 +43,38 @@ DRAFT_LIMITS = (1, 2, 3, 4, 6, 8, 10)
 ACCEPTANCES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
 
-def pass_costs(gguf: Path, threads: int, position: int = 500) -> dict[int, float]:
-    """t(n) / t(1) for n in PASS_SIZES: median seconds of decoding n tokens after ``position`` prompt tokens."""
-    import llama_cpp as L
+def load(gguf: Path, threads: int) -> Runtime:
+    """One runtime for both measurements: two slots, and cache slots whose logits rows (n_outputs_max) let a
+    pass of PASS_SIZES tokens return a row per token, as a verification does."""
+    return load_gguf(gguf, kv_capacity_tokens=4096, max_slots=2, threads=threads, n_gpu_layers=0,
+                     cache_slots=max(PASS_SIZES), context_length=2048)
 
-    L.llama_backend_init()
-    model = L.llama_model_load_from_file(str(gguf).encode(), L.llama_model_default_params())
-    params = L.llama_context_default_params()
-    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 2048, 512, 512, 1
-    params.n_threads = params.n_threads_batch = threads
-    ctx = L.llama_init_from_model(model, params)
-    memory = L.llama_get_memory(ctx)
-    batch = L.llama_batch_init(512, 0, 1)
+
+def pass_costs(runtime: Runtime, position: int = 500) -> dict[int, float]:
+    """t(n) / t(1) for n in PASS_SIZES: median seconds of a runtime step of n tokens with a logits row for
+    each (a verification, logits copy included) after ``position`` prompt tokens on slot 0."""
     rng = random.Random(0)
 
-    def decode(tokens: list[int], start: int) -> None:
-        batch.n_tokens = len(tokens)
-        for i, token in enumerate(tokens):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, start + i, 1, 1
-            batch.seq_id[i][0] = 0
-        if L.llama_decode(ctx, batch) != 0:
-            raise RuntimeError("llama_decode failed")
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(1000, 20000) for _ in range(n)]
 
-    prompt = [rng.randrange(1000, 20000) for _ in range(position)]
-    for start in range(0, position, 256):
-        decode(prompt[start:start + 256], start)
+    for start in range(0, position, 128):
+        runtime.step([StepInput(0, tokens(min(128, position - start)), start, False)])
     seconds = {}
     for n in PASS_SIZES:
         times = []
         for _ in range(12):
             started = time.perf_counter()
-            decode([rng.randrange(1000, 20000) for _ in range(n)], position)
+            runtime.step([StepInput(0, tokens(n), position, True, all_logits=True)])
             times.append(time.perf_counter() - started)
-            L.llama_memory_seq_rm(memory, 0, position, -1)
+            runtime.trim(0, position)
         seconds[n] = statistics.median(times[2:])
-    L.llama_batch_free(batch)
-    L.llama_free(ctx)
-    L.llama_model_free(model)
+    runtime.release(0)
     return {n: t / seconds[1] for n, t in seconds.items()}
 
 
-def greedy_answers(gguf: Path, threads: int, max_tokens: int) -> dict[str, tuple[list[int], list[int]]]:
+def greedy_answers(runtime: Runtime, max_tokens: int) -> dict[str, tuple[list[int], list[int]]]:
     """workload -> (prompt ids, greedy answer ids), from the engine with speculation off."""
-    runtime = load_gguf(gguf, kv_capacity_tokens=4096, max_slots=2, threads=threads, n_gpu_layers=0,
-                        cache_slots=0, context_length=2048)
     engine = Engine(runtime, engine_config_for(runtime, speculative="off"))
     prompts = {name: runtime.tokenizer.encode(text, parse_special=True) for name, text in workloads().items()}
 
@@ -100,10 +89,7 @@ def greedy_answers(gguf: Path, threads: int, max_tokens: int) -> dict[str, tuple
         engine.shutdown()
         return answers
 
-    try:
-        return asyncio.new_event_loop().run_until_complete(run())
-    finally:
-        runtime.close()
+    return asyncio.new_event_loop().run_until_complete(run())
 
 
 def replay_ngram(prompt: list[int], answer: list[int], limit: int, cost: dict[int, float]) -> tuple[float, float]:
@@ -135,12 +121,17 @@ def main() -> None:
     from tests.fixtures.smollm2 import ensure_smollm2_checkpoint
 
     gguf = args.gguf or edgeopt_q4_k_m(ensure_smollm2_checkpoint(), args.work / "edgeopt-q4_k_m")
-    cost = pass_costs(gguf, args.threads)
+    runtime = load(gguf, args.threads)
+    try:
+        cost = pass_costs(runtime)
+        answers = greedy_answers(runtime, args.max_tokens)
+    finally:
+        runtime.close()
     print(f"CPU: {cpu_model()}, threads {args.threads}, model {gguf}")
     print("pass of n tokens / pass of 1: " + " ".join(f"{n}:{c:.2f}" for n, c in cost.items()))
     print(f"\n{'workload':<11} {'answer':>6} " + " ".join(f"{f'k<={k}':>11}" for k in DRAFT_LIMITS)
           + "   (acceptance/speed-up of n-gram drafts of at most k tokens)")
-    for name, (prompt, answer) in greedy_answers(gguf, args.threads, args.max_tokens).items():
+    for name, (prompt, answer) in answers.items():
         cells = [replay_ngram(prompt, answer, k, cost) for k in DRAFT_LIMITS]
         print(f"{name:<11} {len(answer):>6} " + " ".join(f"{a:>5.2f}/{s:<5.2f}" for a, s in cells))
     print("\nany drafter, free to run: best speed-up (draft length) at acceptance a")
