@@ -1,7 +1,7 @@
 """Check a request before it is queued: every refusal names the value and the fix (OpenAI-style 400).
 
 The accepted ranges live here, once, and are applied once, by ``Engine.add_request``: the server's schemas
-only parse types and request_prep only converts, so a value is refused with the same message whoever calls
+only parse types and the chat core only converts, so a value is refused with the same message whoever calls
 the engine (the HTTP routes, a benchmark, a test). The policy is *refuse, never clamp*: a value outside its
 range, NaN or +-Infinity is a 400 naming the parameter and the range; a value inside it is honoured
 exactly (the sampler is numerically safe at every in-range value, e.g. temperature=5e-324 is computed

@@ -1,6 +1,7 @@
-"""Every failure the server answers becomes an OpenAI-style body: {"error": {message, type, param, code}};
-on Anthropic's routes (/v1/messages...) Anthropic's: {"type": "error", "error": {type, message}}, the shape
-its clients parse; on Ollama's (/api/...) Ollama's: {"error": message} (:func:`error_response` picks by path).
+"""Every failure the server answers becomes a JSON body: the server's default shape, {"error": {message, type,
+param, code}} (OpenAI's, which llama-server and vLLM share), or on a face's paths the shape that face
+registered (edgeopt/server/face.py: Anthropic's under /v1/messages, Ollama's under /api/); :class:`ErrorShapes`
+picks by path.
 
 Handlers live here so routes can simply raise :class:`edgeopt.errors.RequestError` subclasses (or let
 FastAPI's validation fail) and the client still gets a 4xx it can read, while the server keeps serving.
@@ -9,6 +10,7 @@ FastAPI's validation fail) and the client still gets a 4xx it can read, while th
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -17,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgeopt.errors import EdgeoptError, RequestError
+from edgeopt.server.face import Face
 
 log = logging.getLogger("edgeopt.server")
 
@@ -25,36 +28,27 @@ def error_body(message: str, error_type: str, param: str | None = None, code: An
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
-ANTHROPIC_PATHS = ("/v1/messages",)
-# Anthropic's error types by status (its API's list); any other 5xx is an "api_error"
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                    503: "overloaded_error", 529: "overloaded_error"}
+class ErrorShapes:
+    """The error body for a path: the shape of the face that registered the path's prefix, else the default."""
+
+    def __init__(self, faces: Sequence[Face] = ()) -> None:
+        self._by_prefix = [(prefix, face.error_body) for face in faces if face.error_body is not None
+                           for prefix in face.error_paths]
+
+    def response(self, path: str, status: int, message: str, error_type: str, param: str | None = None,
+                 code: Any = None, headers: dict[str, str] | None = None) -> JSONResponse:
+        shape = next((body for prefix, body in self._by_prefix if path.startswith(prefix)), None)
+        content = (shape or _default_body)(status, message, error_type, param, code)
+        return JSONResponse(content, status_code=status, headers=headers)
+
+    def request_error(self, exc: RequestError, path: str = "") -> JSONResponse:
+        message = f"{exc.message}; {exc.hint}" if exc.hint else exc.message
+        code = exc.error_type if exc.status_code != 400 else None
+        return self.response(path, exc.status_code, message, exc.error_type, exc.param, code)
 
 
-def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
-    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": message}}
-
-
-OLLAMA_PATHS = ("/api/",)
-
-
-def error_response(path: str, status: int, message: str, error_type: str, param: str | None = None,
-                   code: Any = None, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The error in the shape the route's clients read: Anthropic's under ANTHROPIC_PATHS, Ollama's
-    (``{"error": message}``) under OLLAMA_PATHS, else OpenAI's."""
-    if path.startswith(OLLAMA_PATHS):
-        return JSONResponse({"error": message}, status_code=status, headers=headers)
-    if path.startswith(ANTHROPIC_PATHS):
-        return JSONResponse(anthropic_error_body(status, message), status_code=status, headers=headers)
-    return JSONResponse(error_body(message, error_type, param, code), status_code=status, headers=headers)
-
-
-def request_error_response(exc: RequestError, path: str = "") -> JSONResponse:
-    message = f"{exc.message}; {exc.hint}" if exc.hint else exc.message
-    code = exc.error_type if exc.status_code != 400 else None
-    return error_response(path, exc.status_code, message, exc.error_type, exc.param, code)
+def _default_body(status: int, message: str, error_type: str, param: str | None, code: Any) -> dict[str, Any]:
+    return error_body(message, error_type, param, code)
 
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
@@ -160,35 +154,35 @@ def _describe_body_error(kind: str, err: dict[str, Any]) -> str:
     return f"request body is invalid: {err.get('msg', '')}"
 
 
-def install_error_handlers(app: FastAPI, count_error: Any) -> None:
+def install_error_handlers(app: FastAPI, count_error: Any, shapes: ErrorShapes) -> None:
     """``count_error(status)`` feeds the edgeopt_request_errors_total counter."""
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
         count_error(exc.status_code)
-        return request_error_response(exc, request.url.path)
+        return shapes.request_error(exc, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         count_error(400)
         message, param = describe_validation_errors(list(exc.errors()), exc.body)
-        return error_response(request.url.path, 400, message, "invalid_request_error", param)
+        return shapes.response(request.url.path, 400, message, "invalid_request_error", param)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         count_error(exc.status_code)
         message = f"{request.method} {request.url.path}: {exc.detail}"
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return error_response(request.url.path, exc.status_code, message, kind, headers=exc.headers)
+        return shapes.response(request.url.path, exc.status_code, message, kind, headers=exc.headers)
 
     @app.exception_handler(EdgeoptError)
     async def _backend_error(request: Request, exc: EdgeoptError) -> JSONResponse:
         count_error(500)
         log.error("request failed: %s", exc)
-        return error_response(request.url.path, 500, str(exc), "server_error")
+        return shapes.response(request.url.path, 500, str(exc), "server_error")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         count_error(500)
         log.exception("unexpected server error")
-        return error_response(request.url.path, 500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
+        return shapes.response(request.url.path, 500, f"internal error: {type(exc).__name__}: {exc}", "server_error")

@@ -20,21 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeopt.bundle import Manifest
-from edgeopt.model_source import bundle_model_names, model_card, open_model_source
 from edgeopt import backends
+from edgeopt.bundle import Manifest
 from edgeopt.engine import Engine, EngineConfig, engine_config_for
 from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ConfigError
+from edgeopt.model_source import bundle_model_names, model_card, open_model_source
+from edgeopt.runtimes.base import Runtime
 from edgeopt.server.auth import check_exposure
-from edgeopt.server.chat_template import ChatTemplate
+from edgeopt.server.chat.template import ChatTemplate
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_protocol
-from edgeopt.server.responses_store import DEFAULT_STORE_BYTES
+from edgeopt.server.state import DEFAULT_STORE_BYTES, ServedModel, ServerSettings
 from edgeopt.sizing.bundle_facts import bundle_serving_shape
 from edgeopt.sizing.layout import AUTO
 from edgeopt.sizing.shape import ServingShape, ShapeRequest, check_shape_request
-from edgeopt.server.state import ServedModel, ServerSettings
-from edgeopt.runtimes.base import Runtime
 
 log = logging.getLogger("edgeopt.server")
 KEEP_ALIVE_S = 5  # uvicorn's default: an idle keep-alive connection is closed 5 s after its last response
@@ -62,7 +61,7 @@ class ServeOptions:
     warm_file: Path | None = None  # --warm: a system prompt whose KV is stored and loaded (prompt_store)
     kv_layout: str = AUTO  # llama.cpp (gguf) only: unified, streams, or auto (edgeopt.sizing.layout)
     stream_interval_ms: float = 50.0  # streamed text at most this often when tokens come faster (engine.stream)
-    responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses_store)
+    responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses.store)
     speculative: str = "off"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto
 
     def shape_request(self) -> ShapeRequest:

@@ -3,9 +3,8 @@ DELETE /v1/edgeopt/cache (empty the prefix cache; behind the API key like every 
 
 from __future__ import annotations
 
-import dataclasses
-
 import asyncio
+import dataclasses
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response

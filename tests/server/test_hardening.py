@@ -237,7 +237,7 @@ def test_item3_lone_surrogate_in_embeddings_input_is_a_400() -> None:
 
 
 def test_issue16_sampling_and_prompt_are_validated_once_per_request(live: LiveServer, monkeypatch) -> None:
-    """request_prep only converts; Engine.add_request applies the ranges, once, for every caller."""
+    """The chat core only converts; Engine.add_request applies the ranges, once, for every caller."""
     from edgeopt.engine import validation
 
     calls: list[float] = []
