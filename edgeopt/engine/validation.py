@@ -69,10 +69,19 @@ def validate_request(prompt_ids: list[int], params: SamplingParams, vocab_size: 
     validate_sampling(params, vocab_size)
 
 
+def bounded_floats(params: SamplingParams) -> dict[str, float]:
+    """The parameters SAMPLING_RANGES bounds, by name, read as typed fields (a renamed field fails type
+    checking here instead of a lookup by string at run time); tests/engine/test_validation.py checks the
+    two name sets agree."""
+    return {"temperature": params.temperature, "top_p": params.top_p, "min_p": params.min_p,
+            "repetition_penalty": params.repetition_penalty, "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty}
+
+
 def validate_sampling(params: SamplingParams, vocab_size: int) -> None:
     """Every sampling parameter inside its range (SAMPLING_RANGES and the integer rules below)."""
-    for name, allowed in SAMPLING_RANGES.items():
-        value = getattr(params, name)
+    for name, value in bounded_floats(params).items():
+        allowed = SAMPLING_RANGES[name]
         if not allowed.contains(value):
             raise RequestError(f"{name}={value!r} is invalid", allowed.rule(), param=name)
     checks = [
