@@ -1,4 +1,9 @@
-"""FIFO continuous-batching scheduler: which tokens of which sequences go into the next forward pass.
+"""FIFO continuous-batching scheduler: decides which tokens of which sequences go into the next forward
+pass (:meth:`Scheduler.schedule`), and applies what the pass gave (:meth:`Scheduler.update_from_output`):
+the chunks' KV is computed, each sampling sequence appends its token, its stop conditions are checked, and
+a sequence that ended is retired and its cells freed, as nano-vllm's ``postprocess`` and vLLM v1's
+``update_from_output`` do. The requests' text (detokenizer, stop strings, the stream) is the request
+registry's (:mod:`edgeopt.engine.registry`); the scheduler tells it each token and each ending.
 
 Each step, within ``step_token_budget`` tokens:
 
@@ -11,7 +16,7 @@ Each step, within ``step_token_budget`` tokens:
    after what admitted prompts still need, hold the newcomer's whole prompt (admission control). A
    waiting prompt that shares a long prefix with a running sequence's prompt waits until that prefix is
    computed and then borrows it through the prefix cache (others behind it may go first meanwhile).
-4. then, with speculation on (:mod:`edgeopt.engine.speculation`), decode tokens are extended with drafted
+4. then, with speculation on (:mod:`edgeopt.engine.speculation.drafting`), decode tokens are extended with drafted
    tokens where the controller finds it pays, within the budget left, the free cells (a draft never evicts
    or preempts) and the logits rows one pass returns; the cells of drafted tokens the model does not agree
    with are given back after the step (``drop_drafted``).
@@ -34,29 +39,22 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from edgeopt.engine.api import EngineConfig
+from edgeopt.engine.api import EngineConfig, TokenLogprob
 from edgeopt.engine.kv_budget import KvBudget, SlotPool
+from edgeopt.engine.outputs import RequestTracker, describe_failure
 from edgeopt.engine.prefix_cache import NullPrefixCache, PrefixCacheCounters, PrefixReuse
 from edgeopt.engine.prefix_tree import NO_HIT, common_prefix_length
+from edgeopt.engine.registry import RequestRegistry
+from edgeopt.engine.scheduled import Pick, ScheduledChunk, SchedulerOutput
 from edgeopt.engine.sequence import Sequence, SequenceState
+from edgeopt.engine.speculation.drafting import attach_drafts
 
 if TYPE_CHECKING:
-    from edgeopt.engine.speculation import SpeculationController
+    from edgeopt.engine.speculation.setup import Speculation
 
-
-@dataclass(frozen=True)
-class ScheduledChunk:
-    seq: Sequence
-    tokens: list[int]
-    start_pos: int
-    want_logits: bool
-    all_logits: bool = False  # every position's logits (prompt logprobs); see StepInput.all_logits
-    # Speculation: tokens[1:] are guesses fed after the pending token, each with its logits row (all_logits);
-    # edgeopt.engine.speculation.verify keeps the ones the target agrees with.
-    draft: tuple[int, ...] = ()
+__all__ = ["MIN_SHARED_TOKENS", "ScheduledChunk", "Scheduler", "SchedulerOutput"]
 
 log = logging.getLogger(__name__)
 # A waiting prompt shares a running sequence's prefix when it has at least this many tokens in common with
@@ -65,32 +63,16 @@ log = logging.getLogger(__name__)
 MIN_SHARED_TOKENS = 32
 
 
-@dataclass
-class SchedulerOutput:
-    chunks: list[ScheduledChunk] = field(default_factory=list)
-    preempted: list[Sequence] = field(default_factory=list)
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(len(c.tokens) for c in self.chunks)
-
-
-@dataclass(frozen=True)
-class Speculation:
-    """What the scheduler needs to let decode steps carry drafts."""
-
-    controller: SpeculationController
-    trim_slot: Callable[[int, int], None]  # the runtime's trim(): drop a slot's positions from the given one
-    max_rows: int | None  # logits rows one pass can return (None: unbounded)
-    splits_mixed_lengths: bool  # see RuntimeInfo.splits_mixed_lengths
-    context_tokens: int  # no drafted token may sit at this position or past it
-
-
 class Scheduler:
-    def __init__(self, config: EngineConfig, release_slot: Callable[[int], None],
-                 cache: PrefixReuse | None = None, speculation: Speculation | None = None) -> None:
+    def __init__(self, config: EngineConfig, release_slot: Callable[[int], None], requests: RequestRegistry,
+                 context_tokens: int, cache: PrefixReuse | None = None, speculation: Speculation | None = None) -> None:
         self.config = config
         self.speculation = speculation
+        self._requests = requests  # each token and each ending of a request goes through here
+        self._context_tokens = context_tokens  # a sequence this long ends with "length"
+        # Ids of the requests given (add) and not yet retired (finish): kept apart from the queues, so that
+        # when this scheduler's bookkeeping breaks, abandon() still ends every request it held.
+        self._held_ids: set[str] = set()
         self.kv = KvBudget(config.kv_capacity_tokens)
         self.cache: PrefixReuse = cache or NullPrefixCache()
         self.slots = SlotPool(config.max_running)
@@ -105,6 +87,7 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
+        self._held_ids.add(seq.request_id)
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -139,8 +122,59 @@ class Scheduler:
             out.chunks.append(self._take(seq, chunk))
             budget -= chunk
         if self.speculation is not None and budget > 0:
-            self._attach_drafts(out, budget)
+            attach_drafts(self.speculation, out, budget, self._free, self._allocate_draft)
         return out
+
+    # --- applying a step's results ------------------------------------------------------------------
+
+    def update_from_output(self, out: SchedulerOutput, picks: list[Pick | Exception]) -> None:
+        """Apply a step the runtime ran: its chunks' KV is computed, and each sampling sequence
+        (``out.sampled``, in order) takes its pick; a pick that is an exception fails that request alone.
+        Drafted chunks are applied by the speculation verifier (append_token, keep_drafted, drop_drafted)."""
+        self.mark_computed(out.chunks)
+        for seq, pick in zip(out.sampled, picks, strict=True):
+            if isinstance(pick, Exception):
+                self.fail(seq, pick)
+                continue
+            try:
+                self.append_token(seq, pick.token, pick.logprob)
+            except Exception as exc:  # detokenizer / stop-string matcher / grammar: only this request fails
+                log.exception("finishing token %d of request %s failed", pick.token, seq.request_id)
+                self.fail(seq, exc)
+
+    def append_token(self, seq: Sequence, token: int, logprob: TokenLogprob | None = None) -> None:
+        """``seq`` produced ``token``: append it, check its stop conditions (end token, stop string, complete
+        grammar, length, context), retire it when it ended, and queue its text for the stream."""
+        tracker = self._tracker(seq)
+        seq.state = SequenceState.DECODING
+        output = self._requests.add_token(tracker, token, self._context_tokens, logprob)
+        if output.finished:
+            self.finish(seq, SequenceState.FINISHED, output.finish_reason or "stop")
+        self._requests.emit(tracker, output)
+
+    def fail_step(self, out: SchedulerOutput, exc: Exception) -> None:
+        """The runtime could not run the step: every request in it fails, the others go on."""
+        for chunk in out.chunks:
+            self.fail(chunk.seq, exc)
+
+    def fail(self, seq: Sequence, exc: Exception) -> None:
+        self.end(seq, "error", describe_failure(exc))
+
+    def end(self, seq: Sequence, reason: str, error: str | None = None) -> None:
+        """End a request without a new token: "abort" (client gone, shutdown) or "error" (what failed)."""
+        tracker = self._tracker(seq)
+        self.finish(seq, SequenceState.ABORTED, reason)
+        self._requests.end(tracker, reason, error)
+
+    def abandon(self, error: str) -> None:
+        """This scheduler's bookkeeping failed (an engine bug): end every request it held with "error",
+        trusting only its record of their ids (not its queues, its slots or its cells)."""
+        for tracker in self._requests.trackers():
+            seq = tracker.seq
+            if seq.request_id in self._held_ids:
+                seq.state, seq.finish_reason, seq.slot = SequenceState.ABORTED, "error", None
+                self._requests.end(tracker, "error", error)
+        self._held_ids.clear()
 
     def mark_computed(self, chunks: list[ScheduledChunk]) -> None:
         """The runtime wrote these chunks' KV. A drafted token's KV counts as computed only once the target
@@ -179,6 +213,7 @@ class Scheduler:
             self._free_slot(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
+        self._held_ids.discard(seq.request_id)
         seq.state = state
         seq.finish_reason = reason
 
@@ -201,6 +236,11 @@ class Scheduler:
         return self.cache.counters
 
     # --- internals -------------------------------------------------------------------------------
+
+    def _tracker(self, seq: Sequence) -> RequestTracker:
+        tracker = self._requests.get(seq.request_id)
+        assert tracker is not None, f"request {seq.request_id} is scheduled but not registered"
+        return tracker
 
     @property
     def _free(self) -> int:
@@ -225,28 +265,9 @@ class Scheduler:
         return ScheduledChunk(seq, ids, seq.num_computed, want_logits=tokens == seq.num_pending,
                               all_logits=seq.wants_position_logits)
 
-    def _attach_drafts(self, out: SchedulerOutput, budget: int) -> None:
-        """Extend decode chunks with drafted tokens, within the step's leftover token budget, the free KV
-        cells (a draft never evicts or preempts anything), the logits rows one pass returns and the context."""
-        assert self.speculation is not None
-        spec = self.speculation
-        decoding = [i for i, c in enumerate(out.chunks) if len(c.tokens) == 1 and c.want_logits and not c.all_logits]
-        if not decoding:
-            return
-        other_tokens = out.num_tokens - len(decoding)
-        rows = sum(len(c.tokens) if c.all_logits else int(c.want_logits) for c in out.chunks)
-        row_room = spec.max_rows - rows if spec.max_rows is not None else budget
-        seqs = [out.chunks[i].seq for i in decoding]
-        drafts = spec.controller.propose(seqs, other_tokens, min(budget, self._free), row_room, spec.splits_mixed_lengths)
-        for i, seq, draft in zip(decoding, seqs, drafts):
-            draft = draft[:max(0, spec.context_tokens - seq.num_tokens)]
-            if not draft:
-                continue
-            chunk = out.chunks[i]
-            assert seq.slot is not None and len(draft) <= self._free
-            self.kv.allocate(seq.slot, len(draft))
-            out.chunks[i] = ScheduledChunk(seq, chunk.tokens + draft, chunk.start_pos, want_logits=True,
-                                           all_logits=True, draft=tuple(draft))
+    def _allocate_draft(self, seq: Sequence, tokens: int) -> None:
+        assert seq.slot is not None and tokens <= self._free, (seq, tokens, self._free)
+        self.kv.allocate(seq.slot, tokens)
 
     def _make_room(self, seq: Sequence, tokens: int, out: SchedulerOutput) -> bool:
         """Preempt the newest running sequences until ``tokens`` cells are free; False if ``seq`` itself
