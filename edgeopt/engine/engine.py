@@ -2,13 +2,11 @@
 
 Threads: ``add_request`` / ``abort`` run on the server's event loop and only append to an inbox (no lock
 is ever held across a decode, so the loop never blocks on the model). The engine thread owns the
-scheduler, the sequences and the runtime; it drains the inbox, runs one step, and hands the step's text
-deltas back to each request's event loop in one callback.
-
-A step is three parts around the runtime's forward pass: the scheduler decides it and applies its results
-(:mod:`edgeopt.engine.scheduler`), the step sampler draws its tokens under their grammars
-(:mod:`edgeopt.engine.step_sampler`), and the speculation verifier walks its drafted rows
-(:mod:`edgeopt.engine.speculation.verify`). The engine only runs them in that order.
+scheduler, the sequences and the runtime; it drains the inbox and runs steps. A step is three parts
+around the runtime's forward pass, run in this order: the scheduler decides it and applies its results
+(:mod:`.scheduler`), the step sampler draws its tokens under their grammars (:mod:`.step_sampler`), the
+speculation verifier walks its drafted rows (:mod:`.speculation.verify`); then the step's text deltas
+reach each request's event loop in one callback.
 
 Failure containment: no request can stop the thread. A runtime, sampling or detokenizing failure ends
 the requests it touched with finish_reason="error" (the server turns that into a 500 body or a final SSE
@@ -20,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import logging
 import threading
 import time
@@ -39,10 +36,10 @@ from edgeopt.engine.registry import RequestRegistry
 from edgeopt.engine.scheduled import SchedulerOutput
 from edgeopt.engine.scheduler import Scheduler
 from edgeopt.engine.speculation.setup import speculation_for
-from edgeopt.engine.speculation.verify import DraftVerifier, draft_blocks
+from edgeopt.engine.speculation.verify import DraftVerifier
 from edgeopt.engine.step_sampler import StepSampler
 from edgeopt.engine.stream import RequestStream
-from edgeopt.engine.validation import check_runtime_supports, validate_request
+from edgeopt.engine.validation import checked_params
 from edgeopt.errors import BackendError, OverloadedError
 from edgeopt.runtimes.base import Runtime
 
@@ -98,9 +95,7 @@ class Engine:
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestStream:
         asyncio.get_running_loop()  # raises RuntimeError off an event loop: a caller bug
-        params = dataclasses.replace(params, logit_bias={int(k): float(v) for k, v in params.logit_bias.items()})
-        validate_request(prompt_ids, params, self.runtime.info.vocab_size, self.context_tokens)
-        check_runtime_supports(params, self.runtime.info)
+        params = checked_params(prompt_ids, params, self.runtime.info, self.context_tokens)
         if self._stopping:
             raise BackendError("the engine is shutting down", "retry against a running server")
         if self._thread is not None and not self._thread.is_alive():
@@ -122,18 +117,12 @@ class Engine:
         return self._between_steps(Scheduler.clear_cache)
 
     def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
-        """Make ``tokens`` a prefix-cache entry whose KV ``fill(sequence id)`` loads into the runtime (True
-        when it did); False without a prefix cache, or when the entry cannot fit beside running sequences."""
+        """See ServingEngine.adopt_prefix; False too when the entry cannot fit beside running sequences."""
         return self._between_steps(lambda scheduler: scheduler.adopt_prefix(tokens, fill))
 
     def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T]) -> T | None:
-        """``use(sequence id)`` of the prefix-cache entry holding exactly ``tokens``, run while no step can
-        touch that entry; None when no entry holds them (or there is no prefix cache)."""
-        def run(scheduler: Scheduler) -> T | None:
-            seq_id = scheduler.cache.entry_holding(tokens)
-            return None if seq_id is None else use(seq_id)
-
-        return self._between_steps(run)
+        """See ServingEngine.with_cached_prefix: ``use`` runs on the engine thread, between two steps."""
+        return self._between_steps(lambda scheduler: scheduler.with_cached_prefix(tokens, use))
 
     def _between_steps(self, work: Callable[[Scheduler], T]) -> T:
         """Run ``work(scheduler)`` on the engine thread between two steps (the scheduler and the runtime
@@ -193,7 +182,6 @@ class Engine:
         try:
             logits = self.runtime.step(out.runtime_batch())
         except Exception as exc:
-            log.exception("runtime step failed; failing the %d requests in the batch", len(out.chunks))
             self._scheduler.fail_step(out, exc)
             self._requests.flush()
             return out
@@ -203,12 +191,11 @@ class Engine:
         self.prefill_tokens_total += out.prefill_tokens
         if self._verifier is not None:
             self._verifier.observe_step(out, time.perf_counter() - started)
-        blocks = draft_blocks(out.chunks, logits) if out.drafted else []
-        rows = sampling_rows(out.chunks, logits)
+        rows = sampling_rows(out.chunks, logits)  # (the sampler never writes logits: the verifier reads them after)
         with self._sampler.applying(sampled):
             self._scheduler.update_from_output(out, self._sampler.sample(sampled, rows, masks))
-            if self._verifier is not None and blocks:
-                self._verifier.verify(out.drafted, blocks, self._sampler.draw, self._scheduler)
+            if self._verifier is not None and out.drafted:
+                self._verifier.verify(out, logits, self._sampler.draw, self._scheduler)
         self._requests.flush()
         return out
 
@@ -218,22 +205,18 @@ class Engine:
             if isinstance(command, AddRequest):
                 self._scheduler.add(command.tracker.seq)
             elif isinstance(command, BetweenSteps):
-                self._call(command)
+                try:
+                    command.done.set_result(command.work(self._scheduler))
+                except Exception as exc:  # e.g. a runtime that cannot drop cells: the caller hears why
+                    command.done.set_exception(exc)
             else:
                 tracker = self._requests.get(command.request_id)
                 if tracker is not None and not tracker.seq.state.is_done:
                     self._scheduler.end(tracker.seq, "abort")
         self._requests.flush()
 
-    def _call(self, command: BetweenSteps[object]) -> None:
-        try:
-            command.done.set_result(command.work(self._scheduler))
-        except Exception as exc:  # e.g. a runtime that cannot drop cells: the caller hears why
-            command.done.set_exception(exc)
-
     def _new_scheduler(self) -> Scheduler:
-        """A scheduler with a prefix cache when the config asks for one and the runtime has cache slots (in the
-        runtime's storage mode), else with the null cache."""
+        """With a prefix cache in the runtime's storage mode when asked for and the runtime has cache slots."""
         info = self.runtime.info
         cache = prefix_cache_for(self.runtime, range(info.max_slots, info.max_slots + info.cache_slots),
                                  shares_cells=info.shares_kv_cells, enabled=self.config.prefix_cache)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from edgeopt.engine.api import EngineConfig, TokenLogprob
 from edgeopt.engine.kv_budget import KvBudget, SlotPool
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["MIN_SHARED_TOKENS", "ScheduledChunk", "Scheduler", "SchedulerOutput"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 # A waiting prompt shares a running sequence's prefix when it has at least this many tokens in common with
 # it beyond what the cache holds: fewer are cheaper to compute than a cache entry (on copying runtimes a
 # copy of the whole stream) and a wait for them.
@@ -154,6 +155,7 @@ class Scheduler:
 
     def fail_step(self, out: SchedulerOutput, exc: Exception) -> None:
         """The runtime could not run the step: every request in it fails, the others go on."""
+        log.error("runtime step failed; failing the %d requests in the batch", len(out.chunks), exc_info=exc)
         for chunk in out.chunks:
             self.fail(chunk.seq, exc)
 
@@ -226,6 +228,11 @@ class Scheduler:
         refuses (False) when the entry cannot fit beside the running sequences' cells."""
         self._evict_cached(len(tokens))
         return self._free >= len(tokens) and self.cache.adopt(tokens, fill)
+
+    def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T]) -> T | None:
+        """``use(sequence id)`` of the cache entry holding exactly ``tokens``; None when none holds them."""
+        seq_id = self.cache.entry_holding(tokens)
+        return None if seq_id is None else use(seq_id)
 
     @property
     def cached_tokens(self) -> int:

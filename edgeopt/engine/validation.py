@@ -10,6 +10,7 @@ as the greedy limit it is, not as inf/NaN).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from edgeopt.engine.api import SamplingParams
@@ -49,6 +50,16 @@ SAMPLING_RANGES: dict[str, FloatRange] = {
     "presence_penalty": FloatRange(-2.0, 2.0),
     "frequency_penalty": FloatRange(-2.0, 2.0),
 }
+
+
+def checked_params(prompt_ids: list[int], params: SamplingParams, info: RuntimeInfo,
+                   context_tokens: int) -> SamplingParams:
+    """What ``Engine.add_request`` queues: ``params`` with logit_bias as int token ids and float biases, after
+    every check below (the request's ranges, then what this runtime can compute)."""
+    params = dataclasses.replace(params, logit_bias={int(k): float(v) for k, v in params.logit_bias.items()})
+    validate_request(prompt_ids, params, info.vocab_size, context_tokens)
+    check_runtime_supports(params, info)
+    return params
 
 
 def validate_request(prompt_ids: list[int], params: SamplingParams, vocab_size: int, context_tokens: int) -> None:

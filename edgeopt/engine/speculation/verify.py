@@ -60,10 +60,10 @@ class DraftVerifier:
         if out.decode_only:
             self.controller.observe_step(out.num_tokens, seconds)
 
-    def verify(self, chunks: list[ScheduledChunk], blocks: list[np.ndarray], draw: Draw, ledger: DraftLedger) -> None:
-        """Emit the target's tokens from each drafted chunk's rows (``blocks``, see draft_blocks); a grammar,
-        detokenizer or stop-string failure fails only its request."""
-        for chunk, block in zip(chunks, blocks, strict=True):
+    def verify(self, out: SchedulerOutput, logits: np.ndarray, draw: Draw, ledger: DraftLedger) -> None:
+        """Emit the target's tokens from each drafted chunk's rows of the step's ``logits`` (draft_blocks); a
+        grammar, detokenizer or stop-string failure fails only its request."""
+        for chunk, block in zip(out.drafted, draft_blocks(out.chunks, logits), strict=True):
             seq = chunk.seq
             if seq.state.is_done:  # the step failed it already
                 continue
