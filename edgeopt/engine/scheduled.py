@@ -9,6 +9,7 @@ and the speculation verifier (:mod:`edgeopt.engine.speculation.verify`) walks th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from edgeopt.engine.request_output import TokenLogprob
 from edgeopt.engine.sequence import Sequence
@@ -26,19 +27,6 @@ class ScheduledChunk:
     # edgeopt.engine.speculation.verify keeps the ones the target agrees with.
     draft: tuple[int, ...] = ()
 
-    @property
-    def samples(self) -> bool:
-        """Draws one token from this step's last row (a drafted chunk's rows are verified instead)."""
-        return self.want_logits and not self.draft
-
-    @property
-    def prefill_tokens(self) -> int:
-        """Prefill work: prompt chunks and recomputation after preemption (anything but a 1-token decode).
-        A drafted chunk's guesses are decode work (the speculation counters count them)."""
-        if self.draft or (len(self.tokens) == 1 and self.start_pos >= len(self.seq.prompt_ids)):
-            return 0
-        return len(self.tokens)
-
 
 @dataclass
 class SchedulerOutput:
@@ -49,10 +37,13 @@ class SchedulerOutput:
     def num_tokens(self) -> int:
         return sum(len(c.tokens) for c in self.chunks)
 
+    # (The properties below run once or twice a step over every chunk: plain expressions, no call per chunk.)
+
     @property
     def sampled(self) -> list[Sequence]:
-        """The sequences that draw one token each from this step's sampling rows, in row order."""
-        return [c.seq for c in self.chunks if c.samples]
+        """The sequences that draw one token each from this step's sampling rows, in row order (a drafted
+        chunk's rows are verified instead, by edgeopt.engine.speculation.verify)."""
+        return [c.seq for c in self.chunks if c.want_logits and not c.draft]
 
     @property
     def drafted(self) -> list[ScheduledChunk]:
@@ -60,7 +51,10 @@ class SchedulerOutput:
 
     @property
     def prefill_tokens(self) -> int:
-        return sum(c.prefill_tokens for c in self.chunks)
+        """Prefill work: prompt chunks and recomputation after preemption (anything but a 1-token decode).
+        A drafted chunk's guesses are decode work (the speculation counters count them)."""
+        return sum(len(c.tokens) for c in self.chunks
+                   if not c.draft and (len(c.tokens) > 1 or c.start_pos < len(c.seq.prompt_ids)))
 
     @property
     def decode_only(self) -> bool:
@@ -76,8 +70,7 @@ class SchedulerOutput:
         return [StepInput(c.seq.slot, c.tokens, c.start_pos, c.want_logits, c.all_logits) for c in self.chunks]
 
 
-@dataclass(frozen=True)
-class Pick:
+class Pick(NamedTuple):  # a tuple: one is made per sampling row per step, the cheapest immutable record
     """A sampling sequence's token this step, and its logprob when the request asked for logprobs."""
 
     token: int
