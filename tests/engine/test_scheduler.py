@@ -96,8 +96,10 @@ def test_update_from_output_appends_checks_stops_and_frees_what_ended() -> None:
         assert s.kv.used == 2 and out.sampled[0].num_computed == 2 and out.sampled[0].output_ids == [ord("!")]
         requests.flush(hold=False)
         await asyncio.sleep(0)
-        return {rid: [o async for o in stream] if rid != "goes-on" else [await stream.__anext__()]
-                for rid, stream in streams.items()}
+        outputs = {}
+        for rid, stream in streams.items():  # Python 3.10 has no async comprehension inside a dict comprehension
+            outputs[rid] = [o async for o in stream] if rid != "goes-on" else [await stream.__anext__()]
+        return outputs
 
     outs = asyncio.run(body())
     assert outs["goes-on"][0].text == "!" and not outs["goes-on"][0].finished
