@@ -21,6 +21,7 @@ from edgeopt.errors import ConfigError
 from edgeopt.server import routes_admin
 from edgeopt.server.auth import ApiKeyGuard
 from edgeopt.server.body_limit import BodySizeLimit
+from edgeopt.server.callers import keyring
 from edgeopt.server.errors import ErrorShapes, install_error_handlers
 from edgeopt.server.face import Face
 from edgeopt.server.faces import FACES
@@ -51,8 +52,9 @@ def create_app(settings: ServerSettings, served: ServedModel | None = None, load
     install_error_handlers(app, state.metrics.count_error, shapes)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, count_error=state.metrics.count_error,
                        shapes=shapes)
-    if settings.api_key:  # added last, so it runs first: no body is read before the key is checked
-        app.add_middleware(ApiKeyGuard, api_key=settings.api_key, count_error=state.metrics.count_error,
+    if settings.has_keys:  # added last, so it runs first: no body is read before the key is checked
+        keys = keyring(settings.api_key, settings.api_keys, settings.admin_key)
+        app.add_middleware(ApiKeyGuard, keys=keys, count_error=state.metrics.count_error,
                            open_paths=frozenset(route.path for route in routes_admin.probes.routes), shapes=shapes,
                            key_headers=tuple(name for face in faces for name in face.key_headers))
     app.include_router(routes_admin.probes)

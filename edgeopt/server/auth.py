@@ -14,10 +14,11 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from edgeopt.errors import AuthenticationError, ConfigError
+from edgeopt.server.callers import Caller, remember_caller
 from edgeopt.server.errors import ErrorShapes
 
 log = logging.getLogger("edgeopt.server")
@@ -27,12 +28,13 @@ class ApiKeyGuard:
     """401 with ``WWW-Authenticate: Bearer`` for every HTTP request without the key, except to ``open_paths``
     (the probes: liveness checks and metric scrapers carry no key)."""
 
-    def __init__(self, app: Any, api_key: str, count_error: Callable[[int], None], open_paths: frozenset[str],
-                 shapes: ErrorShapes, key_headers: tuple[bytes, ...] = ()) -> None:
-        """``key_headers``: headers (lower case) besides Authorization that may carry the key."""
+    def __init__(self, app: Any, keys: Mapping[bytes, Caller], count_error: Callable[[int], None],
+                 open_paths: frozenset[str], shapes: ErrorShapes, key_headers: tuple[bytes, ...] = ()) -> None:
+        """``keys``: each accepted key and the caller it names (edgeopt.server.callers.keyring);
+        ``key_headers``: headers (lower case) besides Authorization that may carry the key."""
         self.app = app
         self.open_paths = open_paths
-        self.expected = api_key.encode("utf-8")
+        self.keys = dict(keys)
         self.count_error = count_error
         self.shapes = shapes
         self.key_headers = key_headers
@@ -44,7 +46,9 @@ class ApiKeyGuard:
             await self.app(scope, receive, send)
             return
         token = request_key(scope.get("headers") or [], self.key_headers)
-        if token is not None and hmac.compare_digest(token, self.expected):  # time leaks no matched prefix
+        caller = None if token is None else self._caller(token)
+        if caller is not None:
+            remember_caller(scope, caller)
             await self.app(scope, receive, send)
             return
         self.count_error(401)
@@ -56,6 +60,15 @@ class ApiKeyGuard:
         response = self.shapes.request_error(error, scope["path"])
         response.headers["WWW-Authenticate"] = challenge  # RFC 6750 section 3
         await response(scope, receive, send)
+
+
+    def _caller(self, token: bytes) -> Caller | None:
+        """Every key is compared in full (time leaks neither a matched prefix nor which key matched)."""
+        found = None
+        for key, caller in self.keys.items():
+            if hmac.compare_digest(token, key):
+                found = caller
+        return found
 
 
 def request_key(headers: list[tuple[bytes, bytes]], key_headers: tuple[bytes, ...] = ()) -> bytes | None:
@@ -90,7 +103,8 @@ def is_loopback(host: str) -> bool:
 
 
 def check_exposure(host: str, port: int, api_key: str | None, insecure_no_auth: bool) -> None:
-    """Refuse to listen beyond this machine without a key, unless the user opted out explicitly.
+    """Refuse to listen beyond this machine without a key, unless the user opted out explicitly. ``api_key``: any
+    key the server accepts (--api-key, --api-keys or --admin-key).
 
     A model on a home network is reachable by every device there (guests' phones, a compromised IoT
     gadget) and its compute is the asset: an open server is found and used by others. One flag is a

@@ -10,6 +10,7 @@ FastAPI's validation fail) and the client still gets a 4xx it can read, while th
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgeopt.errors import EdgeoptError, RequestError
 from edgeopt.server.face import Face
+from edgeopt.server.json_body import RefusedBody
 
 log = logging.getLogger("edgeopt.server")
 
@@ -38,13 +40,19 @@ class ErrorShapes:
     def response(self, path: str, status: int, message: str, error_type: str, param: str | None = None,
                  code: Any = None, headers: dict[str, str] | None = None) -> JSONResponse:
         shape = next((body for prefix, body in self._by_prefix if path.startswith(prefix)), None)
-        content = (shape or _default_body)(status, message, error_type, param, code)
+        # A message or param may quote the client's text: a lone surrogate in it could not be sent as UTF-8.
+        content = (shape or _default_body)(status, _utf8(message), error_type, None if param is None else _utf8(param),
+                                           code)
         return JSONResponse(content, status_code=status, headers=headers)
 
     def request_error(self, exc: RequestError, path: str = "") -> JSONResponse:
         message = f"{exc.message}; {exc.hint}" if exc.hint else exc.message
         code = exc.error_type if exc.status_code != 400 else None
         return self.response(path, exc.status_code, message, exc.error_type, exc.param, code)
+
+
+def _utf8(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _default_body(status: int, message: str, error_type: str, param: str | None, code: Any) -> dict[str, Any]:
@@ -168,6 +176,12 @@ def install_error_handlers(app: FastAPI, count_error: Any, shapes: ErrorShapes) 
         message, param = describe_validation_errors(list(exc.errors()), exc.body)
         return shapes.response(request.url.path, 400, message, "invalid_request_error", param)
 
+    @app.exception_handler(RefusedBody)
+    async def _refused_body(request: Request, exc: RefusedBody) -> JSONResponse:
+        count_error(exc.status_code)
+        code = "request_too_large" if exc.status_code == 413 else None
+        return shapes.response(request.url.path, exc.status_code, exc.message, "invalid_request_error", exc.param, code)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         count_error(exc.status_code)
@@ -175,14 +189,24 @@ def install_error_handlers(app: FastAPI, count_error: Any, shapes: ErrorShapes) 
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return shapes.response(request.url.path, exc.status_code, message, kind, headers=exc.headers)
 
+    # A 500 is a fault of the server, never of the request: it carries an id that finds it in the server's log.
     @app.exception_handler(EdgeoptError)
     async def _backend_error(request: Request, exc: EdgeoptError) -> JSONResponse:
         count_error(500)
-        log.error("request failed: %s", exc)
-        return shapes.response(request.url.path, 500, str(exc), "server_error")
+        request_id = _new_request_id()
+        log.error("request %s failed: %s", request_id, exc)
+        return shapes.response(request.url.path, 500, f"{exc} (request id {request_id})", "server_error",
+                               headers={"X-Request-Id": request_id})
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         count_error(500)
-        log.exception("unexpected server error")
-        return shapes.response(request.url.path, 500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
+        request_id = _new_request_id()
+        log.exception("unexpected server error in request %s", request_id)
+        return shapes.response(request.url.path, 500, f"internal error: {type(exc).__name__}: {exc} (request id "
+                               f"{request_id}; the server's log has the traceback)", "server_error",
+                               headers={"X-Request-Id": request_id})
+
+
+def _new_request_id() -> str:
+    return uuid.uuid4().hex[:16]

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,8 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
+    api_keys: Mapping[str, str] = field(default_factory=dict)  # --api-keys: a key per caller (server.callers)
+    admin_key: str | None = None  # --admin-key: the operator's (request ids, emptying the prefix cache)
     max_concurrency: int | None = None  # concurrent sequences; default: what the KV budget affords
     context: int | None = None  # tokens per sequence (prompt + output)
     memory_bytes: int | None = None  # overrides the profile's / host's usable memory
@@ -162,7 +165,12 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     from edgeopt.server.heap_tuning import keep_freed_heap
 
     api_key = options.api_key or os.environ.get("EDGEOPT_API_KEY") or None
-    check_exposure(options.host, options.port, api_key, options.insecure_no_auth)
+    admin_key = options.admin_key or os.environ.get("EDGEOPT_ADMIN_KEY") or None
+    check_exposure(options.host, options.port, api_key or admin_key or next(iter(options.api_keys.values()), None),
+                   options.insecure_no_auth)
+    if not (api_key or admin_key or options.api_keys):
+        log.info("no API key: one tenant. Every client shares the stored responses and sees every request id on "
+                 "/v1/edgeopt/requests (--api-keys FILE gives each caller its own; docs/api.md)")
     if options.parse_special_in_content:  # an operator must be able to see from the log that this is off
         log.warning("--parse-special-in-content: control-token text in chat messages becomes control tokens, "
                     "so a user message can forge a system turn")
@@ -183,6 +191,7 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     else:
         raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served", "servable kinds: causal-lm, embedding")
     settings = ServerSettings(model_names=source.names, kind=manifest.kind, api_key=api_key,
+                              api_keys=dict(options.api_keys), admin_key=admin_key,
                               memory_budget_bytes=budget, parse_special_in_content=options.parse_special_in_content,
                               kv_type=kv_type, kv_layout=kv_layout,
                               responses_store_bytes=options.responses_store_bytes,

@@ -28,7 +28,9 @@ DEFAULT_STORE_BYTES = 32 * 1024 * 1024  # edgeopt serve --responses-store (its d
 class ServerSettings:
     model_names: tuple[str, ...]  # first: the id /v1/models shows; the others are accepted aliases
     kind: str = "causal-lm"  # manifest.kind: picks each face's routers (face.py)
-    api_key: str | None = None
+    api_key: str | None = None  # --api-key: one tenant behind a key (edgeopt.server.callers has the rule)
+    api_keys: Mapping[str, str] = field(default_factory=dict)  # --api-keys: caller name -> key
+    admin_key: str | None = None  # --admin-key: sees request ids, empties the prefix cache
     memory_budget_bytes: int = 0
     # A request body is parsed in memory before anything else can refuse it; cap it.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -44,6 +46,10 @@ class ServerSettings:
     model_card: Mapping[str, Any] = field(default_factory=dict)
     # Bytes of stored /v1/responses kept for previous_response_id and GET (edgeopt.server.responses.store).
     responses_store_bytes: int = DEFAULT_STORE_BYTES
+
+    @property
+    def has_keys(self) -> bool:
+        return bool(self.api_key or self.api_keys or self.admin_key)
 
     @property
     def kv_labels(self) -> dict[str, str]:

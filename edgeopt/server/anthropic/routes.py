@@ -21,9 +21,10 @@ from edgeopt.server.anthropic.translate import translate
 from edgeopt.server.chat.prepare import count_chat_tokens, prepare_chat
 from edgeopt.server.chat.reply import ReplyParser
 from edgeopt.server.generation.respond import generate
+from edgeopt.server.json_body import CheckedJsonRoute
 from edgeopt.server.state import ServerState
 
-router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
+router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routing (auth.py)
 
 
 @router.post("/v1/messages")

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from edgeopt.engine.validation import MAX_STOP_STRINGS
-from edgeopt.server.chat.request import MAX_CHAT_MESSAGES
+from edgeopt.server.chat.request import check_message_count
 from edgeopt.server.text_fields import Text
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
@@ -169,10 +169,7 @@ class PromptFields(BaseModel):
     @field_validator("messages", mode="before")
     @classmethod
     def _few_messages(cls, value: Any) -> Any:
-        if isinstance(value, list) and len(value) > MAX_CHAT_MESSAGES:
-            raise ValueError(f"{len(value)} messages in one request; at most {MAX_CHAT_MESSAGES} are allowed: "
-                             "send fewer (summarize or drop older turns)")
-        return value
+        return check_message_count(value)
 
 
 class MessagesRequest(PromptFields):

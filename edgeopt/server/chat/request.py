@@ -21,6 +21,14 @@ from typing import Any, Literal
 # them. Far above real conversations (an agent session of a few hundred turns), far below the 100k tiny
 # messages a 4 MiB body can carry. Checked before the messages are validated one by one.
 MAX_CHAT_MESSAGES = 2048
+
+
+def check_message_count(value: Any, noun: str = "messages", fix: str = "summarize or drop older turns") -> Any:
+    """Each face's schema calls this on its list of turns before validating them one by one."""
+    if isinstance(value, list) and len(value) > MAX_CHAT_MESSAGES:
+        raise ValueError(f"{len(value)} {noun} in one request; at most {MAX_CHAT_MESSAGES} are allowed: send fewer "
+                         f"({fix})")
+    return value
 # The efforts templates read (gpt-oss's reasoning_effort; "none" also switches Qwen3's enable_thinking off).
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high"]
 

@@ -11,11 +11,12 @@ from fastapi.responses import JSONResponse
 
 from edgeopt.errors import RequestError
 from edgeopt.server.embedding_batcher import MAX_INPUTS
+from edgeopt.server.json_body import CheckedJsonRoute
 from edgeopt.server.ollama.names import resolve_model
 from edgeopt.server.ollama.schema import OllamaEmbeddingsRequest, OllamaEmbedRequest
 from edgeopt.server.state import ServerState
 
-router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
+router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routing (auth.py)
 
 
 @router.post("/api/embed")

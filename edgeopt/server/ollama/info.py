@@ -12,11 +12,12 @@ from fastapi.responses import JSONResponse
 
 from edgeopt import __version__
 from edgeopt.errors import NotSupportedHereError
+from edgeopt.server.json_body import CheckedJsonRoute
 from edgeopt.server.ollama.names import resolve_model
 from edgeopt.server.ollama.schema import OllamaShowRequest
 from edgeopt.server.state import ServerState
 
-router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
+router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routing (auth.py)
 # Ollama says when an idle model will be unloaded; this server keeps its one model loaded until it stops.
 NEVER_UNLOADED = "9999-12-31T23:59:59Z"
 

@@ -22,13 +22,14 @@ from edgeopt.server.chat.prepare import Prepared, prepare_chat, prepare_raw
 from edgeopt.server.chat.reply import ReplyParser
 from edgeopt.server.chat.request import ChatRequest
 from edgeopt.server.generation.respond import generate
+from edgeopt.server.json_body import CheckedJsonRoute
 from edgeopt.server.ollama.names import resolve_model
 from edgeopt.server.ollama.reply import OllamaReply, created_at
 from edgeopt.server.ollama.schema import OllamaChatRequest, OllamaGenerateRequest
 from edgeopt.server.ollama.translate import Translation, chat_request, generate_request
 from edgeopt.server.state import ServerState
 
-router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
+router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routing (auth.py)
 
 
 @router.post("/api/chat")

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from edgeopt.server.chat.request import check_message_count
 from edgeopt.server.text_fields import Text, valid_unicode
 
 # Ollama's "format": "" (none), "json" (any JSON value... an object, in practice), or a JSON schema.
@@ -68,6 +69,11 @@ class _Generating(_Body):
 class OllamaChatRequest(_Generating):
     messages: list[OllamaMessage] = Field(default_factory=list)
     tools: list[OllamaTool] | None = None
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _few_messages(cls, value: Any) -> Any:
+        return check_message_count(value)
 
 
 class OllamaGenerateRequest(_Generating):

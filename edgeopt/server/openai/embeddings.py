@@ -13,10 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from edgeopt.errors import RequestError
 from edgeopt.runtimes.base import EmbeddingRuntime
 from edgeopt.server.embedding_batcher import MAX_INPUTS
+from edgeopt.server.json_body import CheckedJsonRoute
 from edgeopt.server.state import ServerState
 from edgeopt.server.text_fields import Text
 
-router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
+router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routing (auth.py)
 
 
 class EmbeddingRequest(BaseModel):

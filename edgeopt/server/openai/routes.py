@@ -10,20 +10,17 @@ from fastapi.responses import Response
 from edgeopt.server.chat.prepare import prepare_chat
 from edgeopt.server.chat.reply import ReplyParser
 from edgeopt.server.generation.respond import generate
+from edgeopt.server.json_body import CheckedJsonRoute
 from edgeopt.server.openai.chat_output import ChatOutput
 from edgeopt.server.openai.choice import ChoiceFormat
 from edgeopt.server.openai.completions import prepare_completion, respond_batch
 from edgeopt.server.openai.format import ResponseShape
 from edgeopt.server.openai.reply import OpenAIReply
-from edgeopt.server.openai.schema import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    GenerationFields,
-)
+from edgeopt.server.openai.schema import ChatCompletionRequest, CompletionRequest, GenerationFields
 from edgeopt.server.openai.translate import chat_request
 from edgeopt.server.state import ServerState
 
-router = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
+router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routing (auth.py)
 
 
 @router.post("/v1/completions")

@@ -16,12 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from edgeopt.server.chat.request import MAX_CHAT_MESSAGES
-from edgeopt.server.openai.tool_schema import (
-    MessageToolCall,
-    ToolChoice,
-    ToolDefinition,
-)
+from edgeopt.server.chat.request import check_message_count
+from edgeopt.server.openai.tool_schema import MessageToolCall, ToolChoice, ToolDefinition
 from edgeopt.server.text_fields import Text, valid_unicode
 
 
@@ -179,7 +175,4 @@ class ChatCompletionRequest(GenerationFields):
     @field_validator("messages", mode="before")
     @classmethod
     def _few_messages(cls, value: Any) -> Any:
-        if isinstance(value, list) and len(value) > MAX_CHAT_MESSAGES:
-            raise ValueError(f"{len(value)} messages in one request; at most {MAX_CHAT_MESSAGES} are allowed "
-                             "(MAX_CHAT_MESSAGES): send fewer (summarize or drop older turns)")
-        return value
+        return check_message_count(value)

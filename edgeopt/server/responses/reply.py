@@ -27,8 +27,10 @@ class ResponseReply:
     media_type = SSE_MEDIA_TYPE
 
     def __init__(self, body: ResponsesRequest, prepared: PreparedChat, store: ResponseStore,
-                 conversation: tuple[Message, ...]) -> None:
-        """``conversation``: the turns so far (instructions excluded), kept with the answer when ``store``."""
+                 conversation: tuple[Message, ...], owner: str | None) -> None:
+        """``conversation``: the turns so far (instructions excluded), kept with the answer when ``store``;
+        ``owner``: the caller it is stored for (edgeopt.server.callers)."""
+        self._owner = owner
         self._body = body
         self._prompt_len = len(prepared.prompt_ids)
         # thinking, answer and tool calls, as every face reads them
@@ -80,7 +82,7 @@ class ResponseReply:
         response = self.builder.response()
         if self._body.store and self.builder.status != "failed":
             answer = input_messages(_ITEMS.validate_python(response["output"]))
-            self._store.put(response["id"], response, (*self._conversation, *answer))
+            self._store.put(response["id"], response, (*self._conversation, *answer), self._owner)
         return response
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from edgeopt.server.chat.request import MAX_CHAT_MESSAGES, OutputFormat
+from edgeopt.server.chat.request import OutputFormat, check_message_count
 from edgeopt.server.text_fields import Text
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
@@ -204,9 +204,7 @@ class ResponsesRequest(BaseModel):
         """Messages may omit ``type`` (the clients' "easy" form); other types are refused by name."""
         if not isinstance(value, list):
             return value
-        if len(value) > MAX_CHAT_MESSAGES:
-            raise ValueError(f"{len(value)} input items in one request; at most {MAX_CHAT_MESSAGES} are allowed: "
-                             "send fewer (or chain turns with previous_response_id)")
+        check_message_count(value, "input items", "or chain turns with previous_response_id")
         items = []
         for i, item in enumerate(value):
             if isinstance(item, dict) and "type" not in item and "role" in item:

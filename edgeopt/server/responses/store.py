@@ -30,6 +30,7 @@ class StoredResponse:
     response: dict[str, Any]  # the response object as returned
     conversation: tuple[Message, ...]  # chat messages, instructions excluded, this response's output included
     size: int
+    owner: str | None = None  # the caller whose key made it (edgeopt.server.callers; None: a keyless server)
 
 
 class ResponseStore:
@@ -40,7 +41,8 @@ class ResponseStore:
         self.evicted_total = 0
         self._lock = threading.Lock()  # /metrics scrapes from another thread
 
-    def put(self, response_id: str, response: dict[str, Any], conversation: tuple[Message, ...]) -> bool:
+    def put(self, response_id: str, response: dict[str, Any], conversation: tuple[Message, ...],
+            owner: str | None = None) -> bool:
         """Keep it (evicting the least recently used); False when it alone exceeds the budget."""
         turns = [message.template_dict() for message in conversation]
         size = len(json.dumps([response, turns], ensure_ascii=False).encode())
@@ -50,7 +52,7 @@ class ResponseStore:
             old = self._entries.pop(response_id, None)
             if old is not None:
                 self._bytes -= old.size
-            self._entries[response_id] = StoredResponse(response, conversation, size)
+            self._entries[response_id] = StoredResponse(response, conversation, size, owner)
             self._bytes += size
             while self._bytes > self.budget_bytes:
                 _, evicted = self._entries.popitem(last=False)
@@ -87,17 +89,20 @@ def start_store(state: ServerState) -> None:
     state.metrics.add_collector(StoreCollector(store))
 
 
-def conversation_before(state: ServerState, previous_response_id: str | None) -> tuple[ResponseStore, tuple[Message, ...]]:
+def conversation_before(state: ServerState, previous_response_id: str | None,
+                        owner: str | None) -> tuple[ResponseStore, tuple[Message, ...]]:
     """The server's store, and the conversation ``previous_response_id`` continues (() without one)."""
     store = store_of(state)
     if previous_response_id is None:
         return store, ()
-    return store, stored(store, previous_response_id, param="previous_response_id").conversation
+    return store, stored(store, previous_response_id, owner, param="previous_response_id").conversation
 
 
-def stored(store: ResponseStore, response_id: str, param: str | None = None) -> StoredResponse:
+def stored(store: ResponseStore, response_id: str, owner: str | None, param: str | None = None) -> StoredResponse:
+    """The stored response, if ``owner`` made it. Another caller's id is the same 404 as an unknown one: it
+    must not learn that the id exists."""
     entry = store.get(response_id)
-    if entry is None:
+    if entry is None or entry.owner != owner:
         raise UnknownResponseError(f"no stored response has the id {response_id!r} (never stored: store was "
                                    "false, or another server made it; or evicted: the store keeps the most "
                                    f"recently used responses within {store.budget_bytes} bytes)",

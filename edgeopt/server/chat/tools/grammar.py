@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edgeopt.engine.grammar import JSON_LAYOUT, GrammarSpec
+from edgeopt.engine.grammar import (JSON_LAYOUT, RECURSION_HINT, GrammarSpec, UnsupportedGrammarError,
+                                    recursion_message)
+from edgeopt.engine.schema_recursion import unending_ref
 from edgeopt.server.chat.request import Function
 from edgeopt.server.chat.tools.plan import ToolPlan
 from edgeopt.server.chat.tools.syntax import MISTRAL_ARGS_MARKER, ToolFamily
@@ -26,6 +28,11 @@ PARALLEL_FAMILIES = (ToolFamily.HERMES, ToolFamily.MISTRAL, ToolFamily.MISTRAL_A
 
 
 def tool_call_grammar(plan: ToolPlan, control_ids: dict[str, int]) -> GrammarSpec:
+    for function in plan.forced:  # a schema with no finite instance fails only mid-call: refuse it now
+        recursing = unending_ref(function.parameters_schema())
+        if recursing is not None:
+            raise UnsupportedGrammarError(recursion_message(recursing, f"the parameters schema of {function.name!r}"),
+                                          RECURSION_HINT, param="tools")
     syntax = plan.syntax
     lines = [_arguments_rule(i, f) for i, f in enumerate(plan.forced)]
     family = syntax.family
