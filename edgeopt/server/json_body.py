@@ -22,7 +22,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 MAX_JSON_DEPTH = 64  # arrays/objects inside each other: JSON schemas and tool arguments stay far below
-MAX_JSON_VALUES = 262_144  # values in one body: a 256k-token prompt as ids, far above any chat
+MAX_JSON_VALUES = 1_048_576  # values in one body: a million (a 4 MiB body of short messages holds ~300k)
 MAX_KEY_CHARS = 256  # an object key names a field or a property: never long
 _BAD_CHARS = re.compile("[\ud800-\udfff\x00]")
 
@@ -41,7 +41,7 @@ def checked_json(body: bytes) -> Any:
     # Every value after the first follows one of these bytes: counted at C speed before Python builds any
     # object. Text holds them too (a CSV has a comma every few bytes), hence the generous factor.
     bound = body.count(b",") + body.count(b"[") + body.count(b"{") + body.count(b":")
-    if bound > 4 * MAX_JSON_VALUES:
+    if bound > 2 * MAX_JSON_VALUES:
         raise RefusedBody(413, f"request body holds up to {bound} JSON values and separators, above the limit of "
                                f"{MAX_JSON_VALUES} values; send fewer items (split the request)")
     try:
