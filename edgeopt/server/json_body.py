@@ -92,9 +92,9 @@ def _check_text(text: str, path: tuple[str, ...], what: str = "the text") -> Non
     char = found.group()
     shown = char.encode("utf-8", "backslashreplace").decode()
     kind = "a NUL character" if char == "\x00" else f"a lone UTF-16 surrogate {shown}"
-    raise RefusedBody(400, f"{what} at {_where(path)} holds {kind} at character {found.start()}, which no tokenizer "
-                           "or UTF-8 reply can carry; send UTF-8 text without NUL (escape pairs such as "
-                           "\\ud83d\\ude00 must be complete)", _param(path))
+    why = "which no tokenizer or C string can carry" if char == "\x00" else "which is not valid Unicode"
+    raise RefusedBody(400, f"{what} at {_where(path)} holds {kind} at character {found.start()}, {why}; send UTF-8 "
+                           "text without NUL (escape pairs such as \\ud83d\\ude00 must be complete)", _param(path))
 
 
 def _param(path: tuple[str, ...]) -> str | None:
