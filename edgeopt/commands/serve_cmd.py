@@ -6,6 +6,7 @@ serving a GGUF bundle never imports torch or transformers.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -93,19 +94,34 @@ def serve(
         "--warm", exists=True, dir_okay=False,
         help="A text file holding a system prompt: its KV is computed once, saved beside it (FILE.kvstate) and "
              "loaded on later starts, so the first chat using that system prompt is already a cache hit (GGUF).")] = None,
+    workers: Annotated[Optional[str], typer.Option(
+        "--workers",
+        help="Split the model across llama.cpp RPC workers (edgeopt worker on each board): host:port[,host:port...]. "
+             "Layers and KV are planned per device (edgeopt plan --workers); a worker that dies ends the requests "
+             "in flight, /health answers 503 naming it, and the model reloads when it is back (GGUF).")] = None,
 ) -> None:
     """Serve a bundle or a GGUF file behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions,
     /metrics)."""
     import logging
 
     from edgeopt.engine.speculation.controller import check_mode as check_speculative_mode
+    from edgeopt.rpc.endpoints import parse_workers
     from edgeopt.server.callers import load_api_keys
-    from edgeopt.server.launcher import ServeOptions, serve_bundle
+    from edgeopt.server.launcher import INHERITED_SOCKET_ENV, ServeOptions, serve_bundle
 
     check_speculative_mode(speculative)
     if port < 0 or port > 65535:
         raise ConfigError(f"--port {port} is out of range", "use 1..65535, or 0 for any free port")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    endpoints = parse_workers(workers) if workers else ()
+    if endpoints and not os.environ.get(INHERITED_SOCKET_ENV):  # the supervisor; the server is its child
+        from edgeopt.rpc.supervisor import run_supervised
+        from edgeopt.server.auth import check_exposure
+
+        keys = load_api_keys(api_keys) if api_keys else {}
+        any_key = api_key or os.environ.get("EDGEOPT_API_KEY") or admin_key or next(iter(keys.values()), None)
+        check_exposure(host, port, any_key, insecure_no_auth)
+        raise typer.Exit(run_supervised(host, port, endpoints))
     options = ServeOptions(host=host, port=port, api_key=api_key, admin_key=admin_key,
                            api_keys=load_api_keys(api_keys) if api_keys else {}, max_concurrency=max_concurrency,
                            context=context,
@@ -116,5 +132,5 @@ def serve(
                            parse_special_in_content=parse_special_in_content, kv_type=kv_type,
                            prefix_cache=prefix_cache, warm_file=warm, kv_layout=kv_layout,
                            stream_interval_ms=stream_interval_ms, speculative=speculative,
-                           responses_store_bytes=parse_size(responses_store, "--responses-store"))
+                           responses_store_bytes=parse_size(responses_store, "--responses-store"), workers=endpoints)
     serve_bundle(bundle, options)

@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeopt import backends
 from edgeopt.bundle import Manifest
@@ -27,6 +27,7 @@ from edgeopt.engine import Engine, EngineConfig, engine_config_for
 from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ConfigError
 from edgeopt.model_source import bundle_model_names, model_card, open_model_source
+from edgeopt.rpc.endpoints import Endpoint
 from edgeopt.runtimes.base import Runtime
 from edgeopt.server.auth import check_exposure
 from edgeopt.server.chat.template import ChatTemplate
@@ -36,7 +37,11 @@ from edgeopt.sizing.bundle_facts import bundle_serving_shape
 from edgeopt.sizing.layout import AUTO
 from edgeopt.sizing.shape import ServingShape, ShapeRequest, check_shape_request
 
+if TYPE_CHECKING:
+    from edgeopt.runtimes.llama_cpp.rpc import RpcOffload
+
 log = logging.getLogger("edgeopt.server")
+INHERITED_SOCKET_ENV = "EDGEOPT_SERVE_FD"  # set by edgeopt.rpc.supervisor for the server it runs
 KEEP_ALIVE_S = 5  # uvicorn's default: an idle keep-alive connection is closed 5 s after its last response
 
 
@@ -66,6 +71,7 @@ class ServeOptions:
     stream_interval_ms: float = 50.0  # streamed text at most this often when tokens come faster (engine.stream)
     responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses.store)
     speculative: str = "off"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto
+    workers: tuple[Endpoint, ...] = ()  # llama.cpp RPC workers the model is split across (edgeopt.rpc.head)
 
     def shape_request(self) -> ShapeRequest:
         return ShapeRequest(context=self.context, max_sequences=self.max_concurrency, kv_type=self.kv_type,
@@ -78,7 +84,7 @@ def serving_shape(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -
 
 
 def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape | None,
-                      options: ServeOptions) -> ServedModel:
+                      options: ServeOptions, offload: RpcOffload | None = None) -> ServedModel:
     """Load the runtime in ``shape`` and start an engine over it (runs in a worker thread).
 
     Embedding bundles (``shape`` None) have no KV cache and no engine: the runtime alone serves them.
@@ -89,8 +95,9 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
         embedder = load_embedding_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
         return ServedModel(context_length=embedder.info.context_length, tokenizer=embedder.tokenizer,
                            embedder=embedder)
+    split = {"offload": offload} if offload is not None else {}
     runtime = load_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads,
-                           **shape.runtime_options())
+                           **shape.runtime_options(), **split)
     try:
         config = engine_config(runtime, shape, options)
         engine = own_engine(manifest.format, runtime, config) or Engine(runtime, config)
@@ -151,6 +158,12 @@ def uvicorn_config(app: Any, options: ServeOptions) -> Any:
     """The uvicorn.Config that ``edgeopt serve`` runs (tests start their servers with it too)."""
     import uvicorn
 
+    # A supervised server (edgeopt.rpc.supervisor) serves the socket its supervisor bound and keeps.
+    inherited_fd = os.environ.get(INHERITED_SOCKET_ENV)
+    if inherited_fd:
+        return uvicorn.Config(app, fd=int(inherited_fd), log_level=options.log_level, timeout_graceful_shutdown=5,
+                              timeout_keep_alive=KEEP_ALIVE_S,
+                              http=guarded_protocol(options.header_timeout_s, options.max_connections))
     return uvicorn.Config(app, host=options.host, port=options.port, log_level=options.log_level,
                           timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S,
                           http=guarded_protocol(options.header_timeout_s, options.max_connections))
@@ -178,11 +191,22 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     bundle_dir, manifest = source.bundle_dir, source.manifest
     keep_freed_heap()  # before the first step allocates
     shape: ServingShape | None = None
-    if manifest.kind == "causal-lm":
+    offload: RpcOffload | None = None
+    if manifest.kind == "causal-lm" and options.workers:  # split across llama.cpp RPC workers
+        from edgeopt.rpc.head import prepare_split
+
+        split = prepare_split(bundle_dir, manifest, options.shape_request(), options.workers, options.memory_bytes,
+                              options.target)
+        shape, offload = split.shape, split.offload
+        kv_type, kv_layout, budget = shape.kv_type, shape.kv_layout, shape.sizing.usable_memory_bytes
+    elif manifest.kind == "causal-lm":
         shape = serving_shape(bundle_dir, manifest, options)
         kv_type, kv_layout, budget = shape.kv_type, shape.kv_layout, shape.sizing.usable_memory_bytes
         log.info("KV sizing (%s KV cache, %s layout): %s", kv_type, kv_layout or "the runtime's",
                  shape.sizing.to_dict())
+    elif manifest.kind == "embedding" and options.workers:
+        raise ConfigError("--workers splits a causal LM across llama.cpp RPC workers; this bundle is an encoder",
+                          "leave --workers out")
     elif manifest.kind == "embedding":
         # --kv-type and --kv-layout streams are refused here too (an encoder's runtime has neither)
         entry = backends.backend(manifest.format)
@@ -204,7 +228,7 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
         if server is not None:
             server.should_exit = True
 
-    app = create_app(settings, loader=lambda: load_served_model(bundle_dir, manifest, shape, options),
+    app = create_app(settings, loader=lambda: load_served_model(bundle_dir, manifest, shape, options, offload),
                      on_load_error=stop_on_load_error)
     server = uvicorn.Server(uvicorn_config(app, options))
     server.run()

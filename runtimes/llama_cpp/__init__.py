@@ -23,6 +23,8 @@
   cells (llama.cpp rounds a stream up to STREAM_ALIGN), cache entries get as many more streams as
   remain, up to ``cache_slots``; when not even the slots fit, their streams shrink (and the context
   with them) and the cache is off (:func:`stream_layout`).
+* ``offload``: an :class:`~edgeopt.runtimes.llama_cpp.rpc.RpcOffload`, the model split across llama.cpp
+  RPC workers as edgeopt.sizing.split planned it (``edgeopt serve --workers``); overrides ``n_gpu_layers``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 if TYPE_CHECKING:
     from edgeopt.bundle import Manifest
+    from edgeopt.runtimes.llama_cpp.rpc import RpcOffload
 
 __all__ = ["LlamaCppRuntime", "LlamaCppTokenizer", "load", "load_gguf"]
 # The registry's number (edgeopt/backends.py says why 128), so the runtime's batch is the one sizing assumed.
@@ -66,7 +69,8 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
               max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, threads: int | None = None,
               n_gpu_layers: int | None = None, context_length: int | None = None,
               profile: DeviceProfile | None = None, kv_type: str = "f16",
-              cache_slots: int | None = None, kv_layout: str = UNIFIED) -> LlamaCppRuntime:
+              cache_slots: int | None = None, kv_layout: str = UNIFIED,
+              offload: RpcOffload | None = None) -> LlamaCppRuntime:
     if kv_capacity_tokens is None or max_slots is None:
         raise ConfigError(f"the llama.cpp runtime needs kv_capacity_tokens and max_slots (got {kv_capacity_tokens}, "
                           f"{max_slots})", "size them with edgeopt.sizing.shape.decide_serving_shape, as edgeopt "
@@ -84,7 +88,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
     profile = profile or load_profile("host")
     if n_gpu_layers is None:
         n_gpu_layers = -1 if profile.has_cuda and llama_cpp.llama_supports_gpu_offload() else 0
-    model = load_model(Path(path), n_gpu_layers)
+    model = load_model(Path(path), n_gpu_layers, offload)
     facts = model_facts(model, Path(path))
     context = min(context_length or facts.context_train, facts.context_train)
     if cache_slots is None:
