@@ -41,6 +41,7 @@ llama_src="$(llama_cpp_sources "$python" "$version" "$cache_root")"
 cmake -S "$here/rpc_worker" -B "$out_dir/build" -G Ninja \
     -DLLAMA_SRC="$llama_src" \
     -DCMAKE_BUILD_TYPE=Release \
+    -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_RPC_RDMA=OFF \

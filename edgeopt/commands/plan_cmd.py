@@ -29,10 +29,19 @@ def plan(
     kv_type: KvType = None,
     size: Annotated[Optional[str], typer.Option("--size", help="Also size a GGUF mix made to this file size (e.g. 90MiB; optimize --size).")] = None,
     as_json: JsonOut = False,
+    devices: Annotated[Optional[int], typer.Option("--devices", min=2, help="Split across N boards of --target "
+                                                   "(the head and N-1 `edgeopt worker`s): layers and KV per device.")] = None,
+    workers: Annotated[Optional[str], typer.Option("--workers", help="Split across the head (--target) and these "
+                                                   "running workers, with the memory each offers: host:port,...")] = None,
 ) -> None:
     """Predict weight and KV sizes per format/quant from the model's config alone, and recommend one (a GGUF
     file: its own size and shape, as serve will size it)."""
     profile = load_profile(target)
+    if devices is not None or workers is not None:
+        from edgeopt.commands.plan_devices_cmd import plan_devices
+
+        plan_devices(model, profile, context, concurrency, memory_mb, kv_type, devices, workers, as_json)
+        return
     if size is not None and is_gguf_file(Path(model)):
         raise ConfigError(f"--size {size} sizes a mix made from a checkpoint; {model} is already a GGUF file",
                           "drop --size, or plan the checkpoint it was made from")
