@@ -35,7 +35,7 @@ def prepare_split(bundle_dir: Path, manifest: Manifest, request: ShapeRequest, e
         from edgeopt.errors import ConfigError
 
         raise ConfigError(f"--workers splits GGUF models across llama.cpp RPC workers; this bundle is {manifest.format}",
-                          "serve a GGUF bundle (edgeopt optimize --format gguf), or leave --workers out")
+                          "leave --workers out, or serve a GGUF bundle (edgeopt optimize --format gguf makes one)")
     workers = probe_workers(endpoints, head_protocol_version())
     memories = [WorkerMemory(str(info.endpoint), info.free_bytes) for info in workers]
     shape, plan = split_serving_shape(bundle_dir, manifest, request, memories, memory_bytes, target)

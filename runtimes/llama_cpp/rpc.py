@@ -21,7 +21,6 @@ from pathlib import Path
 import llama_cpp
 
 from edgeopt.errors import BackendError
-from edgeopt.runtimes.llama_cpp.model import init_backend
 
 _lock = threading.Lock()
 _rpc_lib: ctypes.CDLL | None = None
@@ -55,7 +54,7 @@ def _ggml() -> ctypes.CDLL:
 def _load_rpc(library: Path) -> ctypes.CDLL:
     global _rpc_lib
     if _rpc_lib is None:
-        init_backend()  # llama-cpp-python's ggml first, so libggml-rpc binds to its libggml-base
+        # `import llama_cpp` loaded its libggml-base.so.0 already: libggml-rpc binds to that one (same soname).
         try:
             lib = ctypes.CDLL(str(library))
         except OSError as exc:
