@@ -16,7 +16,7 @@ import pytest
 
 from edgeopt.serve_process import free_port, launched_server
 from tests.fixtures.smollm2 import smollm2_gguf_path
-from tests.rpc.workers import running_workers, workers_flag
+from tests.rpc.workers import Worker, running_workers, workers_flag
 
 HEAD_MEMORY_MIB = 150  # the head's runtime alone is ~110 MiB at 2 sequences: the weights do not fit beside it
 CONTEXT, SEQUENCES = 512, 2
@@ -90,6 +90,11 @@ def stream_until_cut(base_url: str, model: str, kill) -> tuple[int, float]:  # n
     return chunks, time.monotonic() - killed_at
 
 
+def metric(text: str, name: str, worker: Worker) -> float:
+    prefix = f'{name}{{worker="{worker.endpoint}"}} '
+    return float(next(line for line in text.splitlines() if line.startswith(prefix))[len(prefix):])
+
+
 def wait_for_health(base_url: str, status: int, bound_s: float) -> httpx.Response:
     deadline = time.monotonic() + bound_s
     while True:
@@ -112,6 +117,11 @@ def test_split_serving_matches_one_process_survives_a_killed_worker_and_recovers
                             log_path=tmp_path / "serve.log") as split:
         assert greedy_texts(split.base_url) == expected
         model = httpx.get(split.base_url + "/v1/models", timeout=10).json()["data"][0]["id"]
+        metrics = httpx.get(split.base_url + "/metrics", timeout=10).text
+        for worker in workers:
+            assert metric(metrics, "edgeopt_worker_memory_bytes", worker) == 70 * 1024**2
+            assert 0 < metric(metrics, "edgeopt_worker_memory_used_bytes", worker) < 70 * 1024**2
+            assert 0 < metric(metrics, "edgeopt_worker_round_trip_seconds", worker) < 5
 
         victim = workers[1]
         chunks, seconds = stream_until_cut(split.base_url, model, victim.kill)
