@@ -19,9 +19,15 @@ DEMO_DIR ?= demo
 DEMO_TARGET ?= raspberry-pi
 PYTEST_ARGS ?=
 
-.PHONY: setup reference-converter demo demo-model test clean-demo
+.PHONY: setup reference-converter rpc-worker demo demo-model test clean-demo
 
-setup: $(STAMP) reference-converter
+setup: $(STAMP) reference-converter rpc-worker
+
+# edgeopt worker's RPC server and the head's libggml-rpc.so (a model split across boards, docs/more-than-one-board.md),
+# built from the llama.cpp sources of the installed llama-cpp-python into ~/.cache/edgeopt: ~1-3 min once (2 cores),
+# nothing when already built. On a worker with a GPU: make rpc-worker EDGEOPT_RPC_CMAKE_ARGS=-DGGML_CUDA=ON
+rpc-worker: $(STAMP)
+	bash scripts/build_rpc_worker.sh $(PY)
 
 # llama.cpp's own HF->GGUF converter, a test oracle only (tests/exporters/reference_converter.py):
 # unpacked from the sdist of the installed llama-cpp-python into $(VENV)/share/edgeopt; ~30 s once.
@@ -44,7 +50,7 @@ demo: demo-model
 	$(PY) -m edgeopt.demo.serve_demo $(DEMO_DIR)/bundle
 
 # pytest exits 5 when it collected nothing: that is a failure here, and says so.
-test: $(STAMP) reference-converter
+test: $(STAMP) reference-converter rpc-worker
 	$(PY) -m edgeopt.demo
 	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
