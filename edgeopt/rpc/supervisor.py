@@ -90,6 +90,16 @@ async def _serve_outage(listening: socket.socket, endpoints: Sequence[Endpoint],
         await server.wait_closed()
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it if the supervisor dies (Linux), so no orphan keeps the port."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class Supervisor:
     def __init__(self, child_argv: list[str], host: str, port: int, endpoints: tuple[Endpoint, ...],
                  expected: ProtocolVersion) -> None:
@@ -115,7 +125,8 @@ class Supervisor:
         env = {**os.environ, INHERITED_SOCKET_ENV: str(listening.fileno()), "GGML_NO_BACKTRACE": "1"}
         try:
             while True:
-                self._child = subprocess.Popen(self.child_argv, pass_fds=(listening.fileno(),), env=env)
+                self._child = subprocess.Popen(self.child_argv, pass_fds=(listening.fileno(),), env=env,
+                                               preexec_fn=_die_with_parent)
                 status = self._child.wait()
                 if self._stopping or status == 0:
                     return status

@@ -230,11 +230,13 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
 
     app = create_app(settings, loader=lambda: load_served_model(bundle_dir, manifest, shape, options, offload),
                      on_load_error=stop_on_load_error)
-    if offload is not None:  # each worker's memory and round trip on /metrics
-        from edgeopt.rpc.metrics import WorkerCollector
+    if offload is not None:  # each worker's memory and round trip on /metrics, and a heartbeat
+        from edgeopt.rpc.metrics import WorkerWatch
 
         state = app.state.server
-        state.metrics.registry.register(WorkerCollector(offload, lambda: state.served is not None))
+        watch = WorkerWatch(offload, lambda: state.served is not None)
+        state.metrics.registry.register(watch)
+        watch.start_heartbeat()
     server = uvicorn.Server(uvicorn_config(app, options))
     server.run()
     if failures:

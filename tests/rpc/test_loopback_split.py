@@ -1,7 +1,7 @@
 """A real model split across two `edgeopt worker`s on 127.0.0.1, each capped so that it fits neither alone
 (nor the head: SmolLM2-135M Q4_1 is 94 MiB of weights, its tied output copied to the last worker):
 the plan, the load agreeing with it, greedy output equal to one process, a worker SIGKILLed mid-stream,
-restarted, and a head started with one missing. Every wait is bounded; ~60 s on 2 cores in all."""
+restarted, one killed while idle, and a head started with one missing. Every wait is bounded; ~60 s on 2 cores in all."""
 
 from __future__ import annotations
 
@@ -135,6 +135,11 @@ def test_split_serving_matches_one_process_survives_a_killed_worker_and_recovers
         victim.start()  # the same port, the same cap: the server reloads by itself
         wait_for_health(split.base_url, 200, RECOVERY_BOUND_S)
         assert greedy_texts(split.base_url) == expected
+
+        workers[0].kill()  # while idle: the heartbeat finds out, not the next request
+        assert str(workers[0].endpoint) in wait_for_health(split.base_url, 503, DEATH_BOUND_S).json()["error"]
+        workers[0].start()
+        wait_for_health(split.base_url, 200, RECOVERY_BOUND_S)
         assert split.process.poll() is None
 
 
