@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeopt.bundle import Manifest
+from edgeopt.errors import ConfigError
 from edgeopt.rpc.binaries import head_protocol_version, rpc_library
 from edgeopt.rpc.endpoints import Endpoint
 from edgeopt.rpc.protocol import WorkerInfo, probe_workers
@@ -32,8 +33,6 @@ def prepare_split(bundle_dir: Path, manifest: Manifest, request: ShapeRequest, e
     """Raises WorkerError naming a worker that is unreachable or speaks another protocol version, and
     DoesNotFitError when the model does not fit across the devices."""
     if manifest.format != "gguf":
-        from edgeopt.errors import ConfigError
-
         raise ConfigError(f"--workers splits GGUF models across llama.cpp RPC workers; this bundle is {manifest.format}",
                           "leave --workers out, or serve a GGUF bundle (edgeopt optimize --format gguf makes one)")
     workers = probe_workers(endpoints, head_protocol_version())

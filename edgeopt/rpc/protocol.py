@@ -107,8 +107,9 @@ def _hello(endpoint: Endpoint, timeout_s: float) -> tuple[socket.socket, Protoco
             return sock, ProtocolVersion(answer[0], answer[1], answer[2])
         except (_Closed, OSError):
             sock.close()
-    raise WorkerError(f"{endpoint} accepts connections but does not answer llama.cpp's RPC HELLO",
-                      "check that the port is an `edgeopt worker` (llama.cpp rpc-server), not another service")
+    raise WorkerError(f"{endpoint} accepts connections but does not answer llama.cpp's RPC HELLO within {timeout_s:g} s",
+                      "a worker serves one head at a time: stop the other head using it, or check that the port is "
+                      "an `edgeopt worker` (llama.cpp rpc-server), not another service")
 
 
 def probe_worker(endpoint: Endpoint, expected: ProtocolVersion, timeout_s: float = PROBE_TIMEOUT_S) -> WorkerInfo:

@@ -143,10 +143,9 @@ def layer_counts(rooms: list[int], layer_costs: tuple[int, ...]) -> list[int]:
     capacities = [_capacity(max(room, 0), layer_costs, 0) for room in rooms]
     held = sum(capacities)
     weights = capacities if held >= total_layers else [max(room, 0) for room in rooms]
-    weight_sum = sum(weights) or len(rooms)
-    if not sum(weights):
+    if not sum(weights):  # no device has any room: an even split, for the report
         weights = [1] * len(rooms)
-    exact = [total_layers * w / weight_sum for w in weights]
+    exact = [total_layers * w / sum(weights) for w in weights]
     counts = [int(x) for x in exact]
     by_remainder = sorted(range(len(rooms)), key=lambda i: exact[i] - counts[i], reverse=True)
     for i in by_remainder:
