@@ -83,3 +83,18 @@ def test_a_real_worker_reports_its_version_and_its_memory_cap(tmp_path: Path) ->
     assert info.version == head_protocol_version()
     assert info.total_bytes == again.total_bytes == 64 * 1024**2
     assert info.free_bytes == info.total_bytes  # nothing allocated yet
+
+
+def test_serve_refuses_a_worker_of_another_version_before_loading_anything() -> None:
+    import subprocess
+    import sys
+
+    from tests.fixtures.smollm2 import smollm2_gguf_path
+
+    endpoint, thread = fake_worker(bytes([6, 1, 0, 0]) + bytes(CONN_CAPS_BYTES))
+    result = subprocess.run([sys.executable, "-m", "edgeopt.cli", "serve", str(smollm2_gguf_path()), "--port",
+                             str(free_port()), "--workers", str(endpoint), "--no-verify"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"worker {endpoint} speaks RPC protocol 6.1.0; this head speaks {head_protocol_version()}" in result.stderr
+    thread.join(5)
