@@ -5,9 +5,11 @@ llama-server --rpc, against one process. Same GGUF, same workers, same layer pla
 
 (a) `edgeopt serve FILE` in one process; (b) `edgeopt serve FILE --workers A,B`; (c) llama-server (built
 with RPC from the same llama.cpp sources: scripts/build_rpc_worker.sh .venv/bin/python llama-server)
-with `--rpc A,B` and the -ngl / --tensor-split that place exactly the layers edgeopt placed (read from
-its log), so the two heads compute the same split. Workers are capped as in tests/rpc (70 MiB each, the
-head's --memory 150 MiB: the model fits no device alone). A worker serves one head at a time, so the
+with `--rpc A,B` and the -ngl / --tensor-split that place exactly the layers edgeopt placed, the KV cells
+edgeopt sized and edgeopt's batch (-b/-ub 128), all read from edgeopt's log, so the two heads compute the
+same split of the same cache. Workers offer 128 MiB each and the head's --memory is 150 MiB (the head
+alone cannot hold the model; llama-server's default 512-token ubatch would need more compute buffer on a
+tighter worker than the 70 MiB of tests/rpc). A worker serves one head at a time, so the
 three servers run one after another, freshly started, in a rotating order in each of ``--rounds``
 rounds; ratios are medians of per-round ratios (pairs taken a minute apart cancel the drift of a shared
 host). Figures: TTFT (median) and decode tok/s at 1 and 4 concurrent streamed completions of 64 tokens
@@ -40,7 +42,10 @@ CONTEXT, STREAMS = 512, 4
 LEVELS = (1, 4)
 PROMPT_TOKENS, MAX_TOKENS = 64, 64
 HEAD_MEMORY = "150MiB"
+WORKER_MEMORY_MIB = 128
+BATCH = 128  # edgeopt's llama.cpp batch (edgeopt/backends.py): llama-server gets the same
 SPLIT_LINE = re.compile(r"split: (\S+): layers \S+ \((\d+)\)")
+KV_LINE = re.compile(r"engine ready: (\d+) KV tokens")
 
 
 def llama_server_binary() -> Path:
@@ -51,8 +56,9 @@ def llama_server_binary() -> Path:
     return Path(out.stdout.strip().splitlines()[-1]) / "llama-server"
 
 
-def offload_from_log(log: str) -> tuple[int, list[float]]:
-    """edgeopt's placement as llama-server flags, computed as edgeopt.sizing.split.SplitPlan.offload does."""
+def offload_from_log(log: str) -> tuple[int, list[float], int]:
+    """edgeopt's placement as llama-server flags, computed as edgeopt.sizing.split.SplitPlan.offload does,
+    and the KV cells it sized."""
     counts = [int(layers) for name, layers in SPLIT_LINE.findall(log) if name != "head"]
     if not counts:
         raise SystemExit("no split lines in edgeopt's log: run it with --log-level info")
@@ -61,16 +67,19 @@ def offload_from_log(log: str) -> tuple[int, list[float]]:
     if len(weights) > 1:
         weights[0] -= 0.5
         weights[-1] += 0.5
-    return sum(counts), weights
+    cells = KV_LINE.search(log)
+    if cells is None:
+        raise SystemExit("no 'engine ready' line in edgeopt's log")
+    return sum(counts), weights, int(cells.group(1))
 
 
 @contextmanager
-def llama_server_rpc(binary: Path, gguf: Path, workers: str, n_gpu_layers: int, split: list[float], threads: int,
-                     log_path: Path) -> Iterator[LaunchedServer]:
+def llama_server_rpc(binary: Path, gguf: Path, workers: str, n_gpu_layers: int, split: list[float], cells: int,
+                     threads: int, log_path: Path) -> Iterator[LaunchedServer]:
     port = free_port()
     command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--rpc", workers,
                "-ngl", str(n_gpu_layers), "-ts", ",".join(f"{w:g}" for w in split), "-np", str(STREAMS),
-               "-c", str(STREAMS * CONTEXT), "-t", str(threads), "-tb", str(threads)]
+               "-c", str(cells), "-b", str(BATCH), "-ub", str(BATCH), "-t", str(threads), "-tb", str(threads)]
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = LaunchedServer(f"http://127.0.0.1:{port}", log_path, process)
@@ -84,7 +93,7 @@ def llama_server_rpc(binary: Path, gguf: Path, workers: str, n_gpu_layers: int, 
 def measure(server: LaunchedServer, model: str) -> dict[int, LoadResult]:
     results = {}
     for level in LEVELS:
-        result = asyncio.run(run_load(server.base_url, model, level, level * 2, PROMPT_TOKENS, MAX_TOKENS,
+        result = asyncio.run(run_load(server.base_url, model, level, level * 3, PROMPT_TOKENS, MAX_TOKENS,
                                       extra_body={"ignore_eos": True}))
         if result.errors:
             raise SystemExit(f"{server.base_url}: {result.errors[:2]}")
@@ -106,23 +115,25 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="threads of each head and each worker")
     parser.add_argument("--work", type=Path, default=Path("/tmp/edgeopt-bench-rpc"))
+    parser.add_argument("--without-llama-server", action="store_true", help="(a) and (b) only: no llama-server build")
     args = parser.parse_args()
     gguf = args.gguf or smollm2_gguf_path()
     args.work.mkdir(parents=True, exist_ok=True)
-    binary = llama_server_binary()
+    binary = None if args.without_llama_server else llama_server_binary()
     serve_args = ["--context", str(CONTEXT), "--max-concurrency", str(STREAMS), "--no-verify",
                   "--stream-interval-ms", "0", "--log-level", "info"]
     rows: dict[str, list[dict[str, float]]] = {"a": [], "b": [], "c": []}
-    with running_workers(args.work, count=2) as workers:
+    with running_workers(args.work, count=2, memory_mib=WORKER_MEMORY_MIB) as workers:
         flag = workers_flag(workers)
         split_args = [*serve_args, "--workers", flag, "--memory", HEAD_MEMORY]
-        placement: tuple[int, list[float]] | None = None
+        placement: tuple[int, list[float], int] | None = None
         for round_index in range(args.rounds):
-            order = ["a", "b", "c"][round_index % 3:] + ["a", "b", "c"][:round_index % 3]
+            servers = ["a", "b"] if binary is None else ["a", "b", "c"]
+            order = servers[round_index % len(servers):] + servers[:round_index % len(servers)]
             for which in order:  # round 0 runs (b) before (c): (c) copies (b)'s placement
                 log = args.work / f"{which}-{round_index}.log"
                 if which == "c":
-                    assert placement is not None
+                    assert placement is not None and binary is not None
                     context = llama_server_rpc(binary, gguf, flag, *placement, args.threads, log)
                 else:
                     context = launched_server(gguf, threads=args.threads, log_path=log,
@@ -145,9 +156,11 @@ def report(rows: dict[str, list[dict[str, float]]], args: argparse.Namespace) ->
     print(f"CPU: {cpu_model()}; {args.rounds} rounds, {args.threads} thread(s) per process; medians")
     print(f"{'figure':18} {'(a) one':>10} {'(b) edgeopt':>12} {'(c) llama-srv':>14} {'b/c':>7} {'b/a':>7}")
     summary = {}
+    nan = float("nan")
     for key in keys:
-        a, b, c = (statistics.median(r[key] for r in rows[w]) for w in "abc")
-        b_over_c = statistics.median(rb[key] / rc[key] for rb, rc in zip(rows["b"], rows["c"]))
+        a, b = (statistics.median(r[key] for r in rows[w]) for w in "ab")
+        c = statistics.median(r[key] for r in rows["c"]) if rows["c"] else nan
+        b_over_c = statistics.median(rb[key] / rc[key] for rb, rc in zip(rows["b"], rows["c"])) if rows["c"] else nan
         b_over_a = statistics.median(rb[key] / ra[key] for rb, ra in zip(rows["b"], rows["a"]))
         summary[key] = {"a": a, "b": b, "c": c, "b_over_c": b_over_c, "b_over_a": b_over_a}
         print(f"{key:18} {a:10.1f} {b:12.1f} {c:14.1f} {b_over_c:7.2f} {b_over_a:7.2f}")
