@@ -90,18 +90,23 @@ def llama_server_rpc(binary: Path, gguf: Path, workers: str, n_gpu_layers: int, 
         stop(process)
 
 
-def measure(server: LaunchedServer, model: str) -> dict[int, LoadResult]:
+def measure(server: LaunchedServer, model: str) -> dict[int, LoadResult] | None:
+    """Each level's load; None when a request failed (the server died: the round is dropped, and counted)."""
     results = {}
     for level in LEVELS:
         result = asyncio.run(run_load(server.base_url, model, level, level * 3, PROMPT_TOKENS, MAX_TOKENS,
                                       extra_body={"ignore_eos": True}))
         if result.errors:
-            raise SystemExit(f"{server.base_url}: {result.errors[:2]}")
+            print(f"{server.base_url} ({server.log_path}, exit status {server.process.poll()}): {result.errors[:2]}; "
+                  "round dropped", file=sys.stderr)
+            return None
         results[level] = result
     return results
 
 
-def figures(results: dict[int, LoadResult]) -> dict[str, float]:
+def figures(results: dict[int, LoadResult] | None) -> dict[str, float] | None:
+    if results is None:
+        return None
     out = {}
     for level, result in results.items():
         out[f"decode_tok_s@{level}"] = result.decode_tokens_per_s
@@ -122,7 +127,7 @@ def main() -> None:
     binary = None if args.without_llama_server else llama_server_binary()
     serve_args = ["--context", str(CONTEXT), "--max-concurrency", str(STREAMS), "--no-verify",
                   "--stream-interval-ms", "0", "--log-level", "info"]
-    rows: dict[str, list[dict[str, float]]] = {"a": [], "b": [], "c": []}
+    rows: dict[str, list[dict[str, float] | None]] = {"a": [], "b": [], "c": []}
     with running_workers(args.work, count=2, memory_mib=WORKER_MEMORY_MIB) as workers:
         flag = workers_flag(workers)
         split_args = [*serve_args, "--workers", flag, "--memory", HEAD_MEMORY]
@@ -151,9 +156,14 @@ def _model_id(server: LaunchedServer) -> str:
     return httpx.get(server.base_url + "/v1/models", timeout=10).json()["data"][0]["id"]
 
 
-def report(rows: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> None:
+def report(all_rows: dict[str, list[dict[str, float] | None]], args: argparse.Namespace) -> None:
+    servers = [w for w in "abc" if all_rows[w]]
+    complete = [i for i in range(args.rounds) if all(all_rows[w][i] is not None for w in servers)]
+    rows = {w: [all_rows[w][i] for i in complete] for w in servers}
+    rows.setdefault("c", [])
     keys = list(rows["a"][0])
-    print(f"CPU: {cpu_model()}; {args.rounds} rounds, {args.threads} thread(s) per process; medians")
+    print(f"CPU: {cpu_model()}; {len(complete)} of {args.rounds} rounds complete, {args.threads} thread(s) per "
+          f"process; medians")
     print(f"{'figure':18} {'(a) one':>10} {'(b) edgeopt':>12} {'(c) llama-srv':>14} {'b/c':>7} {'b/a':>7}")
     summary = {}
     nan = float("nan")
@@ -165,7 +175,7 @@ def report(rows: dict[str, list[dict[str, float]]], args: argparse.Namespace) ->
         summary[key] = {"a": a, "b": b, "c": c, "b_over_c": b_over_c, "b_over_a": b_over_a}
         print(f"{key:18} {a:10.1f} {b:12.1f} {c:14.1f} {b_over_c:7.2f} {b_over_a:7.2f}")
     print("decode: higher is better (goal b/c >= 0.95); ttft: lower is better (goal b/c <= 1.05)")
-    (args.work / "bench_rpc_split.json").write_text(json.dumps({"cpu": cpu_model(), "rounds": rows,
+    (args.work / "bench_rpc_split.json").write_text(json.dumps({"cpu": cpu_model(), "rounds": all_rows,
                                                                 "summary": summary}, indent=2))
 
 
