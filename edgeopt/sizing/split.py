@@ -196,10 +196,15 @@ def largest_fitting_cells(weights: LayerWeights, kv_bytes_per_token: int, wanted
     return low
 
 
+def _layer_range(share: DeviceShare) -> str:
+    if share.layers == 0:
+        return "no layers (0)"
+    return f"layers {share.first_layer}-{share.first_layer + share.layers - 1} ({share.layers})"
+
+
 def describe(plan: SplitPlan) -> list[str]:
     """One line per device, for logs and the CLI."""
-    return [f"{share.name}: layers {share.first_layer}-{share.first_layer + share.layers - 1} "
-            f"({share.layers}), weights {share.weights_bytes / MIB:.1f} MiB, KV {share.kv_bytes / MIB:.1f} MiB, "
+    return [f"{share.name}: {_layer_range(share)}, weights {share.weights_bytes / MIB:.1f} MiB, KV {share.kv_bytes / MIB:.1f} MiB, "
             f"runtime {share.compute_bytes / MIB:.1f} MiB = {share.total_bytes / MIB:.1f} of "
             f"{share.memory_bytes / MIB:.0f} MiB{'' if share.fits else ' (does not fit)'}"
             for share in plan.shares]

@@ -44,7 +44,7 @@ PROMPT_TOKENS, MAX_TOKENS = 64, 64
 HEAD_MEMORY = "150MiB"
 WORKER_MEMORY_MIB = 128
 BATCH = 128  # edgeopt's llama.cpp batch (edgeopt/backends.py): llama-server gets the same
-SPLIT_LINE = re.compile(r"split: (\S+): layers \S+ \((\d+)\)")
+SPLIT_LINE = re.compile(r"split: (\S+): (?:layers \S+|no layers) \((\d+)\)")
 KV_LINE = re.compile(r"engine ready: (\d+) KV tokens")
 
 
