@@ -164,9 +164,9 @@ class MemoryPanel(Vertical):
     @staticmethod
     def workers_line(figures: Figures) -> str:
         """Each RPC worker: memory used of offered, and a memory query's round trip over the head's connection."""
-        return "\n".join(f"{'worker':<9}{w.name} {fmt.size_bytes(w.used_bytes)} of {fmt.size_bytes(w.offered_bytes)}"
-                         f" ({fmt.percent(w.used_bytes, w.offered_bytes).strip()}), rtt {fmt.seconds(w.round_trip_s).strip()}"
-                         for w in figures.workers)
+        return "\n".join(f"{'worker':<9}{w.name} {fmt.size_bytes(w.used_bytes)} of {fmt.size_bytes(w.offered_bytes)} "
+                         f"({fmt.percent(w.used_bytes, w.offered_bytes).strip()}), "
+                         f"rtt {fmt.seconds(w.round_trip_s).strip()}" for w in figures.workers)
 
     @staticmethod
     def _prefix_line(figures: Figures) -> str:

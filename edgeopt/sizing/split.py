@@ -204,7 +204,8 @@ def _layer_range(share: DeviceShare) -> str:
 
 def describe(plan: SplitPlan) -> list[str]:
     """One line per device, for logs and the CLI."""
-    return [f"{share.name}: {_layer_range(share)}, weights {share.weights_bytes / MIB:.1f} MiB, KV {share.kv_bytes / MIB:.1f} MiB, "
-            f"runtime {share.compute_bytes / MIB:.1f} MiB = {share.total_bytes / MIB:.1f} of "
+    return [f"{share.name}: {_layer_range(share)}, weights {share.weights_bytes / MIB:.1f} MiB, "
+            f"KV {share.kv_bytes / MIB:.1f} MiB, runtime {share.compute_bytes / MIB:.1f} MiB = "
+            f"{share.total_bytes / MIB:.1f} of "
             f"{share.memory_bytes / MIB:.0f} MiB{'' if share.fits else ' (does not fit)'}"
             for share in plan.shares]
