@@ -99,6 +99,10 @@ def serve(
         help="Split the model across llama.cpp RPC workers (edgeopt worker on each board): host:port[,host:port...]. "
              "Layers and KV are planned per device (edgeopt plan --workers); a worker that dies ends the requests "
              "in flight, /health answers 503 naming it, and the model reloads when it is back (GGUF).")] = None,
+    worker_timeout: Annotated[float, typer.Option(
+        "--worker-timeout", min=1,
+        help="Seconds a worker may leave the head without an answer (a board that lost power or network) before "
+             "it counts as dead; longer than the slowest step a worker takes.")] = 60.0,
 ) -> None:
     """Serve a bundle or a GGUF file behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions,
     /metrics)."""
@@ -132,5 +136,6 @@ def serve(
                            parse_special_in_content=parse_special_in_content, kv_type=kv_type,
                            prefix_cache=prefix_cache, warm_file=warm, kv_layout=kv_layout,
                            stream_interval_ms=stream_interval_ms, speculative=speculative,
-                           responses_store_bytes=parse_size(responses_store, "--responses-store"), workers=endpoints)
+                           responses_store_bytes=parse_size(responses_store, "--responses-store"), workers=endpoints,
+                           worker_timeout_s=worker_timeout)
     serve_bundle(bundle, options)

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from edgeopt.errors import WorkerError
 from edgeopt.rpc.endpoints import Endpoint
-from edgeopt.rpc.protocol import ProtocolVersion, answers, probe_worker, probe_workers
+from edgeopt.rpc.protocol import ProtocolVersion, probe_worker, probe_workers
 
 log = logging.getLogger("edgeopt.rpc")
 INHERITED_SOCKET_ENV = "EDGEOPT_SERVE_FD"  # = edgeopt.server.launcher.INHERITED_SOCKET_ENV
@@ -63,6 +63,16 @@ async def _answer_503(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
         pass
     finally:
         writer.close()
+
+
+def _answers_hello(endpoint: Endpoint, expected: ProtocolVersion) -> bool:
+    """A worker that accepts the connection but does not answer (frozen, or its board unplugged behind a
+    switch that still answers) counts as down, as one that refuses it does."""
+    try:
+        probe_worker(endpoint, expected, timeout_s=2.0)
+        return True
+    except WorkerError:
+        return False
 
 
 def _all_back(endpoints: Sequence[Endpoint], expected: ProtocolVersion) -> bool:
@@ -130,7 +140,7 @@ class Supervisor:
                 status = self._child.wait()
                 if self._stopping or status == 0:
                     return status
-                down = [endpoint for endpoint in self.endpoints if not answers(endpoint)]
+                down = [endpoint for endpoint in self.endpoints if not _answers_hello(endpoint, self.expected)]
                 if not down:
                     return status  # the server failed for a reason of its own, and said so
                 log.error("edgeopt serve: the head exited (status %s): %s", status, outage_message(down))

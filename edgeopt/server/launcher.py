@@ -72,6 +72,7 @@ class ServeOptions:
     responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses.store)
     speculative: str = "off"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto
     workers: tuple[Endpoint, ...] = ()  # llama.cpp RPC workers the model is split across (edgeopt.rpc.head)
+    worker_timeout_s: float = 60.0  # a worker silent this long is dead (edgeopt.rpc.metrics.WorkerWatch)
 
     def shape_request(self) -> ShapeRequest:
         return ShapeRequest(context=self.context, max_sequences=self.max_concurrency, kv_type=self.kv_type,
@@ -234,7 +235,7 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
         from edgeopt.rpc.metrics import WorkerWatch
 
         state = app.state.server
-        watch = WorkerWatch(offload, lambda: state.served is not None)
+        watch = WorkerWatch(offload, lambda: state.served is not None, options.worker_timeout_s)
         state.metrics.registry.register(watch)
         watch.start_heartbeat()
     server = uvicorn.Server(uvicorn_config(app, options))

@@ -1,7 +1,8 @@
 """A real model split across two `edgeopt worker`s on 127.0.0.1, each capped so that it fits neither alone
 (nor the head: SmolLM2-135M Q4_1 is 94 MiB of weights, its tied output copied to the last worker):
 the plan, the load agreeing with it, greedy output equal to one process, a worker SIGKILLed mid-stream,
-restarted, one killed while idle, and a head started with one missing. Every wait is bounded; ~60 s on 2 cores in all."""
+restarted, one killed while idle, one frozen (SIGSTOP: no connection error at all), and a head started
+with one missing. Every wait is bounded; ~60 s on 2 cores in all."""
 
 from __future__ import annotations
 
@@ -141,6 +142,22 @@ def test_split_serving_matches_one_process_survives_a_killed_worker_and_recovers
         workers[0].start()
         wait_for_health(split.base_url, 200, RECOVERY_BOUND_S)
         assert split.process.poll() is None
+
+
+def test_a_frozen_worker_counts_as_dead_after_the_worker_timeout_and_the_server_recovers(tmp_path: Path) -> None:
+    timeout_s = 3
+    with running_workers(tmp_path) as workers, \
+            launched_server(smollm2_gguf_path(), threads=1, log_path=tmp_path / "serve.log",
+                            extra_args=[*split_args(workers_flag(workers)), "--worker-timeout", str(timeout_s)]) as split:
+        frozen = workers[1]
+        frozen.freeze()  # no RST, no FIN: only the watchdog can tell
+        health = wait_for_health(split.base_url, 503, timeout_s + DEATH_BOUND_S)
+        assert str(frozen.endpoint) in health.json()["error"]
+        assert str(workers[0].endpoint) not in health.json()["workers_down"]
+        frozen.thaw()
+        wait_for_health(split.base_url, 200, RECOVERY_BOUND_S)
+        assert completion(split.base_url, PROMPTS[0], model=httpx.get(
+            split.base_url + "/v1/models", timeout=10).json()["data"][0]["id"]).status_code == 200
 
 
 def test_a_head_started_with_a_worker_missing_names_it_and_exits(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -48,9 +49,20 @@ class Worker:
                 raise RuntimeError(f"worker {self.endpoint} did not start: {self.log_path.read_text()[-500:]}")
             time.sleep(0.1)
 
+    def freeze(self) -> None:
+        """SIGSTOP: a worker that keeps its connections but never answers (a board that lost power behind a
+        switch: nothing refuses or resets the connection)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL: what a board losing power looks like to the head on loopback (the port refuses at once)."""
         if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a frozen worker must not outlive the test either
             self.process.kill()
             self.process.wait(timeout=10)
 
