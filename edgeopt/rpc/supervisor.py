@@ -86,7 +86,7 @@ def _all_back(endpoints: Sequence[Endpoint], expected: ProtocolVersion) -> bool:
 
 
 async def _serve_outage(listening: socket.socket, endpoints: Sequence[Endpoint], down: Sequence[Endpoint],
-                        expected: ProtocolVersion, stopping: asyncio.Event | None = None) -> None:
+                        expected: ProtocolVersion) -> None:
     message = outage_message(down)
     # A duplicate of the listening socket: closing the outage server must leave the original listening.
     duplicate = socket.socket(fileno=os.dup(listening.fileno()))
