@@ -129,6 +129,9 @@ class Supervisor:
         probe_workers(self.endpoints, self.expected)  # an unreachable or mismatched worker: an error, now
         listening = socket.create_server((self.host, self.port))
         listening.set_inheritable(True)
+        bound_host, bound_port = listening.getsockname()[:2]  # --port 0: the port the system chose
+        print(f"edgeopt serve: listening on {bound_host}:{bound_port}; the model is split across "
+              f"{', '.join(str(e) for e in self.endpoints)}", file=sys.stderr, flush=True)
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._forward)
         # GGML_NO_BACKTRACE: an abort on a lost worker is expected here; a gdb backtrace would only delay it.
