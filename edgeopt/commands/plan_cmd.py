@@ -8,54 +8,63 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from edgeopt.byte_sizes import parse_size
-from edgeopt.cli_options import Concurrency, Context, JsonOut, KvType, ModelArg, Target
+from edgeopt.byte_sizes import read_memory, read_size
+from edgeopt.cli_options import Context, JsonOut, KvType, Target
 from edgeopt.cli_table import Column, print_line, print_table
 from edgeopt.errors import ConfigError
 from edgeopt.gguf_metadata import is_gguf_file
 from edgeopt.sizing.kv_types import parse_kv_type
 from edgeopt.model_spec import load_model_spec
-from edgeopt.pipeline import sized_quant
+from edgeopt.pipeline import check_mix_size, sized_quant
+from edgeopt.plan_bundle import is_bundle_dir
 from edgeopt.plan import MIB, Plan, make_plan, size_candidate
-from edgeopt.profiles import load_profile
+from edgeopt.profiles import GIB, load_profile
 
 
 def plan(
-    model: ModelArg,
+    model: Annotated[str, typer.Argument(help="Hugging Face hub id or local checkpoint directory, a GGUF file, or a "
+                                              "bundle directory written by edgeopt optimize (planned as serve sizes it).")],
     target: Target = "host",
     context: Context = None,
-    concurrency: Concurrency = 1,
-    memory_mb: Annotated[Optional[int], typer.Option("--memory", help="Override usable memory (MiB).")] = None,
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", "-n", min=1, help="Sequences that must fit at full context at once (default 1; a bundle: serve's --max-concurrency, default what the KV budget affords).")] = None,
+    memory: Annotated[Optional[str], typer.Option("--memory", help="Override usable memory: e.g. 4GiB, 4GB (decimal), or a bare number of MiB.")] = None,
     kv_type: KvType = None,
-    size: Annotated[Optional[str], typer.Option("--size", help="Also size a GGUF mix made to this file size (e.g. 90MiB; optimize --size).")] = None,
+    size: Annotated[Optional[str], typer.Option("--size", help="Also size a GGUF mix made to this file size (e.g. 90MiB, 105453920B; optimize --size).")] = None,
     as_json: JsonOut = False,
 ) -> None:
     """Predict weight and KV sizes per format/quant from the model's config alone, and recommend one (a GGUF
-    file: its own size and shape, as serve will size it)."""
+    file or a bundle: its own size and shape, as serve will size it)."""
     profile = load_profile(target)
-    if size is not None and is_gguf_file(Path(model)):
-        raise ConfigError(f"--size {size} sizes a mix made from a checkpoint; {model} is already a GGUF file",
+    memory_bytes = (read_memory(memory, "--memory", int(profile.total_memory_gb * GIB), profile.name)
+                    if memory is not None else None)
+    if size is not None and (is_gguf_file(Path(model)) or is_bundle_dir(Path(model))):
+        raise ConfigError(f"--size {size} sizes a mix made from a checkpoint; {model} is already quantized",
                           "drop --size, or plan the checkpoint it was made from")
-    if is_gguf_file(Path(model)):  # a GGUF file: its own quant and shape, sized as serve will size it
+    parsed_kv_type = parse_kv_type(kv_type, "gguf") if kv_type else None
+    if is_bundle_dir(Path(model)):  # what the user holds on the device: planned as serve sizes it
+        from edgeopt.plan_bundle import bundle_parameters, plan_bundle
+
+        params = bundle_parameters(Path(model))
+        result = plan_bundle(Path(model), profile, context, concurrency, memory_bytes, kv_type)
+    elif is_gguf_file(Path(model)):  # a GGUF file: its own quant and shape, sized as serve will size it
         from edgeopt.gguf_model import gguf_metadata
         from edgeopt.plan_gguf import plan_gguf_file
 
         meta = gguf_metadata(Path(model))
         params = meta.parameter_count
-        result = plan_gguf_file(Path(model), profile, context, concurrency,
-                                memory_bytes=memory_mb * MIB if memory_mb else None,
-                                kv_type=parse_kv_type(kv_type, "gguf") if kv_type else None)
+        result = plan_gguf_file(Path(model), profile, context, concurrency or 1, memory_bytes=memory_bytes,
+                                kv_type=parsed_kv_type)
     else:
         spec = load_model_spec(model)
         params = spec.num_parameters
-        memory_bytes = memory_mb * MIB if memory_mb else None
-        parsed_kv_type = parse_kv_type(kv_type, "gguf") if kv_type else None
-        result = make_plan(spec, profile, context, concurrency, memory_bytes=memory_bytes, kv_type=parsed_kv_type)
+        result = make_plan(spec, profile, context, concurrency or 1, memory_bytes=memory_bytes,
+                           kv_type=parsed_kv_type)
         if size is not None:  # what a mix of that size leaves for the KV cache
-            file_bytes = parse_size(size, "--size")
-            result.candidates.append(size_candidate(spec, profile, "gguf", sized_quant("gguf", None, file_bytes),
-                                                    result.context, concurrency, memory_bytes, parsed_kv_type,
-                                                    file_bytes=file_bytes))
+            written = read_size(size, "--size")
+            check_mix_size(spec, written)
+            result.candidates.append(size_candidate(spec, profile, "gguf", sized_quant("gguf", None, written.bytes),
+                                                    result.context, result.concurrency, memory_bytes, parsed_kv_type,
+                                                    file_bytes=written.bytes))
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return

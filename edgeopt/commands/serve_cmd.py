@@ -11,18 +11,19 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgeopt.byte_sizes import parse_size
+from edgeopt.byte_sizes import parse_size, read_memory
 from edgeopt.cli_options import BundleOrGguf, Context, KvType, Target, Threads
 from edgeopt.errors import ConfigError
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S
 
 
-def parse_memory(text: str) -> int:
-    """'4GiB', '4G', '512MiB', '1.5g' or a bare number of MiB -> bytes."""
-    value = parse_size(text, "--memory")
-    if value < 1:
-        raise ConfigError(f"--memory {text!r} must be positive", "write e.g. 4GiB")
-    return value
+def parse_memory(text: str, target: str = "host") -> int:
+    """'4GiB', '4G', '512MiB', '4GB' (decimal), '1.5g' or a bare number of MiB -> bytes; a bare number beyond
+    the memory of ``target`` (the device this server runs on) is refused as a likely byte count."""
+    from edgeopt.profiles import GIB, load_profile
+
+    profile = load_profile(target)
+    return read_memory(text, "--memory", int(profile.total_memory_gb * GIB), profile.name)
 
 
 def serve(
@@ -98,7 +99,7 @@ def serve(
         raise ConfigError(f"--port {port} is out of range", "use 1..65535, or 0 for any free port")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     options = ServeOptions(host=host, port=port, api_key=api_key, max_concurrency=max_concurrency, context=context,
-                           memory_bytes=parse_memory(memory) if memory else None, target=target, threads=threads,
+                           memory_bytes=parse_memory(memory, target) if memory else None, target=target, threads=threads,
                            max_waiting=max_waiting, verify=verify, log_level=log_level,
                            insecure_no_auth=insecure_no_auth, header_timeout_s=header_timeout,
                            max_connections=max_connections,
