@@ -81,6 +81,11 @@ def optimize(
     if resolved.fit_ratio is not None:
         typer.echo(f"fit: the model does not fit {resolved.profile.name}; pruning {resolved.fit_ratio:.0%} of its "
                    "non-embedding parameters makes it fit")
+    chosen = next((c for c in resolved.plan.candidates if c.quant == resolved.quant), None)
+    if chosen is not None and not chosen.fits:
+        typer.echo(f"warning: {chosen.label} does not fit {resolved.profile.name} at {resolved.plan.concurrency} x "
+                   f"{resolved.plan.context} tokens (fits: no above); " +
+                   ("written because --ignore-fit was given" if ignore_fit else "a dry run writes nothing"))
     kv = f" with a {resolved.kv_type} KV cache" if resolved.kv_type else ""
     typer.echo(f"will write {resolved.format}:{resolved.quant}{kv} for runtime {resolved.runtime} to {resolved.output}")
     if dry_run:
