@@ -31,6 +31,7 @@ from edgeopt import backends
 from edgeopt.errors import ConfigError, DoesNotFitError, UnsupportedArchitectureError
 from edgeopt.sizing.budget import MIB, KvFacts, MemoryPool, after_margin, memory_pool, model_kv_facts, size_kv
 from edgeopt.sizing.kv_types import check_head_dims, head_dims_fit, kv_element_bytes
+from edgeopt.sizing.resident import ResidentMemory, resident_memory
 from edgeopt.sizing.shape import DEFAULT_CONTEXT, ServingShape, ShapeRequest, decide_serving_shape
 from edgeopt.model_spec import ModelSpec
 from edgeopt.profiles import DeviceProfile
@@ -51,6 +52,9 @@ class Candidate:
     kv_token_capacity: int
     max_concurrency: int
     fits: bool
+    # What `serve` holds resident in this shape: weights, KV cells by purpose, runtime buffers, the process
+    # (edgeopt.sizing.resident); None for rows not sized as a serving shape.
+    resident: ResidentMemory | None = None
 
     @property
     def label(self) -> str:
@@ -70,6 +74,8 @@ class Plan:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["recommended"] = self.recommended.label if self.recommended else None
+        for row, candidate in zip(data["candidates"], self.candidates):  # with the totals asdict leaves out
+            row["resident"] = candidate.resident.to_dict() if candidate.resident else None
         return data
 
 
@@ -126,6 +132,7 @@ def candidate_from_shape(fmt: str, quant: str, shape: ServingShape, context: int
         kv_layout=None if encoder else shape.kv_layout, kv_bytes_per_token=sizing.kv_bytes_per_token,
         overhead_bytes=sizing.overhead_bytes, kv_budget_bytes=sizing.kv_budget_bytes,
         kv_token_capacity=sizing.kv_fit_tokens, max_concurrency=sizing.kv_fit_tokens // context, fits=fits,
+        resident=resident_memory(backends.backend(fmt), shape),
     )
 
 

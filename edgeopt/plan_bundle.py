@@ -17,6 +17,7 @@ from edgeopt.bundle import MANIFEST, Manifest, read_manifest
 from edgeopt.plan import Candidate, Plan, candidate_from_shape
 from edgeopt.profiles import DeviceProfile
 from edgeopt.sizing.budget import KvFacts, memory_pool, size_kv
+from edgeopt.sizing.resident import ResidentMemory
 from edgeopt.sizing.bundle_facts import bundle_model_spec, planned_bundle_shape, weights_bytes
 from edgeopt.sizing.shape import ShapeRequest
 
@@ -27,7 +28,7 @@ def is_bundle_dir(path: Path) -> bool:
 
 def plan_bundle(bundle_dir: Path, profile: DeviceProfile, context: int | None = None,
                 concurrency: int | None = None, memory_bytes: int | None = None,
-                kv_type: str | None = None) -> Plan:
+                kv_type: str | None = None, prefix_cache_bytes: int | None = None) -> Plan:
     """One candidate: the bundle as ``serve`` would size it on ``profile`` (or in ``memory_bytes``)."""
     bundle_dir = Path(bundle_dir)
     manifest = read_manifest(bundle_dir)
@@ -37,7 +38,8 @@ def plan_bundle(bundle_dir: Path, profile: DeviceProfile, context: int | None = 
         context = context or candidate_context(bundle_dir, manifest)
         return Plan(str(bundle_dir), profile.name, pool.bytes, context, 1, [candidate],
                     candidate if candidate.fits else None)
-    request = ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type)
+    request = ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type,
+                           prefix_cache_bytes=prefix_cache_bytes)
     shape = planned_bundle_shape(bundle_dir, manifest, request, memory_bytes, profile)
     sequences, served_context = shape.max_sequences, context or shape.context_length
     candidate = candidate_from_shape(manifest.format, manifest.quant, shape, served_context, sequences, encoder=False)
@@ -64,7 +66,11 @@ def _embedding_candidate(bundle_dir: Path, manifest: Manifest, profile: DevicePr
                     runtime_overhead_bytes=entry.model_overhead_bytes(spec.vocab_size, spec.intermediate_size))
     sizing = size_kv(facts, memory_pool(None if memory_bytes else profile, memory_bytes), kv_element_bytes=1.0,
                      context=spec.max_position_embeddings, max_sequences=1)
+    process = min(entry.process_bytes, sizing.overhead_bytes)
+    resident = ResidentMemory(weights_bytes=sizing.weights_bytes, kv_live_cells=0, kv_prefix_cells=0,
+                              kv_bytes_per_token=0, runtime_buffer_bytes=sizing.overhead_bytes - process,
+                              process_bytes=process)
     return Candidate(format=manifest.format, quant=manifest.quant, weight_bytes=sizing.weights_bytes, kv_type=None,
                      kv_layout=None, kv_bytes_per_token=0, overhead_bytes=sizing.overhead_bytes,
                      kv_budget_bytes=sizing.kv_budget_bytes, kv_token_capacity=0, max_concurrency=0,
-                     fits=sizing.kv_budget_bytes >= 0)
+                     fits=sizing.kv_budget_bytes >= 0, resident=resident)

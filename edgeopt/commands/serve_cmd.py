@@ -26,6 +26,17 @@ def parse_memory(text: str, target: str = "host") -> int:
     return read_memory(text, "--memory", int(profile.total_memory_gb * GIB), profile.name)
 
 
+def parse_prefix_cache_memory(text: str | None, prefix_cache: bool) -> int | None:
+    """Bytes of ``--prefix-cache-memory`` (None: the default); refused beside --no-prefix-cache, which it
+    would contradict."""
+    if text is None:
+        return None
+    if not prefix_cache:
+        raise ConfigError(f"--prefix-cache-memory {text} sizes the prefix cache, which --no-prefix-cache turns off",
+                          "drop one of the two (--prefix-cache-memory 0 keeps no cells for cached prefixes)")
+    return parse_size(text, "--prefix-cache-memory")
+
+
 def serve(
     bundle: BundleOrGguf,
     host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 exposes the server to the network.")] = "127.0.0.1",
@@ -82,6 +93,12 @@ def serve(
         "--responses-store",
         help="Memory for responses kept for previous_response_id and GET /v1/responses/{id} (e.g. 64MiB; 0 keeps "
              "none), least recently used evicted first. Outside --memory's KV budget.")] = "32MiB",
+    prefix_cache_memory: Annotated[Optional[str], typer.Option(
+        "--prefix-cache-memory",
+        help="KV memory for cached prefixes beyond the live sequences' cells (e.g. 256MiB; 0: none of their own). "
+             "Default: with --kv-layout streams, a --context stream per cache entry (as many as running sequences, "
+             "at least 8) while memory holds it; unified, none (cached prefixes keep cells live sequences leave "
+             "free). edgeopt plan and the start line show the cells by purpose.")] = None,
     warm: Annotated[Optional[Path], typer.Option(
         "--warm", exists=True, dir_okay=False,
         help="A text file holding a system prompt: its KV is computed once, saved beside it (FILE.kvstate) and "
@@ -106,5 +123,6 @@ def serve(
                            parse_special_in_content=parse_special_in_content, kv_type=kv_type,
                            prefix_cache=prefix_cache, warm_file=warm, kv_layout=kv_layout,
                            stream_interval_ms=stream_interval_ms, speculative=speculative,
-                           responses_store_bytes=parse_size(responses_store, "--responses-store"))
+                           responses_store_bytes=parse_size(responses_store, "--responses-store"),
+                           prefix_cache_bytes=parse_prefix_cache_memory(prefix_cache_memory, prefix_cache))
     serve_bundle(bundle, options)
