@@ -19,8 +19,8 @@ STAMP := $(VENV)/.edgeopt-installed
 
 DEMO_DIR ?= demo
 DEMO_TARGET ?= raspberry-pi
-DEMO_QUESTION ?= What is the capital of France?
-DEMO_EXPECT ?= Paris
+DEMO_QUESTION ?= What is the capital of Japan?
+DEMO_EXPECT ?= Tokyo
 PYTEST_ARGS ?=
 
 .PHONY: setup reference-converter demo demo-offline demo-model test clean-demo
