@@ -116,7 +116,8 @@ def resident_line(candidate: Candidate, sequences: int) -> str:
     if r.kv_bytes_per_token:
         prefixes = (f", cached prefixes {r.kv_prefix_cells} cells {r.kv_prefix_bytes / MIB:.0f} MiB" if r.kv_prefix_cells
                     else ", cached prefixes share those cells")
-        kv = (f"KV {(r.kv_live_bytes + r.kv_prefix_bytes) / MIB:.0f} (live {sequences} sequences "
+        kv = (f"KV {(r.kv_live_bytes + r.kv_prefix_bytes) / MIB:.0f} (live {sequences} "
+              f"sequence{'s' if sequences != 1 else ''} "
               f"{r.kv_live_cells} cells {r.kv_live_bytes / MIB:.0f} MiB{prefixes}), ")
     return (f"serve holds {r.total_bytes / MIB:.0f} MiB resident ({candidate.label}): weights "
             f"{r.weights_bytes / MIB:.0f}, {kv}runtime buffers {r.runtime_buffer_bytes / MIB:.0f}, process "
