@@ -63,10 +63,16 @@ def serve_at_full_load(bundle: Path, memory: str, log: Path) -> Measured:
             result = asyncio.run(run_load(server.base_url, model, SEQUENCES, SEQUENCES,
                                           CONTEXT - OUTPUT_TOKENS - 64, OUTPUT_TOKENS))
             time.sleep(0.2)
+            metrics = httpx.get(f"{server.base_url}/metrics").text
         finally:
             stop.set()
             sampler.join()
         assert not result.errors, result.errors[:2]
+    # serve's /metrics states the cells by purpose the plan stated, and the plan's figure itself
+    resident = candidate.resident
+    assert f'edgeopt_kv_cells{{purpose="live"}} {float(resident.kv_live_cells)}' in metrics
+    assert f'edgeopt_kv_cells{{purpose="prefix"}} {float(resident.kv_prefix_cells)}' in metrics
+    assert "edgeopt_planned_resident_bytes " in metrics
     return Measured(candidate.resident.total_bytes, max(samples), candidate.kv_layout)
 
 
