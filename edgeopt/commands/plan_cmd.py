@@ -43,8 +43,8 @@ def plan(
                           "drop --size, or plan the checkpoint it was made from")
     parsed_kv_type = parse_kv_type(kv_type, "gguf") if kv_type else None
     if prefix_cache_memory is not None and not is_bundle_dir(Path(model)):
-        raise ConfigError(f"--prefix-cache-memory {prefix_cache_memory} plans a bundle as serve sizes it; {model} "
-                          "is not a bundle", "plan the bundle edgeopt optimize wrote, or drop --prefix-cache-memory")
+        raise ConfigError(f"--prefix-cache-memory {prefix_cache_memory} plans a bundle as serve sizes it; {model} is "
+                          "not a bundle", "drop --prefix-cache-memory, or plan the bundle made from it")
     if is_bundle_dir(Path(model)):  # what the user holds on the device: planned as serve sizes it
         from edgeopt.plan_bundle import bundle_parameters, plan_bundle
 
