@@ -10,7 +10,10 @@ import sys
 
 import typer
 
-from edgeopt.commands import inspect_cmd, optimize_cmd, plan_cmd, profiles_cmd
+# Every command module keeps its heavy imports (torch, transformers, the server) inside its functions, so
+# importing them all here costs `edgeopt --help` nothing it would notice (tests/test_cli_import_cost.py).
+from edgeopt.commands import (bench_cmd, demo_cmd, eval_cmd, import_cmd, inspect_cmd, monitor_cmd, optimize_cmd,
+                              plan_cmd, profiles_cmd, serve_cmd)
 from edgeopt.errors import EdgeoptError
 from edgeopt.help_layout import use_readable_help
 
@@ -34,13 +37,12 @@ app.command("profiles")(profiles_cmd.profiles)
 app.command("plan")(plan_cmd.plan)
 app.command("optimize")(optimize_cmd.optimize)
 app.command("inspect")(inspect_cmd.inspect)
-# commands added by later work register below this line
-app.command("serve")(__import__("edgeopt.commands.serve_cmd", fromlist=["serve"]).serve)
-app.add_typer(__import__("edgeopt.commands.bench_cmd", fromlist=["bench_app"]).bench_app, name="bench")
-app.command("eval")(__import__("edgeopt.commands.eval_cmd", fromlist=["eval_bundle"]).eval_bundle)
-app.command("demo-model")(__import__("edgeopt.commands.demo_cmd", fromlist=["demo_model"]).demo_model)
-app.command("import")(__import__("edgeopt.commands.import_cmd", fromlist=["import_gguf"]).import_gguf)
-app.command("monitor")(__import__("edgeopt.commands.monitor_cmd", fromlist=["monitor"]).monitor)
+app.command("serve")(serve_cmd.serve)
+app.add_typer(bench_cmd.bench_app, name="bench")
+app.command("eval")(eval_cmd.eval_bundle)
+app.command("demo-model")(demo_cmd.demo_model)
+app.command("import")(import_cmd.import_gguf)
+app.command("monitor")(monitor_cmd.monitor)
 # commands register above this line: this gives every one of them (and bench's) the help layout that
 # never cuts an option name at 80 columns or in a pipe
 use_readable_help(app)

@@ -124,6 +124,13 @@ class AuthenticationError(RequestError):
     error_type = "authentication_error"
 
 
+class PermissionDeniedError(RequestError):
+    """A known caller asked for what its key does not allow (edgeopt.server.callers)."""
+
+    status_code = 403
+    error_type = "permission_error"
+
+
 class OverloadedError(RequestError):
     """The waiting queue is full; the client should retry later."""
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeopt.byte_sizes import Size, refuse_above
 from edgeopt.bundle import Manifest, PassRecord, content_hash, staged_bundle, write_manifest
@@ -29,6 +29,9 @@ from edgeopt.plan import (Plan, canonical_quant, check_encoder_formats, encoder_
 from edgeopt.source import resolve_model_dir
 from edgeopt.tokenizer_config import chat_template_in
 from edgeopt.profiles import DeviceProfile, load_profile
+
+if TYPE_CHECKING:  # imported when exporting (get_exporter): `edgeopt --help` loads no exporter package
+    from edgeopt.exporters import Exporter
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "generation_config.json", "chat_template.jinja", "config.json")
@@ -228,7 +231,7 @@ def _export_probe_metrics(export_meta: dict[str, Any]) -> dict[str, float]:
     return {key: float(export_meta[key]) for key in keys if key in export_meta}
 
 
-def _export(exporter: Any, model_dir: Path, out: Path, quant: str, params: dict[str, Any]) -> dict[str, Any]:
+def _export(exporter: Exporter, model_dir: Path, out: Path, quant: str, params: dict[str, Any]) -> dict[str, Any]:
     result = exporter.export(model_dir, out, quant, params)
     return {"model_file": result.model_file, "runtime": result.runtime, "quant": result.quant, **result.details}
 

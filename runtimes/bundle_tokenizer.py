@@ -95,7 +95,7 @@ class BundleTokenizer:
 
     def _control_texts_as_plain_text(self) -> dict[str, list[int]]:
         """Each special token's text tokenized as characters. The server only ever needs these (a chat
-        message's control text, cut out by edgeopt.server.chat_tokens), so they are computed once here,
+        message's control text, cut out by edgeopt.server.chat.tokens), so they are computed once here,
         where nothing else uses the tokenizer yet and flipping its switch is safe."""
         before = self._tok.encode_special_tokens
         self._tok.encode_special_tokens = True

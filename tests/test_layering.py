@@ -4,7 +4,9 @@ model-making tooling (exporters, edgeopt.passes) nor torch/transformers.
 
 Lazy imports (inside a function) count as edges like module-level ones: they run as soon as the function
 does, so a lazy import only defers a cycle or a heavy dependency, it does not remove it. Imports under
-``if TYPE_CHECKING:`` are not edges: they never run, they only name types for annotations. An edge goes to the deepest
+``if TYPE_CHECKING:`` never run, so they are not edges for what the serving path loads; they are edges for
+the cycle check: two modules that name each other's types are one design split across two files, whichever
+side hides its import (a reader, and a type checker, must load both to read either). An edge goes to the deepest
 module named: ``from edgeopt.paged_batching import paged_compat`` is an edge to ``edgeopt.paged_batching.paged_compat``;
 ``from edgeopt.profiles.device import GIB`` is an edge to ``edgeopt.profiles.device`` only (its package's ``__init__`` runs
 first, but it is a parent, not a dependency the importer chose).
@@ -70,12 +72,13 @@ def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
     return nodes
 
 
-def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
-    """module -> modules it imports: internal edges to the deepest known module, external ones by name."""
+def import_graph(files: dict[str, Path], type_only_too: bool = False) -> dict[str, set[str]]:
+    """module -> modules it imports: internal edges to the deepest known module, external ones by name
+    (with ``type_only_too``, imports under ``if TYPE_CHECKING:`` are edges as well)."""
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
         edges: set[str] = set()
-        for name in imported_names(path, module):
+        for name in imported_names(path, module, type_only_too):
             if name.split(".")[0] == "edgeopt":
                 if name in files and name != module:
                     edges.add(name)
@@ -157,8 +160,8 @@ def test_runtimes_never_import_the_engine_or_the_server_even_for_types() -> None
     assert found == [], "a runtime names a room above it:\n" + "\n".join(found)
 
 
-def test_the_import_graph_has_no_cycle() -> None:
-    cycle = find_cycle(import_graph(module_files()))
+def test_the_import_graph_has_no_cycle_type_only_imports_included() -> None:
+    cycle = find_cycle(import_graph(module_files(), type_only_too=True))
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
@@ -191,3 +194,18 @@ def test_the_checker_sees_lazy_imports_cycles_and_forbidden_edges(tmp_path: Path
                                                         "    from edgeopt.engine.api import EngineConfig\n")
     assert upward_imports(module_files(tmp_path)) == ["edgeopt.runtimes.annotated -> edgeopt.engine.api",
                                                       "edgeopt.runtimes.annotated -> edgeopt.engine.api.EngineConfig"]
+
+
+def test_the_cycle_check_sees_a_cycle_closed_by_a_type_only_import(tmp_path: Path) -> None:
+    """api <-> stream where stream names api's type under ``if TYPE_CHECKING:``: invisible to the runtime
+    graph (nothing loops when importing), a cycle for the check."""
+    for package in ("edgeopt", "edgeopt/engine", "exporters", "runtimes", "profiles"):
+        (tmp_path / package).mkdir(parents=True, exist_ok=True)
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "edgeopt" / "engine" / "api.py").write_text("from edgeopt.engine.stream import Stream\n")
+    (tmp_path / "edgeopt" / "engine" / "stream.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from edgeopt.engine.api import Output\n")
+    files = module_files(tmp_path)
+    assert find_cycle(import_graph(files)) is None
+    assert find_cycle(import_graph(files, type_only_too=True)) == [
+        "edgeopt.engine.api", "edgeopt.engine.stream", "edgeopt.engine.api"]

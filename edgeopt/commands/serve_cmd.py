@@ -44,6 +44,14 @@ def serve(
     api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="EDGEOPT_API_KEY", show_envvar=True,
                                                    help="Require 'Authorization: Bearer KEY' on every route but /health "
                                                         "and /metrics. Prefer the environment variable: a flag shows in ps.")] = None,
+    api_keys: Annotated[Optional[Path], typer.Option(
+        "--api-keys", exists=True, dir_okay=False,
+        help="A JSON file of caller name -> key: each key is its own tenant (a stored response is visible only to "
+             "the key that made it). docs/api.md has the rule.")] = None,
+    admin_key: Annotated[Optional[str], typer.Option(
+        "--admin-key", envvar="EDGEOPT_ADMIN_KEY", show_envvar=True,
+        help="The operator's key: with keys set, only it sees request ids on /v1/edgeopt/requests (edgeopt monitor "
+             "--api-key ADMIN_KEY) and may empty the prefix cache.")] = None,
     insecure_no_auth: Annotated[bool, typer.Option("--insecure-no-auth",
                                                    help="Allow a --host other than loopback without an API key.")] = False,
     max_concurrency: Annotated[Optional[int], typer.Option("--max-concurrency", min=1,
@@ -109,13 +117,16 @@ def serve(
     import logging
 
     from edgeopt.engine.speculation.controller import check_mode as check_speculative_mode
+    from edgeopt.server.callers import load_api_keys
     from edgeopt.server.launcher import ServeOptions, serve_bundle
 
     check_speculative_mode(speculative)
     if port < 0 or port > 65535:
         raise ConfigError(f"--port {port} is out of range", "use 1..65535, or 0 for any free port")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = ServeOptions(host=host, port=port, api_key=api_key, max_concurrency=max_concurrency, context=context,
+    options = ServeOptions(host=host, port=port, api_key=api_key, admin_key=admin_key,
+                           api_keys=load_api_keys(api_keys) if api_keys else {}, max_concurrency=max_concurrency,
+                           context=context,
                            memory_bytes=parse_memory(memory, target) if memory else None, target=target, threads=threads,
                            max_waiting=max_waiting, verify=verify, log_level=log_level,
                            insecure_no_auth=insecure_no_auth, header_timeout_s=header_timeout,

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import llguidance
 
 from edgeopt.engine.grammar_vocab import grammar_tokenizer
+from edgeopt.engine.schema_recursion import unending_ref
 from edgeopt.errors import RequestError
 from edgeopt.runtimes.base import RuntimeInfo, Tokenizer
 
@@ -138,6 +139,11 @@ class GrammarCompiler:
         return grammar
 
     def _compile(self, spec: GrammarSpec) -> Grammar:
+        if spec.kind == "json_schema":
+            recursing = unending_ref(json.loads(spec.source))
+            if recursing is not None:
+                raise UnsupportedGrammarError(recursion_message(recursing, "the JSON schema"), RECURSION_HINT,
+                                              param=spec.param)
         serialized = spec.llguidance_grammar()
         tokenizer = self.ll_tokenizer
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(serialized, tokenizer)
@@ -148,6 +154,16 @@ class GrammarCompiler:
         if matcher.is_error():
             raise UnsupportedGrammarError(f"the {_describe(spec)} cannot be enforced: {matcher.get_error()}",
                                           _HINTS[spec.kind], param=spec.param)
+        # llguidance builds a grammar lazily: one that admits no output at all ({"$ref": "#"}, a $defs entry
+        # naming only itself) fails at its first mask. Computed here, on the prompt worker, that is a 400 now
+        # instead of a failure inside the engine's step.
+        probe = matcher.deep_copy()
+        probe.compute_logit_bias()
+        if probe.is_error():
+            reason = probe.get_error().splitlines()[0] if probe.get_error() else "no first token"
+            raise UnsupportedGrammarError(f"the {_describe(spec)} cannot be enforced: it admits no output at all "
+                                          f"(llguidance: {reason})", _NO_OUTPUT_HINTS.get(spec.kind, _HINTS[spec.kind]),
+                                          param=spec.param)
         return Grammar(spec, matcher, self._info.vocab_size, frozenset(tokenizer.eos_tokens))
 
 
@@ -158,6 +174,23 @@ _HINTS: dict[GrammarKind, str] = {
     "json_object": "this is a server bug; please report it",
     "lark": "fix the Lark grammar (llguidance's dialect)",
     "regex": "use a regex without look-around or back-references",
+}
+
+
+RECURSION_HINT = ("make that property optional, or give the recursion a way out (anyOf with a non-recursive "
+                  "branch such as null)")
+
+
+def recursion_message(ref: str, what: str) -> str:
+    return (f"{what} cannot be enforced: it admits no finite output, since {ref!r} must contain itself again, "
+            "forever (a $ref to itself, or a required property or item that is the schema itself)")
+
+
+_NO_OUTPUT_HINTS: dict[GrammarKind, str] = {
+    "json_schema": "a $ref that only points back to itself ({\"$ref\": \"#\"}, or a $defs entry that is just a "
+                   "$ref to itself) matches nothing that can be written: give it a type or properties",
+    "lark": "a tool's parameters schema that only points back to itself ({\"$ref\": \"#\"}) matches nothing that "
+            "can be written: give it a type or properties (a Lark grammar: make its start rule produce something)",
 }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeopt.engine.api import TokenLogprob
-from edgeopt.engine.scheduler import ScheduledChunk
+from edgeopt.engine.scheduled import ScheduledChunk
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit for top_logprobs (chat) and logprobs (completions: 5, we allow 20)
 

@@ -1,4 +1,9 @@
-"""FIFO continuous-batching scheduler: which tokens of which sequences go into the next forward pass.
+"""FIFO continuous-batching scheduler: decides which tokens of which sequences go into the next forward
+pass (:meth:`Scheduler.schedule`), and applies what the pass gave (:meth:`Scheduler.update_from_output`):
+the chunks' KV is computed, each sampling sequence appends its token, its stop conditions are checked, and
+a sequence that ended is retired and its cells freed, as nano-vllm's ``postprocess`` and vLLM v1's
+``update_from_output`` do. The requests' text (detokenizer, stop strings, the stream) is the request
+registry's (:mod:`edgeopt.engine.registry`); the scheduler tells it each token and each ending.
 
 Each step, within ``step_token_budget`` tokens:
 
@@ -11,10 +16,10 @@ Each step, within ``step_token_budget`` tokens:
    after what admitted prompts still need, hold the newcomer's whole prompt (admission control). A
    waiting prompt that shares a long prefix with a running sequence's prompt waits until that prefix is
    computed and then borrows it through the prefix cache (others behind it may go first meanwhile).
-4. then, with speculation on (:mod:`edgeopt.engine.speculation`), decode tokens are extended with drafted
-   tokens where the controller finds it pays, within the budget left, the free cells (a draft never evicts
-   or preempts) and the logits rows one pass returns; the cells of drafted tokens the model does not agree
-   with are given back after the step (``drop_drafted``).
+4. then, with speculation on (:mod:`edgeopt.engine.speculation.drafting`), decode tokens are extended with
+   drafted tokens where the controller finds it pays, within the budget left, the free cells (a draft never
+   evicts or preempts) and the logits rows one pass returns; the cells of drafted tokens the model does not
+   agree with are given back after the step (``drop_drafted``).
 
 When a running sequence needs a KV cell and none is free, the prefix cache gives back its least
 recently used cells first; only then is the *newest* running sequence preempted (its KV is dropped and
@@ -26,7 +31,8 @@ never block anything: admission counts them as free when they can be evicted.
 An admitted sequence first borrows the KV of the longest cached prefix of its tokens (at most all but the
 last: the last must be fed to get logits), and a finished or aborted one parks its computed KV in the
 cache instead of dropping it (see :mod:`edgeopt.engine.prefix_cache`). With caching off the cache is a
-:class:`~edgeopt.engine.prefix_cache.NullPrefixCache`, which lends and keeps nothing.
+:class:`~edgeopt.engine.prefix_cache.NullPrefixCache`, which lends and keeps nothing. The cells, slots and
+the cache are moved by :class:`~edgeopt.engine.kv_cells.KvCells`; the scheduler decides who gets them.
 """
 
 from __future__ import annotations
@@ -34,70 +40,58 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from edgeopt.engine.api import EngineConfig
+from edgeopt.engine.api import EngineConfig, TokenLogprob
 from edgeopt.engine.kv_budget import KvBudget, SlotPool
-from edgeopt.engine.prefix_cache import NullPrefixCache, PrefixCacheCounters, PrefixReuse
-from edgeopt.engine.prefix_tree import NO_HIT, common_prefix_length
+from edgeopt.engine.kv_cells import KvCells
+from edgeopt.engine.outputs import RequestTracker, describe_failure
+from edgeopt.engine.prefix_cache import PrefixCacheCounters, PrefixReuse
+from edgeopt.engine.prefix_tree import common_prefix_length
+from edgeopt.engine.registry import RequestRegistry
+from edgeopt.engine.scheduled import Pick, ScheduledChunk, SchedulerOutput
 from edgeopt.engine.sequence import Sequence, SequenceState
+from edgeopt.engine.speculation.drafting import attach_drafts
 
 if TYPE_CHECKING:
-    from edgeopt.engine.speculation import SpeculationController
+    from edgeopt.engine.speculation.setup import Speculation
 
-
-@dataclass(frozen=True)
-class ScheduledChunk:
-    seq: Sequence
-    tokens: list[int]
-    start_pos: int
-    want_logits: bool
-    all_logits: bool = False  # every position's logits (prompt logprobs); see StepInput.all_logits
-    # Speculation: tokens[1:] are guesses fed after the pending token, each with its logits row (all_logits);
-    # edgeopt.engine.speculation.verify keeps the ones the target agrees with.
-    draft: tuple[int, ...] = ()
+__all__ = ["MIN_SHARED_TOKENS", "ScheduledChunk", "Scheduler", "SchedulerOutput"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 # A waiting prompt shares a running sequence's prefix when it has at least this many tokens in common with
 # it beyond what the cache holds: fewer are cheaper to compute than a cache entry (on copying runtimes a
 # copy of the whole stream) and a wait for them.
 MIN_SHARED_TOKENS = 32
 
 
-@dataclass
-class SchedulerOutput:
-    chunks: list[ScheduledChunk] = field(default_factory=list)
-    preempted: list[Sequence] = field(default_factory=list)
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(len(c.tokens) for c in self.chunks)
-
-
-@dataclass(frozen=True)
-class Speculation:
-    """What the scheduler needs to let decode steps carry drafts."""
-
-    controller: SpeculationController
-    trim_slot: Callable[[int, int], None]  # the runtime's trim(): drop a slot's positions from the given one
-    max_rows: int | None  # logits rows one pass can return (None: unbounded)
-    splits_mixed_lengths: bool  # see RuntimeInfo.splits_mixed_lengths
-    context_tokens: int  # no drafted token may sit at this position or past it
-
-
 class Scheduler:
-    def __init__(self, config: EngineConfig, release_slot: Callable[[int], None],
-                 cache: PrefixReuse | None = None, speculation: Speculation | None = None) -> None:
+    def __init__(self, config: EngineConfig, release_slot: Callable[[int], None], requests: RequestRegistry,
+                 context_tokens: int, cache: PrefixReuse | None = None, speculation: Speculation | None = None) -> None:
         self.config = config
         self.speculation = speculation
-        self.kv = KvBudget(config.kv_capacity_tokens)
-        self.cache: PrefixReuse = cache or NullPrefixCache()
-        self.slots = SlotPool(config.max_running)
-        self._release_slot = release_slot  # the runtime's release(): drops the slot's KV storage
+        self._requests = requests  # each token and each ending of a request goes through here
+        self._context_tokens = context_tokens  # a sequence this long ends with "length"
+        # Ids of the requests given (add) and not yet retired (finish): kept apart from the queues, so that
+        # when this scheduler's bookkeeping breaks, abandon() still ends every request it held.
+        self._held_ids: set[str] = set()
+        self.cells = KvCells(config.kv_capacity_tokens, config.max_running, release_slot, cache)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: oldest first, preemption takes the last
         self.preemptions_total = 0
+
+    @property
+    def kv(self) -> KvBudget:
+        return self.cells.kv
+
+    @property
+    def cache(self) -> PrefixReuse:
+        return self.cells.cache
+
+    @property
+    def slots(self) -> SlotPool:
+        return self.cells.slots
 
     @property
     def has_work(self) -> bool:
@@ -105,6 +99,7 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
+        self._held_ids.add(seq.request_id)
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -121,8 +116,8 @@ class Scheduler:
                 break
             if seq.is_running and self._make_room(seq, 1, out):
                 chunk = min(cap, budget, seq.num_pending)
-                self._evict_cached(chunk)
-                chunk = min(chunk, self._free)
+                self.cells.evict_cached(chunk)
+                chunk = min(chunk, self.cells.free)
                 out.chunks.append(self._take(seq, chunk))
                 budget -= chunk
         for seq in list(self.waiting):
@@ -130,17 +125,69 @@ class Scheduler:
                 break
             if self._waits_for_running_prefix(seq):
                 continue  # a running sequence is computing this prompt's prefix: borrow it once computed
-            if not self._can_admit(seq):
+            if not self.cells.can_hold(seq, self.running):
                 break
             self.waiting.remove(seq)
             self._admit(seq)
             chunk = min(cap, budget, seq.num_pending)
-            self._evict_cached(chunk)
+            self.cells.evict_cached(chunk)
             out.chunks.append(self._take(seq, chunk))
             budget -= chunk
         if self.speculation is not None and budget > 0:
-            self._attach_drafts(out, budget)
+            attach_drafts(self.speculation, out, budget, self.cells.free, self.cells.allocate)
         return out
+
+    # --- applying a step's results ------------------------------------------------------------------
+
+    def update_from_output(self, out: SchedulerOutput, picks: list[Pick | Exception]) -> None:
+        """Apply a step the runtime ran: its chunks' KV is computed, and each sampling sequence
+        (``out.sampled``, in order) takes its pick; a pick that is an exception fails that request alone.
+        Drafted chunks are applied by the speculation verifier (append_token, keep_drafted, drop_drafted)."""
+        self.mark_computed(out.chunks)
+        for seq, pick in zip(out.sampled, picks, strict=True):
+            if isinstance(pick, Exception):
+                self.fail(seq, pick)
+                continue
+            try:
+                self.append_token(seq, pick.token, pick.logprob)
+            except Exception as exc:  # detokenizer / stop-string matcher / grammar: only this request fails
+                log.exception("finishing token %d of request %s failed", pick.token, seq.request_id)
+                self.fail(seq, exc)
+
+    def append_token(self, seq: Sequence, token: int, logprob: TokenLogprob | None = None) -> None:
+        """``seq`` produced ``token``: append it, check its stop conditions (end token, stop string, complete
+        grammar, length, context), retire it when it ended, and queue its text for the stream."""
+        tracker = self._tracker(seq)
+        seq.state = SequenceState.DECODING
+        output = self._requests.add_token(tracker, token, self._context_tokens, logprob)
+        if output.finished:
+            self.finish(seq, SequenceState.FINISHED, output.finish_reason or "stop")
+        self._requests.emit(tracker, output)
+
+    def fail_step(self, out: SchedulerOutput, exc: Exception) -> None:
+        """The runtime could not run the step: every request in it fails, the others go on."""
+        log.error("runtime step failed; failing the %d requests in the batch", len(out.chunks), exc_info=exc)
+        for chunk in out.chunks:
+            self.fail(chunk.seq, exc)
+
+    def fail(self, seq: Sequence, exc: Exception) -> None:
+        self.end(seq, "error", describe_failure(exc))
+
+    def end(self, seq: Sequence, reason: str, error: str | None = None) -> None:
+        """End a request without a new token: "abort" (client gone, shutdown) or "error" (what failed)."""
+        tracker = self._tracker(seq)
+        self.finish(seq, SequenceState.ABORTED, reason)
+        self._requests.end(tracker, reason, error)
+
+    def abandon(self, error: str) -> None:
+        """This scheduler's bookkeeping failed (an engine bug): end every request it held with "error",
+        trusting only its record of their ids (not its queues, its slots or its cells)."""
+        for tracker in self._requests.trackers():
+            seq = tracker.seq
+            if seq.request_id in self._held_ids:
+                seq.state, seq.finish_reason, seq.slot = SequenceState.ABORTED, "error", None
+                self._requests.end(tracker, "error", error)
+        self._held_ids.clear()
 
     def mark_computed(self, chunks: list[ScheduledChunk]) -> None:
         """The runtime wrote these chunks' KV. A drafted token's KV counts as computed only once the target
@@ -175,10 +222,11 @@ class Scheduler:
                 self.drop_drafted(seq)  # the prefix cache gets the emitted tokens' KV only
             seq.draft_cells = 0
             if reason != "error" and seq.num_computed > 0:
-                self._park(seq)
-            self._free_slot(seq)
+                self.cells.park(seq)
+            self.cells.free_slot(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
+        self._held_ids.discard(seq.request_id)
         seq.state = state
         seq.finish_reason = reason
 
@@ -189,8 +237,12 @@ class Scheduler:
     def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
         """Add a cache entry whose KV ``fill(cache_id)`` loads; evicts other entries to make room, and
         refuses (False) when the entry cannot fit beside the running sequences' cells."""
-        self._evict_cached(len(tokens))
-        return self._free >= len(tokens) and self.cache.adopt(tokens, fill)
+        return self.cells.adopt(tokens, fill)
+
+    def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T]) -> T | None:
+        """``use(sequence id)`` of the cache entry holding exactly ``tokens``; None when none holds them."""
+        seq_id = self.cache.entry_holding(tokens)
+        return None if seq_id is None else use(seq_id)
 
     @property
     def cached_tokens(self) -> int:
@@ -202,70 +254,36 @@ class Scheduler:
 
     # --- internals -------------------------------------------------------------------------------
 
-    @property
-    def _free(self) -> int:
-        """Cells neither running sequences nor the cache hold."""
-        return self.kv.free - self.cached_tokens
-
-    def _park(self, seq: Sequence) -> None:
-        assert seq.slot is not None
-        try:
-            self.cache.park(seq.slot, seq.all_ids[:seq.num_computed])
-        except Exception:  # noqa: BLE001 - losing a cache entry must not lose the request's ending
-            log.exception("keeping the KV of %s in the prefix cache failed; dropping it", seq.request_id)
-
-    def _evict_cached(self, tokens: int) -> None:
-        if self._free < tokens:
-            self.cache.evict(tokens - self._free)
+    def _tracker(self, seq: Sequence) -> RequestTracker:
+        tracker = self._requests.get(seq.request_id)
+        assert tracker is not None, f"request {seq.request_id} is scheduled but not registered"
+        return tracker
 
     def _take(self, seq: Sequence, tokens: int) -> ScheduledChunk:
         ids = seq.pending_ids(tokens)
-        assert seq.slot is not None and len(ids) == tokens and tokens <= self._free, (seq, tokens, self._free)
-        self.kv.allocate(seq.slot, tokens)
+        assert len(ids) == tokens, (seq, tokens)
+        self.cells.allocate(seq, tokens)
         return ScheduledChunk(seq, ids, seq.num_computed, want_logits=tokens == seq.num_pending,
                               all_logits=seq.wants_position_logits)
-
-    def _attach_drafts(self, out: SchedulerOutput, budget: int) -> None:
-        """Extend decode chunks with drafted tokens, within the step's leftover token budget, the free KV
-        cells (a draft never evicts or preempts anything), the logits rows one pass returns and the context."""
-        assert self.speculation is not None
-        spec = self.speculation
-        decoding = [i for i, c in enumerate(out.chunks) if len(c.tokens) == 1 and c.want_logits and not c.all_logits]
-        if not decoding:
-            return
-        other_tokens = out.num_tokens - len(decoding)
-        rows = sum(len(c.tokens) if c.all_logits else int(c.want_logits) for c in out.chunks)
-        row_room = spec.max_rows - rows if spec.max_rows is not None else budget
-        seqs = [out.chunks[i].seq for i in decoding]
-        drafts = spec.controller.propose(seqs, other_tokens, min(budget, self._free), row_room, spec.splits_mixed_lengths)
-        for i, seq, draft in zip(decoding, seqs, drafts):
-            draft = draft[:max(0, spec.context_tokens - seq.num_tokens)]
-            if not draft:
-                continue
-            chunk = out.chunks[i]
-            assert seq.slot is not None and len(draft) <= self._free
-            self.kv.allocate(seq.slot, len(draft))
-            out.chunks[i] = ScheduledChunk(seq, chunk.tokens + draft, chunk.start_pos, want_logits=True,
-                                           all_logits=True, draft=tuple(draft))
 
     def _make_room(self, seq: Sequence, tokens: int, out: SchedulerOutput) -> bool:
         """Preempt the newest running sequences until ``tokens`` cells are free; False if ``seq`` itself
         had to go. Sequences already scheduled this step are never victims (their chunks are built)."""
         scheduled = {id(c.seq) for c in out.chunks}
-        self._evict_cached(tokens)
-        while self._free < tokens:
+        self.cells.evict_cached(tokens)
+        while self.cells.free < tokens:
             victim = next((s for s in reversed(self.running) if id(s) not in scheduled), None)
             if victim is None:
                 return False
             self._preempt(victim, out)
             if victim is seq:
                 return False
-            self._evict_cached(tokens)  # the victim's borrowed prefix may be evictable now
+            self.cells.evict_cached(tokens)  # the victim's borrowed prefix may be evictable now
         return True
 
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
         self.running.remove(seq)
-        self._free_slot(seq)
+        self.cells.free_slot(seq)
         seq.num_computed = 0
         seq.draft_cells = 0
         seq.state = SequenceState.PREEMPTED
@@ -295,34 +313,8 @@ class Scheduler:
             return False
         if owner.num_computed < shared:
             return True
-        self._cache_running_prefix(owner, shared)
+        self.cells.cache_running_prefix(owner, shared)
         return False
-
-    def _cache_running_prefix(self, owner: Sequence, tokens: int) -> None:
-        assert owner.slot is not None
-        new_cells = self.cache.snapshot_cells(tokens)  # an entry that copies the prefix needs room first
-        if new_cells:
-            self._evict_cached(new_cells)
-            if self._free < new_cells:
-                return
-        try:
-            hit = self.cache.snapshot(owner.slot, owner.prompt_ids[:tokens], owner.prefix_hit)
-        except Exception:  # noqa: BLE001 - the waiting prompt then computes the prefix itself
-            log.exception("caching the prefix of running %s failed", owner.request_id)
-            return
-        if hit is not None and hit.pinned:  # shared cells: the owner now borrows them from the entry
-            self.kv.hand_over(owner.slot, hit.tokens - owner.borrowed_cells)
-            owner.prefix_hit = hit
-
-    def _can_admit(self, seq: Sequence) -> bool:
-        # Cells that admitted sequences still need before they produce a token stay spoken for
-        # (tokens without a cell yet: cells of chunks scheduled this step are already allocated).
-        promised = sum(s.num_tokens - self.kv.held(s.slot) - s.borrowed_cells
-                       for s in self.running if s.slot is not None)
-        lookup = self.cache.preview(seq.all_ids, seq.num_tokens - 1)
-        needed = seq.num_pending - (lookup.lent if lookup.from_cache else 0)  # a copy spends new cells
-        evictable = self.cache.evictable - lookup.pinned
-        return self._free + evictable - promised >= needed
 
     def _admit(self, seq: Sequence) -> Sequence:
         seq.slot = self.slots.acquire()
@@ -330,33 +322,5 @@ class Scheduler:
         self.running.append(seq)
         # A request that wants its prompt's logprobs (echo) computes every prompt position: no cached prefix.
         if not seq.wants_position_logits:
-            self._borrow_prefix(seq)
+            self.cells.borrow_prefix(seq)
         return seq
-
-    def _borrow_prefix(self, seq: Sequence) -> None:
-        assert seq.slot is not None and seq.num_computed == 0
-        self.cache.record_query(seq.num_tokens)
-        lookup = self.cache.preview(seq.all_ids, seq.num_tokens - 1)
-        if not lookup.from_cache:  # the copy lands in the slot: make room for it first
-            self._evict_cached(lookup.lent)
-            if self._free < lookup.lent:
-                return
-        hit = self.cache.borrow(seq.all_ids, seq.num_tokens - 1, seq.slot)
-        if seq.cached_prompt_tokens is None:
-            seq.cached_prompt_tokens = min(hit.tokens, len(seq.prompt_ids))
-        if hit.tokens == 0:
-            return
-        seq.prefix_hit = hit
-        seq.num_computed = hit.tokens
-        if not hit.pinned:
-            self.kv.allocate(seq.slot, hit.tokens)
-        self.cache.record_hit(hit.tokens)
-
-    def _free_slot(self, seq: Sequence) -> None:
-        assert seq.slot is not None
-        self.cache.give_back(seq.prefix_hit)
-        seq.prefix_hit = NO_HIT
-        self.kv.release(seq.slot)
-        self._release_slot(seq.slot)
-        self.slots.release(seq.slot)
-        seq.slot = None

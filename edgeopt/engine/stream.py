@@ -22,7 +22,7 @@ import time
 import weakref
 from collections.abc import Callable
 
-from edgeopt.engine.api import RequestOutput
+from edgeopt.engine.request_output import RequestOutput
 from edgeopt.engine.loop_wakeup import wakeup_for
 
 

@@ -1,7 +1,7 @@
 """Check a request before it is queued: every refusal names the value and the fix (OpenAI-style 400).
 
 The accepted ranges live here, once, and are applied once, by ``Engine.add_request``: the server's schemas
-only parse types and request_prep only converts, so a value is refused with the same message whoever calls
+only parse types and the chat core only converts, so a value is refused with the same message whoever calls
 the engine (the HTTP routes, a benchmark, a test). The policy is *refuse, never clamp*: a value outside its
 range, NaN or +-Infinity is a 400 naming the parameter and the range; a value inside it is honoured
 exactly (the sampler is numerically safe at every in-range value, e.g. temperature=5e-324 is computed
@@ -10,6 +10,7 @@ as the greedy limit it is, not as inf/NaN).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from edgeopt.engine.api import SamplingParams
@@ -51,6 +52,16 @@ SAMPLING_RANGES: dict[str, FloatRange] = {
 }
 
 
+def checked_params(prompt_ids: list[int], params: SamplingParams, info: RuntimeInfo,
+                   context_tokens: int) -> SamplingParams:
+    """What ``Engine.add_request`` queues: ``params`` with logit_bias as int token ids and float biases, after
+    every check below (the request's ranges, then what this runtime can compute)."""
+    params = dataclasses.replace(params, logit_bias={int(k): float(v) for k, v in params.logit_bias.items()})
+    validate_request(prompt_ids, params, info.vocab_size, context_tokens)
+    check_runtime_supports(params, info)
+    return params
+
+
 def validate_request(prompt_ids: list[int], params: SamplingParams, vocab_size: int, context_tokens: int) -> None:
     if not prompt_ids:
         raise RequestError("the prompt is empty (0 tokens)", "send at least one token of prompt", param="prompt")
@@ -69,10 +80,19 @@ def validate_request(prompt_ids: list[int], params: SamplingParams, vocab_size: 
     validate_sampling(params, vocab_size)
 
 
+def bounded_floats(params: SamplingParams) -> dict[str, float]:
+    """The parameters SAMPLING_RANGES bounds, by name, read as typed fields (a renamed field fails type
+    checking here instead of a lookup by string at run time); tests/engine/test_validation.py checks the
+    two name sets agree."""
+    return {"temperature": params.temperature, "top_p": params.top_p, "min_p": params.min_p,
+            "repetition_penalty": params.repetition_penalty, "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty}
+
+
 def validate_sampling(params: SamplingParams, vocab_size: int) -> None:
     """Every sampling parameter inside its range (SAMPLING_RANGES and the integer rules below)."""
-    for name, allowed in SAMPLING_RANGES.items():
-        value = getattr(params, name)
+    for name, value in bounded_floats(params).items():
+        allowed = SAMPLING_RANGES[name]
         if not allowed.contains(value):
             raise RequestError(f"{name}={value!r} is invalid", allowed.rule(), param=name)
     checks = [

@@ -194,7 +194,8 @@ def _request_row(item: Any) -> RequestRow | None:
         return None
     try:
         return RequestRow(
-            request_id=str(item["request_id"]),
+            # a server with keys shows ids only to its --admin-key (edgeopt.server.callers)
+            request_id=str(item.get("request_id", "(hidden)")),
             state=str(item.get("state", "?")),
             prompt_tokens=int(item.get("prompt_tokens", 0)),
             generated_tokens=int(item.get("generated_tokens", 0)),

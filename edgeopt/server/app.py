@@ -2,16 +2,15 @@
 
 The app can start before its model is loaded (``loader``): /health answers 503 "loading" until the
 loader, run in a worker thread, returns a :class:`ServedModel`; requests meanwhile get a 503 body.
-Routers are chosen by the bundle's ``manifest.kind``: a kind names modules exposing ``router``, so a
-new kind (e.g. "embedding": edgeopt/server/embeddings.py) plugs in without touching this file's
-logic, and ``extra_routers`` lets a caller add more. With an API key every path but /health and
-/metrics needs it, /openapi.json included (edgeopt/server/auth.py); /docs and /redoc are off.
+The API faces (edgeopt/server/faces.py) bring their routes for the bundle's ``manifest.kind``, their error
+shapes, the headers their clients send the key in and their own state; ``extra_routers`` lets a caller add
+more. With an API key every path but /health and /metrics needs it, /openapi.json included
+(edgeopt/server/auth.py); /docs and /redoc are off.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -22,54 +21,58 @@ from edgeopt.errors import ConfigError
 from edgeopt.server import routes_admin
 from edgeopt.server.auth import ApiKeyGuard
 from edgeopt.server.body_limit import BodySizeLimit
-from edgeopt.server.errors import install_error_handlers
+from edgeopt.server.callers import keyring
+from edgeopt.server.errors import ErrorShapes, install_error_handlers
+from edgeopt.server.face import Face
+from edgeopt.server.faces import FACES
 from edgeopt.server.state import ServedModel, ServerSettings, ServerState
 
 log = logging.getLogger("edgeopt.server")
-
-KIND_ROUTERS: dict[str, tuple[str, ...]] = {
-    "causal-lm": ("edgeopt.server.routes_openai", "edgeopt.server.routes_responses", "edgeopt.server.routes_messages",
-                  "edgeopt.server.routes_ollama", "edgeopt.server.routes_ollama_info", "edgeopt.server.routes_tokenize"),
-    "embedding": ("edgeopt.server.embeddings", "edgeopt.server.routes_ollama_embed", "edgeopt.server.routes_ollama_info"),
-}
 
 Loader = Callable[[], ServedModel]
 
 
 def create_app(settings: ServerSettings, served: ServedModel | None = None, loader: Loader | None = None,
                extra_routers: Sequence[APIRouter] = (),
-               on_load_error: Callable[[BaseException], None] | None = None) -> FastAPI:
+               on_load_error: Callable[[BaseException], None] | None = None,
+               faces: Sequence[Face] = FACES) -> FastAPI:
     """Build the app. Pass a ready ``served`` model, or a ``loader`` to run in a thread at startup."""
     if (served is None) == (loader is None):
         raise ValueError("create_app needs exactly one of served= or loader=")
+    routers = kind_routers(settings.kind, faces)
     state = ServerState(settings)
     state.served = served
+    for face in faces:
+        if face.start is not None:
+            face.start(state)
     app = FastAPI(title="edgeopt", lifespan=_lifespan(state, loader, on_load_error), docs_url=None,
                   redoc_url=None)
     app.state.server = state
-    install_error_handlers(app, state.metrics.count_error)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, count_error=state.metrics.count_error)
-    if settings.api_key:  # added last, so it runs first: no body is read before the key is checked
-        app.add_middleware(ApiKeyGuard, api_key=settings.api_key, count_error=state.metrics.count_error,
-                           open_paths=frozenset(route.path for route in routes_admin.probes.routes))
+    shapes = ErrorShapes(faces)
+    install_error_handlers(app, state.metrics.count_error, shapes)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, count_error=state.metrics.count_error,
+                       shapes=shapes)
+    if settings.has_keys:  # added last, so it runs first: no body is read before the key is checked
+        keys = keyring(settings.api_key, settings.api_keys, settings.admin_key)
+        app.add_middleware(ApiKeyGuard, keys=keys, count_error=state.metrics.count_error,
+                           open_paths=frozenset(route.path for route in routes_admin.probes.routes), shapes=shapes,
+                           key_headers=tuple(name for face in faces for name in face.key_headers))
     app.include_router(routes_admin.probes)
     app.include_router(routes_admin.api)
-    for router in [*kind_routers(settings.kind), *extra_routers]:
+    for router in [*routers, *extra_routers]:
         app.include_router(router)
     return app
 
 
-def kind_routers(kind: str) -> list[APIRouter]:
-    if kind not in KIND_ROUTERS:
-        raise ConfigError(f"bundle kind {kind!r} cannot be served", f"servable kinds: {', '.join(KIND_ROUTERS)}")
-    routers = []
-    for module_name in KIND_ROUTERS[kind]:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            raise ConfigError(f"bundle kind {kind!r} needs {module_name}, which this edgeopt does not have",
-                              "upgrade edgeopt") from exc
-        routers.append(module.router)
+def kind_routers(kind: str, faces: Sequence[Face] = FACES) -> list[APIRouter]:
+    """Every face's routes for bundles of ``kind``, each router once (Ollama's listings serve both kinds)."""
+    routers: list[APIRouter] = []
+    for router in (router for face in faces for router in face.routers.get(kind, ())):
+        if not any(router is seen for seen in routers):
+            routers.append(router)
+    if not routers:
+        servable = sorted({k for face in faces for k in face.routers})
+        raise ConfigError(f"bundle kind {kind!r} cannot be served", f"servable kinds: {', '.join(servable)}")
     return routers
 
 

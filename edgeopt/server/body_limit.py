@@ -11,14 +11,15 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
-from edgeopt.server.errors import error_response
+from edgeopt.server.errors import ErrorShapes
 
 
 class BodySizeLimit:
-    def __init__(self, app: Any, max_bytes: int, count_error: Callable[[int], None]) -> None:
+    def __init__(self, app: Any, max_bytes: int, count_error: Callable[[int], None], shapes: ErrorShapes) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.count_error = count_error
+        self.shapes = shapes
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -43,8 +44,8 @@ class BodySizeLimit:
 
     async def _refuse(self, size: int, scope: dict, receive: Callable, send: Callable) -> None:
         self.count_error(413)
-        response = error_response(scope["path"], 413, f"request body is {size} bytes or more, above the limit of "
-                                  f"{self.max_bytes} bytes", "invalid_request_error", code="request_too_large")
+        response = self.shapes.response(scope["path"], 413, f"request body is {size} bytes or more, above the limit "
+                                        f"of {self.max_bytes} bytes", "invalid_request_error", code="request_too_large")
         await response(scope, receive, send)
 
 

@@ -92,7 +92,9 @@ def guarded_protocol(header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
                      max_connections: int | None = None) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol (httptools if installed, else h11) with the deadline and the cap; pass it
     as ``uvicorn.Config(http=...)``."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol  # here: the CLI imports this module's defaults
+    from uvicorn.protocols.http.auto import (
+        AutoHTTPProtocol,  # here: the CLI imports this module's defaults
+    )
 
     if not header_timeout_s > 0:
         raise ConfigError(f"--header-timeout {header_timeout_s} must be a positive number of seconds", "e.g. 10")

@@ -13,14 +13,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeopt.server.length_batches import DEFAULT_MAX_TOKENS, length_sorted_batches
 from edgeopt.runtimes.base import EmbeddingRuntime
+from edgeopt.server.length_batches import DEFAULT_MAX_TOKENS, length_sorted_batches
 
 
 @dataclass
 class _Job:
     token_ids: list[list[int]]
     future: asyncio.Future = field(repr=False)
+
+MAX_INPUTS = 2048  # texts in one embedding request, on every face (OpenAI's own limit per request)
 
 
 class EmbeddingBatcher:

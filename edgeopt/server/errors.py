@@ -1,6 +1,7 @@
-"""Every failure the server answers becomes an OpenAI-style body: {"error": {message, type, param, code}};
-on Anthropic's routes (/v1/messages...) Anthropic's: {"type": "error", "error": {type, message}}, the shape
-its clients parse; on Ollama's (/api/...) Ollama's: {"error": message} (:func:`error_response` picks by path).
+"""Every failure the server answers becomes a JSON body: the server's default shape, {"error": {message, type,
+param, code}} (OpenAI's, which llama-server and vLLM share), or on a face's paths the shape that face
+registered (edgeopt/server/face.py: Anthropic's under /v1/messages, Ollama's under /api/); :class:`ErrorShapes`
+picks by path.
 
 Handlers live here so routes can simply raise :class:`edgeopt.errors.RequestError` subclasses (or let
 FastAPI's validation fail) and the client still gets a 4xx it can read, while the server keeps serving.
@@ -9,6 +10,8 @@ FastAPI's validation fail) and the client still gets a 4xx it can read, while th
 from __future__ import annotations
 
 import logging
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -17,6 +20,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgeopt.errors import EdgeoptError, RequestError
+from edgeopt.server.face import Face
+from edgeopt.server.json_body import RefusedBody
 
 log = logging.getLogger("edgeopt.server")
 
@@ -25,36 +30,33 @@ def error_body(message: str, error_type: str, param: str | None = None, code: An
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
-ANTHROPIC_PATHS = ("/v1/messages",)
-# Anthropic's error types by status (its API's list); any other 5xx is an "api_error"
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                    503: "overloaded_error", 529: "overloaded_error"}
+class ErrorShapes:
+    """The error body for a path: the shape of the face that registered the path's prefix, else the default."""
+
+    def __init__(self, faces: Sequence[Face] = ()) -> None:
+        self._by_prefix = [(prefix, face.error_body) for face in faces if face.error_body is not None
+                           for prefix in face.error_paths]
+
+    def response(self, path: str, status: int, message: str, error_type: str, param: str | None = None,
+                 code: Any = None, headers: dict[str, str] | None = None) -> JSONResponse:
+        shape = next((body for prefix, body in self._by_prefix if path.startswith(prefix)), None)
+        # A message or param may quote the client's text: a lone surrogate in it could not be sent as UTF-8.
+        content = (shape or _default_body)(status, _utf8(message), error_type, None if param is None else _utf8(param),
+                                           code)
+        return JSONResponse(content, status_code=status, headers=headers)
+
+    def request_error(self, exc: RequestError, path: str = "") -> JSONResponse:
+        message = f"{exc.message}; {exc.hint}" if exc.hint else exc.message
+        code = exc.error_type if exc.status_code != 400 else None
+        return self.response(path, exc.status_code, message, exc.error_type, exc.param, code)
 
 
-def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
-    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": message}}
+def _utf8(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-OLLAMA_PATHS = ("/api/",)
-
-
-def error_response(path: str, status: int, message: str, error_type: str, param: str | None = None,
-                   code: Any = None, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The error in the shape the route's clients read: Anthropic's under ANTHROPIC_PATHS, Ollama's
-    (``{"error": message}``) under OLLAMA_PATHS, else OpenAI's."""
-    if path.startswith(OLLAMA_PATHS):
-        return JSONResponse({"error": message}, status_code=status, headers=headers)
-    if path.startswith(ANTHROPIC_PATHS):
-        return JSONResponse(anthropic_error_body(status, message), status_code=status, headers=headers)
-    return JSONResponse(error_body(message, error_type, param, code), status_code=status, headers=headers)
-
-
-def request_error_response(exc: RequestError, path: str = "") -> JSONResponse:
-    message = f"{exc.message}; {exc.hint}" if exc.hint else exc.message
-    code = exc.error_type if exc.status_code != 400 else None
-    return error_response(path, exc.status_code, message, exc.error_type, exc.param, code)
+def _default_body(status: int, message: str, error_type: str, param: str | None, code: Any) -> dict[str, Any]:
+    return error_body(message, error_type, param, code)
 
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
@@ -160,35 +162,51 @@ def _describe_body_error(kind: str, err: dict[str, Any]) -> str:
     return f"request body is invalid: {err.get('msg', '')}"
 
 
-def install_error_handlers(app: FastAPI, count_error: Any) -> None:
+def install_error_handlers(app: FastAPI, count_error: Any, shapes: ErrorShapes) -> None:
     """``count_error(status)`` feeds the edgeopt_request_errors_total counter."""
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
         count_error(exc.status_code)
-        return request_error_response(exc, request.url.path)
+        return shapes.request_error(exc, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         count_error(400)
         message, param = describe_validation_errors(list(exc.errors()), exc.body)
-        return error_response(request.url.path, 400, message, "invalid_request_error", param)
+        return shapes.response(request.url.path, 400, message, "invalid_request_error", param)
+
+    @app.exception_handler(RefusedBody)
+    async def _refused_body(request: Request, exc: RefusedBody) -> JSONResponse:
+        count_error(exc.status_code)
+        code = "request_too_large" if exc.status_code == 413 else None
+        return shapes.response(request.url.path, exc.status_code, exc.message, "invalid_request_error", exc.param, code)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         count_error(exc.status_code)
         message = f"{request.method} {request.url.path}: {exc.detail}"
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return error_response(request.url.path, exc.status_code, message, kind, headers=exc.headers)
+        return shapes.response(request.url.path, exc.status_code, message, kind, headers=exc.headers)
 
+    # A 500 is a fault of the server, never of the request: it carries an id that finds it in the server's log.
     @app.exception_handler(EdgeoptError)
     async def _backend_error(request: Request, exc: EdgeoptError) -> JSONResponse:
         count_error(500)
-        log.error("request failed: %s", exc)
-        return error_response(request.url.path, 500, str(exc), "server_error")
+        request_id = _new_request_id()
+        log.error("request %s failed: %s", request_id, exc)
+        return shapes.response(request.url.path, 500, f"{exc} (request id {request_id})", "server_error",
+                               headers={"X-Request-Id": request_id})
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         count_error(500)
-        log.exception("unexpected server error")
-        return error_response(request.url.path, 500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
+        request_id = _new_request_id()
+        log.exception("unexpected server error in request %s", request_id)
+        return shapes.response(request.url.path, 500, f"internal error: {type(exc).__name__}: {exc} (request id "
+                               f"{request_id}; the server's log has the traceback)", "server_error",
+                               headers={"X-Request-Id": request_id})
+
+
+def _new_request_id() -> str:
+    return uuid.uuid4().hex[:16]

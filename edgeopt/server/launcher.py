@@ -16,27 +16,27 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgeopt.bundle import Manifest
-from edgeopt.model_source import bundle_model_names, model_card, open_model_source
 from edgeopt import backends
+from edgeopt.bundle import Manifest
 from edgeopt.engine import Engine, EngineConfig, engine_config_for
 from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ConfigError
+from edgeopt.model_source import bundle_model_names, model_card, open_model_source
+from edgeopt.runtimes.base import Runtime
 from edgeopt.server.auth import check_exposure
-from edgeopt.server.chat_template import ChatTemplate
+from edgeopt.server.chat.template import ChatTemplate
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_protocol
-from edgeopt.server.responses_store import DEFAULT_STORE_BYTES
+from edgeopt.server.state import DEFAULT_STORE_BYTES, ServedModel, ServerSettings
 from edgeopt.sizing.bundle_facts import bundle_serving_shape
 from edgeopt.sizing.budget import MIB
 from edgeopt.sizing.layout import AUTO
 from edgeopt.sizing.resident import resident_memory
 from edgeopt.sizing.shape import ServingShape, ShapeRequest, check_shape_request
-from edgeopt.server.state import ServedModel, ServerSettings
-from edgeopt.runtimes.base import Runtime
 
 log = logging.getLogger("edgeopt.server")
 KEEP_ALIVE_S = 5  # uvicorn's default: an idle keep-alive connection is closed 5 s after its last response
@@ -47,6 +47,8 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
+    api_keys: Mapping[str, str] = field(default_factory=dict)  # --api-keys: a key per caller (server.callers)
+    admin_key: str | None = None  # --admin-key: the operator's (request ids, emptying the prefix cache)
     max_concurrency: int | None = None  # concurrent sequences; default: what the KV budget affords
     context: int | None = None  # tokens per sequence (prompt + output)
     memory_bytes: int | None = None  # overrides the profile's / host's usable memory
@@ -64,7 +66,7 @@ class ServeOptions:
     warm_file: Path | None = None  # --warm: a system prompt whose KV is stored and loaded (prompt_store)
     kv_layout: str = AUTO  # llama.cpp (gguf) only: unified, streams, or auto (edgeopt.sizing.layout)
     stream_interval_ms: float = 50.0  # streamed text at most this often when tokens come faster (engine.stream)
-    responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses_store)
+    responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses.store)
     speculative: str = "off"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto
     prefix_cache_bytes: int | None = None  # --prefix-cache-memory: KV for cached prefixes (edgeopt.sizing.shape)
 
@@ -177,7 +179,12 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     from edgeopt.server.heap_tuning import keep_freed_heap
 
     api_key = options.api_key or os.environ.get("EDGEOPT_API_KEY") or None
-    check_exposure(options.host, options.port, api_key, options.insecure_no_auth)
+    admin_key = options.admin_key or os.environ.get("EDGEOPT_ADMIN_KEY") or None
+    check_exposure(options.host, options.port, api_key or admin_key or next(iter(options.api_keys.values()), None),
+                   options.insecure_no_auth)
+    if not (api_key or admin_key or options.api_keys):
+        log.info("no API key: one tenant. Every client shares the stored responses and sees every request id on "
+                 "/v1/edgeopt/requests (--api-keys FILE gives each caller its own; docs/api.md)")
     if options.parse_special_in_content:  # an operator must be able to see from the log that this is off
         log.warning("--parse-special-in-content: control-token text in chat messages becomes control tokens, "
                     "so a user message can forge a system turn")
@@ -199,6 +206,7 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     else:
         raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served", "servable kinds: causal-lm, embedding")
     settings = ServerSettings(model_names=source.names, kind=manifest.kind, api_key=api_key,
+                              api_keys=dict(options.api_keys), admin_key=admin_key,
                               memory_budget_bytes=budget, parse_special_in_content=options.parse_special_in_content,
                               kv_type=kv_type, kv_layout=kv_layout,
                               responses_store_bytes=options.responses_store_bytes,

@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Protocol
 
 import psutil
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -60,31 +65,6 @@ class _EngineCollector(Collector):
         yield _gauge("edgeopt_process_rss_bytes", "Resident memory of the server process.",
                      self._process.memory_info().rss)
         yield _gauge("edgeopt_memory_budget_bytes", "Memory the server was sized to.", self._budget)
-
-
-class StoreFigures(Protocol):
-    budget_bytes: int
-    evicted_total: int
-
-    @property
-    def bytes(self) -> int: ...
-
-    def __len__(self) -> int: ...
-
-
-class _StoreCollector(Collector):
-    def __init__(self, store: StoreFigures) -> None:
-        self._store = store
-
-    def collect(self) -> Iterator[Metric]:
-        store = self._store
-        yield _gauge("edgeopt_responses_stored", "Responses kept for previous_response_id and GET.", len(store))
-        yield _gauge("edgeopt_responses_store_bytes", "Bytes (JSON) of the stored responses.", store.bytes)
-        yield _gauge("edgeopt_responses_store_budget_bytes", "Bytes the stored responses may take.",
-                     store.budget_bytes)
-        evicted = CounterMetricFamily("edgeopt_responses_store_evicted", "Stored responses evicted to stay in budget.")
-        evicted.add_metric([], float(store.evicted_total))
-        yield evicted
 
 
 def _prefix_cache_counters(stats: EngineStats | None) -> Iterator[Metric]:
@@ -178,9 +158,9 @@ class ServerMetrics:
         self.errors = Counter("edgeopt_request_errors", "Requests answered with an error.", ["status"], registry=reg)
         reg.register(_EngineCollector(stats, memory_budget_bytes, kv_labels or {}))
 
-    def watch_store(self, store: StoreFigures) -> None:
-        """Report the Responses store's size at scrape time (edgeopt.server.responses_store)."""
-        self.registry.register(_StoreCollector(store))
+    def add_collector(self, collector: Collector) -> None:
+        """Figures a face reads at scrape time (the Responses face's store: edgeopt.server.responses.store)."""
+        self.registry.register(collector)
 
     def describe_shape(self, live_cells: int, prefix_cells: int, planned_resident_bytes: int) -> None:
         """Report the serving shape's KV cells by purpose and its planned resident memory (edgeopt.sizing)."""

@@ -28,8 +28,8 @@ from edgeopt.bundle import Manifest
 from edgeopt.engine import SamplingParams
 from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ConfigError
-from edgeopt.server.chat_template import ChatTemplate
 from edgeopt.runtimes.base import Runtime, Tokenizer
+from edgeopt.server.chat.template import ChatTemplate
 
 log = logging.getLogger("edgeopt.server")
 STATE_FORMAT = 1  # bump when what the fingerprint covers changes

@@ -3,17 +3,19 @@ DELETE /v1/edgeopt/cache (empty the prefix cache; behind the API key like every 
 
 from __future__ import annotations
 
-import dataclasses
-
 import asyncio
+import dataclasses
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from edgeopt.errors import PermissionDeniedError
+from edgeopt.server.callers import caller_of, sees_request_ids
+from edgeopt.server.json_body import CheckedJsonRoute
 from edgeopt.server.state import ServerState
 
 probes = APIRouter()  # open even with an API key (ApiKeyGuard's open_paths)
-api = APIRouter()  # the API key is checked before routing: edgeopt/server/auth.py
+api = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routing (auth.py)
 
 
 @probes.get("/health")
@@ -55,13 +57,21 @@ async def active_requests(request: Request) -> JSONResponse:
     stats = engine.stats()
     detail = dataclasses.asdict(stats)
     detail["kv_usage_ratio"] = stats.kv_usage_ratio
-    return JSONResponse({"requests": [dataclasses.asdict(r) for r in engine.active_requests()], "stats": detail})
+    rows = [dataclasses.asdict(r) for r in engine.active_requests()]
+    if not sees_request_ids(request, state.settings.has_keys):  # an id reads a stored response: the admin's only
+        rows = [{k: v for k, v in row.items() if k != "request_id"} for row in rows]
+    return JSONResponse({"requests": rows, "stats": detail})
 
 
 @api.delete("/v1/edgeopt/cache")
 async def clear_prefix_cache(request: Request) -> JSONResponse:
-    """Evict every cached prefix that no running request uses; answers how many KV cells were freed."""
+    """Evict every cached prefix that no running request uses; answers how many KV cells were freed. With an
+    --admin-key, only its holder may (the cache serves every caller)."""
     state: ServerState = request.app.state.server
+    caller = caller_of(request)
+    if state.settings.admin_key and not (caller is not None and caller.admin):
+        raise PermissionDeniedError("emptying the prefix cache is the operator's: this server has an --admin-key",
+                                    "send the admin key")
     engine = state.ready_model().engine
     if engine is None:  # embedding models keep no KV
         return JSONResponse({"evicted_tokens": 0, "cached_tokens": 0})

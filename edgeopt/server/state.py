@@ -5,30 +5,33 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 from functools import cached_property
+from typing import Any
 
 from edgeopt.engine.api import EngineStats, ServingEngine
 from edgeopt.engine.grammar import GrammarCompiler
 from edgeopt.engine.outputs import engine_stopped_message
-from edgeopt.errors import ConfigError, NotReadyError
-from edgeopt.server.chat_template import ChatTemplate
+from edgeopt.errors import ConfigError, ModelNameError, NotReadyError
+from edgeopt.runtimes.base import EmbeddingRuntime, Runtime, Tokenizer
+from edgeopt.runtimes.control_text import ControlTextFinder
+from edgeopt.server.chat.reasoning.syntax import ReasoningFormat, reasoning_format
+from edgeopt.server.chat.template import ChatTemplate
 from edgeopt.server.embedding_batcher import EmbeddingBatcher
 from edgeopt.server.metrics import ServerMetrics
 from edgeopt.server.prompt_worker import PromptWorker
-from edgeopt.server.reasoning_syntax import ReasoningFormat, reasoning_format
-from edgeopt.server.responses_store import DEFAULT_STORE_BYTES, ResponseStore
-from edgeopt.runtimes.base import EmbeddingRuntime, Runtime, Tokenizer
-from edgeopt.runtimes.control_text import ControlTextFinder
+from edgeopt.server.text_fields import quoted
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+DEFAULT_STORE_BYTES = 32 * 1024 * 1024  # edgeopt serve --responses-store (its default: 32MiB)
 
 
 @dataclass(frozen=True)
 class ServerSettings:
     model_names: tuple[str, ...]  # first: the id /v1/models shows; the others are accepted aliases
-    kind: str = "causal-lm"  # manifest.kind: picks the routers (see app.KIND_ROUTERS)
-    api_key: str | None = None
+    kind: str = "causal-lm"  # manifest.kind: picks each face's routers (face.py)
+    api_key: str | None = None  # --api-key: one tenant behind a key (edgeopt.server.callers has the rule)
+    api_keys: Mapping[str, str] = field(default_factory=dict)  # --api-keys: caller name -> key
+    admin_key: str | None = None  # --admin-key: sees request ids, empties the prefix cache
     memory_budget_bytes: int = 0
     # A request body is parsed in memory before anything else can refuse it; cap it.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -42,8 +45,12 @@ class ServerSettings:
     # What the model is, for APIs that describe it (Ollama's /api/tags, /api/show): format, quant,
     # architecture, weights_bytes, digest (sha256 of the model file), parameters; {}: unknown.
     model_card: Mapping[str, Any] = field(default_factory=dict)
-    # Bytes of stored /v1/responses kept for previous_response_id and GET (edgeopt.server.responses_store).
+    # Bytes of stored /v1/responses kept for previous_response_id and GET (edgeopt.server.responses.store).
     responses_store_bytes: int = DEFAULT_STORE_BYTES
+
+    @property
+    def has_keys(self) -> bool:
+        return bool(self.api_key or self.api_keys or self.admin_key)
 
     @property
     def kv_labels(self) -> dict[str, str]:
@@ -103,12 +110,19 @@ class ServerState:
         self.created = int(time.time())
         self.metrics = ServerMetrics(self.engine_stats, settings.memory_budget_bytes, settings.kv_labels)
         self.prompt_worker = PromptWorker()  # rendering and tokenizing, off the event loop
-        self.responses = ResponseStore(settings.responses_store_bytes)
-        self.metrics.watch_store(self.responses)
+        # What a face keeps for the server's lifetime, under its own key (the Responses store)
+        self.face_state: dict[str, object] = {}
 
     @property
     def model_id(self) -> str:
         return self.settings.model_names[0]
+
+    def model(self, name: str) -> ServedModel:
+        """The served model a request names, ready to answer (the one model, by its id or an alias)."""
+        if name not in self.settings.model_names:
+            raise ModelNameError(f"model {quoted(name)} is not served here", f"use model={self.model_id!r} "
+                                 "(GET /v1/models lists it)", param="model")
+        return self.ready_model()
 
     def ready_model(self) -> ServedModel:
         if self.served is not None:

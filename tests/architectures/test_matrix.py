@@ -169,7 +169,7 @@ def test_server_renders_the_template_as_transformers_does(name: str, arch_dir) -
     model takes ``tools`` render them into the prompt."""
     from transformers import AutoTokenizer
 
-    from edgeopt.server.chat_template import ChatTemplate
+    from edgeopt.server.chat.template import ChatTemplate
 
     tokenizer = AutoTokenizer.from_pretrained(str(arch_dir(name)))
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]

@@ -20,9 +20,9 @@ from typing import Any
 
 from edgeopt.demo.tokenizer import CHATML_TEMPLATE
 from edgeopt.errors import RequestError
-from edgeopt.server.chat_template import ChatTemplate
-from edgeopt.server.request_prep import completion_prompt_ids, output_budget
-from edgeopt.server.schemas import ChatCompletionRequest, CompletionRequest
+from edgeopt.server.chat.template import ChatTemplate
+from edgeopt.server.chat.prompt import output_budget, raw_prompt_ids
+from edgeopt.server.openai.schema import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServedModel
 from edgeopt.runtimes.llama_cpp import load_gguf
 from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
@@ -41,7 +41,7 @@ def seconds(work: Any) -> tuple[float, str]:
 
 def new_completion(served: ServedModel, tokenizer: Any, context: int) -> int:
     """The route now: bytes bound, then (if it passes) our linear tokenizing, then the exact length check."""
-    ids = completion_prompt_ids(served, FLOOD)
+    ids = raw_prompt_ids(served, FLOOD)
     return output_budget(None, len(ids), context, 16, prompt_param="prompt")
 
 

@@ -131,9 +131,10 @@ def engine_step_table(gguf: Path, sequences: int, kv_layout: str = "unified",
     decode = llama_cpp.llama_decode
     llama_cpp.llama_decode = timed("llama_decode", decode)
     engine._scheduler.schedule = timed("scheduler", engine._scheduler.schedule)  # type: ignore[method-assign]
-    engine._sample = timed("sampling", engine._sample)  # type: ignore[method-assign]
-    engine._append_token = timed("detokenize, stop strings, stream",  # type: ignore[method-assign]
-                                 engine._append_token)
+    engine._sampler.sample = timed("sampling (grammar checks, redraws, logprobs)",  # type: ignore[method-assign]
+                                   engine._sampler.sample)
+    engine._scheduler.append_token = timed("detokenize, stop strings, stream",  # type: ignore[method-assign]
+                                           engine._scheduler.append_token)
     try:
         warmup_steps = asyncio.run(_drive(engine, sequences, idle_prefixes, spent))
     finally:

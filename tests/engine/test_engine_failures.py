@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from edgeopt.engine import Engine, SamplingParams
-from edgeopt.engine import engine as engine_module
+from edgeopt.engine import step_sampler as sampler_module
 from edgeopt.engine.outputs import RequestTracker
 from edgeopt.errors import BackendError, RequestError
 from tests.engine.helpers import make_engine, run_engine
@@ -51,14 +51,14 @@ def test_the_issue_request_finishes_and_the_engine_keeps_serving() -> None:
 
 
 def test_a_raising_sampler_fails_only_its_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = engine_module.sample_next_tokens
+    real = sampler_module.sample_next_tokens
 
     def sampler(logits, seqs, allowed=None):  # type: ignore[no-untyped-def]
         if any(s.request_id == "bad" for s in seqs):
             raise FloatingPointError("sampler blew up")
         return real(logits, seqs, allowed)
 
-    monkeypatch.setattr(engine_module, "sample_next_tokens", sampler)
+    monkeypatch.setattr(sampler_module, "sample_next_tokens", sampler)
     engine, _ = make_engine()
 
     async def body(e: Engine) -> None:

@@ -103,12 +103,12 @@ def test_histogram_with_decreasing_cumulative_counts_is_rejected() -> None:
 def test_request_rows_skip_malformed_entries() -> None:
     payload = {"requests": [
         {"request_id": "cmpl-1", "state": "decoding", "prompt_tokens": 12, "generated_tokens": 3, "elapsed_s": 0.5},
-        {"state": "waiting"},  # no id
+        {"state": "waiting"},  # no id: what a caller without the admin key sees
         {"request_id": "cmpl-2", "prompt_tokens": "many"},  # not a number
         "not a row",
     ], "stats": {}}
     rows = parse_requests(payload)
-    assert [r.request_id for r in rows] == ["cmpl-1"]
+    assert [r.request_id for r in rows] == ["cmpl-1", "(hidden)"]
     assert rows[0].generated_tokens == 3 and rows[0].elapsed_s == 0.5
     assert parse_requests(["not", "a", "dict"]) == []
     assert parse_requests({"requests": None}) == []

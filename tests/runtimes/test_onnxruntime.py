@@ -159,8 +159,8 @@ def test_unknown_provider_and_bad_context_are_clear_errors(onnx_fp32_bundle):
 def test_serving_path_does_not_import_torch(onnx_fp32_bundle):
     code = ("from edgeopt.bundle import load_bundle; from edgeopt.runtimes import load_runtime; "
             f"b = {str(onnx_fp32_bundle)!r}; rt = load_runtime('onnxruntime', b, load_bundle(b), threads=1); "
-            "import edgeopt.server.embeddings")
-    assert banned_modules_after(code, must_load=("onnxruntime", "edgeopt.server.embeddings")) == []
+            "import edgeopt.server.openai.embeddings")
+    assert banned_modules_after(code, must_load=("onnxruntime", "edgeopt.server.openai.embeddings")) == []
 
 
 def test_engine_continuous_batching_matches_requests_run_alone(runtime):

@@ -12,7 +12,7 @@ from edgeopt.demo.tokenizer import CHATML_TEMPLATE
 from edgeopt.engine.api import EngineConfig
 from edgeopt.engine.engine import Engine
 from edgeopt.server.app import create_app
-from edgeopt.server.chat_template import ChatTemplate
+from edgeopt.server.chat.template import ChatTemplate
 from edgeopt.server.state import ServedModel, ServerSettings
 from tests.fixtures.fake_runtime import FakeRuntime
 from tests.server.live import LiveServer, start_live_server
@@ -57,7 +57,11 @@ def serve_fake() -> Iterator[Callable[..., LiveServer]]:
 def qwen2_checkpoint(tmp_path_factory) -> Path:
     """A tiny random Qwen2 with the real Qwen2 tokenizer (151k tokens) and a ChatML template: a tokenizer
     llama.cpp's converter recognises (it refuses our own trained test tokenizer)."""
-    from tests.exporters.conformance_models import CASES, build_conformance_checkpoint, build_tokenizer_files
+    from tests.exporters.conformance_models import (
+        CASES,
+        build_conformance_checkpoint,
+        build_tokenizer_files,
+    )
 
     work = tmp_path_factory.mktemp("qwen2")
     tokenizer = build_tokenizer_files("qwen2", work / "tokenizer")

@@ -17,8 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agents import (Agent, ModelSettings, OpenAIResponsesModel, RunConfig, Runner, function_tool,
-                    set_tracing_disabled)
+from agents import (
+    Agent,
+    ModelSettings,
+    OpenAIResponsesModel,
+    RunConfig,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 

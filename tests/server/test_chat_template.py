@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from edgeopt.errors import BundleError
-from edgeopt.errors import ChatTemplateError
-from edgeopt.server.chat_template import ChatTemplate
+from edgeopt.errors import BundleError, ChatTemplateError
+from edgeopt.server.chat.template import ChatTemplate
 
 STRICT = ("{{ bos_token }}{% for m in messages %}"
           "{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from edgeopt.demo.tokenizer import CHATML_TEMPLATE
-from edgeopt.server.chat_template import ChatTemplate
+from edgeopt.server.chat.template import ChatTemplate
 from tests.exporters.reference_converter import reference_root
 
 # (template, the text that ends an assistant turn as the model generates it: its end-of-turn token)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.errors import ChatTemplateError
-from edgeopt.server.chat_template import ChatTemplate
+from edgeopt.server.chat.template import ChatTemplate
 
 CHAT = [{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": "Hello."},
         {"role": "user", "content": "Again."}]
@@ -49,7 +49,6 @@ def test_gemma2_refuses_a_system_message_as_its_template_does(tiny_gemma_factory
 def test_end_of_turn_ends_generation_in_the_gguf(variant: str, tiny_gemma_factory, tmp_path: Path) -> None:
     """The served runtime stops on <end_of_turn> (the turn end the template writes), as on <eos>."""
     import llama_cpp
-
     from edgeopt.exporters.gguf.exporter import GGUFExporter
     from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 

@@ -7,7 +7,12 @@ import json
 
 import pytest
 
-from edgeopt.server.json_scan import JsonScanError, ObjectScanner, ValueEnd, ValueScanner
+from edgeopt.server.chat.tools.json_scan import (
+    JsonScanError,
+    ObjectScanner,
+    ValueEnd,
+    ValueScanner,
+)
 
 OBJECT = '{"s": "a\\\\\\"}]", "o": {"x": [1, {"y": "}"}]}, "n": -1.5e3, "t": true, "z": null}'
 

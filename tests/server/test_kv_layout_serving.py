@@ -11,9 +11,14 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from edgeopt.server.launcher import ServeOptions, load_served_model, serve_bundle, serving_shape
-from tests.server.test_kv_type_serving import memory_for_f16_sequences
+from edgeopt.server.launcher import (
+    ServeOptions,
+    load_served_model,
+    serve_bundle,
+    serving_shape,
+)
 from tests.fixtures.demo_gguf import optimize_demo_gguf
+from tests.server.test_kv_type_serving import memory_for_f16_sequences
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,14 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from edgeopt.sizing.budget import DEFAULT_MAX_SEQUENCES, SAFETY_MARGIN
 from edgeopt.pipeline import OptimizeOptions, resolve
-from edgeopt.server.launcher import ServeOptions, load_served_model, serve_bundle, serving_shape
+from edgeopt.server.launcher import (
+    ServeOptions,
+    load_served_model,
+    serve_bundle,
+    serving_shape,
+)
+from edgeopt.sizing.budget import DEFAULT_MAX_SEQUENCES, SAFETY_MARGIN
 from edgeopt.sizing.bundle_facts import bundle_kv_facts
 from tests.fixtures.demo_gguf import optimize_demo_gguf
 

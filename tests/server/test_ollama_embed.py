@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import ollama
 import pytest
+from edgeopt.runtimes import load_embedding_runtime
 
 from edgeopt.bundle import load_bundle
 from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
-from edgeopt.runtimes import load_embedding_runtime
 from tests.server.live import start_live_server
 
 pytestmark = pytest.mark.timeout(120)

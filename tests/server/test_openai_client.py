@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from edgeopt.demo.tokenizer import CHATML_TEMPLATE
-from edgeopt.server.chat_template import ChatTemplate
+from edgeopt.server.chat.template import ChatTemplate
 from tests.fixtures.fake_runtime import EOS_ID
 from tests.server.conftest import MODEL
 

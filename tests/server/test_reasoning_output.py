@@ -18,7 +18,9 @@ from typing import Any
 import openai
 import pytest
 
-from edgeopt.server.json_scan import WHITESPACE  # what the server strips around a thought (JSON's four)
+from edgeopt.server.chat.tools.json_scan import (
+    WHITESPACE,  # what the server strips around a thought (JSON's four)
+)
 from tests.server.conftest import MODEL
 from tests.server.gguf_bundle import serve_bundle_live
 

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from edgeopt.server.app import create_app
-from edgeopt.server.chat_template import ChatTemplate
+from edgeopt.server.chat.template import ChatTemplate
 from edgeopt.server.state import ServerSettings
 from tests.exporters.reference_converter import reference_chat_template
 from tests.fixtures.fake_runtime import FakeRuntime

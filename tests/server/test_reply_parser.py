@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import pytest
 
-from edgeopt.server.chat_template import ChatTemplate
-from edgeopt.server.reasoning_parser import ReasoningDelta
-from edgeopt.server.reasoning_syntax import ReasoningSyntax, detect_reasoning_syntax, reasoning_format
-from edgeopt.server.reply_parser import ReasoningStart, ReplyDelta, ReplyParser, collect_reply
-from edgeopt.server.tool_parser import ToolCallDelta, ToolCallParser
-from edgeopt.server.tool_syntax import detect_tool_syntax
+from edgeopt.server.chat.reasoning.parser import ReasoningDelta
+from edgeopt.server.chat.reasoning.syntax import (
+    ReasoningSyntax,
+    detect_reasoning_syntax,
+    reasoning_format,
+)
+from edgeopt.server.chat.reply import (
+    ReasoningStart,
+    ReplyDelta,
+    ReplyParser,
+    collect_reply,
+)
+from edgeopt.server.chat.template import ChatTemplate
+from edgeopt.server.chat.tools.deltas import ToolCallDelta
+from edgeopt.server.chat.tools.parser import ToolCallParser
+from edgeopt.server.chat.tools.syntax import detect_tool_syntax
 from tests.exporters.reference_converter import reference_chat_template
 
 QWEN3 = "Qwen-Qwen3-0.6B"

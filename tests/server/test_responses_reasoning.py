@@ -1,7 +1,7 @@
 """Reasoning items on /v1/responses: a served GGUF bundle whose tokenizer carries DeepSeek-R1-Distill-Qwen's
 real thinking template (tests/fixtures/tool_chat_models.py), with the official openai client.
 
-The thinking is split by the same reader as on chat completions (edgeopt.server.reply_parser), so the
+The thinking is split by the same reader as on chat completions (edgeopt.server.chat.reply), so the
 judge is the chat reply to the same conversation and seed: its ``reasoning_content`` must be the reasoning
 item's text, its ``content`` the message's. Streams are checked against the client's own event types,
 with the thinking as ``reasoning_text`` content or, when a summary is asked for, as the summary.

@@ -29,7 +29,7 @@ def test_serving_a_missing_bundle_says_how_to_make_one(tmp_path):
 
 def test_server_modules_and_cli_import_no_heavy_packages():
     assert banned_modules_after("import edgeopt.cli, edgeopt.server.app, edgeopt.server.launcher, "
-                                "edgeopt.server.routes_openai, edgeopt.server.routes_responses, "
+                                "edgeopt.server.openai.routes, edgeopt.server.responses.routes, "
                                 "edgeopt.bench.serve_bench",
                                 must_load=("edgeopt.server.launcher",)) == []
 
@@ -55,7 +55,7 @@ def test_responses_store_size_reaches_the_launcher(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from edgeopt.cli import app
-    from edgeopt.server.responses_store import DEFAULT_STORE_BYTES
+    from edgeopt.server.state import DEFAULT_STORE_BYTES
 
     seen: list[ServeOptions] = []
     monkeypatch.setattr("edgeopt.server.launcher.serve_bundle", lambda bundle, options: seen.append(options))

@@ -4,8 +4,8 @@ process never imports torch/transformers/optimum, and its RSS stays within bundl
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys

@@ -9,22 +9,22 @@ from __future__ import annotations
 import pytest
 
 from edgeopt.engine.grammar import Grammar, GrammarCompiler
-from edgeopt.server.tool_grammar import tool_call_grammar
-from edgeopt.server.tool_request import ToolPlan
-from edgeopt.server.tool_schemas import FunctionDefinition
-from edgeopt.server.tool_syntax import detect_tool_syntax
+from edgeopt.server.chat.request import Function
+from edgeopt.server.chat.tools.grammar import tool_call_grammar
+from edgeopt.server.chat.tools.plan import ToolPlan
+from edgeopt.server.chat.tools.syntax import detect_tool_syntax
 from tests.exporters.reference_converter import reference_chat_template
 from tests.fixtures.fake_runtime import EOS_ID, FakeRuntime
 
-WEATHER = FunctionDefinition(name="get_weather", parameters={
+WEATHER = Function(name="get_weather", parameters={
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 5}, "at": {"$ref": "#/$defs/hour"}},
     "required": ["city", "at"], "additionalProperties": False,
     "$defs": {"hour": {"type": "integer", "minimum": 0, "maximum": 23}}})
-NOW = FunctionDefinition(name="now")
+NOW = Function(name="now")
 GOOD_ARGS = '{"city": "Paris", "at": 7}'
 
 
-def _grammar(template: str, forced: tuple[FunctionDefinition, ...], parallel: bool = True) -> Grammar:
+def _grammar(template: str, forced: tuple[Function, ...], parallel: bool = True) -> Grammar:
     runtime = FakeRuntime()
     plan = ToolPlan(detect_tool_syntax(reference_chat_template(template)), (WEATHER, NOW), forced, parallel)
     return GrammarCompiler(runtime.tokenizer, runtime.info).compile(tool_call_grammar(plan, {}))

@@ -11,8 +11,9 @@ import json
 
 import pytest
 
-from edgeopt.server.tool_parser import ContentDelta, Delta, ToolCallDelta, ToolCallParser, collect
-from edgeopt.server.tool_syntax import ToolFamily, ToolSyntax, detect_tool_syntax
+from edgeopt.server.chat.tools.deltas import ContentDelta, Delta, ToolCallDelta, collect
+from edgeopt.server.chat.tools.parser import ToolCallParser
+from edgeopt.server.chat.tools.syntax import ToolFamily, ToolSyntax, detect_tool_syntax
 from tests.exporters.reference_converter import reference_chat_template
 
 ARGS = '{"city": "Par\\"is }", "days": [1, {"n": "]"}], "ok": true, "t": -1.5e3}'

@@ -8,14 +8,16 @@ tools reach the template as ``tools``, an assistant turn's ``tool_calls`` carry 
 from __future__ import annotations
 
 import pytest
+from edgeopt.runtimes.control_text import ControlTextFinder
 
 from edgeopt.errors import RequestError
-from edgeopt.server.chat_template import ChatTemplate
-from edgeopt.server.chat_tokens import chat_prompt_pieces
-from edgeopt.server.request_prep import template_variables
-from edgeopt.server.schemas import ChatCompletionRequest
-from edgeopt.server.tool_request import plan_tools
-from edgeopt.runtimes.control_text import ControlTextFinder
+from edgeopt.server.chat.decisions import template_variables
+from edgeopt.server.chat.template import ChatTemplate
+from edgeopt.server.chat.tokens import chat_prompt_pieces
+from edgeopt.server.chat.tools.plan import plan_tools
+from edgeopt.server.chat.tools.prompt import with_tools
+from edgeopt.server.openai.schema import ChatCompletionRequest
+from edgeopt.server.openai.translate import chat_request
 from tests.exporters.reference_converter import reference_chat_template
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
@@ -37,12 +39,13 @@ def _request(**fields) -> ChatCompletionRequest:
 
 def _render(name: str, body: ChatCompletionRequest, controls: tuple[str, ...] = ()) -> str:
     template = ChatTemplate(reference_chat_template(name), "<s>", "</s>")
-    plan = plan_tools(body, template)
-    messages = [m.as_template_dict() for m in body.messages]
-    variables = template_variables(body)
+    request = chat_request(body)
+    plan = plan_tools(request, template)
+    messages = [m.template_dict() for m in request.messages]
+    variables = template_variables(request)
     if plan is not None:
-        messages = plan.template_messages(messages)
-        variables.update(plan.template_variables())
+        messages, shown = with_tools(plan, messages)
+        variables.update(shown)
     pieces = chat_prompt_pieces(template, messages, True, ControlTextFinder(controls), variables=variables)
     return "".join(p.text for p in pieces)
 
@@ -80,10 +83,11 @@ def test_control_text_in_a_tool_definition_stays_plain_text() -> None:
     body = ChatCompletionRequest.model_validate({"model": "m", "tools": [tool],
                                                  "messages": [{"role": "user", "content": "hi"}]})
     template = ChatTemplate(reference_chat_template("Qwen-Qwen2.5-7B-Instruct"))
-    plan = plan_tools(body, template)
+    plan = plan_tools(chat_request(body), template)
     assert plan is not None
-    pieces = chat_prompt_pieces(template, [m.as_template_dict() for m in body.messages], True,
-                                ControlTextFinder(("<|im_end|>", "<|im_start|>")), variables=plan.template_variables())
+    messages, variables = with_tools(plan, [m.template_dict() for m in chat_request(body).messages])
+    pieces = chat_prompt_pieces(template, messages, True, ControlTextFinder(("<|im_end|>", "<|im_start|>")),
+                                variables=variables)
     plain = [p.text for p in pieces if not p.parse_special]
     assert plain == ["<|im_end|>"]  # the description's copy; the template's own markup stays markup
 
@@ -106,5 +110,5 @@ def test_reasoning_effort_none_turns_qwen3_thinking_off() -> None:
 def test_contradictory_tool_fields_are_refused_by_name(fields: dict, words: list[str]) -> None:
     body = _request(**fields)
     with pytest.raises(RequestError) as caught:
-        plan_tools(body, ChatTemplate(reference_chat_template("Qwen-Qwen2.5-7B-Instruct")))
+        plan_tools(chat_request(body), ChatTemplate(reference_chat_template("Qwen-Qwen2.5-7B-Instruct")))
     assert all(w in str(caught.value) for w in words), str(caught.value)

@@ -3,8 +3,10 @@ sequences' decode tokens, and only the tokens the target model itself draws are 
 
 * :mod:`.ngram` drafts from the sequence's own prompt and output (prompt lookup);
 * :mod:`.controller` decides, per step and per sequence, how many drafted tokens are worth verifying;
+* :mod:`.drafting` attaches the drafts to a scheduled step's decode chunks (the scheduler's last decision);
 * :mod:`.verify` walks a verified block of logits rows: draws each token from the target's processed
-  distribution and keeps drafted KV only as long as the draws agree with the draft;
+  distribution and keeps drafted KV only as long as the draws agree with the draft (``DraftVerifier``);
+* :mod:`.setup` decides whether an engine speculates at all, from the mode and what its runtime can do;
 * :mod:`.counters` counts drafted and accepted tokens per drafting source (for /metrics).
 """
 

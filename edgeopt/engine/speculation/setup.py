@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from edgeopt.engine.scheduler import Speculation
 from edgeopt.engine.speculation.controller import SpeculationController
 from edgeopt.errors import ConfigError
 from edgeopt.runtimes.base import Runtime
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """What the scheduler needs to let decode steps carry drafts (and the verifier to judge them)."""
+
+    controller: SpeculationController
+    trim_slot: Callable[[int, int], None]  # the runtime's trim(): drop a slot's positions from the given one
+    max_rows: int | None  # logits rows one pass can return (None: unbounded)
+    splits_mixed_lengths: bool  # see RuntimeInfo.splits_mixed_lengths
+    context_tokens: int  # no drafted token may sit at this position or past it
 
 
 def speculation_for(runtime: Runtime, mode: str, context_tokens: int) -> Speculation | None:
