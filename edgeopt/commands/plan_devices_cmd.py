@@ -29,9 +29,8 @@ def asked_workers(text: str) -> list[WorkerMemory]:
     return [WorkerMemory(str(info.endpoint), info.free_bytes) for info in infos]
 
 
-def plan_devices(model: str, profile: DeviceProfile, context: int | None, concurrency: int, memory_mb: int | None,
+def plan_devices(model: str, profile: DeviceProfile, context: int | None, concurrency: int, memory_bytes: int | None,
                  kv_type: str | None, devices: int | None, workers: str | None, as_json: bool) -> None:
-    memory_bytes = memory_mb * MIB if memory_mb else None
     memories = worker_memories(profile, devices, asked_workers(workers) if workers else None, memory_bytes)
     parsed_kv = parse_kv_type(kv_type, "gguf") if kv_type else None
     if is_gguf_file(Path(model)):

@@ -34,7 +34,9 @@ from edgeopt.server.chat.template import ChatTemplate
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_protocol
 from edgeopt.server.state import DEFAULT_STORE_BYTES, ServedModel, ServerSettings
 from edgeopt.sizing.bundle_facts import bundle_serving_shape
+from edgeopt.sizing.budget import MIB
 from edgeopt.sizing.layout import AUTO
+from edgeopt.sizing.resident import resident_memory
 from edgeopt.sizing.shape import ServingShape, ShapeRequest, check_shape_request
 
 if TYPE_CHECKING:
@@ -73,10 +75,12 @@ class ServeOptions:
     speculative: str = "off"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto
     workers: tuple[Endpoint, ...] = ()  # llama.cpp RPC workers the model is split across (edgeopt.rpc.head)
     worker_timeout_s: float = 60.0  # a worker silent this long is dead (edgeopt.rpc.metrics.WorkerWatch)
+    prefix_cache_bytes: int | None = None  # --prefix-cache-memory: KV for cached prefixes (edgeopt.sizing.shape)
 
     def shape_request(self) -> ShapeRequest:
         return ShapeRequest(context=self.context, max_sequences=self.max_concurrency, kv_type=self.kv_type,
-                            kv_layout=self.kv_layout, prefix_cache=self.prefix_cache)
+                            kv_layout=self.kv_layout, prefix_cache=self.prefix_cache,
+                            prefix_cache_bytes=self.prefix_cache_bytes)
 
 
 def serving_shape(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> ServingShape:
@@ -170,6 +174,16 @@ def uvicorn_config(app: Any, options: ServeOptions) -> Any:
                           http=guarded_protocol(options.header_timeout_s, options.max_connections))
 
 
+def shape_line(manifest: Manifest, shape: ServingShape) -> str:
+    """The start line: KV cells by purpose and the resident memory `edgeopt plan` promises for this shape."""
+    resident = resident_memory(backends.backend(manifest.format), shape)
+    per_token = shape.sizing.kv_bytes_per_token
+    return (f"KV cells: {shape.kv_live_cells} for {shape.max_sequences} live sequences of {shape.context_length} "
+            f"tokens ({shape.kv_live_cells * per_token / MIB:.0f} MiB), {shape.kv_prefix_cells} for cached prefixes "
+            f"only ({shape.kv_prefix_cells * per_token / MIB:.0f} MiB; --prefix-cache-memory sets it); planned "
+            f"resident {resident.total_bytes / MIB:.0f} MiB (edgeopt plan)")
+
+
 def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     """Serve a bundle directory, or a GGUF file where it lies (edgeopt.model_source), until interrupted
     (Ctrl-C / SIGTERM)."""
@@ -205,6 +219,7 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
         kv_type, kv_layout, budget = shape.kv_type, shape.kv_layout, shape.sizing.usable_memory_bytes
         log.info("KV sizing (%s KV cache, %s layout): %s", kv_type, kv_layout or "the runtime's",
                  shape.sizing.to_dict())
+        log.info(shape_line(manifest, shape))
     elif manifest.kind == "embedding" and options.workers:
         raise ConfigError("--workers splits a causal LM across llama.cpp RPC workers; this bundle is an encoder",
                           "leave --workers out")
@@ -231,6 +246,9 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
 
     app = create_app(settings, loader=lambda: load_served_model(bundle_dir, manifest, shape, options, offload),
                      on_load_error=stop_on_load_error)
+    if shape is not None:
+        app.state.server.metrics.describe_shape(shape.kv_live_cells, shape.kv_prefix_cells,
+                                                resident_memory(backends.backend(manifest.format), shape).total_bytes)
     if offload is not None:  # each worker's memory and round trip on /metrics, and a heartbeat
         from edgeopt.rpc.metrics import WorkerWatch
 
