@@ -32,10 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 
 from edgeopt.bench.loadgen import LoadResult, run_load  # noqa: E402
-from edgeopt.rpc.binaries import build_dir  # noqa: E402
 from edgeopt.serve_process import LaunchedServer, free_port, launched_server, stop, wait_until_healthy  # noqa: E402
 from tests.bench.bench_vs_llama_server import cpu_model  # noqa: E402
-from tests.fixtures.smollm2 import smollm2_gguf_path  # noqa: E402
+from edgeopt.demo.smollm2 import smollm2_gguf_path  # noqa: E402
 from tests.rpc.workers import running_workers, workers_flag  # noqa: E402
 
 CONTEXT, STREAMS = 512, 4

@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from edgeopt.serve_process import free_port, launched_server
-from tests.fixtures.smollm2 import smollm2_gguf_path
+from edgeopt.demo.smollm2 import smollm2_gguf_path
 from tests.rpc.workers import Worker, running_workers, workers_flag
 
 HEAD_MEMORY_MIB = 150  # the head's runtime alone is ~110 MiB at 2 sequences: the weights do not fit beside it

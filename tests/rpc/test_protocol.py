@@ -89,7 +89,7 @@ def test_serve_refuses_a_worker_of_another_version_before_loading_anything() -> 
     import subprocess
     import sys
 
-    from tests.fixtures.smollm2 import smollm2_gguf_path
+    from edgeopt.demo.smollm2 import smollm2_gguf_path
 
     endpoint, thread = fake_worker(bytes([6, 1, 0, 0]) + bytes(CONN_CAPS_BYTES))
     result = subprocess.run([sys.executable, "-m", "edgeopt.cli", "serve", str(smollm2_gguf_path()), "--port",
