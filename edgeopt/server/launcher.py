@@ -81,10 +81,14 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
                       options: ServeOptions) -> ServedModel:
     """Load the runtime in ``shape`` and start an engine over it (runs in a worker thread).
 
-    Embedding bundles (``shape`` None) have no KV cache and no engine: the runtime alone serves them.
+    Embedding and rerank bundles (``shape`` None) have no KV cache and no engine: the runtime alone serves them.
     """
-    from edgeopt.runtimes import load_embedding_runtime, load_runtime
+    from edgeopt.runtimes import load_embedding_runtime, load_rerank_runtime, load_runtime
 
+    if shape is None and manifest.kind == "rerank":
+        reranker = load_rerank_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
+        return ServedModel(context_length=reranker.info.context_length, tokenizer=reranker.tokenizer,
+                           reranker=reranker)
     if shape is None:
         embedder = load_embedding_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
         return ServedModel(context_length=embedder.info.context_length, tokenizer=embedder.tokenizer,
@@ -183,13 +187,13 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
         kv_type, kv_layout, budget = shape.kv_type, shape.kv_layout, shape.sizing.usable_memory_bytes
         log.info("KV sizing (%s KV cache, %s layout): %s", kv_type, kv_layout or "the runtime's",
                  shape.sizing.to_dict())
-    elif manifest.kind == "embedding":
+    elif manifest.kind in ("embedding", "rerank"):
         # --kv-type and --kv-layout streams are refused here too (an encoder's runtime has neither)
         entry = backends.backend(manifest.format)
         check_shape_request(entry, options.shape_request())
         kv_type, kv_layout, budget = None, None, options.memory_bytes or 0
     else:
-        raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served", "servable kinds: causal-lm, embedding")
+        raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served", "servable kinds: causal-lm, embedding, rerank")
     settings = ServerSettings(model_names=source.names, kind=manifest.kind, api_key=api_key,
                               api_keys=dict(options.api_keys), admin_key=admin_key,
                               memory_budget_bytes=budget, parse_special_in_content=options.parse_special_in_content,
