@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from sentence_transformers import CrossEncoder
+from typer.testing import CliRunner
 
 from edgeopt.bundle import load_bundle
+from edgeopt.cli import app
 from edgeopt.cross_encoder import load_cross_encoder_config
 from edgeopt.errors import BundleError, UnsupportedArchitectureError
 from edgeopt.model_spec import RERANK_KIND, load_model_spec, spec_from_config
-from edgeopt.pipeline import OptimizeOptions, run_optimize
 from edgeopt.rerank_set import spearman_correlation
 from edgeopt.runtimes import load_rerank_runtime
 
@@ -58,8 +59,10 @@ def test_fp32_manifest_is_a_rerank_bundle_that_says_its_head_is_untrained(rerank
 
 def test_int8_bundle_measures_what_quantization_cost(minilm_cross_encoder_dir: Path, tmp_path: Path):
     out = tmp_path / "minilm-rerank-int8"
-    manifest = run_optimize(OptimizeOptions(model=str(minilm_cross_encoder_dir), target="host", output=out,
-                                            format="onnx", quant="int8"), report=lambda _msg: None)
+    result = CliRunner().invoke(app, ["optimize", str(minilm_cross_encoder_dir), "--quant", "int8", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "rerank_spearman_mean" in result.output  # the figures are printed
+    manifest = load_bundle(out)
     metrics = manifest.metrics
     assert manifest.kind == "rerank" and manifest.quant == "int8"
     assert manifest.export["quantization"]  # the graph really was quantized

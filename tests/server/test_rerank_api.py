@@ -6,7 +6,6 @@ Cohere's official client (v1 and v2) against the local URL."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -18,7 +17,7 @@ from edgeopt.runtimes import load_rerank_runtime
 from edgeopt.server.app import create_app
 from edgeopt.server.rerank.schema import MAX_DOCUMENTS
 from edgeopt.server.state import ServedModel, ServerSettings
-from tests.server.live import LiveServer, start_live_server
+from edgeopt.serve_process import launched_server
 
 MODEL = "minilm-rerank"
 QUERY = "Is the museum open on Mondays?"
@@ -32,13 +31,6 @@ def rerank_app(rerank_fp32_bundle: Path):
     runtime = load_rerank_runtime(manifest.runtime, rerank_fp32_bundle, manifest, threads=2)
     served = ServedModel(context_length=runtime.info.context_length, tokenizer=runtime.tokenizer, reranker=runtime)
     return create_app(ServerSettings(model_names=(MODEL,), kind="rerank"), served=served)
-
-
-@pytest.fixture(scope="module")
-def live(rerank_app) -> Iterator[LiveServer]:
-    server = start_live_server(rerank_app)
-    yield server
-    server.stop()
 
 
 def _post_all(app, bodies: list[dict], path: str = "/v1/rerank") -> list[httpx.Response]:
@@ -129,18 +121,23 @@ def test_rerank_is_not_served_for_other_bundle_kinds(encoder_fp32_bundle: Path):
     assert _post(app, {"model": "bert", "query": QUERY, "documents": DOCUMENTS}).status_code == 404
 
 
-def test_cohere_client_reranks_against_the_local_server(live: LiveServer):
+def test_cohere_client_reranks_against_edgeopt_serve(rerank_fp32_bundle: Path):
+    """`edgeopt serve BUNDLE` in its own process (the launcher's rerank path), driven by Cohere's official client."""
     import cohere  # the official client (pyproject's dev extra); it talks to the local URL only
 
-    expected = _post(live.app, {"model": MODEL, "query": QUERY, "documents": DOCUMENTS}).json()["results"]
-    v1 = cohere.Client(api_key="unused", base_url=live.url, timeout=60)
-    reply = v1.rerank(model=MODEL, query=QUERY, documents=DOCUMENTS, top_n=3, return_documents=True)
-    assert [r.index for r in reply.results] == [r["index"] for r in expected[:3]]
-    assert [r.relevance_score for r in reply.results] == pytest.approx([r["relevance_score"] for r in expected[:3]])
-    assert [r.document.text for r in reply.results] == [DOCUMENTS[r["index"]] for r in expected[:3]]
-    v2 = cohere.ClientV2(api_key="unused", base_url=live.url, timeout=60)
-    reply = v2.rerank(model=MODEL, query=QUERY, documents=DOCUMENTS, top_n=2)
-    assert [r.index for r in reply.results] == [r["index"] for r in expected[:2]]
-    with pytest.raises(cohere.core.ApiError) as exc:  # an error reaches the client as one, with its status
-        v2.rerank(model="missing", query=QUERY, documents=DOCUMENTS)
-    assert exc.value.status_code == 404
+    name = rerank_fp32_bundle.name  # the bundle's directory name is the model id
+    with launched_server(rerank_fp32_bundle, threads=2) as server:
+        expected = httpx.post(f"{server.base_url}/v1/rerank", timeout=60,
+                              json={"model": name, "query": QUERY, "documents": DOCUMENTS}).json()["results"]
+        v1 = cohere.Client(api_key="unused", base_url=server.base_url, timeout=60)
+        reply = v1.rerank(model=name, query=QUERY, documents=DOCUMENTS, top_n=3, return_documents=True)
+        assert [r.index for r in reply.results] == [r["index"] for r in expected[:3]]
+        assert [r.relevance_score for r in reply.results] == pytest.approx([r["relevance_score"] for r in expected[:3]])
+        assert [r.document.text for r in reply.results] == [DOCUMENTS[r["index"]] for r in expected[:3]]
+        v2 = cohere.ClientV2(api_key="unused", base_url=server.base_url, timeout=60)
+        reply = v2.rerank(model=name, query=QUERY, documents=DOCUMENTS, top_n=2)
+        assert [r.index for r in reply.results] == [r["index"] for r in expected[:2]]
+        with pytest.raises(cohere.core.ApiError) as exc:  # an error reaches the client as one, with its status
+            v2.rerank(model="missing", query=QUERY, documents=DOCUMENTS)
+        assert exc.value.status_code == 404
+        assert httpx.post(f"{server.base_url}/v1/embeddings", json={"model": name, "input": "x"}).status_code == 404
