@@ -17,6 +17,7 @@ from edgeopt.bundle import load_bundle
 from edgeopt.cli import app
 from edgeopt.cross_encoder import load_cross_encoder_config
 from edgeopt.errors import BundleError, UnsupportedArchitectureError
+from edgeopt.exporters.onnx.quant_types import estimate_onnx_bytes
 from edgeopt.model_spec import RERANK_KIND, load_model_spec, spec_from_config
 from edgeopt.rerank_set import spearman_correlation
 from edgeopt.runtimes import load_rerank_runtime
@@ -74,6 +75,8 @@ def test_int8_bundle_measures_what_quantization_cost(minilm_cross_encoder_dir: P
     # the layers' weights in 8 bits; the 30522 x 384 token table (47 MB) stays fp32 in dynamic INT8
     fp32_bytes = (minilm_cross_encoder_dir / "model.safetensors").stat().st_size
     assert manifest.export["onnx_bytes"] < 0.7 * fp32_bytes
+    predicted = estimate_onnx_bytes(load_model_spec(str(minilm_cross_encoder_dir)), "int8")  # what plan prints
+    assert abs(predicted - manifest.export["onnx_bytes"]) <= 0.02 * manifest.export["onnx_bytes"]
 
 
 def test_spec_of_a_cross_encoder_counts_every_checkpoint_tensor(minilm_cross_encoder_dir: Path):
