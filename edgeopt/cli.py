@@ -13,7 +13,7 @@ import typer
 # Every command module keeps its heavy imports (torch, transformers, the server) inside its functions, so
 # importing them all here costs `edgeopt --help` nothing it would notice (tests/test_cli_import_cost.py).
 from edgeopt.commands import (bench_cmd, demo_cmd, eval_cmd, import_cmd, inspect_cmd, monitor_cmd, optimize_cmd,
-                              plan_cmd, profiles_cmd, serve_cmd)
+                              plan_cmd, profiles_cmd, serve_cmd, worker_cmd)
 from edgeopt.errors import EdgeoptError
 from edgeopt.help_layout import use_readable_help
 
@@ -43,6 +43,7 @@ app.command("eval")(eval_cmd.eval_bundle)
 app.command("demo-model")(demo_cmd.demo_model)
 app.command("import")(import_cmd.import_gguf)
 app.command("monitor")(monitor_cmd.monitor)
+app.command("worker")(worker_cmd.worker)
 # commands register above this line: this gives every one of them (and bench's) the help layout that
 # never cuts an option name at 80 columns or in a pipe
 use_readable_help(app)

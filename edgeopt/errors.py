@@ -93,6 +93,10 @@ class BackendError(EdgeoptError):
     """An inference runtime failed to load or to run a step."""
 
 
+class WorkerError(BackendError):
+    """An RPC worker (edgeopt worker) is unreachable, speaks another protocol version, or died."""
+
+
 class RequestError(EdgeoptError):
     """A request the server refuses; ``status_code`` and ``error_type`` follow the OpenAI API."""
 

@@ -40,8 +40,9 @@ def evaluate_rerank_bundle(bundle_dir: Path, manifest: Any, original_model_dir: 
     if original_hits < TRAINED_HIT_RATE:
         metrics["rerank_note"] = (
             f"the original ranks the relevant candidate first on {original_hits:.0%} of the built-in queries (chance "
-            f"{chance_hit_rate():.0%}, a trained reranker {TRAINED_HIT_RATE:.0%} or more): it is not a trained reranker, so these figures measure the export's "
-            "arithmetic, not what quantization costs a trained reranker's ranking")
+            f"{chance_hit_rate():.0%}, a trained reranker {TRAINED_HIT_RATE:.0%} or more): it is not a trained "
+            "reranker, so these figures measure the export's arithmetic, not what quantization costs a trained "
+            "reranker's ranking")
     return metrics
 
 

@@ -187,6 +187,38 @@ def _parse(path: Path, data: mmap.mmap) -> GgufMetadata:
     return GgufMetadata(path, version, tensor_count, values, arrays, _tensor_shapes(data, offset, tensor_count))
 
 
+def read_tensor_bytes(path: Path) -> dict[str, int]:
+    """Bytes of each tensor's data in the file (its alignment padding included), from the data offsets of
+    the tensor infos: what llama.cpp allocates for it on whichever device holds it."""
+    meta = read_gguf_metadata(path)
+    alignment = int(meta.values.get("general.alignment", 32))
+    with _mapped(path) as data:
+        _, tensor_count, key_count = struct.unpack_from("<IQQ", data, 4)
+        offset = 24
+        for _ in range(key_count):  # the metadata again, only to find where the tensor infos start
+            key, offset = _string(data, offset)
+            (value_type,) = struct.unpack_from("<I", data, offset)
+            offset += 4
+            if value_type == _ARRAY:
+                element_type, count = struct.unpack_from("<IQ", data, offset)
+                offset = _skip_array(data, offset + 12, element_type, count, key)
+            elif value_type == _STRING:
+                offset = _string(data, offset)[1]
+            else:
+                offset += struct.calcsize(_SCALARS[value_type])
+        starts = {}
+        for _ in range(tensor_count):
+            name, offset = _string(data, offset)
+            (n_dims,) = struct.unpack_from("<I", data, offset)
+            (starts[name],) = struct.unpack_from("<Q", data, offset + 4 + 8 * n_dims + 4)
+            offset += 4 + 8 * n_dims + 4 + 8
+        data_start = (offset + alignment - 1) // alignment * alignment
+        end = len(data) - data_start
+    ordered = sorted(starts.items(), key=lambda item: item[1])
+    ends = [start for _, start in ordered[1:]] + [end]
+    return {name: stop - start for (name, start), stop in zip(ordered, ends)}
+
+
 def _tensor_shapes(data: mmap.mmap, offset: int, count: int) -> dict[str, tuple[int, ...]]:
     """Each tensor info: name, u32 dimension count, u64 dimensions, u32 type, u64 data offset."""
     shapes = {}

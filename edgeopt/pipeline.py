@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgeopt.byte_sizes import Size, refuse_above
 from edgeopt.bundle import Manifest, PassRecord, content_hash, staged_bundle, write_manifest
 from edgeopt.cache import cache_root, cached_step, step_key
 from edgeopt.export_options import check_export_options
@@ -23,7 +24,8 @@ from edgeopt.sizing.budget import kv_bytes_per_token
 from edgeopt.sizing.kv_types import kv_element_bytes_for, parse_kv_type
 from edgeopt.sizing.manifest_section import KvSection, exporter_kv_elements
 from edgeopt.model_spec import ModelSpec, load_model_spec
-from edgeopt.plan import Plan, canonical_quant, check_encoder_formats, encoder_formats, require_fit
+from edgeopt.plan import (Plan, canonical_quant, check_encoder_formats, encoder_formats, refuse_unfit, require_fit,
+                          weight_bytes)
 from edgeopt.source import resolve_model_dir
 from edgeopt.tokenizer_config import chat_template_in
 from edgeopt.profiles import DeviceProfile, load_profile
@@ -55,6 +57,8 @@ class OptimizeOptions:
     dry_run: bool = False
     fit: bool = False  # prune just enough to fit the target when the model does not (edgeopt/plan_fit.py)
     accept_quality_loss: bool = False  # write a bundle under the quality floor (edgeopt/quality_floor.py)
+    ignore_fit: bool = False  # write a candidate the plan marks as not fitting the target (edgeopt.plan.refuse_unfit)
+    size: Size | None = None  # --size as written (its bytes are export_options' mix_size_bytes)
 
 
 @dataclass
@@ -89,6 +93,7 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     size_bytes = opts.export_options.get("mix_size_bytes")
     if size_bytes is not None:
         asked_quant = sized_quant(fmt, asked_quant, size_bytes)
+        check_mix_size(spec, opts.size or Size(f"{size_bytes}B", size_bytes, bare=False))
     asked_kv_type = parse_kv_type(opts.kv_type, fmt) if opts.kv_type else None
     fitted = plan_after_passes(spec, profile, fmt, asked_quant, opts.context, opts.concurrency, opts.passes, opts.fit,
                                kv_type=asked_kv_type)
@@ -104,6 +109,8 @@ def resolve(opts: OptimizeOptions) -> Resolved:
             plan.candidates.append(chosen)
     else:
         chosen = require_fit(plan)
+    if not (opts.ignore_fit or opts.dry_run):
+        refuse_unfit(plan, chosen)
     quant = chosen.quant
     check_export_options(fmt, quant, opts.export_options)
     name = Path(opts.model.rstrip("/")).name
@@ -128,6 +135,12 @@ def sized_quant(fmt: str, asked_quant: str | None, size_bytes: int) -> str:
         raise ConfigError(f"{size} chooses every tensor's type itself; it cannot be combined with --quant {asked_quant}",
                           f"drop --quant (or pass --quant {sized}), or drop --size")
     return sized
+
+
+def check_mix_size(spec: ModelSpec, size: Size) -> None:
+    """A mix larger than the model in F16 cannot be meant (every tensor would stay F16 and the rest be empty):
+    refused, naming the bytes a bare number's digits would be."""
+    refuse_above(size, weight_bytes(spec, "gguf", "F16"), "--size", f"{spec.source} in F16")
 
 
 def _check_encoder_options(spec: ModelSpec, fmt: str, opts: OptimizeOptions) -> None:

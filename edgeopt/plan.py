@@ -31,6 +31,7 @@ from edgeopt import backends
 from edgeopt.errors import ConfigError, DoesNotFitError, UnsupportedArchitectureError
 from edgeopt.sizing.budget import MIB, KvFacts, MemoryPool, after_margin, memory_pool, model_kv_facts, size_kv
 from edgeopt.sizing.kv_types import check_head_dims, head_dims_fit, kv_element_bytes
+from edgeopt.sizing.resident import ResidentMemory, resident_memory
 from edgeopt.sizing.shape import DEFAULT_CONTEXT, ServingShape, ShapeRequest, decide_serving_shape
 from edgeopt.model_spec import ModelSpec
 from edgeopt.profiles import DeviceProfile
@@ -51,6 +52,9 @@ class Candidate:
     kv_token_capacity: int
     max_concurrency: int
     fits: bool
+    # What `serve` holds resident in this shape: weights, KV cells by purpose, runtime buffers, the process
+    # (edgeopt.sizing.resident); None for rows not sized as a serving shape.
+    resident: ResidentMemory | None = None
 
     @property
     def label(self) -> str:
@@ -70,6 +74,8 @@ class Plan:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["recommended"] = self.recommended.label if self.recommended else None
+        for row, candidate in zip(data["candidates"], self.candidates):  # with the totals asdict leaves out
+            row["resident"] = candidate.resident.to_dict() if candidate.resident else None
         return data
 
 
@@ -126,6 +132,7 @@ def candidate_from_shape(fmt: str, quant: str, shape: ServingShape, context: int
         kv_layout=None if encoder else shape.kv_layout, kv_bytes_per_token=sizing.kv_bytes_per_token,
         overhead_bytes=sizing.overhead_bytes, kv_budget_bytes=sizing.kv_budget_bytes,
         kv_token_capacity=sizing.kv_fit_tokens, max_concurrency=sizing.kv_fit_tokens // context, fits=fits,
+        resident=resident_memory(backends.backend(fmt), shape),
     )
 
 
@@ -216,20 +223,38 @@ def require_fit(plan: Plan) -> Candidate:
     if plan.recommended is not None:
         return plan.recommended
     smallest = min(plan.candidates, key=lambda c: c.weight_bytes)
-    usable = after_margin(plan.usable_memory_bytes)
     if smallest.kv_bytes_per_token == 0:  # an encoder: weights and overhead alone
-        needed = smallest.weight_bytes + smallest.overhead_bytes
         raise DoesNotFitError(
-            f"{plan.model} does not fit {plan.target} even at {smallest.label}: needs {needed / MIB:.0f} MiB, "
-            f"{usable / MIB:.0f} MiB usable",
+            f"{plan.model} does not fit {plan.target} even at {smallest.label}: {_shortfall(plan, smallest)}",
             "pick a larger --target or a smaller encoder")
-    needed = smallest.weight_bytes + smallest.overhead_bytes + smallest.kv_bytes_per_token * plan.context * plan.concurrency
     raise DoesNotFitError(
-        f"{plan.model} does not fit {plan.target} even at {smallest.label}: needs {needed / MIB:.0f} MiB "
-        f"for {plan.concurrency} x {plan.context} tokens, {(needed - usable) / MIB:.0f} MiB more than the "
-        f"{usable / MIB:.0f} MiB usable",
+        f"{plan.model} does not fit {plan.target} even at {smallest.label}: {_shortfall(plan, smallest)}",
         "lower --context or --concurrency, " + _kv_hint(smallest) + "pick a larger --target, or prune with --fit",
     )
+
+
+def refuse_unfit(plan: Plan, chosen: Candidate) -> None:
+    """``edgeopt optimize`` writes no candidate its own plan marks as not fitting, unless told to
+    (``--ignore-fit``): a user who asked for a quant or a size learns by how much it misses first."""
+    if chosen.fits:
+        return
+    raise DoesNotFitError(
+        f"{plan.model} as {chosen.label} does not fit {plan.target} (the plan marks it 'fits: no'): "
+        f"{_shortfall(plan, chosen)}",
+        "pick a smaller --quant or --size, lower --context or --concurrency, " + _kv_hint(chosen) +
+        "or pass --ignore-fit to write it anyway")
+
+
+def _shortfall(plan: Plan, candidate: Candidate) -> str:
+    """What ``candidate`` needs against what the target has, in words."""
+    usable = after_margin(plan.usable_memory_bytes)
+    if candidate.kv_bytes_per_token == 0:  # an encoder: weights and overhead alone
+        needed = candidate.weight_bytes + candidate.overhead_bytes
+        return f"needs {needed / MIB:.0f} MiB, {usable / MIB:.0f} MiB usable"
+    needed = (candidate.weight_bytes + candidate.overhead_bytes
+              + candidate.kv_bytes_per_token * plan.context * plan.concurrency)
+    return (f"needs {needed / MIB:.0f} MiB for {plan.concurrency} x {plan.context} tokens, "
+            f"{(needed - usable) / MIB:.0f} MiB more than the {usable / MIB:.0f} MiB usable")
 
 
 def _kv_hint(candidate: Candidate) -> str:

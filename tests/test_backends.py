@@ -52,7 +52,7 @@ def test_llama_cpp_overhead_grows_with_the_model_and_others_stay_fixed() -> None
     the flat cost of ONNX Runtime and torch already covers theirs."""
     gguf = backends.backend("gguf")
     small, qwen = gguf.model_overhead_bytes(1000, 512), gguf.model_overhead_bytes(151936, 4864)
-    assert small < 100 * 2**20 < qwen  # the 0.5B model needs more than the old flat 100 MiB
+    assert small < 110 * 2**20 < qwen  # the 0.5B model needs more than a tiny one, and more than a flat 110 MiB
     assert gguf.logits_bytes_per_sequence(151936) == 4 * 151936 * 4
     for fmt in ("onnx", "torch"):
         entry = backends.backend(fmt)

@@ -9,7 +9,7 @@ import pytest
 
 from edgeopt.errors import BundleError
 from edgeopt.gguf_metadata import read_gguf_metadata
-from tests.fixtures.smollm2 import smollm2_gguf_path as smollm2_gguf
+from edgeopt.demo.smollm2 import smollm2_gguf_path as smollm2_gguf
 
 
 def test_every_value_array_length_and_tensor_shape_equals_the_gguf_librarys():

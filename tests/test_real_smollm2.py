@@ -1,4 +1,4 @@
-"""The real trained model the quality tests use (tests/fixtures/smollm2.py) is what it claims to be:
+"""The real trained model the quality tests use (edgeopt/demo/smollm2.py) is what it claims to be:
 its rebuilt tokenizer reads text exactly as llama.cpp reads the original GGUF, it answers like a trained
 chat model, and the calibration and evaluation texts share nothing."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.fixtures.english_texts import calibration_text, evaluation_text
-from tests.fixtures.smollm2 import CHECK_STRINGS, llama_cpp_token_ids, smollm2_gguf_path
+from edgeopt.demo.smollm2 import CHECK_STRINGS, llama_cpp_token_ids, smollm2_gguf_path
 
 
 def test_rebuilt_tokenizer_matches_llama_cpp_on_fixed_strings_and_real_text(smollm2_checkpoint: Path):

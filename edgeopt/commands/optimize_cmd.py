@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from edgeopt import backends
-from edgeopt.byte_sizes import parse_size
+from edgeopt.byte_sizes import read_size
 from edgeopt.cli_options import Concurrency, Context, KvType, ModelArg, Target
 from edgeopt.commands.plan_cmd import print_plan
 from edgeopt.export_options import export_options
@@ -56,28 +56,36 @@ def optimize(
     size: Annotated[Optional[str], typer.Option("--size", help="GGUF: the file size to fit (e.g. 90MiB); each tensor's type is chosen by its measured effect on the calibration text, or on text the model writes itself (--quant MIX; minutes). Without --size, MIX is made at Q4_K_M's size.")] = None,
     self_calibration: Annotated[bool, typer.Option("--self-calibration/--no-self-calibration", help="Without --calibration-data: measure activations on text the model writes itself (default; about a minute for a 135M model) for the importance matrix of GGUF k-quants, IQ types and MIX and the weighting of onnx int4 blocks, or quantize without them (as llama.cpp does without --imatrix).")] = True,
     keep_fp: Annotated[Optional[list[str]], typer.Option("--keep-fp", help="Nodes kept in float (onnx): lm_head, embeddings or a node-name fragment; repeatable.")] = None,
+    ignore_fit: Annotated[bool, typer.Option("--ignore-fit", help="Write the bundle even when the plan marks the chosen --quant/--size as not fitting --target at --concurrency x --context.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print llama.cpp's full quantization log (by default it is summarized in two lines and the manifest).")] = False,
 ) -> None:
     """Shrink, export and quantize MODEL for a device, measure the quality cost, and write a bundle."""
     if verbose:
         show_llama_log()
     check_format(fmt)
+    written_size = read_size(size, "--size") if size is not None else None
     opts = OptimizeOptions(model=model, target=target, output=output, format=fmt, quant=quant, kv_type=kv_type, context=context,
                            concurrency=concurrency, eval_data=eval_data, evaluate=not no_eval, force=force,
-                           dry_run=dry_run, fit=fit, accept_quality_loss=accept_quality_loss,
+                           dry_run=dry_run, fit=fit, accept_quality_loss=accept_quality_loss, ignore_fit=ignore_fit,
+                           size=written_size,
                            passes=compression_passes(prune, prune_heads, prune_mlp, prune_layers, distil, distil_data,
                                                      distil_steps, fit),
                            export_options=export_options(
                                calibration_data=calibration_data, calibration_method=calibration_method,
                                int4_block_size=int4_block_size, int8_method=int8_method, int4_mix=int4_mix,
                                int4_algorithm=int4_algorithm, keep_fp=keep_fp,
-                               size_bytes=parse_size(size, "--size") if size is not None else None,
+                               size_bytes=written_size.bytes if written_size else None,
                                self_calibration=self_calibration))
     resolved = resolve(opts)
     print_plan(resolved.plan, resolved.source_parameters)
     if resolved.fit_ratio is not None:
         typer.echo(f"fit: the model does not fit {resolved.profile.name}; pruning {resolved.fit_ratio:.0%} of its "
                    "non-embedding parameters makes it fit")
+    chosen = next((c for c in resolved.plan.candidates if c.quant == resolved.quant), None)
+    if chosen is not None and not chosen.fits:
+        typer.echo(f"warning: {chosen.label} does not fit {resolved.profile.name} at {resolved.plan.concurrency} x "
+                   f"{resolved.plan.context} tokens (fits: no above); " +
+                   ("written because --ignore-fit was given" if ignore_fit else "a dry run writes nothing"))
     kv = f" with a {resolved.kv_type} KV cache" if resolved.kv_type else ""
     typer.echo(f"will write {resolved.format}:{resolved.quant}{kv} for runtime {resolved.runtime} to {resolved.output}")
     if dry_run:

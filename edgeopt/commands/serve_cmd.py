@@ -6,23 +6,36 @@ serving a GGUF bundle never imports torch or transformers.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from edgeopt.byte_sizes import parse_size
+from edgeopt.byte_sizes import parse_size, read_memory
 from edgeopt.cli_options import BundleOrGguf, Context, KvType, Target, Threads
 from edgeopt.errors import ConfigError
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S
 
 
-def parse_memory(text: str) -> int:
-    """'4GiB', '4G', '512MiB', '1.5g' or a bare number of MiB -> bytes."""
-    value = parse_size(text, "--memory")
-    if value < 1:
-        raise ConfigError(f"--memory {text!r} must be positive", "write e.g. 4GiB")
-    return value
+def parse_memory(text: str, target: str = "host") -> int:
+    """'4GiB', '4G', '512MiB', '4GB' (decimal), '1.5g' or a bare number of MiB -> bytes; a bare number beyond
+    the memory of ``target`` (the device this server runs on) is refused as a likely byte count."""
+    from edgeopt.profiles import GIB, load_profile
+
+    profile = load_profile(target)
+    return read_memory(text, "--memory", int(profile.total_memory_gb * GIB), profile.name)
+
+
+def parse_prefix_cache_memory(text: str | None, prefix_cache: bool) -> int | None:
+    """Bytes of ``--prefix-cache-memory`` (None: the default); refused beside --no-prefix-cache, which it
+    would contradict."""
+    if text is None:
+        return None
+    if not prefix_cache:
+        raise ConfigError(f"--prefix-cache-memory {text} sizes the prefix cache, which --no-prefix-cache turns off",
+                          "drop one of the two (--prefix-cache-memory 0 keeps no cells for cached prefixes)")
+    return parse_size(text, "--prefix-cache-memory")
 
 
 def serve(
@@ -89,32 +102,59 @@ def serve(
         "--responses-store",
         help="Memory for responses kept for previous_response_id and GET /v1/responses/{id} (e.g. 64MiB; 0 keeps "
              "none), least recently used evicted first. Outside --memory's KV budget.")] = "32MiB",
+    prefix_cache_memory: Annotated[Optional[str], typer.Option(
+        "--prefix-cache-memory",
+        help="KV memory for cached prefixes beyond the live sequences' cells (e.g. 256MiB; 0: none of their own). "
+             "Default: with --kv-layout streams, a --context stream per cache entry (as many as running sequences, "
+             "at least 8) while memory holds it; unified, none (cached prefixes keep cells live sequences leave "
+             "free). edgeopt plan and the start line show the cells by purpose.")] = None,
     warm: Annotated[Optional[Path], typer.Option(
         "--warm", exists=True, dir_okay=False,
         help="A text file holding a system prompt: its KV is computed once, saved beside it (FILE.kvstate) and "
              "loaded on later starts, so the first chat using that system prompt is already a cache hit (GGUF).")] = None,
+    workers: Annotated[Optional[str], typer.Option(
+        "--workers",
+        help="Split the model across llama.cpp RPC workers (edgeopt worker on each board): host:port[,host:port...]. "
+             "Layers and KV are planned per device (edgeopt plan --workers); a worker that dies ends the requests "
+             "in flight, /health answers 503 naming it, and the model reloads when it is back (GGUF).")] = None,
+    worker_timeout: Annotated[float, typer.Option(
+        "--worker-timeout", min=1,
+        help="Seconds a worker may leave the head without an answer (a board that lost power or network) before "
+             "it counts as dead; longer than the slowest step a worker takes.")] = 60.0,
 ) -> None:
     """Serve a bundle or a GGUF file behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions,
     /metrics)."""
     import logging
 
     from edgeopt.engine.speculation.controller import check_mode as check_speculative_mode
+    from edgeopt.rpc.endpoints import parse_workers
     from edgeopt.server.callers import load_api_keys
-    from edgeopt.server.launcher import ServeOptions, serve_bundle
+    from edgeopt.server.launcher import INHERITED_SOCKET_ENV, ServeOptions, serve_bundle
 
     check_speculative_mode(speculative)
     if port < 0 or port > 65535:
         raise ConfigError(f"--port {port} is out of range", "use 1..65535, or 0 for any free port")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    endpoints = parse_workers(workers) if workers else ()
+    if endpoints and not os.environ.get(INHERITED_SOCKET_ENV):  # the supervisor; the server is its child
+        from edgeopt.rpc.supervisor import run_supervised
+        from edgeopt.server.auth import check_exposure
+
+        keys = load_api_keys(api_keys) if api_keys else {}
+        any_key = api_key or os.environ.get("EDGEOPT_API_KEY") or admin_key or next(iter(keys.values()), None)
+        check_exposure(host, port, any_key, insecure_no_auth)
+        raise typer.Exit(run_supervised(host, port, endpoints))
     options = ServeOptions(host=host, port=port, api_key=api_key, admin_key=admin_key,
                            api_keys=load_api_keys(api_keys) if api_keys else {}, max_concurrency=max_concurrency,
                            context=context,
-                           memory_bytes=parse_memory(memory) if memory else None, target=target, threads=threads,
+                           memory_bytes=parse_memory(memory, target) if memory else None, target=target, threads=threads,
                            max_waiting=max_waiting, verify=verify, log_level=log_level,
                            insecure_no_auth=insecure_no_auth, header_timeout_s=header_timeout,
                            max_connections=max_connections,
                            parse_special_in_content=parse_special_in_content, kv_type=kv_type,
                            prefix_cache=prefix_cache, warm_file=warm, kv_layout=kv_layout,
                            stream_interval_ms=stream_interval_ms, speculative=speculative,
-                           responses_store_bytes=parse_size(responses_store, "--responses-store"))
+                           responses_store_bytes=parse_size(responses_store, "--responses-store"), workers=endpoints,
+                           worker_timeout_s=worker_timeout,
+                           prefix_cache_bytes=parse_prefix_cache_memory(prefix_cache_memory, prefix_cache))
     serve_bundle(bundle, options)

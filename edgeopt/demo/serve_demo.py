@@ -1,8 +1,10 @@
 """The last leg of ``make demo``: serve a bundle, send one chat request, print the answer, stop.
 
-Run as ``python -m edgeopt.demo.serve_demo BUNDLE``. The server runs as a child process on a free
-loopback port; it is stopped on every exit path (success, error, Ctrl-C), and its log is printed
-when it fails to come up. Uses only the stdlib and httpx: no torch on the serving side.
+Run as ``python -m edgeopt.demo.serve_demo BUNDLE [--question Q] [--expect WORD]``. The server runs as a
+child process on a free loopback port; it is stopped on every exit path (success, error, Ctrl-C), and its
+log is printed when it fails to come up. Prints the answer and the bundle's quality line (from its
+manifest); with ``--expect`` the demo fails when the answer does not contain that word, so ``make demo``
+checks itself. Uses only the stdlib and httpx: no torch on the serving side.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from pathlib import Path
 
 import httpx
 
+from edgeopt.bundle import read_manifest
 from edgeopt.errors import BackendError
 from edgeopt.serve_process import launched_server
 
 DEFAULT_QUESTION = "What does json.dumps do?"
+# The figures that say what quantization cost, against the original model (edgeopt.evaluate).
+QUALITY_KEYS = ("perplexity", "perplexity_original", "kl_divergence", "top1_agreement")
 
 
 def ask(base_url: str, question: str, max_tokens: int) -> str:
@@ -30,11 +35,21 @@ def ask(base_url: str, question: str, max_tokens: int) -> str:
     return reply.json()["choices"][0]["message"]["content"]
 
 
+def quality_line(bundle: Path) -> str:
+    """The bundle's measured quality, as optimize printed it: the figures that compare it with the original."""
+    manifest = read_manifest(bundle)
+    metrics = manifest.metrics or {}
+    shown = [f"{key}={metrics[key]:.4g}" for key in QUALITY_KEYS if isinstance(metrics.get(key), (int, float))]
+    what = f"{manifest.format}:{manifest.quant}, {sum(info['bytes'] for info in manifest.files.values()) / 2**20:.0f} MiB"
+    return f"quality ({what}): " + (", ".join(shown) if shown else "not measured (optimized with --no-eval)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bundle", type=Path)
     parser.add_argument("--question", default=DEFAULT_QUESTION)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--expect", help="fail unless the answer contains this (case-insensitive)")
     parser.add_argument("--startup-timeout", type=float, default=120.0)
     parser.add_argument("--threads", type=int, default=2, help="runtime CPU threads for the server")
     args = parser.parse_args(argv)
@@ -52,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"user:      {args.question}")
     print(f"assistant: {answer.strip()}")
     print(f"({time.perf_counter() - started:.2f}s, server on {base_url}, log {log_path})")
+    print(quality_line(args.bundle))
+    if args.expect and args.expect.casefold() not in answer.casefold():
+        print(f"demo failed: the answer does not contain {args.expect!r}", file=sys.stderr)
+        return 1
     return 0
 
 

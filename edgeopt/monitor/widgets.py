@@ -147,6 +147,9 @@ class MemoryPanel(Vertical):
         yield UsageBar("cached", "tok", id="cached")
         yield Figure(self._prefix_line(Figures()), id="prefix")
         yield UsageBar("RSS", "bytes", id="rss")
+        workers = Figure("", id="workers")  # a split server's workers; hidden (no line) for one process
+        workers.display = False
+        yield workers
 
     def show(self, figures: Figures) -> None:
         self.query_one("#kv", UsageBar).show(figures.kv_used_tokens, figures.kv_capacity_tokens)
@@ -154,6 +157,16 @@ class MemoryPanel(Vertical):
         self.query_one("#prefix", Figure).show(self._prefix_line(figures))
         self.query_one("#rss", UsageBar).show(figures.rss_bytes, figures.memory_budget_bytes)
         self.border_subtitle = f"KV {figures.kv_cache_kind}" if figures.kv_cache_kind else ""
+        workers = self.query_one("#workers", Figure)
+        workers.display = bool(figures.workers)
+        workers.show(self.workers_line(figures))
+
+    @staticmethod
+    def workers_line(figures: Figures) -> str:
+        """Each RPC worker: memory used of offered, and a memory query's round trip over the head's connection."""
+        return "\n".join(f"{'worker':<9}{w.name} {fmt.size_bytes(w.used_bytes)} of {fmt.size_bytes(w.offered_bytes)} "
+                         f"({fmt.percent(w.used_bytes, w.offered_bytes).strip()}), "
+                         f"rtt {fmt.seconds(w.round_trip_s).strip()}" for w in figures.workers)
 
     @staticmethod
     def _prefix_line(figures: Figures) -> str:

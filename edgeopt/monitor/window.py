@@ -34,6 +34,16 @@ class Latency:
 
 
 @dataclass(frozen=True)
+class WorkerFigures:
+    """One RPC worker of a split server (edgeopt serve --workers): its memory and a query's round trip."""
+
+    name: str  # host:port
+    used_bytes: float | None
+    offered_bytes: float | None
+    round_trip_s: float | None
+
+
+@dataclass(frozen=True)
 class Figures:
     """Everything the dashboard shows, each None when the server did not report it."""
 
@@ -57,6 +67,7 @@ class Figures:
     speculative_drafted_total: float | None = None  # guessed tokens verified (all drafting sources)
     speculative_accepted_total: float | None = None  # of those, tokens the model agreed with
     kv_cache_kind: str | None = None  # "f16 · streams": the KV cache's element type and layout (info metric)
+    workers: tuple[WorkerFigures, ...] = ()  # a split server's RPC workers; empty for one process
     problems: tuple[str, ...] = ()
 
     @property
@@ -149,6 +160,7 @@ class MetricsWindow:
             speculative_drafted_total=snapshot.value("edgeopt_speculative_drafted_tokens_total"),
             speculative_accepted_total=snapshot.value("edgeopt_speculative_accepted_tokens_total"),
             kv_cache_kind=_kv_cache_kind(snapshot),
+            workers=_workers(snapshot),
             problems=snapshot.problems,
         )
         self.history.record(figures)
@@ -167,6 +179,17 @@ def _kv_cache_kind(snapshot: MetricsSnapshot) -> str | None:
         return None
     labels = dict(pair.partition("=")[::2] for pair in next(iter(info)).split(","))
     return " · ".join(labels[name] for name in ("kv_type", "layout") if labels.get(name)) or None
+
+
+def _workers(snapshot: MetricsSnapshot) -> tuple[WorkerFigures, ...]:
+    """edgeopt.rpc.metrics' gauges, one per ``worker`` label."""
+    def by_worker(name: str) -> dict[str, float]:
+        return {key.partition("worker=")[2]: value for key, value in snapshot.by_label.get(name, {}).items()}
+
+    used, offered = by_worker("edgeopt_worker_memory_used_bytes"), by_worker("edgeopt_worker_memory_bytes")
+    round_trip = by_worker("edgeopt_worker_round_trip_seconds")
+    return tuple(WorkerFigures(name, used.get(name), offered.get(name), round_trip.get(name))
+                 for name in sorted(offered.keys() | used.keys()))
 
 
 def _restarted(earlier: MetricsSnapshot, later: MetricsSnapshot) -> bool:

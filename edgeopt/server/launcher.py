@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeopt import backends
 from edgeopt.bundle import Manifest
@@ -27,16 +27,23 @@ from edgeopt.engine import Engine, EngineConfig, engine_config_for
 from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ConfigError
 from edgeopt.model_source import bundle_model_names, model_card, open_model_source
+from edgeopt.rpc.endpoints import Endpoint
 from edgeopt.runtimes.base import Runtime
 from edgeopt.server.auth import check_exposure
 from edgeopt.server.chat.template import ChatTemplate
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_protocol
 from edgeopt.server.state import DEFAULT_STORE_BYTES, ServedModel, ServerSettings
 from edgeopt.sizing.bundle_facts import bundle_serving_shape
+from edgeopt.sizing.budget import MIB
 from edgeopt.sizing.layout import AUTO
+from edgeopt.sizing.resident import resident_memory
 from edgeopt.sizing.shape import ServingShape, ShapeRequest, check_shape_request
 
+if TYPE_CHECKING:
+    from edgeopt.runtimes.llama_cpp.rpc import RpcOffload
+
 log = logging.getLogger("edgeopt.server")
+INHERITED_SOCKET_ENV = "EDGEOPT_SERVE_FD"  # set by edgeopt.rpc.supervisor for the server it runs
 KEEP_ALIVE_S = 5  # uvicorn's default: an idle keep-alive connection is closed 5 s after its last response
 
 
@@ -66,10 +73,14 @@ class ServeOptions:
     stream_interval_ms: float = 50.0  # streamed text at most this often when tokens come faster (engine.stream)
     responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses.store)
     speculative: str = "off"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto
+    workers: tuple[Endpoint, ...] = ()  # llama.cpp RPC workers the model is split across (edgeopt.rpc.head)
+    worker_timeout_s: float = 60.0  # a worker silent this long is dead (edgeopt.rpc.metrics.WorkerWatch)
+    prefix_cache_bytes: int | None = None  # --prefix-cache-memory: KV for cached prefixes (edgeopt.sizing.shape)
 
     def shape_request(self) -> ShapeRequest:
         return ShapeRequest(context=self.context, max_sequences=self.max_concurrency, kv_type=self.kv_type,
-                            kv_layout=self.kv_layout, prefix_cache=self.prefix_cache)
+                            kv_layout=self.kv_layout, prefix_cache=self.prefix_cache,
+                            prefix_cache_bytes=self.prefix_cache_bytes)
 
 
 def serving_shape(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> ServingShape:
@@ -78,7 +89,7 @@ def serving_shape(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -
 
 
 def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape | None,
-                      options: ServeOptions) -> ServedModel:
+                      options: ServeOptions, offload: RpcOffload | None = None) -> ServedModel:
     """Load the runtime in ``shape`` and start an engine over it (runs in a worker thread).
 
     Embedding and rerank bundles (``shape`` None) have no KV cache and no engine: the runtime alone serves them.
@@ -93,8 +104,9 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
         embedder = load_embedding_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
         return ServedModel(context_length=embedder.info.context_length, tokenizer=embedder.tokenizer,
                            embedder=embedder)
+    split = {"offload": offload} if offload is not None else {}
     runtime = load_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads,
-                           **shape.runtime_options())
+                           **shape.runtime_options(), **split)
     try:
         config = engine_config(runtime, shape, options)
         engine = own_engine(manifest.format, runtime, config) or Engine(runtime, config)
@@ -155,9 +167,25 @@ def uvicorn_config(app: Any, options: ServeOptions) -> Any:
     """The uvicorn.Config that ``edgeopt serve`` runs (tests start their servers with it too)."""
     import uvicorn
 
+    # A supervised server (edgeopt.rpc.supervisor) serves the socket its supervisor bound and keeps.
+    inherited_fd = os.environ.get(INHERITED_SOCKET_ENV)
+    if inherited_fd:
+        return uvicorn.Config(app, fd=int(inherited_fd), log_level=options.log_level, timeout_graceful_shutdown=5,
+                              timeout_keep_alive=KEEP_ALIVE_S,
+                              http=guarded_protocol(options.header_timeout_s, options.max_connections))
     return uvicorn.Config(app, host=options.host, port=options.port, log_level=options.log_level,
                           timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S,
                           http=guarded_protocol(options.header_timeout_s, options.max_connections))
+
+
+def shape_line(manifest: Manifest, shape: ServingShape) -> str:
+    """The start line: KV cells by purpose and the resident memory `edgeopt plan` promises for this shape."""
+    resident = resident_memory(backends.backend(manifest.format), shape)
+    per_token = shape.sizing.kv_bytes_per_token
+    return (f"KV cells: {shape.kv_live_cells} for {shape.max_sequences} live sequences of {shape.context_length} "
+            f"tokens ({shape.kv_live_cells * per_token / MIB:.0f} MiB), {shape.kv_prefix_cells} for cached prefixes "
+            f"only ({shape.kv_prefix_cells * per_token / MIB:.0f} MiB; --prefix-cache-memory sets it); planned "
+            f"resident {resident.total_bytes / MIB:.0f} MiB (edgeopt plan)")
 
 
 def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
@@ -182,18 +210,31 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     bundle_dir, manifest = source.bundle_dir, source.manifest
     keep_freed_heap()  # before the first step allocates
     shape: ServingShape | None = None
-    if manifest.kind == "causal-lm":
+    offload: RpcOffload | None = None
+    if manifest.kind == "causal-lm" and options.workers:  # split across llama.cpp RPC workers
+        from edgeopt.rpc.head import prepare_split
+
+        split = prepare_split(bundle_dir, manifest, options.shape_request(), options.workers, options.memory_bytes,
+                              options.target)
+        shape, offload = split.shape, split.offload
+        kv_type, kv_layout, budget = shape.kv_type, shape.kv_layout, shape.sizing.usable_memory_bytes
+    elif manifest.kind == "causal-lm":
         shape = serving_shape(bundle_dir, manifest, options)
         kv_type, kv_layout, budget = shape.kv_type, shape.kv_layout, shape.sizing.usable_memory_bytes
         log.info("KV sizing (%s KV cache, %s layout): %s", kv_type, kv_layout or "the runtime's",
                  shape.sizing.to_dict())
+        log.info(shape_line(manifest, shape))
+    elif manifest.kind in ("embedding", "rerank") and options.workers:
+        raise ConfigError("--workers splits a causal LM across llama.cpp RPC workers; this bundle is an encoder",
+                          "leave --workers out")
     elif manifest.kind in ("embedding", "rerank"):
         # --kv-type and --kv-layout streams are refused here too (an encoder's runtime has neither)
         entry = backends.backend(manifest.format)
         check_shape_request(entry, options.shape_request())
         kv_type, kv_layout, budget = None, None, options.memory_bytes or 0
     else:
-        raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served", "servable kinds: causal-lm, embedding, rerank")
+        raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served",
+                          "servable kinds: causal-lm, embedding, rerank")
     settings = ServerSettings(model_names=source.names, kind=manifest.kind, api_key=api_key,
                               api_keys=dict(options.api_keys), admin_key=admin_key,
                               memory_budget_bytes=budget, parse_special_in_content=options.parse_special_in_content,
@@ -208,8 +249,18 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
         if server is not None:
             server.should_exit = True
 
-    app = create_app(settings, loader=lambda: load_served_model(bundle_dir, manifest, shape, options),
+    app = create_app(settings, loader=lambda: load_served_model(bundle_dir, manifest, shape, options, offload),
                      on_load_error=stop_on_load_error)
+    if shape is not None:
+        app.state.server.metrics.describe_shape(shape.kv_live_cells, shape.kv_prefix_cells,
+                                                resident_memory(backends.backend(manifest.format), shape).total_bytes)
+    if offload is not None:  # each worker's memory and round trip on /metrics, and a heartbeat
+        from edgeopt.rpc.metrics import WorkerWatch
+
+        state = app.state.server
+        watch = WorkerWatch(offload, lambda: state.served is not None, options.worker_timeout_s)
+        state.metrics.registry.register(watch)
+        watch.start_heartbeat()
     server = uvicorn.Server(uvicorn_config(app, options))
     server.run()
     if failures:

@@ -121,6 +121,22 @@ def _speculation_counters(stats: EngineStats | None) -> Iterator[Metric]:
     yield accepted
 
 
+class _ShapeCollector:
+    """The KV cells the serving shape allocated, by purpose, and the resident memory its plan promises."""
+
+    def __init__(self, live_cells: int, prefix_cells: int, planned_resident_bytes: int) -> None:
+        self._live, self._prefix, self._resident = live_cells, prefix_cells, planned_resident_bytes
+
+    def collect(self) -> Iterator[Metric]:
+        cells = GaugeMetricFamily("edgeopt_kv_cells", "KV cells allocated, by purpose: live (running sequences) "
+                                  "and prefix (kept only for cached prefixes).", labels=["purpose"])
+        cells.add_metric(["live"], float(self._live))
+        cells.add_metric(["prefix"], float(self._prefix))
+        yield cells
+        yield _gauge("edgeopt_planned_resident_bytes", "Resident memory edgeopt plan promises for this serving "
+                     "shape (weights, KV, runtime buffers, process).", self._resident)
+
+
 def _gauge(name: str, doc: str, value: float | None) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=float(value or 0))
 
@@ -145,6 +161,10 @@ class ServerMetrics:
     def add_collector(self, collector: Collector) -> None:
         """Figures a face reads at scrape time (the Responses face's store: edgeopt.server.responses.store)."""
         self.registry.register(collector)
+
+    def describe_shape(self, live_cells: int, prefix_cells: int, planned_resident_bytes: int) -> None:
+        """Report the serving shape's KV cells by purpose and its planned resident memory (edgeopt.sizing)."""
+        self.registry.register(_ShapeCollector(live_cells, prefix_cells, planned_resident_bytes))
 
     def count_error(self, status: int) -> None:
         self.errors.labels(status=str(status)).inc()

@@ -20,6 +20,7 @@ from edgeopt.server.embedding_batcher import EmbeddingBatcher
 from edgeopt.server.metrics import ServerMetrics
 from edgeopt.server.prompt_worker import PromptWorker
 from edgeopt.server.rerank_batcher import RerankBatcher
+from edgeopt.server.text_fields import quoted
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_STORE_BYTES = 32 * 1024 * 1024  # edgeopt serve --responses-store (its default: 32MiB)
@@ -134,7 +135,7 @@ class ServerState:
     def model(self, name: str) -> ServedModel:
         """The served model a request names, ready to answer (the one model, by its id or an alias)."""
         if name not in self.settings.model_names:
-            raise ModelNameError(f"model {name!r} is not served here", f"use model={self.model_id!r} "
+            raise ModelNameError(f"model {quoted(name)} is not served here", f"use model={self.model_id!r} "
                                  "(GET /v1/models lists it)", param="model")
         return self.ready_model()
 

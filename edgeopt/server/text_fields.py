@@ -35,3 +35,10 @@ def valid_unicode(value: T) -> T:
 
 
 Text = Annotated[str, AfterValidator(valid_unicode)]
+
+
+def quoted(text: str, limit: int = 80) -> str:
+    """A client's value as an error message quotes it: repr'd, and cut past ``limit`` characters (a 3 MB model
+    name must not come back as a 3 MB error)."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else f"{shown[:limit - 3]}... ({len(text)} characters)"

@@ -2,8 +2,10 @@
 
     budget.py            the memory pool and the KV arithmetic (size_kv): budget, cells that fit, sequences
     kv_types.py          bytes per cached element of each KV cache type (--kv-type)
-    layout.py            llama.cpp's KV layouts (unified, streams) and the auto rule
-    shape.py             ServingShape: the one frozen value a server is started with (decide_serving_shape)
+    layout.py            llama.cpp's KV layouts (unified, streams), the auto rule and the split into streams
+    shape.py             ServingShape: the one frozen value a server is started with (decide_serving_shape),
+                         its KV cells by purpose (live sequences, cached prefixes)
+    resident.py          the resident memory serve reaches in a shape: what `edgeopt plan` promises
     manifest_section.py  the manifest's typed ``kv`` section (what optimize records for serve)
     bundle_facts.py      a bundle's sizing facts, read from that section (or from older manifests)
 

@@ -23,7 +23,7 @@ from edgeopt.sizing.kv_types import kv_element_bytes_for
 from edgeopt.sizing.manifest_section import KvSection, legacy_kv_type, legacy_partial_facts
 from edgeopt.sizing.shape import (ServingShape, ShapeRequest, check_shape_request, decide_serving_shape,
                                   refuse_context_past_window, served_kv_type)
-from edgeopt.profiles import load_profile
+from edgeopt.profiles import DeviceProfile, load_profile
 from edgeopt.model_spec import ModelSpec, spec_from_config
 
 
@@ -46,15 +46,23 @@ def bundle_serving_shape(bundle_dir: Path, manifest: Manifest, request: ShapeReq
     the manifest's recorded facts. What serving refuses and planning only reports is refused here: a flag the
     bundle's runtime lacks (before the bundle is read further), a ``--context`` past the model's window, and a
     memory that holds not even two KV tokens (with the numbers)."""
-    entry = backends.backend(manifest.format)
-    check_shape_request(entry, request)
-    profile = None if memory_bytes is not None else load_profile(target)
-    facts = bundle_kv_facts(bundle_dir, manifest)
-    refuse_context_past_window(request, facts.context_length)
-    shape = decide_serving_shape(entry, manifest.quant, facts, memory_pool(profile, memory_bytes), request,
-                                 recorded_kv_type(manifest))
+    shape = planned_bundle_shape(bundle_dir, manifest, request, memory_bytes, target)
     require_kv_room(shape.sizing)
     return shape
+
+
+def planned_bundle_shape(bundle_dir: Path, manifest: Manifest, request: ShapeRequest, memory_bytes: int | None = None,
+                         target: str | DeviceProfile = "host") -> ServingShape:
+    """What :func:`bundle_serving_shape` decides, without refusing a memory too small for the KV cache:
+    ``edgeopt plan BUNDLE`` reports that ("fits: no") where ``edgeopt serve`` refuses to start."""
+    entry = backends.backend(manifest.format)
+    check_shape_request(entry, request)
+    profile = None if memory_bytes is not None else target if isinstance(target, DeviceProfile) else load_profile(target)
+    facts = bundle_kv_facts(bundle_dir, manifest)
+    refuse_context_past_window(request, facts.context_length)
+    return decide_serving_shape(entry, manifest.quant, facts,
+                                memory_pool(profile, memory_bytes), request,
+                                recorded_kv_type(manifest))
 
 
 def bundle_kv_facts(bundle_dir: Path, manifest: Manifest) -> KvFacts:

@@ -10,6 +10,8 @@ a sequence may use the cells the others leave and cached prefixes share cells.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from edgeopt.errors import ConfigError
 
 STREAM_ALIGN = 256  # llama-context.cpp pads a stream's cells (n_ctx_seq) up to a multiple of 256
@@ -18,6 +20,11 @@ STREAMS = "streams"  # a stream of cells per sequence id (kv_unified = false, ll
 AUTO = "auto"  # serve --kv-layout auto: auto_kv_layout decides
 KV_LAYOUTS = (UNIFIED, STREAMS)
 KV_LAYOUT_CHOICES = (AUTO, *KV_LAYOUTS)
+MAX_SEQUENCE_IDS = 256  # llama-cparams.h LLAMA_MAX_SEQ: the most sequence ids one llama.cpp context accepts
+# Cached prefixes (leaves of the engine's prefix tree) kept at once, by default as many as running
+# sequences and at least this many. In the unified layout an id costs one logits row of llama.cpp's output
+# buffer, never KV (the cached cells live inside the pool); with streams each is a stream of its own.
+MIN_CACHE_SLOTS = 8
 
 
 def stream_cells(context: int) -> int:
@@ -53,3 +60,35 @@ def chosen_kv_layout(asked: str, runtime_layouts: tuple[str, ...], kv_fit_tokens
     if asked != AUTO:
         return asked
     return auto_kv_layout(kv_fit_tokens, sequences, context, prefix_cache)
+
+
+def default_cache_slots(max_slots: int) -> int:
+    """Sequence ids kept for cached prefixes beside ``max_slots`` running sequences, within llama.cpp's ids."""
+    return min(max(max_slots, MIN_CACHE_SLOTS), MAX_SEQUENCE_IDS - max_slots)
+
+
+@dataclass(frozen=True)
+class StreamLayout:
+    stream_cells: int  # cells of each sequence id's stream (llama.cpp's n_ctx_seq)
+    max_slots: int
+    cache_slots: int  # streams for cached prefixes
+
+    @property
+    def total_cells(self) -> int:
+        """llama.cpp's n_ctx: every stream's cells."""
+        return self.stream_cells * (self.max_slots + self.cache_slots)
+
+
+def stream_layout(memory_cells: int, max_slots: int, cache_slots: int, context: int) -> StreamLayout:
+    """Per-sequence streams within ``memory_cells`` (what the memory budget holds): a ``context``-long
+    stream per slot, then up to ``cache_slots`` more for cached prefixes. When the slots alone do not fit,
+    each gets an equal share rounded down to STREAM_ALIGN (a shorter context) and the cache none."""
+    wanted = stream_cells(context)
+    if wanted * max_slots <= memory_cells:
+        return StreamLayout(wanted, max_slots, min(cache_slots, memory_cells // wanted - max_slots))
+    share = memory_cells // max_slots // STREAM_ALIGN * STREAM_ALIGN
+    if share == 0:
+        raise ConfigError(f"{memory_cells} KV cells cannot give {max_slots} sequences a stream of {STREAM_ALIGN} "
+                          "cells each (--kv-layout streams)",
+                          "use --kv-layout unified, fewer --max-concurrency, or more --memory")
+    return StreamLayout(share, max_slots, 0)

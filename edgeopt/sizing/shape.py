@@ -5,8 +5,9 @@ and handed, frozen, to whoever needs it (``edgeopt serve`` gives it to the runti
     KV type   the one asked for (serve --kv-type), else the bundle's recorded one, else the format's default
     sizing    edgeopt.sizing.budget.size_kv on the memory pool: budget, sequences, context, cells that fit
     layout    llama.cpp only: the one asked for, or auto (edgeopt.sizing.layout.auto_kv_layout)
-    cells     what the runtime allocates: the sized pool; with streams every cell memory holds, which the
-              runtime splits into a stream per sequence and per cached prefix
+    cells     what the runtime allocates, by purpose: unified, the sized pool for live sequences (cached
+              prefixes share its cells; ``--prefix-cache-memory`` adds cells for them); streams, a stream
+              per sequence and one per cached prefix, as many as memory (or ``--prefix-cache-memory``) holds
     batch     tokens one runtime step carries: the batch the runtime-overhead estimate assumed
 """
 
@@ -19,7 +20,8 @@ from edgeopt.backends import Backend
 from edgeopt.errors import ConfigError
 from edgeopt.sizing.budget import KvFacts, KvSizing, MemoryPool, size_kv
 from edgeopt.sizing.kv_types import kv_element_bytes_for, parse_kv_type
-from edgeopt.sizing.layout import AUTO, STREAMS, check_kv_layout_request, chosen_kv_layout
+from edgeopt.sizing.layout import (AUTO, STREAM_ALIGN, STREAMS, check_kv_layout_request, chosen_kv_layout, default_cache_slots,
+                                   stream_cells, stream_layout)
 
 DEFAULT_CONTEXT = 4096  # no --context: the model's own window, capped here
 
@@ -33,6 +35,10 @@ class ShapeRequest:
     kv_type: str | None = None
     kv_layout: str = AUTO
     prefix_cache: bool = True
+    # --prefix-cache-memory: bytes of KV for cached prefixes beyond the live sequences' cells; None: as much
+    # as the layout's default takes (streams: a stream per cache id that memory holds; unified: none, prefixes
+    # keep the cells the live sequences leave free)
+    prefix_cache_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -40,9 +46,12 @@ class ServingShape:
     sizing: KvSizing  # the memory arithmetic: budget, sequences, context, cells that fit
     kv_type: str | None  # None: the runtime keeps its one fixed dtype
     kv_layout: str | None  # unified / streams where the runtime has a choice (llama.cpp); None: its own
-    kv_cells: int  # KV cells the runtime may allocate
+    kv_cells: int  # KV cells the runtime allocates (kv_live_cells + kv_prefix_cells)
     batch_tokens: int | None  # tokens per runtime step (llama.cpp n_batch = n_ubatch); None: the runtime's own
     prefix_cache: bool
+    kv_live_cells: int = 0  # of kv_cells, those for running sequences
+    kv_prefix_cells: int = 0  # of kv_cells, those kept for cached prefixes only (0: they share the live cells)
+    cache_slots: int | None = None  # sequence ids for cached prefixes (llama.cpp); None: the runtime's own
 
     @property
     def max_sequences(self) -> int:
@@ -64,6 +73,8 @@ class ServingShape:
             options["max_batch_tokens"] = self.batch_tokens
         if not self.prefix_cache:
             options["cache_slots"] = 0
+        elif self.cache_slots is not None:
+            options["cache_slots"] = self.cache_slots
         return options
 
 
@@ -100,6 +111,33 @@ def decide_serving_shape(entry: Backend, quant: str, facts: KvFacts, pool: Memor
                      max_sequences=request.max_sequences)
     layout = chosen_kv_layout(request.kv_layout, entry.kv_layouts, sizing.kv_fit_tokens, sizing.max_sequences,
                               sizing.context_length, request.prefix_cache)
-    cells = sizing.kv_fit_tokens if layout == STREAMS else sizing.kv_capacity_tokens
-    return ServingShape(sizing=sizing, kv_type=kv_type, kv_layout=layout, kv_cells=cells,
-                        batch_tokens=entry.batch_tokens or None, prefix_cache=request.prefix_cache)
+    live, prefix, cache_slots = cells_by_purpose(layout, sizing, request)
+    return ServingShape(sizing=sizing, kv_type=kv_type, kv_layout=layout, kv_cells=live + prefix,
+                        batch_tokens=entry.batch_tokens or None, prefix_cache=request.prefix_cache,
+                        kv_live_cells=live, kv_prefix_cells=prefix, cache_slots=cache_slots)
+
+
+def cells_by_purpose(layout: str | None, sizing: KvSizing, request: ShapeRequest) -> tuple[int, int, int | None]:
+    """(cells for running sequences, cells kept for cached prefixes only, cache sequence ids or None).
+
+    Streams: a stream per running sequence, then a stream per cache id while memory holds one (as many
+    as ``request.prefix_cache_bytes`` pays for when given). Unified and runtimes with one layout: the sized
+    pool is the live sequences'; cached prefixes keep cells they leave free, plus the cells
+    ``request.prefix_cache_bytes`` pays for (within what memory holds)."""
+    wanted_cache = default_cache_slots(sizing.max_sequences) if request.prefix_cache and layout else 0
+    per_token = sizing.kv_bytes_per_token
+    if layout == STREAMS and sizing.kv_fit_tokens < STREAM_ALIGN * sizing.max_sequences:
+        # Not a stream each: nothing to split (a plan reports "fits: no"; the runtime refuses the layout).
+        return sizing.kv_fit_tokens, 0, 0
+    if layout == STREAMS:
+        if request.prefix_cache_bytes is not None and per_token:
+            stream_bytes = stream_cells(sizing.context_length) * per_token
+            wanted_cache = min(wanted_cache, request.prefix_cache_bytes // stream_bytes)
+        streams = stream_layout(sizing.kv_fit_tokens, sizing.max_sequences, wanted_cache, sizing.context_length)
+        return (streams.stream_cells * sizing.max_sequences, streams.stream_cells * streams.cache_slots,
+                streams.cache_slots)
+    live = sizing.kv_capacity_tokens
+    extra = 0
+    if request.prefix_cache and request.prefix_cache_bytes and per_token:
+        extra = min(request.prefix_cache_bytes // per_token, max(sizing.kv_fit_tokens - live, 0))
+    return live, extra, (wanted_cache if layout else None)

@@ -23,11 +23,12 @@
   cells (llama.cpp rounds a stream up to STREAM_ALIGN), cache entries get as many more streams as
   remain, up to ``cache_slots``; when not even the slots fit, their streams shrink (and the context
   with them) and the cache is off (:func:`stream_layout`).
+* ``offload``: an :class:`~edgeopt.runtimes.llama_cpp.rpc.RpcOffload`, the model split across llama.cpp
+  RPC workers as edgeopt.sizing.split planned it (``edgeopt serve --workers``); overrides ``n_gpu_layers``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,8 @@ import llama_cpp
 
 from edgeopt.backends import backend_for_runtime
 from edgeopt.errors import ConfigError
-from edgeopt.sizing.layout import KV_LAYOUTS, STREAM_ALIGN, STREAMS, UNIFIED, stream_cells
+from edgeopt.sizing.layout import (KV_LAYOUTS, MAX_SEQUENCE_IDS, STREAM_ALIGN, STREAMS, UNIFIED,  # noqa: F401
+                                   default_cache_slots, stream_layout)
 from edgeopt.sizing.kv_types import check_head_dims
 from edgeopt.profiles import DeviceProfile, load_profile
 from edgeopt.profiles.host import usable_cpu_count
@@ -46,15 +48,12 @@ from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 if TYPE_CHECKING:
     from edgeopt.bundle import Manifest
+    from edgeopt.runtimes.llama_cpp.rpc import RpcOffload
 
 __all__ = ["LlamaCppRuntime", "LlamaCppTokenizer", "load", "load_gguf"]
 # The registry's number (edgeopt/backends.py says why 128), so the runtime's batch is the one sizing assumed.
 DEFAULT_MAX_BATCH_TOKENS = backend_for_runtime("llama_cpp").batch_tokens
-LLAMA_MAX_SEQ = 256  # llama-cparams.h: the most sequence ids one context accepts
-# Cached prefixes (leaves of the engine's prefix tree) kept at once, by default as many as running
-# sequences. Each id costs one logits row of llama.cpp's output buffer (it reserves n_seq_max rows:
-# 600 KB on a 151k vocabulary), never KV: the cached cells live inside n_ctx.
-MIN_CACHE_SLOTS = 8
+LLAMA_MAX_SEQ = MAX_SEQUENCE_IDS  # the stream arithmetic (StreamLayout, stream_layout) is edgeopt.sizing.layout's
 
 
 def load(bundle_dir: Path, manifest: Manifest, **options: Any) -> LlamaCppRuntime:
@@ -66,7 +65,8 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
               max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, threads: int | None = None,
               n_gpu_layers: int | None = None, context_length: int | None = None,
               profile: DeviceProfile | None = None, kv_type: str = "f16",
-              cache_slots: int | None = None, kv_layout: str = UNIFIED) -> LlamaCppRuntime:
+              cache_slots: int | None = None, kv_layout: str = UNIFIED,
+              offload: RpcOffload | None = None) -> LlamaCppRuntime:
     if kv_capacity_tokens is None or max_slots is None:
         raise ConfigError(f"the llama.cpp runtime needs kv_capacity_tokens and max_slots (got {kv_capacity_tokens}, "
                           f"{max_slots})", "size them with edgeopt.sizing.shape.decide_serving_shape, as edgeopt "
@@ -84,12 +84,11 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
     profile = profile or load_profile("host")
     if n_gpu_layers is None:
         n_gpu_layers = -1 if profile.has_cuda and llama_cpp.llama_supports_gpu_offload() else 0
-    model = load_model(Path(path), n_gpu_layers)
+    model = load_model(Path(path), n_gpu_layers, offload)
     facts = model_facts(model, Path(path))
     context = min(context_length or facts.context_train, facts.context_train)
-    if cache_slots is None:
-        cache_slots = max(max_slots, MIN_CACHE_SLOTS)
-    cache_slots = min(cache_slots, LLAMA_MAX_SEQ - max_slots)
+    cache_slots = default_cache_slots(max_slots) if cache_slots is None else min(cache_slots,
+                                                                                  LLAMA_MAX_SEQ - max_slots)
     try:
         check_head_dims(kv_type, facts.head_dim_k, facts.head_dim_v, Path(path).name)
         if kv_layout == STREAMS:
@@ -107,31 +106,3 @@ def max_default_threads(profile: DeviceProfile) -> int:
     """The profile's cores, never more than this machine lets us run on (more threads than cores only spin)."""
     host = usable_cpu_count()
     return max(1, min(profile.cores or host, host))
-
-
-
-@dataclass(frozen=True)
-class StreamLayout:
-    stream_cells: int  # cells of each sequence id's stream (llama.cpp's n_ctx_seq)
-    max_slots: int
-    cache_slots: int  # streams left for cached prefixes
-
-    @property
-    def total_cells(self) -> int:
-        """llama.cpp's n_ctx: every stream's cells."""
-        return self.stream_cells * (self.max_slots + self.cache_slots)
-
-
-def stream_layout(memory_cells: int, max_slots: int, cache_slots: int, context: int) -> StreamLayout:
-    """Per-sequence streams within ``memory_cells`` (what the memory budget holds): a ``context``-long
-    stream per slot, then up to ``cache_slots`` more for cached prefixes. When the slots alone do not fit,
-    each gets an equal share rounded down to STREAM_ALIGN (a shorter context) and the cache none."""
-    wanted = stream_cells(context)
-    if wanted * max_slots <= memory_cells:
-        return StreamLayout(wanted, max_slots, min(cache_slots, memory_cells // wanted - max_slots))
-    share = memory_cells // max_slots // STREAM_ALIGN * STREAM_ALIGN
-    if share == 0:
-        raise ConfigError(f"{memory_cells} KV cells cannot give {max_slots} sequences a stream of {STREAM_ALIGN} "
-                          "cells each (--kv-layout streams)",
-                          "use --kv-layout unified, fewer --max-concurrency, or more --memory")
-    return StreamLayout(share, max_slots, 0)

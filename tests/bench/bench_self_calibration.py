@@ -1,6 +1,6 @@
 """Benchmark: does text the model writes itself make an importance matrix as good as real text?
 
-On SmolLM2-135M-Instruct (tests/fixtures/smollm2.py), edgeopt's GGUF exporter makes Q4_K_M and IQ4_XS
+On SmolLM2-135M-Instruct (edgeopt/demo/smollm2.py), edgeopt's GGUF exporter makes Q4_K_M and IQ4_XS
 (a) without a matrix, (b) with one from real text (the even sections of CPython's language reference,
 tests/fixtures/english_texts.py, first ``--chunks`` chunks of 512 tokens) and (c) with one from the same
 number of tokens sampled from the model itself (exporters/gguf/self_calibration.py). Every file is scored

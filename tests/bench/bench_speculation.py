@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--max-tokens-16", type=int, default=32)
     parser.add_argument("--workloads", nargs="*", default=None, help="only these (default: all three)")
     args = parser.parse_args()
-    from tests.fixtures.smollm2 import smollm2_gguf_path
+    from edgeopt.demo.smollm2 import smollm2_gguf_path
 
     gguf = args.gguf or smollm2_gguf_path()
     keep_freed_heap()  # as `edgeopt serve` runs

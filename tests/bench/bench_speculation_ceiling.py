@@ -118,7 +118,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=160)
     args = parser.parse_args()
-    from tests.fixtures.smollm2 import ensure_smollm2_checkpoint
+    from edgeopt.demo.smollm2 import ensure_smollm2_checkpoint
 
     gguf = args.gguf or edgeopt_q4_k_m(ensure_smollm2_checkpoint(), args.work / "edgeopt-q4_k_m")
     runtime = load(gguf, args.threads)

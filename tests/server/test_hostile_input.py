@@ -258,3 +258,12 @@ def test_the_official_clients_read_these_errors(serve_fake) -> None:
         ollama.Client(host=live.url).chat(model=MODEL, messages=[{"role": "user", "content": "hi"}],
                                           options={"temperature": "hot"})
     assert chat_ollama.value.status_code == 400 and "options.temperature" in chat_ollama.value.error
+
+
+def test_an_overlong_model_name_is_not_echoed_back_whole(client) -> None:
+    name = "m" * 1_000_000
+    for path, body in (("/v1/chat/completions", {"model": name, "messages": [{"role": "user", "content": "hi"}]}),
+                       ("/api/chat", {**ollama_chat(), "model": name})):
+        response = post(client, path, body)
+        assert response.status_code == 404 and len(response.content) < 2000, response.text[:300]
+        assert "1000000 characters" in response.text

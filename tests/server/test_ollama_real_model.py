@@ -9,7 +9,7 @@ import jsonschema
 import ollama
 import pytest
 
-from tests.fixtures.smollm2 import smollm2_gguf_path
+from edgeopt.demo.smollm2 import smollm2_gguf_path
 from tests.server.gguf_file_server import serve_path_live
 
 pytestmark = pytest.mark.timeout(300)

@@ -1,4 +1,4 @@
-"""/v1/responses with a real trained model (SmolLM2-135M-Instruct, tests/fixtures/smollm2.py): three turns
+"""/v1/responses with a real trained model (SmolLM2-135M-Instruct, edgeopt/demo/smollm2.py): three turns
 chained by ``previous_response_id`` send only their new input, and the server renders the stored
 conversation so that the third prompt comes at least 90% from the prefix cache: everything but the new turn.
 """

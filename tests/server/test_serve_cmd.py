@@ -11,7 +11,7 @@ from tests.fixtures.import_probe import banned_modules_after
 
 
 @pytest.mark.parametrize("text,expected", [("4GiB", 4 * 2**30), ("512MiB", 512 * 2**20), ("1.5g", int(1.5 * 2**30)),
-                                           ("300", 300 * 2**20), ("2 GB", 2 * 2**30)])
+                                           ("300", 300 * 2**20), ("2 GB", 2 * 10**9), ("2 GiB", 2 * 2**30)])
 def test_parse_memory(text, expected):
     assert parse_memory(text) == expected
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from edgeopt.cli import app
 from edgeopt.model_source import open_model_source
 from tests.fixtures.llama_greedy import llama_cpp_greedy
-from tests.fixtures.smollm2 import smollm2_gguf_path as smollm2_gguf
+from edgeopt.demo.smollm2 import smollm2_gguf_path as smollm2_gguf
 from tests.server.gguf_file_server import serve_path_live
 from tests.server.live import free_port
 from tests.server.test_serve_gguf import WRAPPER, wait_healthy

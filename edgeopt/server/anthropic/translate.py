@@ -14,8 +14,17 @@ import json
 
 from edgeopt.errors import RequestError
 from edgeopt.server.anthropic.schema import Message, MessagesRequest, PromptFields
-from edgeopt.server.chat.request import (ChatRequest, FieldNames, Function, NamedTool, OutputFormat, ReasoningEffort,
-                                         Sampling, ToolCall, ToolChoice)
+from edgeopt.server.chat.request import (
+    ChatRequest,
+    FieldNames,
+    Function,
+    NamedTool,
+    OutputFormat,
+    ReasoningEffort,
+    Sampling,
+    ToolCall,
+    ToolChoice,
+)
 from edgeopt.server.chat.request import Message as ChatMessage
 
 # Anthropic's efforts above "high" are still "high" for templates that read reasoning_effort (gpt-oss)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from edgeopt.errors import ModelNameError
 from edgeopt.server.state import ServerState
+from edgeopt.server.text_fields import quoted
 
 
 def resolve_model(state: ServerState, name: str) -> str:
@@ -16,6 +17,6 @@ def resolve_model(state: ServerState, name: str) -> str:
     for candidate in names:
         if base in (candidate, candidate.rsplit(":", 1)[0]) or base.lower() == candidate.lower():
             return candidate
-    raise ModelNameError(f"model {name!r} not found: this server serves {state.model_id!r}",
+    raise ModelNameError(f"model {quoted(name)} not found: this server serves {state.model_id!r}",
                          f"use model={state.model_id!r} (GET /api/tags lists it); models are not pulled here",
                          param="model")

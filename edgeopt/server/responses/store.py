@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from edgeopt.errors import UnknownResponseError
 from edgeopt.server.chat.request import Message
 from edgeopt.server.state import DEFAULT_STORE_BYTES, ServerState
+from edgeopt.server.text_fields import quoted
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def stored(store: ResponseStore, response_id: str, owner: str | None, param: str
     must not learn that the id exists."""
     entry = store.get(response_id)
     if entry is None or entry.owner != owner:
-        raise UnknownResponseError(f"no stored response has the id {response_id!r} (never stored: store was "
+        raise UnknownResponseError(f"no stored response has the id {quoted(response_id)} (never stored: store was "
                                    "false, or another server made it; or evicted: the store keeps the most "
                                    f"recently used responses within {store.budget_bytes} bytes)",
                                    "send the whole conversation as input instead, or raise the server's "

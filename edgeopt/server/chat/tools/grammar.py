@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edgeopt.engine.grammar import (JSON_LAYOUT, RECURSION_HINT, GrammarSpec, UnsupportedGrammarError,
-                                    recursion_message)
+from edgeopt.engine.grammar import JSON_LAYOUT, RECURSION_HINT, GrammarSpec, UnsupportedGrammarError, recursion_message
 from edgeopt.engine.schema_recursion import unending_ref
 from edgeopt.server.chat.request import Function
 from edgeopt.server.chat.tools.plan import ToolPlan

@@ -14,8 +14,17 @@ from __future__ import annotations
 import json
 
 from edgeopt.server.chat.tools.deltas import CallBeingRead, ContentDelta, Delta, ToolCallDelta
-from edgeopt.server.chat.tools.json_scan import (WHITESPACE, JsonScanError, ObjectScanner, ScanEvent, ValueEnd,
-                                                 ValueScanner, ValueStart, ValueText, held_prefix_length)
+from edgeopt.server.chat.tools.json_scan import (
+    WHITESPACE,
+    JsonScanError,
+    ObjectScanner,
+    ScanEvent,
+    ValueEnd,
+    ValueScanner,
+    ValueStart,
+    ValueText,
+    held_prefix_length,
+)
 from edgeopt.server.chat.tools.syntax import MAX_MISTRAL_NAME_CHARS, MISTRAL_ARGS_MARKER, ToolFamily, ToolSyntax
 
 

@@ -1,0 +1,97 @@
+"""The plan users can hold edgeopt to: `edgeopt plan BUNDLE` states the resident memory `edgeopt serve` with
+the same flags reaches, and serve reaches it, neither more nor much less.
+
+Each case serves a real model on a profile (a memory and a shape), drives it to its full concurrency with
+prompts that fill its context, samples the server's resident set size every 50 ms, and checks
+measured peak <= planned <= 1.10 x measured peak. The two profiles give llama.cpp its two layouts: a roomy
+memory (a stream per sequence and a stream per cached prefix) and a tight one (one unified pool).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from edgeopt.bench.loadgen import run_load
+from edgeopt.byte_sizes import parse_size
+from edgeopt.plan_bundle import plan_bundle
+from edgeopt.profiles import load_profile
+from edgeopt.serve_process import launched_server
+from tests.fixtures.demo_gguf import optimize_demo_gguf
+from tests.server.gguf_bundle import smollm2_bundle
+
+MIB = 2**20
+SEQUENCES, CONTEXT, OUTPUT_TOKENS = 4, 512, 32
+# (memory, the layout serve picks there): per model, a roomy memory and one tight enough for a unified pool.
+PROFILES = {"smollm2-q4_1": {"roomy": ("1GiB", "streams"), "tight": ("300MiB", "unified")},
+            "demo-q8_0": {"roomy": ("1GiB", "streams"), "tight": ("120MiB", "unified")}}
+
+
+@dataclass(frozen=True)
+class Measured:
+    planned_bytes: int
+    peak_bytes: int
+    layout: str | None
+
+
+def sample_peak(pid: int, stop: threading.Event, samples: list[int]) -> None:
+    process = psutil.Process(pid)
+    while not stop.is_set():
+        samples.append(process.memory_info().rss)
+        time.sleep(0.05)
+
+
+def serve_at_full_load(bundle: Path, memory: str, log: Path) -> Measured:
+    plan = plan_bundle(bundle, load_profile("host"), CONTEXT, SEQUENCES, parse_size(memory, "--memory"))
+    [candidate] = plan.candidates
+    assert candidate.fits and candidate.resident is not None
+    args = ["--memory", memory, "--max-concurrency", str(SEQUENCES), "--context", str(CONTEXT), "--no-verify"]
+    with launched_server(bundle, threads=2, extra_args=args, log_path=log) as server:
+        stop, samples = threading.Event(), []
+        sampler = threading.Thread(target=sample_peak, args=(server.process.pid, stop, samples))
+        sampler.start()
+        try:
+            model = httpx.get(f"{server.base_url}/v1/models").json()["data"][0]["id"]
+            # Every sequence at once, each prompt filling its context but for the reply (one word ~ one token).
+            result = asyncio.run(run_load(server.base_url, model, SEQUENCES, SEQUENCES,
+                                          CONTEXT - OUTPUT_TOKENS - 64, OUTPUT_TOKENS))
+            time.sleep(0.2)
+            metrics = httpx.get(f"{server.base_url}/metrics").text
+        finally:
+            stop.set()
+            sampler.join()
+        assert not result.errors, result.errors[:2]
+    # serve's /metrics states the cells by purpose the plan stated, and the plan's figure itself
+    resident = candidate.resident
+    assert f'edgeopt_kv_cells{{purpose="live"}} {float(resident.kv_live_cells)}' in metrics
+    assert f'edgeopt_kv_cells{{purpose="prefix"}} {float(resident.kv_prefix_cells)}' in metrics
+    assert "edgeopt_planned_resident_bytes " in metrics
+    return Measured(candidate.resident.total_bytes, max(samples), candidate.kv_layout)
+
+
+@pytest.fixture(scope="module")
+def real_bundles(smollm2_checkpoint: Path, demo_model_dir: Path, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("resident")
+    return {"smollm2-q4_1": smollm2_bundle(smollm2_checkpoint, root / "smollm2"),
+            "demo-q8_0": optimize_demo_gguf(demo_model_dir, root / "demo", kv_type="f16")}
+
+
+@pytest.mark.parametrize("profile", ["roomy", "tight"])
+@pytest.mark.parametrize("model", list(PROFILES))
+def test_serve_reaches_the_resident_memory_its_plan_states(model: str, profile: str, real_bundles, tmp_path: Path):
+    memory, layout = PROFILES[model][profile]
+    measured = serve_at_full_load(real_bundles[model], memory, tmp_path / "serve.log")
+    assert measured.layout == layout, "the profile no longer gives the layout it is here to measure"
+    ratio = measured.planned_bytes / measured.peak_bytes
+    print(f"\n{model} gguf {profile} (--memory {memory}, {measured.layout}): planned "
+          f"{measured.planned_bytes / MIB:.1f} MiB, measured peak {measured.peak_bytes / MIB:.1f} MiB, "
+          f"planned/measured {ratio:.3f}")
+    assert measured.peak_bytes <= measured.planned_bytes, "serve went past the memory its plan states"
+    assert measured.planned_bytes <= 1.10 * measured.peak_bytes, "the plan states far more than serve reaches"
