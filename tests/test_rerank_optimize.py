@@ -113,3 +113,14 @@ def test_spearman_correlation_of_orders():
     assert spearman_correlation(np.array([0.1, 0.5, 0.9]), np.array([3.0, 2.0, 1.0])) == pytest.approx(-1.0)
     assert spearman_correlation(np.array([1.0, 2.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0, 4.0])) == \
         pytest.approx(0.9486833, abs=1e-6)  # scipy.stats.spearmanr's value with the tie
+
+
+def test_plan_of_a_rerank_bundle_sizes_it_as_an_encoder(rerank_fp32_bundle: Path):
+    from edgeopt.plan_bundle import plan_bundle
+    from edgeopt.profiles import load_profile
+
+    plan = plan_bundle(rerank_fp32_bundle, load_profile("host"))
+    (candidate,) = plan.candidates
+    assert candidate.kv_bytes_per_token == 0 and candidate.max_concurrency == 0 and candidate.fits
+    # the model folder's files: the graph, plus config.json and rerank.json beside it
+    assert candidate.weight_bytes == pytest.approx(load_bundle(rerank_fp32_bundle).export["onnx_bytes"], rel=1e-3)
