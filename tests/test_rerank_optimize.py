@@ -124,3 +124,29 @@ def test_plan_of_a_rerank_bundle_sizes_it_as_an_encoder(rerank_fp32_bundle: Path
     assert candidate.kv_bytes_per_token == 0 and candidate.max_concurrency == 0 and candidate.fits
     # the model folder's files: the graph, plus config.json and rerank.json beside it
     assert candidate.weight_bytes == pytest.approx(load_bundle(rerank_fp32_bundle).export["onnx_bytes"], rel=1e-3)
+
+
+@pytest.mark.parametrize("files, activation", [
+    ({"config.json": {"sbert_ce_default_activation_function": "torch.nn.modules.linear.Identity"}}, "identity"),
+    ({"config.json": {"sentence_transformers": {"activation_fn": "torch.nn.modules.activation.Sigmoid"}}}, "sigmoid"),
+    ({"config.json": {"sbert_ce_default_activation_function": None}}, "sigmoid"),  # v3 default: one label, sigmoid
+])
+def test_activation_of_every_sentence_transformers_generation(tmp_path: Path, files: dict, activation: str):
+    from edgeopt.cross_encoder import read_cross_encoder_config
+
+    for name, content in files.items():
+        (tmp_path / name).write_text(json.dumps(content))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 1000000000000000019884624838656}))
+    config = read_cross_encoder_config(tmp_path, position_limit=512)
+    assert config.activation == activation and config.max_length == 512  # "no limit" falls back to the positions
+    np.testing.assert_allclose(config.scores(np.array([[0.0], [2.0]])),
+                               [0.0, 2.0] if activation == "identity" else [0.5, 0.8807971], atol=1e-6)
+
+
+def test_an_activation_edgeopt_cannot_apply_is_refused_at_export(tmp_path: Path):
+    from edgeopt.cross_encoder import read_cross_encoder_config
+    from edgeopt.errors import ConfigError
+
+    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps({"activation_fn": "torch.nn.Tanh"}))
+    with pytest.raises(ConfigError, match="torch.nn.Tanh"):
+        read_cross_encoder_config(tmp_path, position_limit=512)
