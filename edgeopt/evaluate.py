@@ -69,11 +69,16 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
                     window: int = DEFAULT_WINDOW, max_tokens: int = DEFAULT_MAX_TOKENS, threads: int = 2) -> dict[str, Any]:
     """Quality metrics of the bundle's model; KL/top-1 need the original checkpoint, perplexity needs text.
 
-    Embedding bundles are measured by edgeopt.evaluate_embeddings instead (cosines, neighbours)."""
+    Embedding bundles are measured by edgeopt.evaluate_embeddings instead (cosines, neighbours), rerank
+    bundles by edgeopt.evaluate_rerank (score error and ranking agreement)."""
     if manifest.kind == "embedding":
         from edgeopt.evaluate_embeddings import evaluate_embedding_bundle
 
         return evaluate_embedding_bundle(bundle_dir, manifest, original_model_dir, eval_data, threads=threads)
+    if manifest.kind == "rerank":
+        from edgeopt.evaluate_rerank import evaluate_rerank_bundle
+
+        return evaluate_rerank_bundle(bundle_dir, manifest, original_model_dir, eval_data, threads=threads)
     bundle_dir = Path(bundle_dir)
     tokenizer = _tokenizer(bundle_dir / manifest.tokenizer_dir)
     bos = tokenizer.bos_token_id if getattr(tokenizer, "add_bos_token", False) else None

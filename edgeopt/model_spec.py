@@ -51,6 +51,10 @@ _ENCODER_LAYER_NAMES = {
 # never a token's: the usable context is max_position_embeddings - pad_token_id - 1.
 POSITIONS_AFTER_PADDING = ("roberta", "xlm-roberta", "mpnet")
 EMBEDDING_KIND = "embedding"
+# A cross-encoder (sentence-transformers' CrossEncoder): a BERT with a one-logit classification head over a
+# (query, document) pair, served on /v1/rerank. BERT's layout only: other families' heads are named otherwise.
+RERANK_KIND = "rerank"
+RERANK_MODEL_TYPES = ("bert",)
 
 
 def encoder_input_limit(config: dict[str, Any], max_seq_length: int | None = None) -> int:
@@ -97,7 +101,7 @@ class ModelSpec:
     rope_theta: float
     rms_norm_eps: float
     torch_dtype: str
-    kind: str = "causal-lm"  # or EMBEDDING_KIND: an encoder, which keeps no KV cache
+    kind: str = "causal-lm"  # or EMBEDDING_KIND / RERANK_KIND: an encoder, which keeps no KV cache
     type_vocab_size: int = 0  # encoders: token-type (segment) embeddings
     has_pooler: bool = False  # encoders: BertModel's pooler dense layer
     relative_attention_buckets: int = 0  # MPNet: rows of its relative-position bias table
@@ -114,7 +118,7 @@ class ModelSpec:
 
     @property
     def is_encoder(self) -> bool:
-        return self.kind == EMBEDDING_KIND
+        return self.kind in (EMBEDDING_KIND, RERANK_KIND)
 
     @property
     def kv_dim(self) -> int:
@@ -184,6 +188,9 @@ class ModelSpec:
                                   (self.relative_attention_buckets, self.num_heads)))
         if self.has_pooler:
             out += [TensorInfo("pooler.dense.weight", (h, h)), TensorInfo("pooler.dense.bias", (h,))]
+        if self.kind == RERANK_KIND:  # BertForSequenceClassification: the encoder under "bert.", one logit on top
+            out = [TensorInfo(f"{self.arch}.{t.name}", t.shape, t.layer) for t in out]
+            out += [TensorInfo("classifier.weight", (1, h)), TensorInfo("classifier.bias", (1,))]
         return out
 
     @property
@@ -223,8 +230,22 @@ def _check_required(config: dict[str, Any], source: str) -> None:
                                  "the checkpoint's config.json is incomplete: re-download or fix it")
 
 
+def _encoder_kind(config: dict[str, Any], source: str, hf_arch: str) -> str:
+    """EMBEDDING_KIND, or RERANK_KIND for a one-label sequence classifier of a family whose head we know."""
+    if not hf_arch.endswith("ForSequenceClassification"):
+        return EMBEDDING_KIND
+    labels = len(config.get("id2label") or {}) or int(config.get("num_labels", 2))
+    if config["model_type"] not in RERANK_MODEL_TYPES or labels != 1:
+        raise UnsupportedArchitectureError(
+            f"{hf_arch} of {source} ({labels} label(s)) is not a cross-encoder edgeopt can serve for reranking",
+            f"reranking takes one-label sequence classifiers of model_type {', '.join(RERANK_MODEL_TYPES)} "
+            "(sentence-transformers' CrossEncoder with num_labels=1)")
+    return RERANK_KIND
+
+
 def _encoder_spec(config: dict[str, Any], source: str, hf_arch: str) -> ModelSpec:
     heads, hidden = int(config["num_attention_heads"]), int(config["hidden_size"])
+    kind = _encoder_kind(config, source, hf_arch)
     mpnet = config["model_type"] == "mpnet"  # no token types; a relative-position bias table
     return ModelSpec(
         source=source, hf_architecture=hf_arch, arch=config["model_type"],
@@ -235,9 +256,9 @@ def _encoder_spec(config: dict[str, Any], source: str, hf_arch: str) -> ModelSpe
         tie_word_embeddings=False, attention_bias=True, qk_norm=False, rope_theta=0.0,
         rms_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
         torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "float32"),
-        kind=EMBEDDING_KIND, type_vocab_size=int(config.get("type_vocab_size", 0 if mpnet else 2)),
+        kind=kind, type_vocab_size=int(config.get("type_vocab_size", 0 if mpnet else 2)),
         relative_attention_buckets=int(config.get("relative_attention_num_buckets", 32)) if mpnet else 0,
-        has_pooler=hf_arch == ENCODER_MODEL_TYPES[config["model_type"]],
+        has_pooler=hf_arch == ENCODER_MODEL_TYPES[config["model_type"]] or kind == RERANK_KIND,
     )
 
 

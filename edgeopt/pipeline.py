@@ -225,9 +225,11 @@ def _check_quality_floor(manifest: Manifest, opts: OptimizeOptions, pruned: bool
 
 
 def _export_probe_metrics(export_meta: dict[str, Any]) -> dict[str, float]:
-    """The cosines an encoder's exporter measured on its probe sentences (fp32 graph vs torch,
-    quantized vs fp32); decoders' exporters report theirs in the manifest's export section."""
-    keys = ("fp32_min_cosine_vs_torch", "probe_min_cosine_vs_fp32")
+    """The cosines an encoder's exporter measured on its probe sentences (fp32 graph vs torch, quantized vs
+    fp32), and a cross-encoder's score errors and rank agreement on its ranking set; decoders' exporters
+    report theirs in the manifest's export section."""
+    keys = ("fp32_min_cosine_vs_torch", "probe_min_cosine_vs_fp32", "fp32_max_score_error_vs_torch",
+            "probe_vs_fp32_max_score_error", "probe_vs_fp32_spearman_mean", "probe_vs_fp32_top1_agreement")
     return {key: float(export_meta[key]) for key in keys if key in export_meta}
 
 

@@ -32,7 +32,7 @@ def plan_bundle(bundle_dir: Path, profile: DeviceProfile, context: int | None = 
     """One candidate: the bundle as ``serve`` would size it on ``profile`` (or in ``memory_bytes``)."""
     bundle_dir = Path(bundle_dir)
     manifest = read_manifest(bundle_dir)
-    if manifest.kind == "embedding":
+    if manifest.kind in ("embedding", "rerank"):  # encoders: no KV cache
         candidate = _embedding_candidate(bundle_dir, manifest, profile, memory_bytes)
         pool = memory_pool(None if memory_bytes else profile, memory_bytes)
         context = context or candidate_context(bundle_dir, manifest)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError
-from edgeopt.runtimes.base import EmbeddingRuntime, Runtime
+from edgeopt.runtimes.base import EmbeddingRuntime, RerankRuntime, Runtime
 
 if TYPE_CHECKING:
     from edgeopt.bundle import Manifest
@@ -31,3 +31,13 @@ def load_embedding_runtime(name: str, bundle_dir: Path, manifest: Manifest, **op
         raise ConfigError(f"runtime {name!r} does not serve embedding models",
                           f"export the encoder for one of: {', '.join(serving)}")
     return runtime_module(name).load_embedding(bundle_dir, manifest, **options)
+
+
+def load_rerank_runtime(name: str, bundle_dir: Path, manifest: Manifest, **options: Any) -> RerankRuntime:
+    """The cross-encoder of a rerank bundle: the backend module's ``load_rerank``, for runtimes that serve
+    encoders (their backend entry says ``embeddings``)."""
+    if not backends.backend_for_runtime(name).embeddings:
+        serving = [b.runtime for b in map(backends.backend, backends.formats()) if b.embeddings]
+        raise ConfigError(f"runtime {name!r} does not serve rerank models",
+                          f"export the cross-encoder for one of: {', '.join(serving)}")
+    return runtime_module(name).load_rerank(bundle_dir, manifest, **options)

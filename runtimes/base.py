@@ -169,6 +169,34 @@ class EmbeddingRuntime(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class EncodedPair:
+    """One (query, document) pair as a cross-encoder reads it: token ids and their token types."""
+
+    ids: list[int]
+    type_ids: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+class RerankRuntime(Protocol):
+    """A cross-encoder (no KV cache, no step): (query, document) pairs in, one relevance score per pair out."""
+
+    info: RuntimeInfo  # vocab_size, and context_length: the most tokens of one pair (longer pairs are cut)
+    tokenizer: Tokenizer
+
+    def encode_pairs(self, query: str, documents: list[str]) -> list[EncodedPair]:
+        """Each (query, document) pair tokenized and cut to ``info.context_length`` as the original does."""
+        ...
+
+    def score_pairs(self, batch: list[EncodedPair]) -> np.ndarray:
+        """(len(batch),) float32 relevance scores of already tokenized pairs, run as one padded batch."""
+        ...
+
+    def close(self) -> None: ...
+
+
 
 
 def check_step_inputs(batch: list[StepInput], info: RuntimeInfo, held_tokens: Callable[[int], int],

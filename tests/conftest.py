@@ -12,6 +12,7 @@ from tests.fixtures.tiny_gguf import tiny_gguf_factory  # noqa: F401  (session f
 from tests.fixtures.big_vocab import big_vocab_gguf_bundle, big_vocab_model_dir  # noqa: F401  (151k vocabulary)
 from tests.fixtures.tool_chat_models import tool_chat_bundle_factory  # noqa: F401  (real tool templates)
 from tests.fixtures.onnx_bundles import encoder_fp32_bundle, onnx_fp32_bundle, tiny_encoder_dir  # noqa: F401
+from tests.fixtures.cross_encoder import minilm_cross_encoder_dir, rerank_fp32_bundle  # noqa: F401  (cross-encoder)
 from tests.fixtures.tiny_models import build_tiny_model, build_tokenizer
 
 # Resolved at import, before any test redirects EDGEOPT_CACHE: unlike pass caches, the trained demo

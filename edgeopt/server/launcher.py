@@ -92,10 +92,14 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
                       options: ServeOptions, offload: RpcOffload | None = None) -> ServedModel:
     """Load the runtime in ``shape`` and start an engine over it (runs in a worker thread).
 
-    Embedding bundles (``shape`` None) have no KV cache and no engine: the runtime alone serves them.
+    Embedding and rerank bundles (``shape`` None) have no KV cache and no engine: the runtime alone serves them.
     """
-    from edgeopt.runtimes import load_embedding_runtime, load_runtime
+    from edgeopt.runtimes import load_embedding_runtime, load_rerank_runtime, load_runtime
 
+    if shape is None and manifest.kind == "rerank":
+        reranker = load_rerank_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
+        return ServedModel(context_length=reranker.info.context_length, tokenizer=reranker.tokenizer,
+                           reranker=reranker)
     if shape is None:
         embedder = load_embedding_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
         return ServedModel(context_length=embedder.info.context_length, tokenizer=embedder.tokenizer,
@@ -220,16 +224,17 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
         log.info("KV sizing (%s KV cache, %s layout): %s", kv_type, kv_layout or "the runtime's",
                  shape.sizing.to_dict())
         log.info(shape_line(manifest, shape))
-    elif manifest.kind == "embedding" and options.workers:
+    elif manifest.kind in ("embedding", "rerank") and options.workers:
         raise ConfigError("--workers splits a causal LM across llama.cpp RPC workers; this bundle is an encoder",
                           "leave --workers out")
-    elif manifest.kind == "embedding":
+    elif manifest.kind in ("embedding", "rerank"):
         # --kv-type and --kv-layout streams are refused here too (an encoder's runtime has neither)
         entry = backends.backend(manifest.format)
         check_shape_request(entry, options.shape_request())
         kv_type, kv_layout, budget = None, None, options.memory_bytes or 0
     else:
-        raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served", "servable kinds: causal-lm, embedding")
+        raise ConfigError(f"bundle kind {manifest.kind!r} cannot be served",
+                          "servable kinds: causal-lm, embedding, rerank")
     settings = ServerSettings(model_names=source.names, kind=manifest.kind, api_key=api_key,
                               api_keys=dict(options.api_keys), admin_key=admin_key,
                               memory_budget_bytes=budget, parse_special_in_content=options.parse_special_in_content,

@@ -12,13 +12,14 @@ from edgeopt.engine.api import EngineStats, ServingEngine
 from edgeopt.engine.grammar import GrammarCompiler
 from edgeopt.engine.outputs import engine_stopped_message
 from edgeopt.errors import ConfigError, ModelNameError, NotReadyError
-from edgeopt.runtimes.base import EmbeddingRuntime, Runtime, Tokenizer
+from edgeopt.runtimes.base import EmbeddingRuntime, RerankRuntime, Runtime, Tokenizer
 from edgeopt.runtimes.control_text import ControlTextFinder
 from edgeopt.server.chat.reasoning.syntax import ReasoningFormat, reasoning_format
 from edgeopt.server.chat.template import ChatTemplate
 from edgeopt.server.embedding_batcher import EmbeddingBatcher
 from edgeopt.server.metrics import ServerMetrics
 from edgeopt.server.prompt_worker import PromptWorker
+from edgeopt.server.rerank_batcher import RerankBatcher
 from edgeopt.server.text_fields import quoted
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -59,7 +60,8 @@ class ServerSettings:
 
 @dataclass
 class ServedModel:
-    """A loaded model ready to answer: the engine over its runtime (causal LMs), or an embedding runtime."""
+    """A loaded model ready to answer: the engine over its runtime (causal LMs), an embedding runtime, or a
+    cross-encoder (rerank bundles)."""
 
     context_length: int
     tokenizer: Tokenizer
@@ -67,6 +69,7 @@ class ServedModel:
     runtime: Runtime | None = None  # the runtime the engine was created from
     chat_template: ChatTemplate | None = None
     embedder: EmbeddingRuntime | None = None  # embedding models: no engine, no KV
+    reranker: RerankRuntime | None = None  # cross-encoders: no engine, no KV
 
     def require_embedder(self) -> EmbeddingRuntime:
         if self.embedder is None:
@@ -77,6 +80,16 @@ class ServedModel:
     def embedding_batcher(self) -> EmbeddingBatcher:
         """Runs concurrent /v1/embeddings requests together (created on first use)."""
         return EmbeddingBatcher(self.require_embedder())
+
+    def require_reranker(self) -> RerankRuntime:
+        if self.reranker is None:
+            raise ConfigError("this model does not rerank", "serve a rerank (cross-encoder) bundle for /v1/rerank")
+        return self.reranker
+
+    @cached_property
+    def rerank_batcher(self) -> RerankBatcher:
+        """Runs concurrent /v1/rerank requests together (created on first use)."""
+        return RerankBatcher(self.require_reranker())
 
     @cached_property
     def control_text(self) -> ControlTextFinder:
@@ -100,6 +113,8 @@ class ServedModel:
             self.runtime.close()
         if self.embedder is not None:
             self.embedder.close()
+        if self.reranker is not None:
+            self.reranker.close()
 
 
 class ServerState:

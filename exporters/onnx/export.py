@@ -22,11 +22,17 @@ MODEL_SIDE_FILES = ("config.json", "generation_config.json")
 
 
 def model_kind(model_dir: Path) -> str:
-    """ "causal-lm" or "embedding", from config.json (and a sentence-transformers modules.json)."""
+    """ "causal-lm", "rerank" (a cross-encoder: edgeopt.model_spec says which ones) or "embedding", from
+    config.json (and a sentence-transformers modules.json)."""
+    from edgeopt.model_spec import RERANK_KIND, load_model_spec
+
     config = json.loads((model_dir / "config.json").read_text())
     archs = config.get("architectures") or []
     if any(a.endswith("ForCausalLM") for a in archs):
         return "causal-lm"
+    if any(a.endswith("ForSequenceClassification") for a in archs):
+        load_model_spec(str(model_dir))  # refuses the classifiers that are not cross-encoders it can serve
+        return RERANK_KIND
     if config.get("model_type") in ENCODER_MODEL_TYPES or (model_dir / "modules.json").is_file():
         return "embedding"
     raise UnsupportedArchitectureError(

@@ -2,7 +2,8 @@
 
 The bundle gets ``model/model.onnx`` (plus ``model.onnx_data`` for models over 2 GB) and the
 checkpoint's config.json beside it, which is the layout optimum's ORTModelFor* classes load, so a
-bundle is also usable outside edgeopt. Encoders also get ``model/pooling.json``.
+bundle is also usable outside edgeopt. Encoders also get ``model/pooling.json``, cross-encoders
+``model/rerank.json`` (exporters/onnx/rerank.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from edgeopt.exporters.onnx import quantize as q
 from edgeopt.exporters.onnx.export import (DECODER_TASK, ENCODER_TASK, compare_with_fp32, copy_model_files, model_kind,
                                    optimum_export, validate_decoder)
 from edgeopt.exporters.onnx.quant_types import QUANTS
+from edgeopt.exporters.onnx.rerank import RERANK_TASK, quantized_scores, validate_rerank
 
 MODEL_SUBDIR = "model"
 
@@ -68,10 +70,12 @@ class ONNXExporter(Exporter):
         final_dir = out_dir / MODEL_SUBDIR
         with tempfile.TemporaryDirectory(prefix="edgeopt-onnx-") as tmp:
             fp32_dir = Path(tmp) / "fp32"
-            task = DECODER_TASK if kind == "causal-lm" else ENCODER_TASK
+            task = {"causal-lm": DECODER_TASK, "rerank": RERANK_TASK}.get(kind, ENCODER_TASK)
             fp32 = optimum_export(model_dir, fp32_dir, task)
             if kind == "causal-lm":
                 details = validate_decoder(model_dir, fp32)
+            elif kind == "rerank":
+                details = validate_rerank(model_dir, fp32, final_dir)
             else:
                 details = _encoder_checks(model_dir, fp32, final_dir)
             copy_model_files(fp32_dir, final_dir, with_onnx=quant == "fp32")
@@ -119,6 +123,8 @@ def _fused(fp32: Path) -> tuple[Path, dict[str, Any]]:
 def _quant_fidelity(kind: str, model_dir: Path, fp32: Path, quantized: Path, final_dir: Path) -> dict[str, float]:
     if kind == "causal-lm":
         return compare_with_fp32(fp32, quantized, model_dir / "tokenizer.json")
+    if kind == "rerank":
+        return quantized_scores(model_dir, fp32, quantized, final_dir)
     from edgeopt.exporters.onnx.encoder import quantized_cosine
     from edgeopt.pooling import load_pooling
 

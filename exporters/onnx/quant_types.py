@@ -18,7 +18,7 @@ Measured on optimum exports quantized by onnxruntime (see tests/exporters/test_o
 
 from __future__ import annotations
 
-from edgeopt.model_spec import ModelSpec
+from edgeopt.model_spec import RERANK_KIND, ModelSpec
 
 QUANTS = ("fp32", "int8", "int8-static", "int4")  # what ONNXExporter writes
 INT4_BLOCK = 32
@@ -45,15 +45,17 @@ def estimate_onnx_bytes(spec: ModelSpec, quant: str) -> int:
     """Predicted size of the bundle's ONNX files (graph + weights) for ``quant``."""
     per_layer = ENCODER_GRAPH_BYTES_PER_LAYER if spec.is_encoder else GRAPH_BYTES_PER_LAYER
     total = float(per_layer[quant] * spec.num_layers)
+    reranker = spec.kind == RERANK_KIND  # its tensors sit under "bert."; its classifier reads the pooler
     for t in spec.tensors():
-        if t.name.startswith("pooler."):  # the feature-extraction graph outputs last_hidden_state only
+        name = t.name.removeprefix(f"{spec.arch}.") if reranker else t.name
+        if name.startswith("pooler.") and not reranker:  # the feature-extraction graph outputs last_hidden_state only
             continue
         # Embedding tables are Gathers, kept fp32 (encoders: word, position and token-type tables, and
         # MPNet's relative-position bias) except a decoder's token table under weight-only INT8 and INT4.
         if t.name == "model.embed_tokens.weight" and quant in ("int8", "int4") and not spec.is_encoder \
                 and t.shape[1] % INT4_BLOCK == 0:
             total += _linear_bytes(t.shape[0], t.shape[1], "int8", encoder=False)
-        elif (t.name == "model.embed_tokens.weight" or t.name.startswith("embeddings.") or len(t.shape) != 2
+        elif (t.name == "model.embed_tokens.weight" or name.startswith("embeddings.") or len(t.shape) != 2
                 or t.name.endswith("relative_attention_bias.weight")):
             total += t.numel * 4.0
         else:

@@ -1,5 +1,6 @@
 """ONNX Runtime backend: ``load(bundle_dir, manifest, **options)`` for decoder bundles and
-``load_embedding(bundle_dir, manifest, **options)`` for embedding bundles.
+``load_embedding(bundle_dir, manifest, **options)`` for embedding bundles and
+``load_rerank(bundle_dir, manifest, **options)`` for rerank (cross-encoder) bundles.
 
 Options (all optional): ``kv_capacity_tokens``, ``max_slots``, ``context_length``, ``cache_slots``
 (decoders; prefix-cache entries, default as many as slots, 0 turns the cache off),
@@ -18,7 +19,7 @@ from edgeopt.errors import BundleError, ConfigError, UnknownTargetError
 from edgeopt.model_spec import encoder_input_limit
 from edgeopt.profiles import DeviceProfile
 from edgeopt.profiles.host import usable_cpu_count
-from edgeopt.runtimes.base import EmbeddingRuntime, Runtime, RuntimeInfo
+from edgeopt.runtimes.base import EmbeddingRuntime, RerankRuntime, Runtime, RuntimeInfo
 
 if TYPE_CHECKING:
     from edgeopt.bundle import Manifest
@@ -59,6 +60,23 @@ def load_embedding(bundle_dir: Path, manifest: Manifest, threads: int | None = N
     _check_kind(manifest, "embedding", "edgeopt.runtimes.load_runtime")
     session, tokenizer, config = _open(Path(bundle_dir), manifest, threads, providers, profile)
     return _embedding_runtime(session, tokenizer, config, Path(bundle_dir) / manifest.model_file)
+
+
+def load_rerank(bundle_dir: Path, manifest: Manifest, threads: int | None = None,
+                providers: list[str] | None = None, profile: DeviceProfile | str | None = None,
+                **_other_backends_options: Any) -> RerankRuntime:
+    from edgeopt.cross_encoder import load_cross_encoder_config
+    from edgeopt.runtimes.onnxruntime.reranker import OnnxRerankRuntime
+
+    _check_kind(manifest, "rerank", "edgeopt.runtimes.load_runtime")
+    bundle_dir = Path(bundle_dir)
+    session, tokenizer, config = _open(bundle_dir, manifest, threads, providers, profile)
+    scoring = load_cross_encoder_config((bundle_dir / manifest.model_file).parent)
+    info = RuntimeInfo(vocab_size=tokenizer.vocab_size, kv_capacity_tokens=0, max_slots=0,
+                       context_length=scoring.max_length)
+    pad = config.get("pad_token_id")
+    return OnnxRerankRuntime(session, tokenizer, bundle_dir / manifest.tokenizer_dir / "tokenizer.json", scoring, info,
+                             int(pad) if pad is not None else 0)
 
 
 def _check_kind(manifest: Manifest, kind: str, other_loader: str) -> None:
