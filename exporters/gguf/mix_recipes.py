@@ -42,8 +42,10 @@ class Recipe:
 
 
 def candidate_recipes(estimates: dict[str, int], budget_bytes: int) -> list[str]:
-    """The recipes worth quantizing for ``budget_bytes`` given the planner's size ``estimates`` of each."""
-    return [name for name in COMPETING_RECIPES if estimates.get(name, 0) <= budget_bytes * _ESTIMATE_SLACK]
+    """The recipes worth quantizing for ``budget_bytes`` given the planner's size ``estimates`` of each (one
+    without an estimate is not a candidate)."""
+    return [name for name in COMPETING_RECIPES
+            if name in estimates and estimates[name] <= budget_bytes * _ESTIMATE_SLACK]
 
 
 def quantize_recipes(unquantized: Path, work: Path, names: list[str], imatrix: ImportanceMatrix,
