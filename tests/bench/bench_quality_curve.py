@@ -88,10 +88,11 @@ def curve(work: Path, quants: list[str], calib_chunks: int, eval_chunks: int, th
 
 
 def onnx_rows(work: Path, threads: int) -> None:
-    from tests.bench.bench_onnx_quality import SETTINGS, run as run_settings, table
+    from tests.bench.bench_onnx_quality import GGUF_Q4_K_M, SETTINGS, run as run_settings, table
 
-    wanted = {"gguf Q4_K_M (default: generated imatrix)", "onnx int8 weight-only b32 (default)",
-              "onnx int4 sensitive-int8 weighted b32 (default: generated text)"}
+    wanted = {GGUF_Q4_K_M, "onnx int8 weight-only b32 (default)",
+              "onnx int4 sensitive-int8 weighted b32 (default: generated text)",
+              "onnx int4 --size at gguf Q4_K_M's size (8-bit MatMuls measured)"}
     print(table(run_settings([s for s in SETTINGS if s[0] in wanted], work / "onnx", threads)))
 
 
