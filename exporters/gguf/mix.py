@@ -78,11 +78,12 @@ class MixMaker:
     measurements and the recipes' files, kept in ``work``)."""
 
     def __init__(self, unquantized: Path, work: Path, imatrix: ImportanceMatrix, token_chunks: list[list[int]],
-                 n_layers: int, threads: int = 2, bands: int = DEFAULT_BANDS) -> None:
+                 n_layers: int, threads: int = 2, bands: int = DEFAULT_BANDS, costs: MixCosts | None = None) -> None:
+        """``costs``: measured before for the same file, matrix and chunks (a benchmark's cache), else measured."""
         self.unquantized, self.work, self.imatrix, self.threads, self.bands = unquantized, work, imatrix, threads, bands
         self.sensitivity_tokens = sum(len(c) for c in token_chunks)
         self.meter = KLMeter(unquantized, token_chunks, threads)
-        self.costs: MixCosts = measure_costs(unquantized, work, imatrix, self.meter, n_layers, bands, threads)
+        self.costs: MixCosts = costs or measure_costs(unquantized, work, imatrix, self.meter, n_layers, bands, threads)
         self._recipes: dict[str, Recipe] = {}
         self._recipe_kl: dict[str, float] = {}
 
@@ -122,4 +123,6 @@ class MixMaker:
                         "recipe_kl": {name: float(f"{kl:.6g}") for name, kl in recipe_kl.items()},
                         "bands": self.bands, "sensitivity_tokens": self.sensitivity_tokens,
                         "group_kl": self.costs.group_kl, "types": dict(sorted(types.items()))}
+        if verdict.written != "mix":  # what the mix measured was made of, beside the file written instead
+            facts["mix"]["mix_types"] = dict(sorted(choice.types.items()))
         return facts

@@ -21,8 +21,10 @@ Heavy (the mix's measurements are minutes; run it alone):
 from __future__ import annotations
 
 import argparse
+import pickle
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +65,10 @@ def curve(work: Path, quants: list[str], calib_chunks: int, eval_chunks: int, th
     chunks = text_file_chunks(checkpoint, calibration, SENSITIVITY_CHUNKS, "to measure the mix's groups")
     started = time.perf_counter()
     (work / "mix").mkdir(exist_ok=True)
-    maker = MixMaker(f16, work / "mix", read_imatrix(imatrix_path), chunks,
-                     load_model_spec(str(checkpoint)).num_layers, threads)
+    cached = work / "mix" / f"costs-{calib_chunks}.pickle"  # same F16, matrix and chunks: measured once
+    maker = MixMaker(f16, work / "mix", read_imatrix(imatrix_path), chunks, load_model_spec(str(checkpoint)).num_layers,
+                     threads, costs=pickle.loads(cached.read_bytes()) if cached.is_file() else None)
+    cached.write_bytes(pickle.dumps(maker.costs))
     measured_s = time.perf_counter() - started
     rows = []
     for quant, path in theirs.items():
@@ -74,7 +78,8 @@ def curve(work: Path, quants: list[str], calib_chunks: int, eval_chunks: int, th
         ours, llama = kld_stats(tools, base, mix_path, threads), kld_stats(tools, base, path, threads)
         rows.append({"quant": quant, "bytes": size, "mix_bytes": mix_path.stat().st_size, "llama": llama, "mix": ours,
                      "written": facts["written"], "predicted": facts["predicted_kl"],
-                     "measured_calib": facts["measured_kl"], "recipe_kl": facts["recipe_kl"]})
+                     "measured_calib": facts["measured_kl"], "recipe_kl": facts["recipe_kl"],
+                     "types": Counter(facts.get("mix_types", facts["types"]).values())})
     print(f"\nSmolLM2-135M-Instruct, {cpu_model()}, {threads} threads; importance matrix: llama-imatrix on "
           f"{calib_chunks}x512 calibration tokens; evaluation {eval_chunks}x512 disjoint tokens, "
           f"llama-perplexity --kl-divergence against llama.cpp's F16; the mix's measurements took {measured_s:.0f} s")
@@ -84,6 +89,11 @@ def curve(work: Path, quants: list[str], calib_chunks: int, eval_chunks: int, th
         print(f"| {r['quant']} | {r['bytes'] / 2**20:.1f} | {r['llama']['kld']:.4f} | {r['mix']['kld']:.4f} | "
               f"{r['mix']['kld'] / r['llama']['kld']:.2f}x | {r['llama']['same_top']:.1f}% / {r['mix']['same_top']:.1f}% "
               f"| {r['written']} | {r['predicted']:.4f} / {r['measured_calib']:.4f} |")
+    print("\nmeasured on the calibration chunks (what decides the written file); the mix's own types by tensor count (also where a llama.cpp type was written):")
+    for r in rows:
+        print(f"- at {r['quant']}'s size: mix {r['measured_calib']:.4f}, "
+              + ", ".join(f"{name} {kl:.4f}" for name, kl in r["recipe_kl"].items())
+              + f"; {dict(r['types'].most_common())}")
     return rows
 
 
