@@ -47,37 +47,64 @@ def test_recipes_estimated_well_over_the_budget_are_not_even_quantized() -> None
     assert candidate_recipes(estimates, 108) == ["Q3_K_M", "Q4_K_M", "Q5_K_M"]  # within the estimate's slack
 
 
-@pytest.mark.slow
-def test_a_mix_at_a_recipes_size_never_measures_above_the_recipes_that_fit(tmp_path: Path,
-                                                                           tiny_tokenizer_dir: Path) -> None:
-    """At Q5_K_M's size on a model with 544-wide rows (where llama.cpp falls back to Q5_1, as for SmolLM2's
-    576): whatever is written measures no higher than every fitting recipe, on the text both were measured on,
-    and the manifest's types are the file's."""
-    import gguf
-
+@pytest.fixture(scope="module")
+def maker(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path):
+    """A model with 544-wide rows (where llama.cpp's Q5_K_M falls back to Q5_1, as for SmolLM2's 576), its costs
+    measured on 2 chunks of calibration text."""
     from edgeopt.demo.corpus import stdlib_text
     from edgeopt.exporters.gguf.calibration import compute_imatrix
     from edgeopt.exporters.gguf.mix import MixMaker
     from edgeopt.exporters.gguf.writer import convert_checkpoint
     from tests.fixtures.tiny_models import build_tiny_model
 
-    model = build_tiny_model(tmp_path / "m", "llama-gqa", tiny_tokenizer_dir, hidden_size=256,
-                             intermediate_size=544, num_layers=3)
-    (tmp_path / "calibration.txt").write_text(stdlib_text(20_000))
-    f16 = tmp_path / "f16.gguf"
+    root = tmp_path_factory.mktemp("mix-recipes")
+    model = build_tiny_model(root / "m", "llama-gqa", tiny_tokenizer_dir, hidden_size=256, intermediate_size=544,
+                             num_layers=3)
+    (root / "calibration.txt").write_text(stdlib_text(20_000))
+    f16 = root / "f16.gguf"
     convert_checkpoint(model, f16, "F16")
-    calibration = compute_imatrix(model, tmp_path, {"calibration_data": tmp_path / "calibration.txt",
-                                                    "calibration_chunks": 2})
-    (tmp_path / "work").mkdir()
-    maker = MixMaker(f16, tmp_path / "work", calibration.matrix, calibration.chunks, n_layers=3)
-    names = ["Q4_K_M", "Q5_K_M"]
+    calibration = compute_imatrix(model, root, {"calibration_data": root / "calibration.txt", "calibration_chunks": 2})
+    (root / "work").mkdir()
+    return MixMaker(f16, root / "work", calibration.matrix, calibration.chunks, n_layers=3, bands=1)  # 9 groups
+
+
+def file_types(path: Path) -> dict[str, str]:
+    import gguf
+
+    return {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
+
+
+def test_a_mix_at_a_recipes_size_never_measures_above_the_recipes_that_fit(maker, tmp_path: Path) -> None:
+    """Whatever is written measures no higher than every fitting recipe, on the text both were measured on, and
+    the manifest's types are the file's."""
     budget = maker.recipes(["Q5_K_M"])[0].bytes
-    facts = maker.write(tmp_path / "mix.gguf", budget, names)["mix"]
+    facts = maker.write(tmp_path / "mix.gguf", budget, ["Q4_K_M", "Q5_K_M"])["mix"]
     assert (tmp_path / "mix.gguf").stat().st_size <= budget
     assert set(facts["recipe_kl"]) == {"Q5_K_M", "Q4_K_M"}
     written_kl = maker.meter.kl(tmp_path / "mix.gguf")
     assert written_kl <= min(facts["recipe_kl"].values()) + 1e-9, facts
     if facts["written"] == "mix":
         assert facts["measured_kl"] == pytest.approx(written_kl, rel=1e-4)
-    file_types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(tmp_path / "mix.gguf").tensors}
-    assert facts["types"] == {name: file_types[name] for name in facts["types"]}
+    types = file_types(tmp_path / "mix.gguf")
+    assert facts["types"] == {name: types[name] for name in facts["types"]}
+
+
+def test_a_mix_whose_prediction_misleads_it_falls_back_to_the_best_llama_cpp_type(maker, tmp_path: Path) -> None:
+    """Costs that call every type free (a prediction gone wrong) make the mix pick the smallest types; measured
+    against llama.cpp's Q8_0 and Q6_K at Q8_0's size it loses, and the better of those two is written, byte for
+    byte what llama.cpp writes."""
+    import dataclasses
+
+    honest = maker.costs
+    maker.costs = dataclasses.replace(honest, scales=dict.fromkeys(honest.scales, 0.0))
+    try:
+        budget = maker.recipes(["Q8_0"])[0].bytes
+        facts = maker.write(tmp_path / "mix.gguf", budget, ["Q6_K", "Q8_0"])["mix"]
+    finally:
+        maker.costs = honest
+    best = min(facts["recipe_kl"], key=facts["recipe_kl"].get)
+    assert facts["written"] == best and facts["measured_kl"] > facts["recipe_kl"][best], facts
+    assert best in facts["reason"] and facts["mix_types"] != facts["types"]
+    recipe = maker.recipes([best])[0]
+    assert (tmp_path / "mix.gguf").read_bytes() == recipe.path.read_bytes()
+    assert facts["types"] == recipe.types
