@@ -119,16 +119,29 @@ def measure_costs(source: Path, nodes: list[str], model_dir: Path, energy: Input
     return Costs(options, group_kl)
 
 
+def _refuse(budget_bytes: int, smallest: int) -> None:
+    if smallest > budget_bytes:
+        raise ConfigError(f"--size {budget_bytes / 2**20:.2f}MiB is below this model's smallest INT4 ONNX file, "
+                          f"about {smallest / 2**20:.2f} MiB with every MatMul in 4 bits",
+                          f"give a --size of at least {smallest / 2**20 * 1.01:.2f}MiB, or prune the model (--prune)")
+
+
+def _refuse_below_smallest(source: Path, nodes: list[str], block: int, budget_bytes: int, fixed_bytes: int) -> None:
+    import onnx
+
+    model = onnx.load(str(source), load_external_data=False)
+    dims = {init.name: [int(d) for d in init.dims] for init in model.graph.initializer}
+    wanted = set(nodes)
+    shapes = [dims[n.input[1]] for n in model.graph.node if n.name in wanted]  # K x N
+    _refuse(budget_bytes, fixed_bytes + sum(matmul_bytes(n, k, 4, block) for k, n in shapes))
+
+
 def choose_eight_bit(costs: Costs, budget_bytes: int, fixed_bytes: int) -> dict[str, Any]:
     """The MatMuls to keep in 8 bits so the file fits ``budget_bytes``, given the bytes that are no MatMul's
     (``fixed_bytes``); facts for the manifest (``eight_bit``: the node names)."""
     from edgeopt.exporters.gguf.mix_choose import choose_types
 
-    smallest = fixed_bytes + sum(o[0].bytes for o in costs.options.values())
-    if smallest > budget_bytes:
-        raise ConfigError(f"--size {budget_bytes / 2**20:.2f}MiB is below this model's smallest INT4 ONNX file, "
-                          f"about {smallest / 2**20:.2f} MiB with every MatMul in 4 bits",
-                          f"give a --size of at least {smallest / 2**20 * 1.01:.2f}MiB, or prune the model (--prune)")
+    _refuse(budget_bytes, fixed_bytes + sum(o[0].bytes for o in costs.options.values()))
     choice = choose_types(costs.options, budget_bytes - fixed_bytes)
     return {"eight_bit": sorted(n for n, t in choice.types.items() if t == "int8"),
             "predicted_kl": float(f"{choice.cost:.6g}"), "predicted_bytes": fixed_bytes + choice.bytes,
@@ -143,8 +156,9 @@ def quantize_int4_sized(source: Path, dst: Path, model_dir: Path, budget_bytes: 
     from edgeopt.exporters.onnx import quantize as q
 
     nodes = q.weight_matmuls(source, q.matching_nodes(source, keep_fp))
-    costs = measure_costs(source, nodes, model_dir, energy, chunks, block, threads)
     fixed = _other_bytes_estimate(source, nodes, keep_fp)
+    _refuse_below_smallest(source, nodes, block, budget_bytes, fixed)  # before minutes of measuring
+    costs = measure_costs(source, nodes, model_dir, energy, chunks, block, threads)
     for _attempt in range(2):
         sized = choose_eight_bit(costs, budget_bytes, fixed)
         info = q.quantize_int4(source, dst, preset, keep_fp, block_size=block, accuracy_level=accuracy_level,
