@@ -34,7 +34,7 @@ class ONNXExporter(Exporter):
                "self_calibration": None, "calibration_method": ("int8-static",), "int8_method": ("int8",),
                "int4_block_size": ("int4",), "int4_mix": ("int4",), "int4_algorithm": ("int4",),
                "int4_accuracy_level": ("int4",), "keep_fp": tuple(quant for quant in QUANTS if quant != "fp32"),
-               "mix_size_bytes": ("int4",), "threads": None}
+               "mix_size_bytes": ("int4",)}
 
     def calibration_refusal(self, quant: str) -> str | None:
         if quant in ("int8-static", "int4"):
@@ -178,7 +178,7 @@ def _int4(source: Path, fp32: Path, dst: Path, kind: str, model_dir: Path, prese
                               "drop --size and pick --quant int4 or int8")
         info = quantize_int4_sized(source, dst, model_dir, int(options["mix_size_bytes"]), preset, keep_fp,
                                    int(options.get("int4_block_size") or 32), options.get("int4_accuracy_level"),
-                                   calibration.energy, calibration.chunks, threads=int(options.get("threads") or 2))
+                                   calibration.energy, calibration.chunks)
         return {**info, "calibration": calibration.facts}
     info = q.quantize_int4(source, dst, preset, keep_fp, block_size=int(options.get("int4_block_size") or 32),
                            accuracy_level=options.get("int4_accuracy_level"),
