@@ -116,6 +116,7 @@ _BUILTIN = (
         runtime_module="edgeopt.runtimes.onnxruntime", scorer="edgeopt.exporters.onnx.scorer:load_scorer",
         quants="edgeopt.exporters.onnx.quant_types:QUANTS", size_estimate="edgeopt.exporters.onnx.quant_types:estimate_onnx_bytes",
         quant_candidates=("fp32", "int8", "int4"),
+        sized_quant="int4",  # --size: which MatMuls keep 8 bits, measured (exporters/onnx/int4_sized.py)
         # Encoders are small: INT4 MatMulNBits buys them little.
         encoder_quant_candidates=("fp32", "int8"),
         kv_element_bytes=4,  # the exported graph keeps its past_key_values in fp32

@@ -3,40 +3,41 @@
 llama.cpp's mixes (Q4_K_M, ...) are fixed recipes: attn_v and ffn_down get more bits in some layers,
 whatever the model. Here the model says where bits matter: every tensor's rounding error at every type
 of its palette (exporters/gguf/mix_palette.py) is computed, each group of tensors' effect on the output
-is measured as KL on the calibration text (exporters/gguf/mix_measure.py), and the types that fit the
-budget at the lowest predicted KL are chosen (exporters/gguf/mix_choose.py). llama.cpp's quantizer writes
-the file with those types and the importance matrix, so any llama.cpp reads it.
+is measured as KL on the calibration text (exporters/gguf/mix_costs.py), and the types that fit the
+budget at the lowest predicted KL are chosen (exporters/gguf/mix_choose.py). llama.cpp's own recipes that
+fit the budget lend their types to the choice and are measured against it; one that measures lower is
+written instead (exporters/gguf/mix_recipes.py). llama.cpp's quantizer writes the file with the types and
+the importance matrix, so any llama.cpp reads it.
 
-Cost: one quantization per palette type, and per group (22 for a 30-layer model: 7 roles x 3 bands, and
-the embeddings) a quantization and two 512-token forward passes: about ten minutes for a 135M model on
-two shared cores (docs/gguf-mix.md).
+Cost: one quantization per palette type and per fitting recipe, and per group (22 for a 30-layer model: 7
+roles x 3 bands, and the embeddings) a quantization and two 512-token forward passes: about ten minutes
+for a 135M model on two shared cores (docs/gguf-mix.md).
 """
 
 from __future__ import annotations
 
 import shutil
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeopt.errors import ConfigError, ExportError
-from edgeopt.progress import progress
+from edgeopt.errors import ConfigError
 from edgeopt.exporters.gguf.calibration import Calibration
 from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
-from edgeopt.exporters.gguf.mix_choose import Option, choose_types
-from edgeopt.exporters.gguf.mix_measure import (QuantizedTensor, ReferenceDistribution, group_of, quantized_tensors,
-                                        weighted_errors)
-from edgeopt.exporters.gguf.mix_palette import PALETTE_TYPES, REFERENCE_TYPE, palette, smallest_mix_bytes
-from edgeopt.exporters.gguf.quant_types import type_bytes
+from edgeopt.exporters.gguf.mix_choose import choose_types
+from edgeopt.exporters.gguf.mix_costs import KLMeter, MixCosts, measure_costs
+from edgeopt.exporters.gguf.mix_palette import smallest_mix_bytes
+from edgeopt.exporters.gguf.mix_recipes import (COMPETING_RECIPES, MEASURED_RECIPES, Recipe, candidate_recipes,
+                                                decide, extra_types, fitting, quantize_recipes)
 from edgeopt.exporters.gguf.quantize import quantize_gguf
 
 DEFAULT_BANDS = 3  # layer bands per tensor role whose sensitivity is measured (30 layers: 10 a band)
 DEFAULT_SENSITIVITY_CHUNKS = 2  # 1,024 tokens a group: its forward passes are most of a mix's time
 # The llama_ftype written into the file (general.file_type, which tools display) for the type most of its
 # weights got: what llama.cpp itself would guess from the tensors.
-_FILE_TYPE_OF = {"IQ3_S": "IQ3_S", "IQ4_XS": "IQ4_XS", "Q4_K": "Q4_K_S", "Q5_K": "Q5_K_S", "Q6_K": "Q6_K",
-                 "Q8_0": "Q8_0", "IQ4_NL": "IQ4_NL", "Q5_0": "Q5_0"}
+_FILE_TYPE_OF = {"IQ3_S": "IQ3_S", "IQ4_XS": "IQ4_XS", "Q3_K": "Q3_K_S", "Q4_K": "Q4_K_S", "Q5_K": "Q5_K_S",
+                 "Q6_K": "Q6_K", "Q8_0": "Q8_0", "IQ4_NL": "IQ4_NL", "Q4_0": "Q4_0", "Q4_1": "Q4_1",
+                 "Q5_0": "Q5_0", "Q5_1": "Q5_1"}
 
 
 def export_mix(model_dir: Path, unquantized: Path, dst: Path, calibration: Calibration,
@@ -53,106 +54,75 @@ def export_mix(model_dir: Path, unquantized: Path, dst: Path, calibration: Calib
         raise ConfigError(f"--size {budget / 2**20:.1f}MiB is below the smallest mix of {spec.source}, about "
                           f"{smallest / 2**20:.1f} MiB with every tensor at its smallest type",
                           f"give a --size of at least {smallest / 2**20 * 1.01 + 1:.0f}MiB, or prune the model (--prune)")
+    recipes = candidate_recipes({name: estimate_gguf_bytes(spec, name) for name in COMPETING_RECIPES}, budget)
     return make_mix(unquantized, dst, budget, calibration.matrix, calibration.chunks[:DEFAULT_SENSITIVITY_CHUNKS],
-                    spec.num_layers, threads=int(options.get("threads", 2)))
-
-
-@dataclass(frozen=True)
-class Sensitivity:
-    scales: dict[str, float]  # group -> KL per unit of weighted rounding error
-    group_kl: dict[str, float]  # group -> KL its smallest types add to the all-Q8_0 reference
-    error_free_kl: float  # the reference's KL less what its own rounding errors predict: the prediction's offset
+                    spec.num_layers, threads=int(options.get("threads", 2)), recipes=recipes)
 
 
 def make_mix(unquantized: Path, dst: Path, budget_bytes: int, imatrix: ImportanceMatrix,
-             token_chunks: list[list[int]], n_layers: int, threads: int = 2,
-             bands: int = DEFAULT_BANDS) -> dict[str, Any]:
-    """Write ``dst`` (at most ``budget_bytes``) from the unquantized GGUF; return facts for the manifest."""
+             token_chunks: list[list[int]], n_layers: int, threads: int = 2, bands: int = DEFAULT_BANDS,
+             recipes: list[str] | tuple[str, ...] = COMPETING_RECIPES) -> dict[str, Any]:
+    """Write ``dst`` (at most ``budget_bytes``) from the unquantized GGUF; return facts for the manifest.
+    ``recipes``: llama.cpp's types the mix learns from and is measured against where they fit."""
     work = dst.parent / ".edgeopt-mix"
     work.mkdir(parents=True, exist_ok=True)
     try:
-        reference_file = work / "reference.gguf"
-        quantize_gguf(unquantized, reference_file, REFERENCE_TYPE, threads, imatrix, types={})
-        tensors = quantized_tensors(reference_file, REFERENCE_TYPE)
-        if not tensors:
-            raise ExportError(f"{unquantized} has no tensor llama.cpp quantizes", "export it as F16 or Q8_0")
-        overhead = reference_file.stat().st_size - sum(type_bytes(REFERENCE_TYPE, t.weights) for t in tensors)
-        errors = _errors_per_type(unquantized, reference_file, tensors, imatrix, work, threads)
-        groups: dict[str, list[QuantizedTensor]] = {}
-        for t in tensors:
-            groups.setdefault(group_of(t.name, n_layers, bands), []).append(t)
-        sensitivity = _measure_groups(unquantized, reference_file, groups, errors, imatrix, token_chunks, work,
-                                      threads)
-        options = {t.name: [Option(ttype, type_bytes(ttype, t.weights),
-                                   sensitivity.scales[group] * errors[t.name][ttype])
-                            for ttype in palette(t.row_length) if ttype in errors[t.name]]
-                   for group, members in groups.items() for t in members}
-        choice = choose_types(options, budget_bytes - overhead)
+        maker = MixMaker(unquantized, work, imatrix, token_chunks, n_layers, threads, bands)
+        return maker.write(dst, budget_bytes, list(recipes))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    by_type: Counter[str] = Counter()
-    for t in tensors:
-        by_type[choice.types[t.name]] += t.weights
-    file_type = _FILE_TYPE_OF[by_type.most_common(1)[0][0]]
-    facts = quantize_gguf(unquantized, dst, file_type, threads, imatrix, types=choice.types)
-    facts["mix"] = {"budget_bytes": budget_bytes, "file_type": file_type,
-                    "predicted_kl": float(f"{sensitivity.error_free_kl + choice.cost:.6g}"),
-                    "bands": bands, "sensitivity_tokens": sum(len(c) for c in token_chunks),
-                    "group_kl": sensitivity.group_kl, "types": dict(sorted(choice.types.items()))}
-    return facts
 
 
-def _errors_per_type(unquantized: Path, reference_file: Path, tensors: list[QuantizedTensor],
-                     imatrix: ImportanceMatrix, work: Path, threads: int) -> dict[str, dict[str, float]]:
-    """Every tensor's weighted rounding error at every type of its palette, one quantized file per type."""
-    importance = imatrix.means()
-    errors: dict[str, dict[str, float]] = {t.name: {} for t in tensors}
-    for ttype in progress(PALETTE_TYPES, "mix: rounding errors per type"):
-        members = {t.name: ttype for t in tensors if ttype in palette(t.row_length)}
-        if not members:
-            continue
-        path = reference_file if ttype == REFERENCE_TYPE else work / f"{ttype}.gguf"
-        if path != reference_file:
-            quantize_gguf(unquantized, path, REFERENCE_TYPE, threads, imatrix, types=members)
-        for name, error in weighted_errors(unquantized, ttype, path, members, importance).items():
-            errors[name][ttype] = error
-        if path != reference_file:
-            path.unlink()
-    return errors
+class MixMaker:
+    """Measures a model's costs once, then writes a mix for any budget (a curve of sizes reuses the
+    measurements and the recipes' files, kept in ``work``)."""
 
+    def __init__(self, unquantized: Path, work: Path, imatrix: ImportanceMatrix, token_chunks: list[list[int]],
+                 n_layers: int, threads: int = 2, bands: int = DEFAULT_BANDS, costs: MixCosts | None = None) -> None:
+        """``costs``: measured before for the same file, matrix and chunks (a benchmark's cache), else measured."""
+        self.unquantized, self.work, self.imatrix, self.threads, self.bands = unquantized, work, imatrix, threads, bands
+        self.sensitivity_tokens = sum(len(c) for c in token_chunks)
+        self.meter = KLMeter(unquantized, token_chunks, threads)
+        self.costs: MixCosts = costs or measure_costs(unquantized, work, imatrix, self.meter, n_layers, bands, threads)
+        self._recipes: dict[str, Recipe] = {}
+        self._recipe_kl: dict[str, float] = {}
 
-def _measure_groups(unquantized: Path, reference_file: Path, groups: dict[str, list[QuantizedTensor]],
-                    errors: dict[str, dict[str, float]], imatrix: ImportanceMatrix, token_chunks: list[list[int]],
-                    work: Path, threads: int) -> Sensitivity:
-    """KL per unit of weighted error for each group, from the KL its smallest types add to the reference."""
-    from edgeopt.exporters.gguf.scorer import GGUFScorer
+    def recipes(self, names: list[str]) -> list[Recipe]:
+        todo = [n for n in names if n not in self._recipes]
+        importance = self.imatrix.means()
+        for name, path in zip(todo, quantize_recipes(self.unquantized, self.work, todo, self.imatrix, self.threads)):
+            types = self.costs.add_errors(self.unquantized, path, importance)
+            self._recipes[name] = Recipe(name, path, path.stat().st_size, types)
+        return [self._recipes[n] for n in names]
 
-    context = max(len(c) for c in token_chunks)
+    def recipe_kl(self, recipe: Recipe) -> float:
+        if recipe.name not in self._recipe_kl:
+            self._recipe_kl[recipe.name] = self.meter.kl(recipe.path)
+        return self._recipe_kl[recipe.name]
 
-    def kl_of(path: Path) -> float:
-        scorer = GGUFScorer(path, context=context, threads=threads)
-        try:
-            return reference.mean_kl(scorer)
-        finally:
-            scorer.close()
-
-    original = GGUFScorer(unquantized, context=context, threads=threads)
-    try:
-        reference = ReferenceDistribution(original, token_chunks)
-    finally:
-        original.close()
-    reference_kl = kl_of(reference_file)
-    scales: dict[str, float] = {}
-    group_kl: dict[str, float] = {}
-    for group, members in progress(sorted(groups.items()), "mix: sensitivity per tensor group"):
-        smallest = {t.name: palette(t.row_length)[0] for t in members}
-        path = work / "group.gguf"
-        quantize_gguf(unquantized, path, REFERENCE_TYPE, threads, imatrix, types=smallest)
-        added_kl = max(kl_of(path) - reference_kl, 0.0)  # below the reference is noise: no cost
-        path.unlink()
-        added_error = sum(errors[t.name][smallest[t.name]] - errors[t.name][REFERENCE_TYPE] for t in members)
-        scales[group] = added_kl / added_error if added_error > 0 else 0.0
-        group_kl[group] = float(f"{added_kl:.4g}")
-    own_errors = sum(scales[group] * errors[t.name][REFERENCE_TYPE] for group, members in groups.items()
-                     for t in members)
-    return Sensitivity(scales, group_kl, reference_kl - own_errors)
+    def write(self, dst: Path, budget_bytes: int, recipe_names: list[str]) -> dict[str, Any]:
+        """The mix of ``budget_bytes`` into ``dst``, or the fitting recipe that measures lower; facts."""
+        fit = fitting(self.recipes(recipe_names), budget_bytes)
+        choice = choose_types(self.costs.options(extra_types(fit)), budget_bytes - self.costs.overhead)
+        by_type: Counter[str] = Counter()
+        for t in self.costs.tensors:
+            by_type[choice.types[t.name]] += t.weights
+        file_type = _FILE_TYPE_OF[by_type.most_common(1)[0][0]]
+        facts = quantize_gguf(self.unquantized, dst, file_type, self.threads, self.imatrix, types=choice.types)
+        mix_kl = self.meter.kl(dst)
+        recipe_kl = {r.name: self.recipe_kl(r) for r in fit[:MEASURED_RECIPES]}
+        verdict = decide(mix_kl, recipe_kl)
+        types = choice.types
+        if verdict.written != "mix":  # llama.cpp's own type measured lower: write it, as llama-quantize would
+            facts = quantize_gguf(self.unquantized, dst, verdict.written, self.threads, self.imatrix)
+            types = self._recipes[verdict.written].types
+        facts["mix"] = {"budget_bytes": budget_bytes, "file_type": file_type if verdict.written == "mix" else verdict.written,
+                        "written": verdict.written, "reason": verdict.reason,
+                        "predicted_kl": float(f"{self.costs.error_free_kl + choice.cost:.6g}"),
+                        "measured_kl": float(f"{mix_kl:.6g}"),
+                        "recipe_kl": {name: float(f"{kl:.6g}") for name, kl in recipe_kl.items()},
+                        "bands": self.bands, "sensitivity_tokens": self.sensitivity_tokens,
+                        "group_kl": self.costs.group_kl, "types": dict(sorted(types.items()))}
+        if verdict.written != "mix":  # what the mix measured was made of, beside the file written instead
+            facts["mix"]["mix_types"] = dict(sorted(choice.types.items()))
+        return facts

@@ -35,7 +35,8 @@ class ONNXExporter(Exporter):
     options = {"calibration_data": None, "calibration_sha256": None, "calibration_chunks": None,
                "self_calibration": None, "calibration_method": ("int8-static",), "int8_method": ("int8",),
                "int4_block_size": ("int4",), "int4_mix": ("int4",), "int4_algorithm": ("int4",),
-               "int4_accuracy_level": ("int4",), "keep_fp": tuple(quant for quant in QUANTS if quant != "fp32")}
+               "int4_accuracy_level": ("int4",), "keep_fp": tuple(quant for quant in QUANTS if quant != "fp32"),
+               "mix_size_bytes": ("int4",)}
 
     def calibration_refusal(self, quant: str) -> str | None:
         if quant in ("int8-static", "int4"):
@@ -56,6 +57,8 @@ class ONNXExporter(Exporter):
             flag = "--calibration-data" if "calibration_data" in options else "--no-self-calibration"
             raise ConfigError(f"{flag} changes nothing with --int4-algorithm {algorithm}: only the weighted search "
                               "uses calibration text", f"drop {flag}, or drop --int4-algorithm")
+        if options.get("mix_size_bytes") is not None:
+            _check_sized(options)
         if quant == "int8-static" and options.get("self_calibration") is False:
             raise ConfigError("--no-self-calibration changes nothing with --quant int8-static: its activation ranges "
                               "come from --calibration-data or a built-in English text, never from generated text",
@@ -89,6 +92,18 @@ class ONNXExporter(Exporter):
         details.update(kind=kind, task=task, onnx_bytes=_onnx_bytes(final_dir))
         return ExportResult(model_file=f"{MODEL_SUBDIR}/model.onnx", quant=quant, runtime=self.runtime,
                             details=details)
+
+
+def _check_sized(options: dict[str, Any]) -> None:
+    """``--size`` chooses each MatMul's width itself, from the weighted search's blocks measured on text."""
+    for key, flag in (("int4_mix", "--int4-mix"), ("int4_algorithm", "--int4-algorithm")):
+        if options.get(key) not in (None, "weighted"):
+            raise ConfigError(f"--size chooses which MatMuls keep 8 bits itself (weighted 4-bit blocks elsewhere); "
+                              f"it cannot be combined with {flag} {options[key]}", f"drop {flag}, or drop --size")
+    if options.get("self_calibration") is False and options.get("calibration_data") is None:
+        raise ConfigError("--size measures what each MatMul's width costs on calibration text, and there is none: "
+                          "no --calibration-data and self-calibration is off",
+                          "pass --calibration-data FILE (text like what the model will see), or drop --no-self-calibration")
 
 
 def _encoder_checks(model_dir: Path, fp32: Path, final_dir: Path) -> dict[str, Any]:
@@ -161,6 +176,16 @@ def _int4(source: Path, fp32: Path, dst: Path, kind: str, model_dir: Path, prese
     elif algorithm == "weighted" and "calibration_data" in options:
         raise ConfigError(f"--calibration-data is not used for an encoder's INT4 ({kind})",
                           "drop --calibration-data: an encoder's blocks are weighted by their own weights")
+    if options.get("mix_size_bytes") is not None:
+        from edgeopt.exporters.onnx.int4_sized import quantize_int4_sized
+
+        if calibration is None:
+            raise ConfigError(f"--size for ONNX INT4 chooses a decoder's MatMul widths; this model is a {kind}",
+                              "drop --size and pick --quant int4 or int8")
+        info = quantize_int4_sized(source, dst, model_dir, int(options["mix_size_bytes"]), preset, keep_fp,
+                                   int(options.get("int4_block_size") or 32), options.get("int4_accuracy_level"),
+                                   calibration.energy, calibration.chunks)
+        return {**info, "calibration": calibration.facts}
     info = q.quantize_int4(source, dst, preset, keep_fp, block_size=int(options.get("int4_block_size") or 32),
                            accuracy_level=options.get("int4_accuracy_level"),
                            mix=options.get("int4_mix") or "sensitive-int8", algorithm=algorithm,

@@ -23,6 +23,7 @@ TEXT_CHUNKS = 32  # chunks of --calibration-data used: the GGUF importance matri
 class Int4Calibration:
     energy: InputEnergy
     facts: dict[str, Any]  # for the manifest: where the text came from, how many tokens, its hash
+    chunks: list[list[int]]  # the token chunks measured (--size also scores its groups on them)
 
 
 def int4_calibration(model_dir: Path, fp32: Path, options: dict[str, Any],
@@ -42,7 +43,8 @@ def _from_text(model_dir: Path, text_path: Path, max_chunks: int, report: Callab
     token_chunks = text_file_chunks(model_dir, text_path, max_chunks, "to weigh INT4 blocks")
     energy = collect_input_energy(model_dir, token_chunks, report)
     return Int4Calibration(energy, {"source": text_path.name, "text_sha256": sha256_file(text_path),
-                                    "tokens": sum(len(c) for c in token_chunks), "chunks": len(token_chunks)})
+                                    "tokens": sum(len(c) for c in token_chunks), "chunks": len(token_chunks)},
+                          token_chunks)
 
 
 def _generated(model_dir: Path, fp32: Path, count: int, report: Callable[[str], None]) -> Int4Calibration:
@@ -56,4 +58,4 @@ def _generated(model_dir: Path, fp32: Path, count: int, report: Callable[[str], 
     finally:
         runtime.close()
     energy = collect_input_energy(model_dir, text.chunks, report)
-    return Int4Calibration(energy, {**text.facts(), "tokens": text.tokens, "chunks": len(text.chunks)})
+    return Int4Calibration(energy, {**text.facts(), "tokens": text.tokens, "chunks": len(text.chunks)}, text.chunks)

@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 CALIBRATION = "calibration text"  # replaced by the calibration text's path (disjoint from the evaluation text)
+GGUF_Q4_K_M = "gguf Q4_K_M (default: generated imatrix)"
+SIZE_OF_GGUF_Q4_K_M = "size of the gguf Q4_K_M row"  # replaced by that row's file size (run before it)
 # (label, format, quant, export options). The ONNX fp32 row is the speed reference.
 SETTINGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("gguf Q8_0", "gguf", "Q8_0", {}),
     ("gguf Q4_K_M without imatrix", "gguf", "Q4_K_M", {"self_calibration": False}),
-    ("gguf Q4_K_M (default: generated imatrix)", "gguf", "Q4_K_M", {}),
+    (GGUF_Q4_K_M, "gguf", "Q4_K_M", {}),
     ("onnx fp32", "onnx", "fp32", {}),
     ("onnx int8 dynamic (old default)", "onnx", "int8", {"int8_method": "dynamic"}),
     ("onnx int8 weight-only b32 (default)", "onnx", "int8", {}),
@@ -36,6 +38,8 @@ SETTINGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("onnx int4 sensitive-int8 weighted b32 no-calibration", "onnx", "int4", {"self_calibration": False}),
     ("onnx int4 sensitive-int8 weighted b32 (default: generated text)", "onnx", "int4", {}),
     ("onnx int4 sensitive-int8 weighted b32 calibration-text", "onnx", "int4", {"calibration_data": CALIBRATION}),
+    ("onnx int4 --size at gguf Q4_K_M's size (8-bit MatMuls measured)", "onnx", "int4",
+     {"mix_size_bytes": SIZE_OF_GGUF_Q4_K_M}),
     ("onnx int4 hqq sensitive-int8 b32", "onnx", "int4", {"int4_algorithm": "hqq"}),
     ("onnx int4 hqq uniform b32", "onnx", "int4", {"int4_algorithm": "hqq", "int4_mix": "uniform"}),
 ]
@@ -63,8 +67,11 @@ def run(settings: list[tuple[str, str, str, dict[str, Any]]], work: Path, thread
     model = ensure_smollm2_checkpoint()
     calibration, evaluation = write_texts(work / "texts")
     prompt = open_tokenizer(model / "tokenizer.json").encode(evaluation.read_text()[:400]).ids[:32]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for label, fmt, quant, options in settings:
+        if SIZE_OF_GGUF_Q4_K_M in options.values():
+            gguf_bytes = next(r["bytes"] for r in rows if r["setting"] == GGUF_Q4_K_M)
+            options = {k: gguf_bytes if v == SIZE_OF_GGUF_Q4_K_M else v for k, v in options.items()}
         out = work / label.split(" (")[0].replace(" ", "-")
         started = time.perf_counter()
         manifest = run_optimize(OptimizeOptions(model=str(model), target="host", output=out, format=fmt, quant=quant,
@@ -76,7 +83,7 @@ def run(settings: list[tuple[str, str, str, dict[str, Any]]], work: Path, thread
         size = sum(p.stat().st_size for p in model_file.parent.glob(model_file.name + "*"))
         row = {"setting": label, "kl": manifest.metrics["kl_divergence"], "top1": manifest.metrics["top1_agreement"],
                "ppl": manifest.metrics["perplexity"], "ppl_original": manifest.metrics["perplexity_original"],
-               "mib": size / 2**20, "seconds": time.perf_counter() - started,
+               "mib": size / 2**20, "bytes": size, "seconds": time.perf_counter() - started,
                "floor": "pass" if manifest.metrics["quality_floor"]["passed"] else "UNDER"}
         if fmt == "onnx":
             row["ms_per_token"] = decode_ms_per_token(model_file, prompt, threads)
@@ -105,6 +112,8 @@ def main() -> None:
     chosen = [s for s in SETTINGS if not args.only or any(o in s[0] for o in args.only)]
     if args.only and not any(s[0] == "onnx fp32" for s in chosen):
         chosen.insert(0, next(s for s in SETTINGS if s[0] == "onnx fp32"))  # the speed reference
+    if any(SIZE_OF_GGUF_Q4_K_M in s[3].values() for s in chosen) and not any(s[0] == GGUF_Q4_K_M for s in chosen):
+        chosen.insert(0, next(s for s in SETTINGS if s[0] == GGUF_Q4_K_M))  # the size the --size row is made to
     print(table(run(chosen, args.work, args.threads)))
 
 

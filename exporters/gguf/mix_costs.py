@@ -1,0 +1,133 @@
+"""What every tensor's type costs, measured once per model and calibration, whatever the size asked.
+
+Two measurements (exporters/gguf/mix_measure.py says how each is made): every tensor's weighted rounding error
+at every type of its palette, and every group's KL per unit of that error. Neither depends on the budget, so
+a curve of sizes (tests/bench/bench_quality_curve.py) measures them once and chooses many times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeopt.errors import ExportError
+from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
+from edgeopt.exporters.gguf.mix_choose import Option
+from edgeopt.exporters.gguf.mix_measure import (QuantizedTensor, ReferenceDistribution, group_of, quantized_tensors,
+                                                weighted_errors)
+from edgeopt.exporters.gguf.mix_palette import PALETTE_TYPES, REFERENCE_TYPE, palette
+from edgeopt.exporters.gguf.quant_types import type_bytes
+from edgeopt.exporters.gguf.quantize import quantize_gguf
+from edgeopt.progress import progress
+
+
+class KLMeter:
+    """Mean KL of a GGUF file against the unquantized model on the calibration chunks (the reference
+    distributions are computed once)."""
+
+    def __init__(self, unquantized: Path, token_chunks: list[list[int]], threads: int) -> None:
+        from edgeopt.exporters.gguf.scorer import GGUFScorer
+
+        self.context = max(len(c) for c in token_chunks)
+        self.threads = threads
+        original = GGUFScorer(unquantized, context=self.context, threads=threads)
+        try:
+            self.reference = ReferenceDistribution(original, token_chunks)
+        finally:
+            original.close()
+
+    def kl(self, path: Path) -> float:
+        from edgeopt.exporters.gguf.scorer import GGUFScorer
+
+        scorer = GGUFScorer(path, context=self.context, threads=self.threads)
+        try:
+            return self.reference.mean_kl(scorer)
+        finally:
+            scorer.close()
+
+
+@dataclass
+class MixCosts:
+    tensors: list[QuantizedTensor]
+    overhead: int  # file bytes that are not quantized tensor data (metadata, float norms)
+    errors: dict[str, dict[str, float]]  # tensor -> type -> weighted squared rounding error
+    groups: dict[str, str]  # tensor -> its group (a role in a band of layers)
+    scales: dict[str, float]  # group -> KL per unit of weighted rounding error
+    group_kl: dict[str, float]  # group -> KL its smallest types add to the all-Q8_0 reference
+    error_free_kl: float  # the reference's measured KL less what its own errors predict: the prediction's offset
+
+    def predicted(self, tensor: str, ttype: str) -> float:
+        return self.scales[self.groups[tensor]] * self.errors[tensor][ttype]
+
+    def options(self, extra_types: dict[str, set[str]] | None = None) -> dict[str, list[Option]]:
+        """Every tensor's choices: its palette's types and ``extra_types[tensor]`` (types llama.cpp's own recipes
+        give it), each with its bytes and predicted KL; types whose error is unknown are left out."""
+        extra_types = extra_types or {}
+        choices = {}
+        for t in self.tensors:
+            types = dict.fromkeys((*palette(t.row_length), *sorted(extra_types.get(t.name, ()))))
+            choices[t.name] = [Option(ttype, type_bytes(ttype, t.weights), self.predicted(t.name, ttype))
+                               for ttype in types if ttype in self.errors[t.name]]
+        return choices
+
+    def add_errors(self, source: Path, typed_file: Path, importance: dict) -> dict[str, str]:
+        """Record the errors of every tensor ``typed_file`` holds at a type not measured yet (a llama.cpp
+        recipe's file); return that file's {tensor: type}."""
+        from gguf import GGUFReader
+
+        known = {t.name for t in self.tensors}
+        types = {t.name: t.tensor_type.name for t in GGUFReader(typed_file).tensors if t.name in known}
+        for ttype in set(types.values()):
+            todo = [name for name, tt in types.items() if tt == ttype and ttype not in self.errors[name]]
+            if todo:
+                for name, error in weighted_errors(source, ttype, typed_file, todo, importance).items():
+                    self.errors[name][ttype] = error
+        return types
+
+
+def measure_costs(unquantized: Path, work: Path, imatrix: ImportanceMatrix, meter: KLMeter, n_layers: int,
+                  bands: int, threads: int) -> MixCosts:
+    """Errors of every tensor at every palette type, and every group's KL per unit of error."""
+    reference_file = work / "reference.gguf"
+    quantize_gguf(unquantized, reference_file, REFERENCE_TYPE, threads, imatrix, types={})
+    tensors = quantized_tensors(reference_file, REFERENCE_TYPE)
+    if not tensors:
+        raise ExportError(f"{unquantized} has no tensor llama.cpp quantizes", "export it as F16 or Q8_0")
+    overhead = reference_file.stat().st_size - sum(type_bytes(REFERENCE_TYPE, t.weights) for t in tensors)
+    errors = _errors_per_type(unquantized, reference_file, tensors, imatrix, work, threads)
+    groups = {t.name: group_of(t.name, n_layers, bands) for t in tensors}
+    reference_kl = meter.kl(reference_file)
+    reference_file.unlink()
+    scales: dict[str, float] = {}
+    group_kl: dict[str, float] = {}
+    for group in progress(sorted(set(groups.values())), "mix: sensitivity per tensor group"):
+        members = [t for t in tensors if groups[t.name] == group]
+        smallest = {t.name: palette(t.row_length)[0] for t in members}
+        path = work / "group.gguf"
+        quantize_gguf(unquantized, path, REFERENCE_TYPE, threads, imatrix, types=smallest)
+        added_kl = max(meter.kl(path) - reference_kl, 0.0)  # below the reference is noise: no cost
+        path.unlink()
+        added_error = sum(errors[t.name][smallest[t.name]] - errors[t.name][REFERENCE_TYPE] for t in members)
+        scales[group] = added_kl / added_error if added_error > 0 else 0.0
+        group_kl[group] = float(f"{added_kl:.4g}")
+    own_errors = sum(scales[groups[t.name]] * errors[t.name][REFERENCE_TYPE] for t in tensors)
+    return MixCosts(tensors, overhead, errors, groups, scales, group_kl, reference_kl - own_errors)
+
+
+def _errors_per_type(unquantized: Path, reference_file: Path, tensors: list[QuantizedTensor],
+                     imatrix: ImportanceMatrix, work: Path, threads: int) -> dict[str, dict[str, float]]:
+    """Every tensor's weighted rounding error at every type of its palette, one quantized file per type."""
+    importance = imatrix.means()
+    errors: dict[str, dict[str, float]] = {t.name: {} for t in tensors}
+    for ttype in progress(PALETTE_TYPES, "mix: rounding errors per type"):
+        members = {t.name: ttype for t in tensors if ttype in palette(t.row_length)}
+        if not members:
+            continue
+        path = reference_file if ttype == REFERENCE_TYPE else work / f"{ttype}.gguf"
+        if path != reference_file:
+            quantize_gguf(unquantized, path, REFERENCE_TYPE, threads, imatrix, types=members)
+        for name, error in weighted_errors(unquantized, ttype, path, members, importance).items():
+            errors[name][ttype] = error
+        if path != reference_file:
+            path.unlink()
+    return errors

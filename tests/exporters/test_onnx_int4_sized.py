@@ -1,0 +1,88 @@
+"""``--format onnx --quant int4 --size``: the MatMuls that keep 8 bits are chosen by measured sensitivity so the
+file lands within 1% under the size asked (exporters/onnx/int4_sized.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from edgeopt.bundle import load_bundle
+from edgeopt.errors import ConfigError
+from edgeopt.exporters.onnx.int4_sized import eight_bit, group_of, matmul_bytes
+from edgeopt.exporters.onnx.int4_search import search_int4_blocks
+from tests.fixtures.onnx_bundles import optimize_onnx
+
+
+@pytest.fixture(scope="module")
+def calibration_text(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from edgeopt.demo.corpus import stdlib_text
+
+    path = tmp_path_factory.mktemp("calib") / "calib.txt"
+    path.write_text(stdlib_text(20_000))
+    return path
+
+
+def onnx_bytes(bundle: Path) -> int:
+    return sum(p.stat().st_size for p in (bundle / "model").iterdir() if p.name.startswith("model.onnx"))
+
+
+def bits_by_node(bundle: Path) -> dict[str, int]:
+    from onnx import helper
+
+    graph = onnx.load(str(bundle / "model" / "model.onnx"), load_external_data=False).graph
+    return {n.name: next(helper.get_attribute_value(a) for a in n.attribute if a.name == "bits")
+            for n in graph.node if n.op_type == "MatMulNBits"}
+
+
+def test_matmul_bytes_are_what_the_blocks_store() -> None:
+    weight = np.random.default_rng(0).normal(size=(24, 80)).astype(np.float32)  # K=80: padded to 3 blocks
+    blocks = search_int4_blocks(weight, None, 32)
+    assert matmul_bytes(24, 80, 4, 32) == blocks.packed.nbytes + blocks.scales.nbytes + blocks.zero_points.nbytes
+    assert matmul_bytes(24, 80, 8, 32) == 24 * 3 * 32 + 24 * 3 * 4  # int8 levels + an fp32 scale per block
+    assert np.abs(eight_bit(weight)[:, :80] - weight).max() <= np.abs(weight).max() / 127 / 2 + 1e-6
+
+
+def test_groups_are_roles_in_bands_of_layers() -> None:
+    assert group_of("model.layers.12.mlp.down_proj", 30) == "mlp.down_proj@10-19"
+    assert group_of("model.layers.0.self_attn.v_proj", 2) == "self_attn.v_proj@0-0"
+    assert group_of("lm_head", 30) == "lm_head"
+
+
+def test_a_sized_int4_file_lands_within_one_percent_under_the_size_asked(tiny_llama_dir: Path, tmp_path: Path,
+                                                                        calibration_text: Path) -> None:
+    from edgeopt.exporters.onnx.quant_types import estimate_onnx_bytes
+    from edgeopt.model_spec import load_model_spec
+
+    # The planner's size of the fixed mix (v, o, down and the lm_head in 8 bits): between every MatMul in 4 bits
+    # and every one in 8, so the widths must be chosen
+    size = estimate_onnx_bytes(load_model_spec(str(tiny_llama_dir)), "int4")
+    bundle = optimize_onnx(tiny_llama_dir, tmp_path / "sized", "int4", mix_size_bytes=size,
+                           calibration_data=str(calibration_text))
+    written = onnx_bytes(bundle)
+    assert size * 0.99 <= written <= size, (written, size)
+    q = load_bundle(bundle).export["quantization"]
+    assert q["size"]["budget_bytes"] == size and q["size"]["written_bytes"] == written
+    bits = bits_by_node(bundle)
+    eight = {name.removesuffix("_Q8") for name, b in bits.items() if b == 8}  # the quantizer suffixes names
+    assert eight == set(q["size"]["eight_bit"]) and 0 < len(eight) < len(bits) - 1  # a real choice was made
+    assert q["size"]["predicted_kl"] >= 0 and q["size"]["group_kl"]
+
+
+def test_a_size_below_every_matmul_in_four_bits_is_refused_with_the_size_that_would_do(
+        tiny_llama_dir: Path, tmp_path: Path, calibration_text: Path) -> None:
+    with pytest.raises(ConfigError, match="give a --size of at least"):
+        optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4", mix_size_bytes=100 * 1024,
+                      calibration_data=str(calibration_text))
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(("options", "needle"), [({"int4_mix": "uniform"}, "--int4-mix uniform"),
+                                                  ({"int4_algorithm": "rtn"}, "--int4-algorithm rtn"),
+                                                  ({"self_calibration": False}, "no --calibration-data")])
+def test_size_is_refused_beside_options_that_would_decide_the_widths(options: dict, needle: str,
+                                                                      tiny_llama_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4", mix_size_bytes=2 * 2**20, **options)
