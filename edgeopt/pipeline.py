@@ -93,7 +93,7 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     size_bytes = opts.export_options.get("mix_size_bytes")
     if size_bytes is not None:
         asked_quant = sized_quant(fmt, asked_quant, size_bytes)
-        check_mix_size(spec, opts.size or Size(f"{size_bytes}B", size_bytes, bare=False))
+        check_mix_size(spec, opts.size or Size(f"{size_bytes}B", size_bytes, bare=False), fmt)
     asked_kv_type = parse_kv_type(opts.kv_type, fmt) if opts.kv_type else None
     fitted = plan_after_passes(spec, profile, fmt, asked_quant, opts.context, opts.concurrency, opts.passes, opts.fit,
                                kv_type=asked_kv_type)
@@ -137,10 +137,12 @@ def sized_quant(fmt: str, asked_quant: str | None, size_bytes: int) -> str:
     return sized
 
 
-def check_mix_size(spec: ModelSpec, size: Size) -> None:
-    """A mix larger than the model in F16 cannot be meant (every tensor would stay F16 and the rest be empty):
-    refused, naming the bytes a bare number's digits would be."""
-    refuse_above(size, weight_bytes(spec, "gguf", "F16"), "--size", f"{spec.source} in F16")
+def check_mix_size(spec: ModelSpec, size: Size, fmt: str = "gguf") -> None:
+    """A GGUF mix larger than the model in F16 cannot be meant (every tensor would stay F16 and the rest be empty):
+    refused, naming the bytes a bare number's digits would be. An ONNX file carries more than its weights (graph,
+    fp32 norms and scales; most of a tiny model's file), so there the exporter judges the size it can reach."""
+    if fmt == "gguf":
+        refuse_above(size, weight_bytes(spec, "gguf", "F16"), "--size", f"{spec.source} in F16")
 
 
 def _check_encoder_options(spec: ModelSpec, fmt: str, opts: OptimizeOptions) -> None:
