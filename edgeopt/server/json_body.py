@@ -111,11 +111,16 @@ def _printable(text: str) -> str:
     return text if len(text) <= 64 else text[:61] + "..."
 
 
+_UNREAD = object()
+
+
 class CheckedRequest(Request):
+    _checked: Any = _UNREAD  # the parsed body, once read
+
     async def json(self) -> Any:
-        if not hasattr(self, "_json"):
-            self._json = checked_json(await self.body())
-        return self._json
+        if self._checked is _UNREAD:
+            self._checked = checked_json(await self.body())
+        return self._checked
 
 
 class CheckedJsonRoute(APIRoute):
