@@ -6,11 +6,16 @@ tokens computing it gives, and never evict anything nor overfill the cache."""
 from __future__ import annotations
 
 import pytest
+from edgeopt.runtimes.base import StepInput
 
 from edgeopt.engine import Engine
-from edgeopt.runtimes.base import StepInput
 from tests.engine.helpers import run_engine
-from tests.engine.test_prefix_cache import ask, cached_engine, check_physical_books, run_turns
+from tests.engine.test_prefix_cache import (
+    ask,
+    cached_engine,
+    check_physical_books,
+    run_turns,
+)
 from tests.fixtures.fake_runtime import FakeRuntime
 
 
@@ -39,12 +44,11 @@ def test_entries_come_back_in_their_recency_order_and_continue_a_conversation(sh
     entries = saved_entries(shares)
     engine, runtime = cached_engine(shares)
     prompts = conversations(runtime, 3)
-    # Most recently used first: the last conversation's prompt (all of it but its last token: computed and
-    # then its answer but the last token, which was never fed).
-    assert [entry[:len(prompts[2])] for entry in entries][0] == prompts[2] and len(entries) == 3
+    # Most recently used first: the last conversation's (its prompt, then its answer but the last token).
+    assert len(entries) == 3 and entries[0][:len(prompts[2])] == prompts[2]
 
-    async def body(e: Engine) -> list[int]:
-        assert all([e.restore_prefix(entry, loader(runtime, entry)) for entry in entries])
+    async def body(e: Engine) -> tuple[list[int], list[int]]:
+        assert [e.restore_prefix(entry, loader(runtime, entry)) for entry in entries] == [True] * 3
         assert e.cached_prefixes() == entries  # restored most recent first, each ranked below the last
         next_turn = entries[1] + list(b" and then?\n")
         return await ask(e, next_turn), next_turn

@@ -20,7 +20,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 from edgeopt.bundle import sha256_file
 
@@ -59,10 +59,6 @@ def folder_name(model_key: str) -> str:
     """The model's folder: its key where that is a plain file name, %-quoted otherwise (never hidden)."""
     name = quote(model_key, safe="-_.+=@,")
     return "%2E" + name[1:] if name.startswith(".") else name
-
-
-def key_of_folder(name: str) -> str:
-    return unquote(name)
 
 
 def read_index(folder: Path) -> ModelIndex:

@@ -40,6 +40,7 @@ from edgeopt.server.prompt_state import fingerprint as prompt_state_fingerprint
 
 log = logging.getLogger("edgeopt.server")
 _RESTORED, _SKIPPED, _DROPPED = "restored", "skipped", "dropped"
+MARKER = ".edgeopt-swap-space"  # a directory without it (and not empty) is not taken over
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,7 @@ class SwapSpace:
                               "pass a size such as 2GiB, or 0 to keep no prefix cache across a swap")
         self.directory = Path(directory)
         self.capacity_bytes = capacity_bytes
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"the swap space {self.directory}: {exc.strerror}",
-                              "pass a writable directory for the swap space") from exc
+        _claim(self.directory)
         self._lock = threading.Lock()  # saves and restores of different models may run on different threads
         self._told_no_state: set[str] = set()
         self._hashes: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256
@@ -180,7 +177,7 @@ class SwapSpace:
         _require_identity(fingerprint)
         with self._lock:
             folder = self.directory / folder_name(model_key)
-            index = self._matching_index(folder, fingerprint) if (folder / INDEX).is_file() else None
+            index = self._matching_index(folder, model_key, fingerprint) if (folder / INDEX).is_file() else None
             if index is None:
                 return 0
             outcomes = self._restore_entries(folder, index, engine, runtime)
@@ -195,7 +192,7 @@ class SwapSpace:
                  time.perf_counter() - started)
         return len(restored)
 
-    def _matching_index(self, folder: Path, expected: dict[str, Any]) -> ModelIndex | None:
+    def _matching_index(self, folder: Path, model_key: str, expected: dict[str, Any]) -> ModelIndex | None:
         """The folder's index when it is readable and saved for this engine; else warn, remove it, None."""
         try:
             index = read_index(folder)
@@ -204,7 +201,8 @@ class SwapSpace:
                         folder / INDEX, exc)
             remove_folder(folder)
             return None
-        differences = fingerprint_differences(index.fingerprint, expected)
+        differences = fingerprint_differences(index.fingerprint | {"model_key": index.model_key},
+                                              expected | {"model_key": model_key})
         if differences:
             log.warning("swap space: %s was saved for another model or server (%s); its saved prefix cache is "
                         "ignored and removed", folder / INDEX, "; ".join(differences))
@@ -288,6 +286,21 @@ class SwapSpace:
         if stamp not in self._hashes:
             self._hashes[stamp] = sha256_file(path)
         return self._hashes[stamp]
+
+
+def _claim(directory: Path) -> None:
+    """Make ``directory`` a swap space, or check that it is one: the space removes what it does not recognise in
+    its folders, so it never takes over a directory holding anything else."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not (directory / MARKER).is_file():
+            if any(directory.iterdir()):
+                raise ConfigError(f"the swap space {directory} is a directory that holds other files",
+                                  "pass a new or empty directory for the swap space")
+            (directory / MARKER).write_text("edgeopt swap space: saved prefix caches of unloaded models\n")
+    except OSError as exc:
+        raise ConfigError(f"the swap space {directory}: {exc.strerror}",
+                          "pass a writable directory for the swap space") from exc
 
 
 def _index_bytes(entry: SavedEntry) -> int:

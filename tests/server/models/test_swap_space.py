@@ -15,8 +15,9 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.engine import SamplingParams
+from edgeopt.errors import ConfigError
 from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
-from edgeopt.server.models.swap_index import INDEX, STATE_SUFFIX
+from edgeopt.server.models.swap_index import INDEX, STATE_SUFFIX, folder_name
 from edgeopt.server.models.swap_space import SwapSpace
 from edgeopt.server.state import ServedModel
 from tests.engine.helpers import make_engine
@@ -199,3 +200,34 @@ def test_a_runtime_without_sequence_state_saves_and_restores_nothing_and_says_so
     assert space.restore("onnx-model", engine, runtime, fingerprint) == 0
     told = [r.getMessage() for r in caplog.records if "keeps no prefix-cache state" in r.getMessage()]
     assert len(told) == 1 and "onnx-model" in told[0] and space.used_bytes() == 0
+
+
+def test_a_restart_removes_what_an_interrupted_save_left_and_keeps_the_saved_states(saved_once, tmp_path) -> None:
+    pristine, _ = saved_once
+    shutil.copytree(pristine, tmp_path / "swap")
+    kept = sorted(p.name for p in (tmp_path / "swap" / "smollm2").iterdir())
+    strays = [tmp_path / "swap" / "smollm2" / name for name in ("1-0.kvstate", "2-0.kvstate.partial")]
+    interrupted = tmp_path / "swap" / "other-model"  # states written, index not yet
+    interrupted.mkdir()
+    for path in [*strays, interrupted / "3-0.kvstate"]:
+        path.write_bytes(b"half a state")
+    space = SwapSpace(tmp_path / "swap", 1 << 30)
+    assert sorted(p.name for p in (tmp_path / "swap" / "smollm2").iterdir()) == kept
+    assert not interrupted.exists() and space.used_bytes() == sum(p.stat().st_size for p in
+                                                                   (tmp_path / "swap" / "smollm2").iterdir())
+
+
+def test_a_directory_holding_other_files_is_not_taken_over(tmp_path) -> None:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "keep-me.gguf").write_bytes(b"GGUF")
+    with pytest.raises(ConfigError, match=r"swap space .*models is a directory that holds other files.*new or empty"):
+        SwapSpace(tmp_path / "models", 1 << 30)
+    with pytest.raises(ConfigError, match=r"--swap-space -1 bytes is negative"):
+        SwapSpace(tmp_path / "swap", -1)
+    assert (tmp_path / "models" / "keep-me.gguf").exists()
+
+
+def test_a_model_key_becomes_one_plain_folder_name() -> None:
+    assert folder_name("smollm2") == "smollm2"
+    assert folder_name("library/smollm2:latest") == "library%2Fsmollm2%3Alatest"
+    assert folder_name("..") == "%2E." and folder_name(".hidden") == "%2Ehidden"
