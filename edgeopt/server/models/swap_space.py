@@ -95,17 +95,22 @@ class SwapSpace:
         if not self._keeps_state(model_key, runtime):
             return SwapRecord(model_key, 0, 0, 0, 0, 0, 0.0)
         _require_identity(fingerprint)
+        folder = self.directory / folder_name(model_key)
+        stamp, saved, skipped, evicted, kept = time.time_ns(), [], 0, 0, []
         with self._lock:
-            folder = self.directory / folder_name(model_key)
-            remove_folder(folder)  # the live cache supersedes the last save
-            folder.mkdir(parents=True)
-            stamp, saved, skipped, evicted = time.time_ns(), [], 0, 0
-            for number, tokens in enumerate(engine.cached_prefixes()):
-                entry, freed = self._save_entry(folder, f"{stamp}-{number}{STATE_SUFFIX}", tokens, engine, runtime)
-                saved += [entry] if entry is not None else []
-                skipped += entry is None
-                evicted += freed
-            kept = self._write_within_capacity(folder, ModelIndex(model_key, time.time(), fingerprint, saved))
+            try:
+                remove_folder(folder)  # the live cache supersedes the last save
+                folder.mkdir(parents=True)
+                for number, tokens in enumerate(engine.cached_prefixes()):
+                    entry, freed = self._save_entry(folder, f"{stamp}-{number}{STATE_SUFFIX}", tokens, engine, runtime)
+                    saved += [entry] if entry is not None else []
+                    skipped += entry is None
+                    evicted += freed
+                kept = self._write_within_capacity(folder, ModelIndex(model_key, time.time(), fingerprint, saved))
+            except OSError as exc:  # a full or failing disk must not stop the unload
+                log.warning("swap space: saving the prefix cache of %s to %s failed (%s); it is not kept",
+                            model_key, folder, exc)
+                remove_folder(folder)
         skipped += len(saved) - len(kept)
         record = SwapRecord(model_key, len(kept), sum(len(e.tokens) for e in kept), sum(e.bytes for e in kept),
                             skipped, evicted, time.perf_counter() - started)
@@ -139,7 +144,7 @@ class SwapSpace:
 
     def _make_room(self, needed: int, own: Path) -> int | None:
         """Remove other models' entries, least recently saved model and least recently used entry first, until
-        ``needed`` more bytes fit; the entries removed, or None (nothing removed) when they cannot fit."""
+        ``needed`` more bytes fit; the entries removed, or None when they cannot fit."""
         if folder_bytes(own) + needed > self.capacity_bytes:
             return None
         removed = 0
@@ -182,10 +187,13 @@ class SwapSpace:
                 return 0
             outcomes = self._restore_entries(folder, index, engine, runtime)
             dropped = {name for name, outcome in outcomes.items() if outcome == _DROPPED}
-            if dropped:
-                write_index(folder, index.without(dropped))  # removes the folder when nothing is left
-                if folder.is_dir():
-                    remove_strays(folder, keep=set(outcomes) - dropped)
+            try:
+                if dropped:
+                    write_index(folder, index.without(dropped))  # removes the folder when nothing is left
+                    if folder.is_dir():
+                        remove_strays(folder, keep=set(outcomes) - dropped)
+            except OSError as exc:
+                log.warning("swap space: removing the refused states of %s from %s failed (%s)", model_key, folder, exc)
         restored = [entry for entry in index.entries if outcomes[entry.file] == _RESTORED]
         log.info("swap space: %d of %d saved prefix-cache entries of %s restored (%d tokens) in %.2f s",
                  len(restored), len(index.entries), model_key, sum(len(e.tokens) for e in restored),
