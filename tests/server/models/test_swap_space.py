@@ -33,9 +33,9 @@ def bundle(smollm2_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -
     return smollm2_bundle(smollm2_checkpoint, tmp_path_factory.mktemp("swap") / "smollm2")
 
 
-def load(bundle: Path) -> ServedModel:
+def load(bundle: Path, kv_layout: str = "unified") -> ServedModel:
     manifest = load_bundle(bundle)
-    options = ServeOptions(memory_bytes=1 << 30, context=1024, max_concurrency=2, threads=1, kv_layout="unified")
+    options = ServeOptions(memory_bytes=1 << 30, context=1024, max_concurrency=2, threads=1, kv_layout=kv_layout)
     return load_served_model(bundle, manifest, serving_shape(bundle, manifest, options), options)
 
 
@@ -75,8 +75,9 @@ def space_for(tmp_path: Path, model: ServedModel, bundle: Path, capacity: int = 
     return space, space.fingerprint(bundle, load_bundle(bundle), model.runtime)
 
 
-def test_the_next_turn_after_a_swap_reads_its_prefix_from_the_restored_cache(bundle, tmp_path) -> None:
-    model = load(bundle)
+@pytest.mark.parametrize("kv_layout", ["unified", "streams"])
+def test_the_next_turn_after_a_swap_reads_its_prefix_from_the_restored_cache(bundle, tmp_path, kv_layout) -> None:
+    model = load(bundle, kv_layout)
     try:
         space, fingerprint = space_for(tmp_path, model, bundle)
         second, = first_turns(model, 1)
@@ -90,7 +91,7 @@ def test_the_next_turn_after_a_swap_reads_its_prefix_from_the_restored_cache(bun
     assert index["fingerprint"] == fingerprint and len(index["entries"][0]["tokens"]) == record.tokens
     assert [p.suffix for p in folder.iterdir() if p.name != INDEX] == [STATE_SUFFIX]
 
-    model = load(bundle)  # the model loads again: a fresh runtime and engine
+    model = load(bundle, kv_layout)  # the model loads again: a fresh runtime and engine
     try:
         assert space.restore("smollm2", model.engine, model.runtime, fingerprint) == 1
         answer, _, cached = turn(model, second)
