@@ -232,3 +232,14 @@ def test_a_model_key_becomes_one_plain_folder_name() -> None:
     assert folder_name("smollm2") == "smollm2"
     assert folder_name("library/smollm2:latest") == "library%2Fsmollm2%3Alatest"
     assert folder_name("..") == "%2E." and folder_name(".hidden") == "%2Ehidden"
+
+
+def test_the_fingerprint_of_a_bundle_and_of_its_gguf_served_where_it_lies(served, bundle, tmp_path) -> None:
+    space = SwapSpace(tmp_path / "swap", 1 << 30)
+    manifest = load_bundle(bundle)
+    of_bundle = space.fingerprint_of(bundle, served.runtime)
+    assert of_bundle == space.fingerprint(bundle, manifest, served.runtime)
+    assert of_bundle["kv_type"] == "f16" and of_bundle["kv_streams"] == 1  # unified: one stream
+    # A bare GGUF's manifest records no sha256: the file is hashed (the same bytes as the bundle's record).
+    of_file = space.fingerprint_of(bundle / "model.gguf", served.runtime)
+    assert of_file["model_sha256"] == manifest.files["model.gguf"]["sha256"] == of_bundle["model_sha256"]
