@@ -120,6 +120,18 @@ def test_capacity_keeps_the_most_recent_entries_and_evicts_the_least_recently_sa
     assert not (tmp_path / "capped" / "first").exists()  # the least recently saved model went first, whole
 
 
+def test_conversations_on_one_system_prompt_come_back_sharing_its_cells(served, bundle, tmp_path) -> None:
+    second_turns = first_turns(served, 3)
+    cached_before = served.engine.stats().kv_cached_tokens
+    space, fingerprint = space_for(tmp_path, served, bundle)
+    assert space.save("smollm2", served.engine, served.runtime, fingerprint).entries == 3
+    served.engine.clear_prefix_cache()
+    assert space.restore("smollm2", served.engine, served.runtime, fingerprint) == 3
+    assert served.engine.stats().kv_cached_tokens == cached_before  # the system prompt's cells are kept once
+    _, _, cached = turn(served, second_turns[0])  # the least recently used conversation resumes too
+    assert cached > len(served.tokenizer.encode(SYSTEM))
+
+
 @pytest.fixture(scope="module")
 def saved_once(served, bundle, tmp_path_factory) -> tuple[Path, dict]:
     """A swap space holding one conversation's entry, saved once; each test damages its own copy."""
