@@ -32,6 +32,7 @@ from typing import Any
 from edgeopt.bundle import Manifest, sha256_file
 from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ENGINE_BUG_HINT, BackendError, ConfigError
+from edgeopt.model_source import open_model_source
 from edgeopt.runtimes.base import Runtime
 from edgeopt.server.models.swap_index import (INDEX, PARTIAL_SUFFIX, STATE_SUFFIX, ModelIndex, SavedEntry,
                                               fingerprint_differences, folder_bytes, folder_name, read_index,
@@ -85,6 +86,11 @@ class SwapSpace:
         # cells are shared (llama.cpp's unified cache), one per sequence id otherwise (per-sequence streams).
         found["kv_streams"] = 1 if info.shares_kv_cells else info.max_slots + info.cache_slots
         return found
+
+    def fingerprint_of(self, model_path: Path, runtime: Runtime) -> dict[str, Any]:
+        """:meth:`fingerprint` of the bundle directory or GGUF file ``model_path`` (its manifest read, not verified)."""
+        source = open_model_source(model_path, verify=False)
+        return self.fingerprint(source.bundle_dir, source.manifest, runtime)
 
     # --- unloading -----------------------------------------------------------------------------------------
 

@@ -120,6 +120,18 @@ def test_capacity_keeps_the_most_recent_entries_and_evicts_the_least_recently_sa
     assert not (tmp_path / "capped" / "first").exists()  # the least recently saved model went first, whole
 
 
+def test_conversations_on_one_system_prompt_come_back_sharing_its_cells(served, bundle, tmp_path) -> None:
+    second_turns = first_turns(served, 3)
+    cached_before = served.engine.stats().kv_cached_tokens
+    space, fingerprint = space_for(tmp_path, served, bundle)
+    assert space.save("smollm2", served.engine, served.runtime, fingerprint).entries == 3
+    served.engine.clear_prefix_cache()
+    assert space.restore("smollm2", served.engine, served.runtime, fingerprint) == 3
+    assert served.engine.stats().kv_cached_tokens == cached_before  # the system prompt's cells are kept once
+    _, _, cached = turn(served, second_turns[0])  # the least recently used conversation resumes too
+    assert cached > len(served.tokenizer.encode(SYSTEM))
+
+
 @pytest.fixture(scope="module")
 def saved_once(served, bundle, tmp_path_factory) -> tuple[Path, dict]:
     """A swap space holding one conversation's entry, saved once; each test damages its own copy."""
@@ -232,3 +244,14 @@ def test_a_model_key_becomes_one_plain_folder_name() -> None:
     assert folder_name("smollm2") == "smollm2"
     assert folder_name("library/smollm2:latest") == "library%2Fsmollm2%3Alatest"
     assert folder_name("..") == "%2E." and folder_name(".hidden") == "%2Ehidden"
+
+
+def test_the_fingerprint_of_a_bundle_and_of_its_gguf_served_where_it_lies(served, bundle, tmp_path) -> None:
+    space = SwapSpace(tmp_path / "swap", 1 << 30)
+    manifest = load_bundle(bundle)
+    of_bundle = space.fingerprint_of(bundle, served.runtime)
+    assert of_bundle == space.fingerprint(bundle, manifest, served.runtime)
+    assert of_bundle["kv_type"] == "f16" and of_bundle["kv_streams"] == 1  # unified: one stream
+    # A bare GGUF's manifest records no sha256: the file is hashed (the same bytes as the bundle's record).
+    of_file = space.fingerprint_of(bundle / "model.gguf", served.runtime)
+    assert of_file["model_sha256"] == manifest.files["model.gguf"]["sha256"] == of_bundle["model_sha256"]
