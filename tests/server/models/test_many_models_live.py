@@ -1,8 +1,10 @@
 """One server, three real models (SmolLM2-135M-Instruct and the trained demo model as GGUF, an ONNX embedding
-model: a tiny BERT named minilm), a budget that holds two: the official openai and ollama clients switch among them; every answer comes
-from the model asked for, the least recently used idle model makes room, /api/ps agrees, and the server's
-resident memory, sampled all along, stays within the budget. Then what goes wrong: an unknown model, a model
-file that fails to load, unloading a model with a request in flight."""
+model: a tiny BERT named minilm), a budget that holds two: the official openai and ollama clients switch among
+them; every answer comes from the model asked for, the least recently used idle model makes room, /api/ps
+agrees, a conversation's next turn after its model was swapped out reads its prefix from the restored cache,
+and the server's resident memory, sampled all along, stays within the budget. Then what goes wrong: an unknown
+model, a model file that fails to load, the wrong kind of model, a stored response continued by another model,
+unloading a model with a request in flight."""
 
 from __future__ import annotations
 
@@ -81,6 +83,10 @@ def server(models: dict[str, Path], tmp_path_factory):  # noqa: ANN201 - a Launc
         sampler.join()
 
 
+def chat_client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key="none", timeout=120)
+
+
 def loaded(base_url: str) -> set[str]:
     return {m.model for m in ollama.Client(host=base_url).ps().models}
 
@@ -88,7 +94,7 @@ def loaded(base_url: str) -> set[str]:
 def test_clients_switch_among_three_models_on_a_budget_that_holds_two(server):
     launched, memory, peak = server
     url = launched.base_url
-    chat = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=120)
+    chat = chat_client(url)
     client = ollama.Client(host=url, timeout=120)
 
     def ask_openai(model: str) -> str:
@@ -133,6 +139,10 @@ def test_bad_requests_name_the_value_and_the_others_keep_serving(server):
     assert {m["id"]: m["status"]["value"] for m in models}["broken"] == "failed"
     wrong_kind = httpx.post(f"{url}/v1/embeddings", json={"model": "demo", "input": "x"})
     assert wrong_kind.status_code == 400 and "send it to 'minilm'" in wrong_kind.text
+    made = chat_client(url).responses.create(model="smollm2", input="Hello", max_output_tokens=4)
+    other = httpx.post(f"{url}/v1/responses", timeout=120,
+                       json={"model": "demo", "input": "And then?", "previous_response_id": made.id})
+    assert other.status_code == 400 and "made by model 'smollm2', not 'demo'" in other.text
 
     # SmolLM2 takes seconds for 400 tokens on a CPU: the unload lands while the request is in flight
     with httpx.stream("POST", f"{url}/v1/chat/completions", timeout=120,
@@ -155,7 +165,7 @@ def test_bad_requests_name_the_value_and_the_others_keep_serving(server):
 def test_the_next_turn_after_its_model_was_swapped_out_reads_its_prefix_from_the_restored_cache(server):
     launched, memory, peak = server
     url = launched.base_url
-    chat = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=120)
+    chat = chat_client(url)
     turn = [{"role": "system", "content": "You are a geography teacher. Answer in one short sentence."}, *QUESTION]
     first = chat.chat.completions.create(model="smollm2", messages=turn, max_tokens=12, temperature=0)
     assert httpx.post(f"{url}/models/unload", json={"model": "smollm2"}).json() == {"success": True}
