@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from edgeopt.monitor.metrics_parse import Histogram, MetricsSnapshot
 
@@ -96,7 +97,7 @@ def _tokens_per_s(scrapes: Sequence[tuple[float, MetricsSnapshot]], name: str, e
     if all(value is None for value in values):
         return None  # never loaded in the window: no rate, rather than a misleading 0
     generated = 0.0
-    for before, after in zip(values, values[1:]):
+    for before, after in pairwise(values):
         if after is None:
             continue  # unloaded by now: what it made since the previous scrape went with its engine
         generated += after if before is None or after < before else after - before

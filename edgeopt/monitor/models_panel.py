@@ -63,8 +63,8 @@ class ModelsPanel(Static):
     def summary(figures: Figures) -> str:
         """Under the panel: the bytes all models hold of the budget, and the rarer events when there were any."""
         held = sum(m.resident_bytes or 0.0 for m in figures.models if m.loaded)
-        parts = [f"{fmt.size_bytes(held)} of {fmt.size_bytes(figures.models_budget_bytes)} held "
-                 f"{fmt.percent(held, figures.models_budget_bytes).strip()}"]
+        budget = figures.models_budget_bytes
+        parts = [f"{fmt.size_bytes(held)} of {fmt.size_bytes(budget)} held {fmt.percent(held, budget).strip()}"]
         restores = sum(m.cache_restores or 0.0 for m in figures.models)
         failures = sum(m.load_failures or 0.0 for m in figures.models)
         if restores:

@@ -183,10 +183,10 @@ class RequestTable(DataTable):
 
     COLUMNS = ("request", "state", "prompt", "generated", "elapsed")
     MODEL_WIDTH = 16
+    with_model = False  # the columns now shown include "model"
 
     def on_mount(self) -> None:
         self.cursor_type = "none"
-        self.with_model = False
         self.add_columns(*self.COLUMNS)
         self.border_title = "Active requests"
 
