@@ -16,6 +16,7 @@ from textual.widgets import Footer, Header
 
 from edgeopt.monitor.client import MetricsClient, Poll
 from edgeopt.monitor.metrics_parse import RequestRow
+from edgeopt.monitor.models_panel import ModelsPanel
 from edgeopt.monitor.widgets import LatencyPanel, MemoryPanel, RequestTable, StatusLine, ThroughputPanel
 from edgeopt.monitor.window import Figures, MetricsWindow
 
@@ -52,6 +53,7 @@ class MonitorApp(App[None]):
             yield LatencyPanel(self.window.window_s, id="latency")
             yield ThroughputPanel(id="throughput")
         yield MemoryPanel(id="memory")
+        yield ModelsPanel(self.window.window_s, id="models")  # hidden unless the server has several models
         yield RequestTable(id="requests")
         yield Footer()
 
@@ -107,7 +109,8 @@ class MonitorApp(App[None]):
         self.query_one(LatencyPanel).show(figures, history)
         self.query_one(ThroughputPanel).show(figures, history)
         self.query_one(MemoryPanel).show(figures)
-        self.query_one(RequestTable).show(requests)
+        self.query_one(ModelsPanel).show(figures)
+        self.query_one(RequestTable).show(requests, with_model=bool(figures.models))
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused

@@ -68,11 +68,24 @@ class MetricsSnapshot:
 
     scalars: dict[str, float] = field(default_factory=dict)
     by_label: dict[str, dict[str, float]] = field(default_factory=dict)  # sample -> "k=v,..." -> value
-    histograms: dict[str, Histogram] = field(default_factory=dict)
+    histograms: dict[str, Histogram] = field(default_factory=dict)  # summed over labels other than le
+    labelled_histograms: dict[str, dict[str, Histogram]] = field(default_factory=dict)  # name -> "k=v,..." -> one
     problems: tuple[str, ...] = ()
 
     def value(self, name: str) -> float | None:
         return self.scalars.get(name)
+
+    def by(self, label: str, name: str) -> dict[str, float]:
+        """A series that carries one label (``model``, ``worker``) as {label value: sample value}."""
+        return {_label_value(key, label): value for key, value in self.by_label.get(name, {}).items()}
+
+    def histograms_by(self, label: str, name: str) -> dict[str, Histogram]:
+        return {_label_value(key, label): hist for key, hist in self.labelled_histograms.get(name, {}).items()}
+
+
+def _label_value(key: str, label: str) -> str:
+    # A key of one label is "model=NAME": everything after the first "=" is the name, commas included.
+    return key.partition(f"{label}=")[2]
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,7 @@ class RequestRow:
     prompt_tokens: int
     generated_tokens: int
     elapsed_s: float
+    model: str | None = None  # a server of several models names each request's model
 
 
 def parse_metrics(text: str) -> MetricsSnapshot:
@@ -91,6 +105,7 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     scalars: dict[str, float] = {}
     by_label: dict[str, dict[str, float]] = {}
     histograms: dict[str, Histogram] = {}
+    labelled_histograms: dict[str, dict[str, Histogram]] = {}
     problems: list[str] = []
     for name, chunk in _family_chunks(text):
         try:
@@ -100,17 +115,22 @@ def parse_metrics(text: str) -> MetricsSnapshot:
             continue
         for family in families:
             if family.type == "histogram":
+                if not family.samples:
+                    continue  # a labelled histogram before its first observation: nothing to show, nothing wrong
                 histogram = _histogram_from_samples(family.samples)
                 if histogram is None:
                     problems.append(f"{family.name}: histogram without usable buckets")
-                else:
-                    histograms[family.name] = histogram
+                    continue
+                histograms[family.name] = histogram
+                labelled = _labelled_histograms(family.samples)
+                if labelled:
+                    labelled_histograms[family.name] = labelled
                 continue
             if family.type == "counter" and not family.samples:
                 # A labelled counter has no samples until its first increment: that is a zero.
                 scalars.setdefault(family.name + "_total", 0.0)
             _add_scalars(family.samples, scalars, by_label)
-    return MetricsSnapshot(scalars, by_label, histograms, tuple(problems))
+    return MetricsSnapshot(scalars, by_label, histograms, labelled_histograms, tuple(problems))
 
 
 def _family_chunks(text: str) -> list[tuple[str, str]]:
@@ -150,6 +170,17 @@ def _add_scalars(samples: list[Any], scalars: dict[str, float], by_label: dict[s
         if sample.labels:
             key = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
             by_label.setdefault(sample.name, {})[key] = sample.value
+
+
+def _labelled_histograms(samples: list[Any]) -> dict[str, Histogram]:
+    """One histogram per label set other than ``le`` (edgeopt_model_time_to_first_token_seconds{model=...})."""
+    groups: dict[str, list[Any]] = {}
+    for sample in samples:
+        labels = sorted((k, v) for k, v in sample.labels.items() if k != "le")
+        if labels:
+            groups.setdefault(",".join(f"{k}={v}" for k, v in labels), []).append(sample)
+    histograms = {key: _histogram_from_samples(group) for key, group in groups.items()}
+    return {key: hist for key, hist in histograms.items() if hist is not None}
 
 
 def _histogram_from_samples(samples: list[Any]) -> Histogram | None:
@@ -200,6 +231,7 @@ def _request_row(item: Any) -> RequestRow | None:
             prompt_tokens=int(item.get("prompt_tokens", 0)),
             generated_tokens=int(item.get("generated_tokens", 0)),
             elapsed_s=float(item.get("elapsed_s", 0.0)),
+            model=str(item["model"]) if item.get("model") is not None else None,
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -176,18 +176,34 @@ class MemoryPanel(Vertical):
 
 
 class RequestTable(DataTable):
-    """Active requests; rows are replaced on every poll (the server's list is the truth)."""
+    """Active requests; rows are replaced on every poll (the server's list is the truth).
+
+    A server of several models adds a "model" column; a server of one looks as it always did.
+    """
 
     COLUMNS = ("request", "state", "prompt", "generated", "elapsed")
+    MODEL_WIDTH = 16
+    with_model = False  # the columns now shown include "model"
 
     def on_mount(self) -> None:
         self.cursor_type = "none"
         self.add_columns(*self.COLUMNS)
         self.border_title = "Active requests"
 
-    def show(self, rows: list[RequestRow] | None) -> None:
-        self.clear()
+    def show(self, rows: list[RequestRow] | None, with_model: bool = False) -> None:
+        switch = with_model != self.with_model
+        self.clear(columns=switch)
+        if switch:
+            self.with_model = with_model
+            self.add_columns(*self.columns_shown)
         for row in rows or []:
-            self.add_row(row.request_id[:24], row.state, f"{row.prompt_tokens:>6}",
-                         f"{row.generated_tokens:>9}", f"{row.elapsed_s:6.1f}s")
+            cells = [row.request_id[:24], row.state, f"{row.prompt_tokens:>6}", f"{row.generated_tokens:>9}",
+                     f"{row.elapsed_s:6.1f}s"]
+            if self.with_model:
+                cells.insert(1, (row.model or fmt.MISSING)[: self.MODEL_WIDTH])
+            self.add_row(*cells)
         self.border_subtitle = "detail unavailable" if rows is None else f"{len(rows)} active"
+
+    @property
+    def columns_shown(self) -> tuple[str, ...]:
+        return (self.COLUMNS[0], "model", *self.COLUMNS[1:]) if self.with_model else self.COLUMNS

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from edgeopt.monitor.metrics_parse import MetricsSnapshot
+from edgeopt.monitor.model_figures import BUDGET, ModelFigures, models_in_window
 
 TTFT = "edgeopt_time_to_first_token_seconds"
 ITL = "edgeopt_inter_token_latency_seconds"
@@ -68,6 +69,8 @@ class Figures:
     speculative_accepted_total: float | None = None  # of those, tokens the model agreed with
     kv_cache_kind: str | None = None  # "f16 · streams": the KV cache's element type and layout (info metric)
     workers: tuple[WorkerFigures, ...] = ()  # a split server's RPC workers; empty for one process
+    models: tuple[ModelFigures, ...] = ()  # a server of several models: one per model; empty for one model
+    models_budget_bytes: float | None = None  # the bytes its loaded models may hold together
     problems: tuple[str, ...] = ()
 
     @property
@@ -161,6 +164,8 @@ class MetricsWindow:
             speculative_accepted_total=snapshot.value("edgeopt_speculative_accepted_tokens_total"),
             kv_cache_kind=_kv_cache_kind(snapshot),
             workers=_workers(snapshot),
+            models=models_in_window(self._scrapes),
+            models_budget_bytes=snapshot.value(BUDGET),
             problems=snapshot.problems,
         )
         self.history.record(figures)
@@ -183,11 +188,9 @@ def _kv_cache_kind(snapshot: MetricsSnapshot) -> str | None:
 
 def _workers(snapshot: MetricsSnapshot) -> tuple[WorkerFigures, ...]:
     """edgeopt.rpc.metrics' gauges, one per ``worker`` label."""
-    def by_worker(name: str) -> dict[str, float]:
-        return {key.partition("worker=")[2]: value for key, value in snapshot.by_label.get(name, {}).items()}
-
-    used, offered = by_worker("edgeopt_worker_memory_used_bytes"), by_worker("edgeopt_worker_memory_bytes")
-    round_trip = by_worker("edgeopt_worker_round_trip_seconds")
+    used = snapshot.by("worker", "edgeopt_worker_memory_used_bytes")
+    offered = snapshot.by("worker", "edgeopt_worker_memory_bytes")
+    round_trip = snapshot.by("worker", "edgeopt_worker_round_trip_seconds")
     return tuple(WorkerFigures(name, used.get(name), offered.get(name), round_trip.get(name))
                  for name in sorted(offered.keys() | used.keys()))
 

@@ -112,3 +112,48 @@ def test_request_rows_skip_malformed_entries() -> None:
     assert rows[0].generated_tokens == 3 and rows[0].elapsed_s == 0.5
     assert parse_requests(["not", "a", "dict"]) == []
     assert parse_requests({"requests": None}) == []
+
+
+def test_a_labelled_histogram_is_kept_per_label_and_summed() -> None:
+    text = ('# TYPE edgeopt_model_time_to_first_token_seconds histogram\n'
+            'edgeopt_model_time_to_first_token_seconds_bucket{le="0.1",model="chat-a"} 3\n'
+            'edgeopt_model_time_to_first_token_seconds_bucket{le="+Inf",model="chat-a"} 4\n'
+            'edgeopt_model_time_to_first_token_seconds_count{model="chat-a"} 4\n'
+            'edgeopt_model_time_to_first_token_seconds_sum{model="chat-a"} 1.5\n'
+            'edgeopt_model_time_to_first_token_seconds_bucket{le="0.1",model="qwen2.5:0.5b"} 0\n'
+            'edgeopt_model_time_to_first_token_seconds_bucket{le="+Inf",model="qwen2.5:0.5b"} 2\n'
+            'edgeopt_model_time_to_first_token_seconds_count{model="qwen2.5:0.5b"} 2\n'
+            'edgeopt_model_time_to_first_token_seconds_sum{model="qwen2.5:0.5b"} 3.0\n'
+            '# TYPE edgeopt_model_loaded gauge\n'
+            'edgeopt_model_loaded{model="chat-a"} 1\n'
+            'edgeopt_model_loaded{model="qwen2.5:0.5b"} 0\n')
+    snap = parse_metrics(text)
+    assert snap.problems == ()
+    per_model = snap.histograms_by("model", "edgeopt_model_time_to_first_token_seconds")
+    assert set(per_model) == {"chat-a", "qwen2.5:0.5b"}
+    assert per_model["chat-a"].cumulative == (3, 4) and per_model["chat-a"].total == pytest.approx(1.5)
+    assert per_model["qwen2.5:0.5b"].count == 2
+    assert snap.histograms["edgeopt_model_time_to_first_token_seconds"].count == 6
+    assert snap.by("model", "edgeopt_model_loaded") == {"chat-a": 1.0, "qwen2.5:0.5b": 0.0}
+    assert snap.by("model", "edgeopt_model_resident_bytes") == {}
+    assert parse_metrics("").histograms_by("model", "edgeopt_model_time_to_first_token_seconds") == {}
+
+
+def test_a_labelled_histogram_before_its_first_observation_is_not_malformed() -> None:
+    # Every server exposes edgeopt_model_time_to_first_token_seconds with no sample until a request is answered.
+    text = ("# HELP edgeopt_model_time_to_first_token_seconds by model\n"
+            "# TYPE edgeopt_model_time_to_first_token_seconds histogram\n"
+            "# TYPE edgeopt_requests_running gauge\nedgeopt_requests_running 1\n")
+    snap = parse_metrics(text)
+    assert snap.problems == ()
+    assert snap.histograms == {} and snap.labelled_histograms == {}
+    assert snap.value("edgeopt_requests_running") == 1
+
+
+def test_request_rows_name_their_model_when_the_server_does() -> None:
+    payload = {"requests": [
+        {"request_id": "cmpl-1", "state": "decoding", "prompt_tokens": 1, "generated_tokens": 1, "elapsed_s": 0.1,
+         "model": "chat-a"},
+        {"request_id": "cmpl-2", "state": "waiting", "prompt_tokens": 1, "generated_tokens": 0, "elapsed_s": 0.1},
+    ]}
+    assert [row.model for row in parse_requests(payload)] == ["chat-a", None]
