@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -124,7 +125,14 @@ def test_split_serving_matches_one_process_survives_a_killed_worker_and_recovers
             assert 0 < metric(metrics, "edgeopt_worker_round_trip_seconds", worker) < 5
 
         victim = workers[1]
+        whole: list[httpx.Response] = []  # a reply not streamed, in flight beside the stream when the worker dies
+        beside = threading.Thread(target=lambda: whole.append(completion(
+            split.base_url, PROMPTS[1], model=model, max_tokens=400, ignore_eos=True)), daemon=True)
+        beside.start()
         chunks, seconds, after = stream_until_cut(split.base_url, model, victim.kill)
+        beside.join(DEATH_BOUND_S)
+        assert whole and whole[0].status_code == 500, whole
+        assert f"worker {victim.endpoint} is down" in whole[0].json()["error"]["message"]
         assert seconds < DEATH_BOUND_S and chunks < 400
         assert after[-1] == "data: [DONE]", after[-3:]  # the stream ends in-band, not by a cut connection
         error = json.loads(after[-2][len("data: "):])["error"]
