@@ -32,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 
 from edgeopt.bench.loadgen import LoadResult, run_load  # noqa: E402
+from edgeopt.runtimes.llama_cpp.amx_guard import cpu_has_amx  # noqa: E402
 from edgeopt.serve_process import LaunchedServer, free_port, launched_server, stop, wait_until_healthy  # noqa: E402
 from tests.bench.bench_vs_llama_server import cpu_model  # noqa: E402
 from edgeopt.demo.smollm2 import smollm2_gguf_path  # noqa: E402
@@ -79,6 +80,8 @@ def llama_server_rpc(binary: Path, gguf: Path, workers: str, n_gpu_layers: int, 
     command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--rpc", workers,
                "-ngl", str(n_gpu_layers), "-ts", ",".join(f"{w:g}" for w in split), "-np", str(STREAMS),
                "-c", str(cells), "-b", str(BATCH), "-ub", str(BATCH), "-t", str(threads), "-tb", str(threads)]
+    if cpu_has_amx():  # llama.cpp's AMX weight buffers fault here (SIGILL/SIGSEGV); edgeopt loads without them too
+        command.append("--no-repack")
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = LaunchedServer(f"http://127.0.0.1:{port}", log_path, process)
