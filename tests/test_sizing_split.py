@@ -89,3 +89,18 @@ def test_a_config_estimate_keeps_the_files_bytes() -> None:
                                      embedding_elements=32000 * 4096, tied=False)
     assert abs(sum(weights.layers) + weights.input_bytes + weights.output_bytes - 4000 * MIB) < 32
     assert isinstance(plan_split(weights, 1, 1, [Device("h", 1, 0), Device("w", 1, 0)]), SplitPlan)
+
+
+@pytest.mark.parametrize(("asked", "expected"), [("auto", "unified"), ("streams", "streams"), ("unified", "unified")])
+def test_a_split_model_shares_cached_prefixes_by_tags_unless_streams_are_asked_for(asked: str, expected: str) -> None:
+    """auto is unified for a split: the streams layout would copy whole streams over RPC (split_kv_layout)."""
+    from edgeopt.demo.smollm2 import smollm2_gguf_path
+    from edgeopt.model_source import open_model_source
+    from edgeopt.sizing.shape import ShapeRequest
+    from edgeopt.sizing.split_shape import WorkerMemory, split_serving_shape
+
+    source = open_model_source(smollm2_gguf_path(), verify=False)
+    workers = [WorkerMemory("a", 1024 * MIB), WorkerMemory("b", 1024 * MIB)]  # streams would fit: auto's own choice
+    shape, _ = split_serving_shape(source.bundle_dir, source.manifest,
+                                   ShapeRequest(context=512, max_sequences=4, kv_layout=asked), workers, 1024 * MIB)
+    assert shape.kv_layout == expected

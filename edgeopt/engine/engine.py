@@ -142,6 +142,18 @@ class Engine:
         self._wakeup.set()
         return done.result(timeout=_CALL_TIMEOUT_S)
 
+    def lose_runtime(self, error: str) -> list[RequestStream]:
+        """The runtime is gone for good and the process is about to end (llama.cpp aborting on a lost RPC
+        worker: edgeopt.rpc.lost_worker calls this from the aborting thread while the engine thread waits
+        inside a step that never returns). From any thread: end every open request with "error", take no
+        new one (/health turns 503 with ``error``), and return their streams, so that the caller can wait
+        for the error to reach each client before the process goes."""
+        self.failure = error
+        self._stopping = True
+        streams = [tracker.stream for tracker in self._requests.trackers()]
+        self._requests.end_all("error", error)
+        return streams
+
     def stats(self) -> EngineStats:
         return engine_stats(self._scheduler, self._sampler, self._verifier, self._requests, self._num_waiting(),
                             self._steps_total, self.prefill_tokens_total)

@@ -13,6 +13,7 @@ import time
 from enum import Enum
 
 import numpy as np
+import numpy.random  # numpy loads it lazily: here, at start, not inside the first request's TTFT
 
 from edgeopt.engine.api import SamplingParams, TokenLogprob
 from edgeopt.engine.constraint import TokenConstraint

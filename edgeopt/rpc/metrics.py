@@ -22,11 +22,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from edgeopt.rpc.endpoints import Endpoint, parse_endpoint
 from edgeopt.runtimes.llama_cpp.rpc import RpcOffload, device_memory, rpc_devices
 
 
@@ -37,11 +38,14 @@ DEFAULT_WORKER_TIMEOUT_S = 60.0
 
 class WorkerWatch(Collector):
     def __init__(self, offload: RpcOffload, loaded: Callable[[], bool],
-                 timeout_s: float = DEFAULT_WORKER_TIMEOUT_S) -> None:
+                 timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
+                 on_silent: Callable[[str, Sequence[Endpoint]], None] | None = None) -> None:
         self._offload = offload
         self._loaded = loaded  # before the model is loaded, the head holds no connection to ask over
         self._timeout_s = timeout_s
+        self._on_silent = on_silent  # (why, the silent workers): edgeopt.rpc.lost_worker.LostWorker.head_lost
         self._waiting_since: float | None = None  # monotonic time the pending heartbeat was sent
+        self._asking: str | None = None  # the worker the pending heartbeat waits on
 
     def start_heartbeat(self) -> None:
         threading.Thread(target=self._heartbeat, name="edgeopt-worker-heartbeat", daemon=True).start()
@@ -52,7 +56,9 @@ class WorkerWatch(Collector):
             time.sleep(HEARTBEAT_S)
             if self._loaded():
                 self._waiting_since = time.monotonic()
-                for device in rpc_devices(self._offload.library, self._offload.endpoints):
+                devices = rpc_devices(self._offload.library, self._offload.endpoints)
+                for endpoint, device in zip(self._offload.endpoints, devices):
+                    self._asking = endpoint
                     device_memory(device)
                 self._waiting_since = None
 
@@ -61,9 +67,13 @@ class WorkerWatch(Collector):
             time.sleep(min(1.0, self._timeout_s / 4))
             since = self._waiting_since
             if since is not None and time.monotonic() - since > self._timeout_s:
-                log.critical("the workers %s have not answered for %.0f s (--worker-timeout): stopping the head so "
-                             "that the supervisor answers 503 and reloads when they are back",
-                             ", ".join(self._offload.endpoints), self._timeout_s)
+                silent = self._asking or ", ".join(self._offload.endpoints)
+                cause = (f"worker {silent} has not answered for {self._timeout_s:.0f} s (--worker-timeout): stopping "
+                         "the head so that the supervisor answers 503 and reloads when it is back")
+                if self._on_silent is not None:  # the requests in flight get their error first
+                    self._on_silent(cause, [parse_endpoint(self._asking)] if self._asking else [])
+                else:
+                    log.critical("%s", cause)
                 logging.shutdown()
                 os.abort()  # as llama.cpp does on a broken connection: the supervisor takes over
 

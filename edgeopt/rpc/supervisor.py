@@ -4,7 +4,8 @@ llama.cpp's RPC client aborts the process the moment a worker's connection break
 RPC_STATUS_ASSERT -> GGML_ABORT); nothing in the head can catch that. So the supervisor owns the listening
 socket and runs the real server as a child on it. When the child dies and a worker no longer answers:
 
-* requests in flight end at once (the child's connections close with it: no hang);
+* requests in flight end at once with an in-band error naming the worker (edgeopt.rpc.lost_worker, in the
+  child, before llama.cpp's abort goes on), and the child's connections close with it: no hang;
 * the supervisor answers every request on the same socket with 503 naming the worker, /health included;
 * it asks the workers twice a second; when all answer HELLO again it starts the server anew, which
   reloads the model onto them (its /health says "loading" meanwhile).

@@ -270,10 +270,13 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
         app.state.server.metrics.describe_shape(shape.kv_live_cells, shape.kv_prefix_cells,
                                                 resident_memory(backends.backend(manifest.format), shape).total_bytes)
     if offload is not None:  # each worker's memory and round trip on /metrics, and a heartbeat
+        from edgeopt.rpc.lost_worker import LostWorker
         from edgeopt.rpc.metrics import WorkerWatch
 
         state = app.state.server
-        watch = WorkerWatch(offload, lambda: state.served is not None, options.worker_timeout_s)
+        lost = LostWorker(offload.endpoints, lambda: state.served.engine if state.served is not None else None)
+        lost.install()  # a lost worker ends the requests in flight with an in-band error, then the head
+        watch = WorkerWatch(offload, lambda: state.served is not None, options.worker_timeout_s, lost.head_lost)
         state.metrics.registry.register(watch)
         watch.start_heartbeat()
     server = uvicorn.Server(uvicorn_config(app, options))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import llama_cpp
 import numpy as np
+import numpy.ctypeslib  # numpy loads it lazily: here, at start, not inside the first step
 
 from edgeopt.errors import ENGINE_BUG_HINT, FEWER_KV_CELLS_HINT, BackendError
 from edgeopt.sizing.layout import UNIFIED

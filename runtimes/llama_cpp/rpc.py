@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,8 @@ from edgeopt.errors import BackendError
 _lock = threading.Lock()
 _rpc_lib: ctypes.CDLL | None = None
 _registered: dict[str, tuple[int, ...]] = {}  # endpoint -> its device pointers (registered once per process)
+_ABORT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_char_p)  # ggml.h: ggml_abort_callback_t
+_abort_handler: ctypes._CFuncPtr | None = None  # kept referenced: ggml holds only the C pointer
 
 
 @dataclass(frozen=True)
@@ -108,3 +111,23 @@ class OffloadParams:
         params.tensor_split = ctypes.cast(self.split_array, ctypes.POINTER(ctypes.c_float))
         params.n_gpu_layers = self.n_gpu_layers
         params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_LAYER
+
+
+def set_abort_handler(handler: Callable[[str], None]) -> None:
+    """Run ``handler(message)`` when ggml is about to abort the process (ggml.c: ``ggml_abort`` calls the
+    callback, then ``abort()`` once it returns). It runs on the aborting thread, which for a broken worker
+    connection is the RPC dispatcher's: the rest of the process keeps running until it returns."""
+    global _abort_handler
+
+    def on_abort(message: bytes | None) -> None:
+        handler((message or b"").decode("utf-8", "replace"))
+
+    lib_dir = Path(llama_cpp.__file__).parent / "lib"
+    # By the soname llama_cpp's libraries loaded: the wheel's libggml-base.so is a separate copy of the file,
+    # and a callback set in that copy would never be called.
+    base = ctypes.CDLL(str(lib_dir / "libggml-base.so.0"))
+    base.ggml_set_abort_callback.argtypes = [_ABORT_CALLBACK]
+    base.ggml_set_abort_callback.restype = ctypes.c_void_p
+    with _lock:
+        _abort_handler = _ABORT_CALLBACK(on_abort)
+        base.ggml_set_abort_callback(_abort_handler)

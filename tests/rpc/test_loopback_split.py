@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -71,23 +72,23 @@ def test_plan_says_only_the_split_fits_and_the_workers_agree_after_loading(tmp_p
         assert abs(used - planned) <= 0.05 * used, f"planned {planned} bytes, the worker reports {used}"
 
 
-def stream_until_cut(base_url: str, model: str, kill) -> tuple[int, float]:  # noqa: ANN001 - a callable
-    """Stream a long completion, call ``kill`` after the first chunks; (chunks read, seconds from kill to end)."""
+def stream_until_cut(base_url: str, model: str, kill) -> tuple[int, float, list[str]]:  # noqa: ANN001 - a callable
+    """Stream a long completion, call ``kill`` after the first chunks; (chunks read, seconds from kill to end,
+    the data lines that came after the kill)."""
     body = {"model": model, "prompt": "Count: 1, 2, 3,", "max_tokens": 400, "temperature": 0, "stream": True,
             "ignore_eos": True}
-    chunks, killed_at = 0, None
-    try:
-        with httpx.stream("POST", base_url + "/v1/completions", json=body, timeout=DEATH_BOUND_S) as reply:
-            for line in reply.iter_lines():
-                if line.startswith("data: {"):
-                    chunks += 1
-                if chunks == 3 and killed_at is None:
-                    kill()
-                    killed_at = time.monotonic()
-    except httpx.HTTPError:
-        pass  # the connection closed under the stream: the expected end
+    chunks, killed_at, after = 0, None, []
+    with httpx.stream("POST", base_url + "/v1/completions", json=body, timeout=DEATH_BOUND_S) as reply:
+        for line in reply.iter_lines():
+            if killed_at is not None and line.startswith("data: "):
+                after.append(line)
+            if line.startswith("data: {"):
+                chunks += 1
+            if chunks == 3 and killed_at is None:
+                kill()
+                killed_at = time.monotonic()
     assert killed_at is not None, f"the stream ended after {chunks} chunks, before the worker was killed"
-    return chunks, time.monotonic() - killed_at
+    return chunks, time.monotonic() - killed_at, after
 
 
 def metric(text: str, name: str, worker: Worker) -> float:
@@ -124,8 +125,18 @@ def test_split_serving_matches_one_process_survives_a_killed_worker_and_recovers
             assert 0 < metric(metrics, "edgeopt_worker_round_trip_seconds", worker) < 5
 
         victim = workers[1]
-        chunks, seconds = stream_until_cut(split.base_url, model, victim.kill)
+        whole: list[httpx.Response] = []  # a reply not streamed, in flight beside the stream when the worker dies
+        beside = threading.Thread(target=lambda: whole.append(completion(
+            split.base_url, PROMPTS[1], model=model, max_tokens=400, ignore_eos=True)), daemon=True)
+        beside.start()
+        chunks, seconds, after = stream_until_cut(split.base_url, model, victim.kill)
+        beside.join(DEATH_BOUND_S)
+        assert whole and whole[0].status_code == 500, whole
+        assert f"worker {victim.endpoint} is down" in whole[0].json()["error"]["message"]
         assert seconds < DEATH_BOUND_S and chunks < 400
+        assert after[-1] == "data: [DONE]", after[-3:]  # the stream ends in-band, not by a cut connection
+        error = json.loads(after[-2][len("data: "):])["error"]
+        assert error["type"] == "server_error" and f"worker {victim.endpoint} is down" in error["message"]
         health = wait_for_health(split.base_url, 503, DEATH_BOUND_S)
         assert str(victim.endpoint) in health.json()["error"]
         refused = completion(split.base_url, PROMPTS[0], model=model)

@@ -29,7 +29,7 @@ def fake_worker(answer: bytes | None, old_hello_answer: bytes | None = None,
 
     def serve() -> None:
         with listener:
-            listener.settimeout(5)
+            listener.settimeout(60)  # `edgeopt serve` may take ~10 s to reach its probe on a loaded 2-core host
             for _ in range(connections):
                 try:
                     conn, _ = listener.accept()
