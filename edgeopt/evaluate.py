@@ -4,8 +4,8 @@ Shared by every bundle format: the bundle's model is reached through a scorer
 (:mod:`edgeopt.eval_scorers`, chosen by ``manifest.format``), the original checkpoint through
 transformers. Both read the same token ids, cut into windows; each window's next-token distributions
 are compared position by position. Without ``--eval-data`` the held-out text is what the original
-model itself writes from a few seed prompts, so the numbers say how faithfully the optimized model
-reproduces the original's behaviour.
+model itself writes from a few seed prompts (edgeopt.eval_text: generated once per model, then cached), so
+the numbers say how faithfully the optimized model reproduces the original's behaviour.
 """
 
 from __future__ import annotations
@@ -16,19 +16,13 @@ from typing import Any
 from edgeopt.errors import EvaluationError
 from edgeopt.eval_metrics import Comparison
 from edgeopt.eval_scorers import HFScorer, load_bundle_scorer
+from edgeopt.eval_text import SEED_PROMPTS, generated_eval_ids
 from edgeopt.evaluate_kv import kv_cache_cost, needs_kv_cache_evaluation
 from edgeopt.progress import progress
 from edgeopt.textfile import read_text_file
 
-SEED_PROMPTS = (
-    "The function returns",
-    "To open a file in Python,",
-    "Class documentation:",
-    "This module provides",
-)
 DEFAULT_WINDOW = 256
 DEFAULT_MAX_TOKENS = 1024
-GENERATED_TOKENS_PER_PROMPT = 96
 
 
 def read_eval_text(path: Path) -> str:
@@ -57,14 +51,6 @@ def windows(token_ids: list[int], window: int, max_tokens: int, bos: int | None)
     return out
 
 
-def _generated_ids(reference: HFScorer, tokenizer: Any, bos: int | None) -> list[int]:
-    ids: list[int] = []
-    for prompt in SEED_PROMPTS:
-        prompt_ids = ([bos] if bos is not None else []) + tokenizer.encode(prompt, add_special_tokens=False)
-        ids += reference.generate(prompt_ids, GENERATED_TOKENS_PER_PROMPT)[1 if bos is not None else 0:]
-    return ids
-
-
 def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | None, eval_data: Path | None,
                     window: int = DEFAULT_WINDOW, max_tokens: int = DEFAULT_MAX_TOKENS, threads: int = 2) -> dict[str, Any]:
     """Quality metrics of the bundle's model; KL/top-1 need the original checkpoint, perplexity needs text.
@@ -87,7 +73,7 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
         ids = tokenizer.encode(read_eval_text(eval_data), add_special_tokens=False)
         source = f"file:{Path(eval_data).name}"
     elif reference is not None:
-        ids = _generated_ids(reference, tokenizer, bos)
+        ids, _cached = generated_eval_ids(Path(original_model_dir), reference, tokenizer, bos, threads)
         source = f"generated:{len(SEED_PROMPTS)} seed prompts"
     else:
         raise EvaluationError("nothing to evaluate on: no --data text and no original model to generate text",
