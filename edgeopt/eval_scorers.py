@@ -9,14 +9,15 @@ cache types also take ``kv_type=`` (edgeopt.evaluate_kv).
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError, EvaluationError
+
 
 class Scorer(Protocol):
     vocab_size: int

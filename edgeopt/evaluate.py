@@ -10,16 +10,20 @@ the numbers say how faithfully the optimized model reproduces the original's beh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import EvaluationError
 from edgeopt.eval_metrics import Comparison
 from edgeopt.eval_scorers import HFScorer, load_bundle_scorer
-from edgeopt.eval_text import SEED_PROMPTS, generated_eval_ids
+from edgeopt.eval_text import SEED_PROMPTS, generated_eval_ids, threads_following_load
 from edgeopt.evaluate_kv import kv_cache_cost, needs_kv_cache_evaluation
 from edgeopt.progress import progress
 from edgeopt.textfile import read_text_file
+
+if TYPE_CHECKING:
+    from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
 
 DEFAULT_WINDOW = 256
 DEFAULT_MAX_TOKENS = 1024
@@ -65,7 +69,18 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
         from edgeopt.evaluate_rerank import evaluate_rerank_bundle
 
         return evaluate_rerank_bundle(bundle_dir, manifest, original_model_dir, eval_data, threads=threads)
-    bundle_dir = Path(bundle_dir)
+    # Torch and llama.cpp threads meet at a barrier after every operation: with other processes on the cores, a
+    # fixed 2 threads is many times slower than 1 (edgeopt.eval_text has the measurement).
+    with threads_following_load(threads) as governor:
+        return _evaluate_causal_lm(Path(bundle_dir), manifest, original_model_dir, eval_data, window, max_tokens,
+                                   governor)
+
+
+def _evaluate_causal_lm(bundle_dir: Path, manifest: Any, original_model_dir: Path | None, eval_data: Path | None,
+                        window: int, max_tokens: int, governor: ThreadGovernor) -> dict[str, Any]:
+    """Perplexity, and KL/top-1 against the original; the scorers get the threads ``governor`` found free, the
+    original's torch follows the load window by window."""
+    threads = governor.threads
     tokenizer = _tokenizer(bundle_dir / manifest.tokenizer_dir)
     bos = tokenizer.bos_token_id if getattr(tokenizer, "add_bos_token", False) else None
     reference = HFScorer(Path(original_model_dir), threads) if original_model_dir is not None else None
@@ -73,7 +88,7 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
         ids = tokenizer.encode(read_eval_text(eval_data), add_special_tokens=False)
         source = f"file:{Path(eval_data).name}"
     elif reference is not None:
-        ids, _cached = generated_eval_ids(Path(original_model_dir), reference, tokenizer, bos, threads)
+        ids, _cached = generated_eval_ids(Path(original_model_dir), reference, tokenizer, bos, governor.before_decode)
         source = f"generated:{len(SEED_PROMPTS)} seed prompts"
     else:
         raise EvaluationError("nothing to evaluate on: no --data text and no original model to generate text",
@@ -83,7 +98,7 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
         raise EvaluationError(f"evaluation text gave {len(ids)} tokens; at least 2 are needed", "pass a longer text")
     scorer = load_bundle_scorer(bundle_dir, manifest, context=window, threads=threads)
     try:
-        metrics = _compare(chunks, scorer, reference, source)
+        metrics = _compare(chunks, scorer, reference, source, governor.before_decode)
     finally:
         scorer.close()
         if reference is not None:
@@ -93,9 +108,11 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
     return metrics
 
 
-def _compare(chunks: list[list[int]], scorer: Any, reference: HFScorer | None, source: str) -> dict[str, Any]:
+def _compare(chunks: list[list[int]], scorer: Any, reference: HFScorer | None, source: str,
+             before_window: Callable[[], None] = lambda: None) -> dict[str, Any]:
     candidate_only, against_original, original = Comparison(), Comparison(), Comparison()
     for chunk in progress(chunks, "evaluating"):
+        before_window()
         cand = scorer.score(chunk)
         candidate_only.add(cand, cand, chunk)
         if reference is None:
