@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from edgeopt.errors import ConfigError
+from edgeopt.sizing import onnx_memory
 from edgeopt.sizing.layout import KV_LAYOUTS
 
 MIB = 1024**2
@@ -65,6 +66,17 @@ class Backend:
     # Of runtime_overhead_bytes, the Python server process itself (interpreter, numpy, FastAPI, the runtime's
     # library): what `edgeopt plan` shows as "process" beside the runtime's buffers (edgeopt.sizing.resident).
     process_bytes: int = 0
+    # A runtime that holds its KV cache more than once at a step's peak (ONNX Runtime: edgeopt.sizing.onnx_memory):
+    # resident bytes per KV cell in units of the cell's own bytes, and the longest sequence's KV held that many
+    # times more while its prompt is prefilled.
+    kv_resident_copies: float = 1.0
+    prompt_kv_copies: float = 0.0
+    # "module:function": (weights_bytes, vocab_size, hidden_size, tied_embeddings) -> bytes the runtime builds from
+    # the file beyond the file's own; "" when it maps the file as it is (llama.cpp).
+    weights_extra: str = ""
+    # "module:function": (hidden_size, heads, intermediate_size, input_tokens) -> bytes one run of the largest batch
+    # an embedding server makes allocates; "" when the fixed overhead covers it.
+    embedding_run: str = ""
 
     def kv_element_bytes_for(self, quant: str) -> float:
         return self.kv_element_bytes_by_quant.get(quant, self.kv_element_bytes)
@@ -120,7 +132,14 @@ _BUILTIN = (
         # Encoders are small: INT4 MatMulNBits buys them little.
         encoder_quant_candidates=("fp32", "int8"),
         kv_element_bytes=4,  # the exported graph keeps its past_key_values in fp32
-        runtime_overhead_bytes=200 * MIB, embeddings=True,
+        embeddings=True,
+        # Measured on SmolLM2-135M and all-MiniLM-L6-v2 served at full load (edgeopt/sizing/onnx_memory.py says
+        # how); a flat 200 MiB once stood for all of it, 51% above a tiny model's peak and 35% under SmolLM2 fp32's.
+        runtime_overhead_bytes=onnx_memory.PROCESS_BYTES, process_bytes=onnx_memory.PROCESS_BYTES,
+        overhead_per_vocab_entry=onnx_memory.LOGITS_BYTES_PER_VOCAB_ENTRY,
+        kv_resident_copies=onnx_memory.KV_COPIES, prompt_kv_copies=onnx_memory.PROMPT_KV_COPIES,
+        weights_extra="edgeopt.sizing.onnx_memory:weights_extra_bytes",
+        embedding_run="edgeopt.sizing.onnx_memory:embedding_run_bytes",
     ),
     Backend(
         format="torch", runtime="torch", exporter_module="edgeopt.exporters.torch_export",

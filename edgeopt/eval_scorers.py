@@ -9,6 +9,7 @@ cache types also take ``kv_type=`` (edgeopt.evaluate_kv).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError, EvaluationError
+
 
 class Scorer(Protocol):
     vocab_size: int
@@ -61,13 +63,47 @@ class HFScorer:
             out = self._model(self._torch.tensor([token_ids], device=self._device))
         return out.logits[0].float().cpu().numpy()
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
-        """Greedy continuation (used to make evaluation text when the user gives none)."""
-        with self._torch.no_grad():
-            ids = self._torch.tensor([prompt_ids], device=self._device)
-            out = self._model.generate(ids, attention_mask=self._torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                       do_sample=False, pad_token_id=self._model.config.eos_token_id)
-        return out[0].tolist()
+    def greedy_continuations(self, prompt_ids: list[list[int]], max_new_tokens: int,
+                             on_step: Callable[[], None] = lambda: None) -> list[list[int]]:
+        """Every prompt followed by its greedy continuation (``max_new_tokens``, fewer where the model ends it with
+        an end-of-sequence token, which is kept), all decoded together as one left-padded batch: one pass over
+        the weights per step for every prompt. ``on_step`` is called after each step (edgeopt.eval_text uses it
+        to follow the CPU load). Used to write evaluation text when the user gives none."""
+        torch = self._torch
+        config = self._model.config
+        eos = _token_ids(config.eos_token_id)
+        pad = next(iter(_token_ids(config.pad_token_id) or eos or {0}))
+        longest = max(len(ids) for ids in prompt_ids)
+        ids = torch.tensor([[pad] * (longest - len(p)) + p for p in prompt_ids], device=self._device)
+        mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompt_ids], device=self._device)
+        with torch.no_grad():
+            out = self._model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                                       pad_token_id=pad, stopping_criteria=[_EveryStep(torch, on_step)])
+        rows = []
+        for prompt, row in zip(prompt_ids, out.tolist()):
+            continuation = row[longest:]
+            end = next((i + 1 for i, token in enumerate(continuation) if token in eos), len(continuation))
+            rows.append(prompt + continuation[:end])  # after its end-of-sequence token a row holds padding
+        return rows
 
     def close(self) -> None:
         del self._model
+
+
+def _token_ids(value: int | list[int] | None) -> set[int]:
+    """A config's token id field (one id, a list of them, or none) as a set."""
+    if value is None:
+        return set()
+    return {int(v) for v in value} if isinstance(value, list) else {int(value)}
+
+
+class _EveryStep:
+    """A transformers stopping criterion that never stops generation: it calls ``on_step`` once per step."""
+
+    def __init__(self, torch: Any, on_step: Callable[[], None]) -> None:
+        self._torch = torch
+        self._on_step = on_step
+
+    def __call__(self, input_ids: Any, scores: Any, **_kwargs: Any) -> Any:
+        self._on_step()
+        return self._torch.zeros(input_ids.shape[0], dtype=self._torch.bool, device=input_ids.device)

@@ -4,31 +4,29 @@ Shared by every bundle format: the bundle's model is reached through a scorer
 (:mod:`edgeopt.eval_scorers`, chosen by ``manifest.format``), the original checkpoint through
 transformers. Both read the same token ids, cut into windows; each window's next-token distributions
 are compared position by position. Without ``--eval-data`` the held-out text is what the original
-model itself writes from a few seed prompts, so the numbers say how faithfully the optimized model
-reproduces the original's behaviour.
+model itself writes from a few seed prompts (edgeopt.eval_text: generated once per model, then cached), so
+the numbers say how faithfully the optimized model reproduces the original's behaviour.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import EvaluationError
 from edgeopt.eval_metrics import Comparison
 from edgeopt.eval_scorers import HFScorer, load_bundle_scorer
+from edgeopt.eval_text import SEED_PROMPTS, generated_eval_ids, threads_following_load
 from edgeopt.evaluate_kv import kv_cache_cost, needs_kv_cache_evaluation
 from edgeopt.progress import progress
 from edgeopt.textfile import read_text_file
 
-SEED_PROMPTS = (
-    "The function returns",
-    "To open a file in Python,",
-    "Class documentation:",
-    "This module provides",
-)
+if TYPE_CHECKING:
+    from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
+
 DEFAULT_WINDOW = 256
 DEFAULT_MAX_TOKENS = 1024
-GENERATED_TOKENS_PER_PROMPT = 96
 
 
 def read_eval_text(path: Path) -> str:
@@ -57,14 +55,6 @@ def windows(token_ids: list[int], window: int, max_tokens: int, bos: int | None)
     return out
 
 
-def _generated_ids(reference: HFScorer, tokenizer: Any, bos: int | None) -> list[int]:
-    ids: list[int] = []
-    for prompt in SEED_PROMPTS:
-        prompt_ids = ([bos] if bos is not None else []) + tokenizer.encode(prompt, add_special_tokens=False)
-        ids += reference.generate(prompt_ids, GENERATED_TOKENS_PER_PROMPT)[1 if bos is not None else 0:]
-    return ids
-
-
 def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | None, eval_data: Path | None,
                     window: int = DEFAULT_WINDOW, max_tokens: int = DEFAULT_MAX_TOKENS, threads: int = 2) -> dict[str, Any]:
     """Quality metrics of the bundle's model; KL/top-1 need the original checkpoint, perplexity needs text.
@@ -79,7 +69,18 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
         from edgeopt.evaluate_rerank import evaluate_rerank_bundle
 
         return evaluate_rerank_bundle(bundle_dir, manifest, original_model_dir, eval_data, threads=threads)
-    bundle_dir = Path(bundle_dir)
+    # Torch and llama.cpp threads meet at a barrier after every operation: with other processes on the cores, a
+    # fixed 2 threads is many times slower than 1 (edgeopt.eval_text has the measurement).
+    with threads_following_load(threads) as governor:
+        return _evaluate_causal_lm(Path(bundle_dir), manifest, original_model_dir, eval_data, window, max_tokens,
+                                   governor)
+
+
+def _evaluate_causal_lm(bundle_dir: Path, manifest: Any, original_model_dir: Path | None, eval_data: Path | None,
+                        window: int, max_tokens: int, governor: ThreadGovernor) -> dict[str, Any]:
+    """Perplexity, and KL/top-1 against the original; the scorers get the threads ``governor`` found free, the
+    original's torch follows the load window by window."""
+    threads = governor.threads
     tokenizer = _tokenizer(bundle_dir / manifest.tokenizer_dir)
     bos = tokenizer.bos_token_id if getattr(tokenizer, "add_bos_token", False) else None
     reference = HFScorer(Path(original_model_dir), threads) if original_model_dir is not None else None
@@ -87,7 +88,7 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
         ids = tokenizer.encode(read_eval_text(eval_data), add_special_tokens=False)
         source = f"file:{Path(eval_data).name}"
     elif reference is not None:
-        ids = _generated_ids(reference, tokenizer, bos)
+        ids, _cached = generated_eval_ids(Path(original_model_dir), reference, tokenizer, bos, governor.before_decode)
         source = f"generated:{len(SEED_PROMPTS)} seed prompts"
     else:
         raise EvaluationError("nothing to evaluate on: no --data text and no original model to generate text",
@@ -97,7 +98,7 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
         raise EvaluationError(f"evaluation text gave {len(ids)} tokens; at least 2 are needed", "pass a longer text")
     scorer = load_bundle_scorer(bundle_dir, manifest, context=window, threads=threads)
     try:
-        metrics = _compare(chunks, scorer, reference, source)
+        metrics = _compare(chunks, scorer, reference, source, governor.before_decode)
     finally:
         scorer.close()
         if reference is not None:
@@ -107,9 +108,11 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
     return metrics
 
 
-def _compare(chunks: list[list[int]], scorer: Any, reference: HFScorer | None, source: str) -> dict[str, Any]:
+def _compare(chunks: list[list[int]], scorer: Any, reference: HFScorer | None, source: str,
+             before_window: Callable[[], None] = lambda: None) -> dict[str, Any]:
     candidate_only, against_original, original = Comparison(), Comparison(), Comparison()
     for chunk in progress(chunks, "evaluating"):
+        before_window()
         cand = scorer.score(chunk)
         candidate_only.add(cand, cand, chunk)
         if reference is None:

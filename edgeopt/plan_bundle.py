@@ -10,13 +10,16 @@ own :func:`~edgeopt.sizing.bundle_facts.bundle_serving_shape` calls; the plan on
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from edgeopt import backends
 from edgeopt.bundle import MANIFEST, Manifest, read_manifest
+from edgeopt.model_spec import ModelSpec, encoder_input_limit
 from edgeopt.plan import Candidate, Plan, candidate_from_shape
+from edgeopt.pooling import load_pooling
 from edgeopt.profiles import DeviceProfile
-from edgeopt.sizing.budget import after_margin, memory_pool
+from edgeopt.sizing.budget import after_margin, memory_pool, runtime_weights_extra
 from edgeopt.sizing.resident import ResidentMemory
 from edgeopt.sizing.bundle_facts import bundle_model_spec, planned_bundle_shape, weights_bytes
 from edgeopt.sizing.shape import ShapeRequest
@@ -56,6 +59,24 @@ def candidate_context(bundle_dir: Path, manifest: Manifest) -> int:
     return bundle_model_spec(bundle_dir, manifest).max_position_embeddings
 
 
+def _embedding_run_bytes(entry: backends.Backend, bundle_dir: Path, manifest: Manifest, spec: ModelSpec) -> int:
+    """Activations of the largest batch the embedding server runs, in sequences as long as it accepts."""
+    if not entry.embedding_run:
+        return 0
+    return int(backends.load_attr(entry.embedding_run)(spec.hidden_size, spec.num_heads, spec.intermediate_size,
+                                                        embedding_input_tokens(bundle_dir, manifest)))
+
+
+def embedding_input_tokens(bundle_dir: Path, manifest: Manifest) -> int:
+    """The longest input an embedding bundle's server accepts (its position table, or sentence-transformers'
+    max_seq_length when smaller: edgeopt.runtimes.onnxruntime.load_embedding)."""
+    model_dir = (Path(bundle_dir) / manifest.model_file).parent
+    config_path = model_dir / "config.json"
+    if not config_path.is_file():
+        return bundle_model_spec(Path(bundle_dir), manifest).max_position_embeddings
+    return encoder_input_limit(json.loads(config_path.read_text()), load_pooling(model_dir).max_seq_length)
+
+
 def _embedding_candidate(bundle_dir: Path, manifest: Manifest, profile: DeviceProfile,
                          memory_bytes: int | None) -> Candidate:
     """An encoder keeps no KV cache: it fits when weights and runtime overhead stay within the pool."""
@@ -72,7 +93,11 @@ def encoder_resident(bundle_dir: Path, manifest: Manifest) -> ResidentMemory:
     """What serving an encoder (embedding, rerank) bundle holds resident: weights, runtime buffers, process."""
     entry = backends.backend(manifest.format)
     spec = bundle_model_spec(bundle_dir, manifest)
-    overhead = entry.model_overhead_bytes(spec.vocab_size, spec.intermediate_size)
+    weights = weights_bytes(bundle_dir, manifest)
+    # vocab_size 0: an encoder computes no logits rows (the per-vocabulary cost of a decoder's)
+    overhead = (entry.model_overhead_bytes(0, spec.intermediate_size)
+                + runtime_weights_extra(entry, weights, spec.vocab_size, spec.hidden_size, tied_embeddings=False)
+                + _embedding_run_bytes(entry, bundle_dir, manifest, spec))
     process = min(entry.process_bytes, overhead)
-    return ResidentMemory(weights_bytes=weights_bytes(bundle_dir, manifest), kv_live_cells=0, kv_prefix_cells=0,
-                          kv_bytes_per_token=0, runtime_buffer_bytes=overhead - process, process_bytes=process)
+    return ResidentMemory(weights_bytes=weights, kv_live_cells=0, kv_prefix_cells=0, kv_bytes_per_token=0,
+                          runtime_buffer_bytes=overhead - process, process_bytes=process)

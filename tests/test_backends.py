@@ -48,13 +48,15 @@ def test_torch_keeps_its_kv_in_the_checkpoints_dtype() -> None:
 
 
 def test_llama_cpp_overhead_grows_with_the_model_and_others_stay_fixed() -> None:
-    """A 151k vocabulary and a wide feed-forward cost llama.cpp memory (tables, compute buffer, logits rows);
-    the flat cost of ONNX Runtime and torch already covers theirs."""
+    """A 151k vocabulary and a wide feed-forward cost llama.cpp memory (tables, compute buffer, logits rows),
+    and ONNX Runtime a prefill chunk's logits (edgeopt.sizing.onnx_memory); torch's flat cost covers its own."""
     gguf = backends.backend("gguf")
     small, qwen = gguf.model_overhead_bytes(1000, 512), gguf.model_overhead_bytes(151936, 4864)
     assert small < 110 * 2**20 < qwen  # the 0.5B model needs more than a tiny one, and more than a flat 110 MiB
     assert gguf.logits_bytes_per_sequence(151936) == 4 * 151936 * 4
-    for fmt in ("onnx", "torch"):
-        entry = backends.backend(fmt)
-        assert entry.model_overhead_bytes(151936, 4864) == entry.runtime_overhead_bytes
+    onnx = backends.backend("onnx")
+    assert onnx.model_overhead_bytes(151936, 4864) == onnx.runtime_overhead_bytes + 151936 * 256 * 4
+    torch = backends.backend("torch")
+    assert torch.model_overhead_bytes(151936, 4864) == torch.runtime_overhead_bytes
+    for entry in (onnx, torch):
         assert entry.logits_bytes_per_sequence(151936) == 0

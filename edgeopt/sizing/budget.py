@@ -77,20 +77,38 @@ class KvFacts:
     context_length: int  # the model's own window
     runtime_overhead_bytes: int  # Backend.model_overhead_bytes
     runtime_bytes_per_sequence: int = 0  # Backend.logits_bytes_per_sequence: counted for every sequence asked for
+    kv_copies: float = 1.0  # Backend.kv_resident_copies: resident bytes of a KV cell, in cells
+    prompt_kv_copies: float = 0.0  # Backend.prompt_kv_copies: the longest sequence's KV held this many times more
 
-    def overhead_bytes(self, sequences: int) -> int:
-        """The runtime's memory beside weights and KV when ``sequences`` sequences are asked for."""
-        return self.runtime_overhead_bytes + sequences * self.runtime_bytes_per_sequence
+    def overhead_bytes(self, sequences: int, context: int = 0, kv_bytes_per_token: int = 0) -> int:
+        """The runtime's memory beside weights and KV when ``sequences`` sequences of ``context`` tokens are asked
+        for (``context`` and ``kv_bytes_per_token`` matter to runtimes that copy a prompt's KV: prompt_kv_copies)."""
+        prompt_copies = math.ceil(self.prompt_kv_copies * context * kv_bytes_per_token)
+        return self.runtime_overhead_bytes + sequences * self.runtime_bytes_per_sequence + prompt_copies
 
 
 def model_kv_facts(entry: Backend, *, vocab_size: int, intermediate_size: int, weights_bytes: int,
-                   kv_elements_per_token: int, context_length: int) -> KvFacts:
+                   kv_elements_per_token: int, context_length: int, hidden_size: int = 0,
+                   tied_embeddings: bool = False) -> KvFacts:
     """What sizing needs of a model in ``entry``'s format: its weights and KV shape as given, and the
-    runtime's memory for the model's vocabulary and feed-forward width."""
+    runtime's memory for the model's vocabulary and feed-forward width, and for what it builds from the file
+    (``hidden_size`` and ``tied_embeddings``: the vocabulary table's size and whether the output reads it)."""
     return KvFacts(weights_bytes=weights_bytes, kv_elements_per_token=kv_elements_per_token,
                    context_length=context_length,
-                   runtime_overhead_bytes=entry.model_overhead_bytes(vocab_size, intermediate_size),
-                   runtime_bytes_per_sequence=entry.logits_bytes_per_sequence(vocab_size))
+                   runtime_overhead_bytes=entry.model_overhead_bytes(vocab_size, intermediate_size)
+                   + runtime_weights_extra(entry, weights_bytes, vocab_size, hidden_size, tied_embeddings),
+                   runtime_bytes_per_sequence=entry.logits_bytes_per_sequence(vocab_size),
+                   kv_copies=entry.kv_resident_copies, prompt_kv_copies=entry.prompt_kv_copies)
+
+
+def runtime_weights_extra(entry: Backend, weights_bytes: int, vocab_size: int, hidden_size: int,
+                          tied_embeddings: bool) -> int:
+    """Bytes ``entry``'s runtime builds from the model file beyond the file's own (0 for a runtime that maps it)."""
+    if not entry.weights_extra:
+        return 0
+    from edgeopt.backends import load_attr
+
+    return int(load_attr(entry.weights_extra)(weights_bytes, vocab_size, hidden_size, tied_embeddings))
 
 
 @dataclass(frozen=True)
@@ -106,6 +124,7 @@ class KvSizing:
     kv_capacity_tokens: int  # what to allocate: kv_fit_tokens capped at max_sequences x context_length
     max_sequences: int
     context_length: int  # the request limit: the requested context, lowered to what fits
+    kv_copies: float = 1.0  # resident bytes of a KV cell in cells (KvFacts.kv_copies): the budget divides by it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,17 +147,18 @@ def size_kv(facts: KvFacts, memory: MemoryPool, *, kv_element_bytes: float, cont
                           "pass edgeopt serve --max-concurrency >= 1, or edgeopt plan or edgeopt optimize "
                           "--concurrency >= 1")
     per_token = kv_bytes_per_token(facts.kv_elements_per_token, kv_element_bytes)
+    resident_per_token = math.ceil(per_token * facts.kv_copies)
     room = after_margin(memory.bytes)
     wanted = max_sequences or DEFAULT_MAX_SEQUENCES
     # Per-sequence runtime memory for the most sequences this can admit (fewer may fit; never more).
-    overhead = facts.overhead_bytes(wanted)
+    overhead = facts.overhead_bytes(wanted, context, per_token)
     budget = room - facts.weights_bytes - overhead
-    fits_tokens = max(budget, 0) // per_token if per_token else 0
+    fits_tokens = max(budget, 0) // resident_per_token if per_token else 0
     context = min(context, fits_tokens) if per_token else context
     affordable = max(1, fits_tokens // max(1, min(context, MIN_TOKENS_PER_SEQUENCE)))
     sequences = wanted if max_sequences is not None else min(wanted, affordable)
     return KvSizing(memory.source, memory.bytes, facts.weights_bytes, overhead, memory.bytes - room, per_token,
-                    budget, fits_tokens, min(fits_tokens, sequences * context), sequences, context)
+                    budget, fits_tokens, min(fits_tokens, sequences * context), sequences, context, facts.kv_copies)
 
 
 def require_kv_room(sizing: KvSizing) -> KvSizing:

@@ -2,9 +2,11 @@
 
     weights          the model file(s): llama.cpp maps the GGUF, and every page is read while decoding
     KV, live         cells for running sequences (llama.cpp zero-fills its whole cache when it creates it,
-                     so allocated cells are resident from the start, used or not)
+                     so allocated cells are resident from the start, used or not; ONNX Runtime holds each
+                     cell three times at a step's peak: edgeopt.sizing.onnx_memory)
     KV, prefixes     cells kept only for cached prefixes (streams of their own, or --prefix-cache-memory)
-    runtime buffers  the runtime's compute buffer, vocabulary tables and logits rows (edgeopt.backends)
+    runtime buffers  the runtime's compute buffer, vocabulary tables and logits rows, and what it builds from
+                     the model file beyond the file (edgeopt.backends)
     process          the Python server and its libraries (interpreter, numpy, FastAPI, uvicorn, the runtime's
                      shared library), measured once per backend
 
@@ -16,6 +18,7 @@ tests/server/test_resident_memory.py serves real models and holds serve to this 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,14 +34,15 @@ class ResidentMemory:
     kv_bytes_per_token: int
     runtime_buffer_bytes: int
     process_bytes: int
+    kv_copies: float = 1.0  # a runtime that holds each cell more than once at a step's peak (ONNX Runtime: 3)
 
     @property
     def kv_live_bytes(self) -> int:
-        return self.kv_live_cells * self.kv_bytes_per_token
+        return math.ceil(self.kv_live_cells * self.kv_bytes_per_token * self.kv_copies)
 
     @property
     def kv_prefix_bytes(self) -> int:
-        return self.kv_prefix_cells * self.kv_bytes_per_token
+        return math.ceil(self.kv_prefix_cells * self.kv_bytes_per_token * self.kv_copies)
 
     @property
     def total_bytes(self) -> int:
@@ -56,4 +60,5 @@ def resident_memory(entry: Backend, shape: ServingShape) -> ResidentMemory:
     process = min(entry.process_bytes, sizing.overhead_bytes)
     return ResidentMemory(weights_bytes=sizing.weights_bytes, kv_live_cells=shape.kv_live_cells,
                           kv_prefix_cells=shape.kv_prefix_cells, kv_bytes_per_token=sizing.kv_bytes_per_token,
-                          runtime_buffer_bytes=sizing.overhead_bytes - process, process_bytes=process)
+                          runtime_buffer_bytes=sizing.overhead_bytes - process, process_bytes=process,
+                          kv_copies=sizing.kv_copies)
