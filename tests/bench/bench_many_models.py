@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -46,6 +48,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 
 from edgeopt.byte_sizes import parse_size  # noqa: E402
+from edgeopt.sizing.budget import SAFETY_MARGIN  # noqa: E402
 from tests.bench.bench_vs_llama_server import cpu_model, llama_server_binary  # noqa: E402
 from tests.bench.chat_mix import conversations, run_mix  # noqa: E402
 from tests.bench.many_models_servers import (RunningServer, edgeopt_command, free_port,  # noqa: E402
@@ -56,6 +59,8 @@ REPO = Path(__file__).resolve().parents[2]
 CHAT_STEMS = ("smollm2-135m-instruct-q4_1", "smollm2-135m-instruct-q8_0")
 EMBED_NAME = "all-minilm-l6-v2"
 MIB = 2**20
+CATALOG_BUDGET = re.compile(r"models on a budget of (?P<models>\d+) MiB for models \(\+(?P<process>\d+) MiB for the process\)")
+CATALOG_MODEL = re.compile(r"(?P<name>\S+) \([\w-]+, \w+\): (?P<full>\d+) MiB, at least (?P<least>\d+) MiB")
 
 
 def run(command: list[str]) -> str:
@@ -86,22 +91,42 @@ def prepare_models(work: Path) -> tuple[Path, Path]:
     return models, embed
 
 
-def planned_bytes(model: Path, context: int, slots: int) -> int:
-    """What ``edgeopt plan`` says serving ``model`` holds resident (the recommended candidate's total)."""
-    plan = json.loads(run([sys.executable, "-m", "edgeopt.cli", "plan", str(model), "-c", str(context),
-                           "-n", str(slots), "--json"]))
-    best = next(c for c in plan["candidates"] if f"{c['format']}:{c['quant']}" == plan["recommended"])
-    return int(best["resident"]["total_bytes"])
+def catalog_needs(log_text: str) -> tuple[dict[str, tuple[int, int]], int, int]:
+    """From ``edgeopt serve``'s start log: each model's (full, least) bytes, the budget for models and the process's
+    share (docs/many-models.md: the budget is --memory less a 5% margin and the process's share)."""
+    budget = CATALOG_BUDGET.search(log_text)
+    needs = {m["name"]: (int(m["full"]) * MIB, int(m["least"]) * MIB) for m in CATALOG_MODEL.finditer(log_text)}
+    if budget is None or not needs:
+        raise SystemExit("edgeopt serve's start log lists no models with their bytes (expected lines like "
+                         "'3 models on a budget of ... MiB for models (+78 MiB for the process)' and "
+                         "'NAME (causal-lm, llama_cpp): 318 MiB, at least 183 MiB'): pass --memory")
+    return needs, int(budget["models"]) * MIB, int(budget["process"]) * MIB
 
 
-def default_budget(chats: list[int], embed: int) -> int:
-    """Halfway between the largest pair that must fit (embedding + larger chat) and the pair that must not
-    (both chats); refused when no such budget exists."""
-    fits, too_big = embed + max(chats), sum(chats)
+def default_budget(needs: dict[str, tuple[int, int]], chats: tuple[str, str], embed: str, process: int) -> int:
+    """A --memory whose budget for models holds the embedding model and either chat model at full size, but not
+    the other chat model beside them even at its least size (one full-context sequence): halfway between."""
+    (full_a, least_a), (full_b, least_b), (embed_bytes, _) = needs[chats[0]], needs[chats[1]], needs[embed]
+    fits = embed_bytes + max(full_a, full_b)
+    too_big = embed_bytes + min(full_a + least_b, full_b + least_a)
     if fits >= too_big:
         raise SystemExit(f"no budget holds the embedding model with either chat model ({fits / MIB:.0f} MiB) but "
-                         f"not both chat models ({too_big / MIB:.0f} MiB): pass --memory")
-    return (fits + too_big) // 2
+                         f"not the other chat model too ({too_big / MIB:.0f} MiB): pass --memory")
+    room = (fits + too_big) // 2
+    return math.ceil((room + process) / (1 - SAFETY_MARGIN))
+
+
+def probe_needs(models_dir: Path, embed: Path, args: argparse.Namespace) -> tuple[dict[str, tuple[int, int]], int]:
+    """Start edgeopt serve on the three models with a large budget (nothing loads at start) and read the
+    bytes it plans for each from its start log; returns them and the process's share."""
+    port = free_port()
+    command = edgeopt_command([*(models_dir / f"{s}.gguf" for s in CHAT_STEMS), embed], port, args.threads,
+                              args.context, args.slots, "64GiB", args.swap_space, ["--log-level", "info"])
+    log_path = args.work / "edgeopt-probe.log"
+    with start("edgeopt", command, port, log_path):
+        pass
+    needs, _, process = catalog_needs(log_path.read_text(errors="replace"))
+    return needs, process
 
 
 def llama_server_extra(binary: Path) -> list[str]:
@@ -217,7 +242,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/edgeopt-bench-many"))
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--slots", type=int, default=4, help="llama-server -np, edgeopt --max-concurrency")
     parser.add_argument("--per-model", type=int, default=2, help="conversations per chat model (at most 2)")
@@ -233,13 +258,16 @@ def main() -> None:
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     models_dir, embed = prepare_models(args.work)
-    needs = {stem: planned_bytes(models_dir / f"{stem}.gguf", args.context, args.slots) for stem in CHAT_STEMS}
-    needs[embed.name] = planned_bytes(embed, args.context, args.slots)
-    budget = parse_size(args.memory, "--memory") if args.memory else default_budget([needs[s] for s in CHAT_STEMS],
-                                                                          needs[embed.name])
+    needs: dict[str, tuple[int, int]] = {}
+    if args.memory:
+        budget = parse_size(args.memory, "--memory")
+    else:
+        needs, process = probe_needs(models_dir, embed, args)
+        budget = default_budget(needs, CHAT_STEMS, embed.name, process)
+        print("edgeopt's plan per model (full / least MiB): " + ", ".join(
+            f"{k} {full / MIB:.0f}/{least / MIB:.0f}" for k, (full, least) in needs.items())
+            + f"; process {process / MIB:.0f} MiB; --memory {budget / MIB:.0f} MiB", flush=True)
     args.memory = args.memory or f"{budget}B"
-    print("planned bytes (edgeopt plan): " + ", ".join(f"{k} {v / MIB:.0f} MiB" for k, v in needs.items())
-          + f"; budget {budget / MIB:.0f} MiB", flush=True)
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     binary = (args.llama_server or llama_server_binary()) if "llama-server" in sides else None
     load_before, rounds = os.getloadavg(), []
