@@ -12,9 +12,13 @@ Servers, same threads, context and sequence slots, one after the other in each r
 * llama-server built from the llama.cpp inside llama-cpp-python's sdist (scripts/build_llama_server.sh), router
   mode: ``--models-dir`` holding the two GGUFs, ``--models-max 1``; ``--no-repack`` where this llama.cpp drives
   AMX (its AMX weight buffers fault on some Xeons; edgeopt loads without them there, runtimes/llama_cpp/amx_guard);
-* ``edgeopt serve Q4_1.gguf Q8_0.gguf EMBED_BUNDLE --memory BUDGET --swap-space 256MiB``, the budget (default)
-  halfway between what the embedding model and the larger chat model need together and what the two chat
-  models need together (each need from ``edgeopt plan --json``), so that it holds two models, never both chats.
+* ``edgeopt serve Q4_1.gguf Q8_0.gguf EMBED_BUNDLE --memory BUDGET --swap-space 256MiB``. The budget (default)
+  comes from edgeopt's own plan: a first ``edgeopt serve`` of the three models on a large budget logs each
+  model's full and least bytes (docs/many-models.md) and is stopped; BUDGET then holds the embedding model
+  and either chat model at full size but not the other chat model beside them even at its least size.
+
+Threads: 1 by default for both (``--threads``): llama.cpp's threads spin at a barrier after every operation,
+and on a 2-core host shared with other work 2 threads turn every figure into a measure of the neighbours.
 
 The client mix (tests/bench/chat_mix.py): 4 conversations (2 per chat model), 4 turns each, round-robin so that
 consecutive chat requests alternate models; on edgeopt each chat turn is followed by an embedding request (a RAG
