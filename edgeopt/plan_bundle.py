@@ -16,7 +16,7 @@ from edgeopt import backends
 from edgeopt.bundle import MANIFEST, Manifest, read_manifest
 from edgeopt.plan import Candidate, Plan, candidate_from_shape
 from edgeopt.profiles import DeviceProfile
-from edgeopt.sizing.budget import KvFacts, memory_pool, size_kv
+from edgeopt.sizing.budget import after_margin, memory_pool
 from edgeopt.sizing.resident import ResidentMemory
 from edgeopt.sizing.bundle_facts import bundle_model_spec, planned_bundle_shape, weights_bytes
 from edgeopt.sizing.shape import ShapeRequest
@@ -59,18 +59,20 @@ def candidate_context(bundle_dir: Path, manifest: Manifest) -> int:
 def _embedding_candidate(bundle_dir: Path, manifest: Manifest, profile: DeviceProfile,
                          memory_bytes: int | None) -> Candidate:
     """An encoder keeps no KV cache: it fits when weights and runtime overhead stay within the pool."""
+    resident = encoder_resident(bundle_dir, manifest)
+    pool = memory_pool(None if memory_bytes else profile, memory_bytes)
+    overhead = resident.runtime_buffer_bytes + resident.process_bytes
+    budget = after_margin(pool.bytes) - resident.weights_bytes - overhead
+    return Candidate(format=manifest.format, quant=manifest.quant, weight_bytes=resident.weights_bytes, kv_type=None,
+                     kv_layout=None, kv_bytes_per_token=0, overhead_bytes=overhead, kv_budget_bytes=budget,
+                     kv_token_capacity=0, max_concurrency=0, fits=budget >= 0, resident=resident)
+
+
+def encoder_resident(bundle_dir: Path, manifest: Manifest) -> ResidentMemory:
+    """What serving an encoder (embedding, rerank) bundle holds resident: weights, runtime buffers, process."""
     entry = backends.backend(manifest.format)
     spec = bundle_model_spec(bundle_dir, manifest)
-    facts = KvFacts(weights_bytes=weights_bytes(bundle_dir, manifest), kv_elements_per_token=0,
-                    context_length=spec.max_position_embeddings,
-                    runtime_overhead_bytes=entry.model_overhead_bytes(spec.vocab_size, spec.intermediate_size))
-    sizing = size_kv(facts, memory_pool(None if memory_bytes else profile, memory_bytes), kv_element_bytes=1.0,
-                     context=spec.max_position_embeddings, max_sequences=1)
-    process = min(entry.process_bytes, sizing.overhead_bytes)
-    resident = ResidentMemory(weights_bytes=sizing.weights_bytes, kv_live_cells=0, kv_prefix_cells=0,
-                              kv_bytes_per_token=0, runtime_buffer_bytes=sizing.overhead_bytes - process,
-                              process_bytes=process)
-    return Candidate(format=manifest.format, quant=manifest.quant, weight_bytes=sizing.weights_bytes, kv_type=None,
-                     kv_layout=None, kv_bytes_per_token=0, overhead_bytes=sizing.overhead_bytes,
-                     kv_budget_bytes=sizing.kv_budget_bytes, kv_token_capacity=0, max_concurrency=0,
-                     fits=sizing.kv_budget_bytes >= 0, resident=resident)
+    overhead = entry.model_overhead_bytes(spec.vocab_size, spec.intermediate_size)
+    process = min(entry.process_bytes, overhead)
+    return ResidentMemory(weights_bytes=weights_bytes(bundle_dir, manifest), kv_live_cells=0, kv_prefix_cells=0,
+                          kv_bytes_per_token=0, runtime_buffer_bytes=overhead - process, process_bytes=process)

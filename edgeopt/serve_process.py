@@ -36,8 +36,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def serve_command(bundle: Path, port: int, threads: int | None = None, extra_args: Sequence[str] = ()) -> list[str]:
-    command = [sys.executable, "-m", "edgeopt.cli", "serve", str(bundle), "--host", "127.0.0.1",
+def serve_command(bundle: Path | Sequence[Path], port: int, threads: int | None = None,
+                  extra_args: Sequence[str] = ()) -> list[str]:
+    """``edgeopt serve`` of one bundle, or of several (one server of several models)."""
+    bundles = [str(bundle)] if isinstance(bundle, (str, Path)) else [str(b) for b in bundle]
+    command = [sys.executable, "-m", "edgeopt.cli", "serve", *bundles, "--host", "127.0.0.1",
                "--port", str(port), "--log-level", "warning"]
     if threads:
         command += ["--threads", str(threads)]
@@ -45,7 +48,7 @@ def serve_command(bundle: Path, port: int, threads: int | None = None, extra_arg
 
 
 @contextmanager
-def launched_server(bundle: Path, api_key: str | None = None, threads: int | None = None,
+def launched_server(bundle: Path | Sequence[Path], api_key: str | None = None, threads: int | None = None,
                     extra_args: Sequence[str] = (), startup_timeout_s: float = 300.0,
                     log_path: Path | None = None) -> Iterator[LaunchedServer]:
     """Start the server, wait until /health says ok, yield it, and always stop it afterwards.

@@ -13,9 +13,11 @@ from typing import Annotated, Optional
 import typer
 
 from edgeopt.byte_sizes import parse_size, read_memory
-from edgeopt.cli_options import BundleOrGguf, Context, KvType, Target, Threads
+from edgeopt.cli_options import Context, KvType, Target, Threads
 from edgeopt.errors import ConfigError
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S
+
+DEFAULT_SWAP_SPACE = "1GiB"
 
 
 def parse_memory(text: str, target: str = "host") -> int:
@@ -39,7 +41,24 @@ def parse_prefix_cache_memory(text: str | None, prefix_cache: bool) -> int | Non
 
 
 def serve(
-    bundle: BundleOrGguf,
+    bundles: Annotated[Optional[list[Path]], typer.Argument(
+        help="Bundle directories written by edgeopt optimize, or GGUF model files (llama.cpp's, a hub download) "
+             "served from their own metadata. Several: one server, one memory budget, the request's model picks "
+             "(docs/many-models.md).", show_default=False)] = None,
+    models: Annotated[Optional[Path], typer.Option(
+        "--models", exists=True, file_okay=False,
+        help="Serve every bundle and GGUF file in this folder (scanned again when models are listed).")] = None,
+    keep_alive: Annotated[Optional[str], typer.Option(
+        "--keep-alive",
+        help="Several models: how long an idle model stays loaded (5m, 30s, 1h; 0 unloads when its requests end, "
+             "-1 never). Default 5m, as Ollama. Ollama's per-request keep_alive overrides it.")] = None,
+    pin: Annotated[Optional[list[str]], typer.Option(
+        "--pin", help="Several models: load this model at start and never unload it (repeatable).")] = None,
+    swap_space: Annotated[Optional[str], typer.Option(
+        "--swap-space",
+        help="Several models: disk for the prefix caches of unloaded models (e.g. 2GiB; 0 keeps none), so a "
+             "conversation whose model was swapped out resumes from its cached prefix. Default 1GiB, under "
+             "~/.cache/edgeopt/swap.")] = None,
     host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 exposes the server to the network.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="EDGEOPT_API_KEY", show_envvar=True,
@@ -122,15 +141,29 @@ def serve(
         help="Seconds a worker may leave the head without an answer (a board that lost power or network) before "
              "it counts as dead; longer than the slowest step a worker takes.")] = 60.0,
 ) -> None:
-    """Serve a bundle or a GGUF file behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions,
-    /metrics)."""
+    """Serve a bundle or a GGUF file (or several, on one memory budget) behind OpenAI-, Anthropic- and
+    Ollama-compatible APIs (/v1/chat/completions, /v1/messages, /api/chat, /metrics)."""
     import logging
 
     from edgeopt.engine.speculation.controller import check_mode as check_speculative_mode
     from edgeopt.rpc.endpoints import parse_workers
     from edgeopt.server.callers import load_api_keys
     from edgeopt.server.launcher import INHERITED_SOCKET_ENV, ServeOptions, serve_bundle
+    from edgeopt.server.models.keep_alive import DEFAULT_KEEP_ALIVE_S, parse_keep_alive
 
+    paths = list(bundles or [])
+    several = bool(models) or len(paths) > 1
+    if not paths and not models:
+        raise ConfigError("no model to serve", "pass a bundle directory or GGUF file (several for one server of "
+                          "several models), or --models DIR")
+    if not several:
+        for flag, value in (("--keep-alive", keep_alive), ("--pin", pin), ("--swap-space", swap_space)):
+            if value:
+                raise ConfigError(f"{flag} applies to a server of several models; this one serves {paths[0]} "
+                                  "alone, which stays loaded", f"drop {flag}, or name more models (or --models DIR)")
+    if several and workers:
+        raise ConfigError("--workers splits one model across RPC workers; several models were given",
+                          "serve the split model alone: edgeopt serve MODEL --workers ...")
     check_speculative_mode(speculative)
     if port < 0 or port > 65535:
         raise ConfigError(f"--port {port} is out of range", "use 1..65535, or 0 for any free port")
@@ -156,5 +189,13 @@ def serve(
                            stream_interval_ms=stream_interval_ms, speculative=speculative,
                            responses_store_bytes=parse_size(responses_store, "--responses-store"), workers=endpoints,
                            worker_timeout_s=worker_timeout,
-                           prefix_cache_bytes=parse_prefix_cache_memory(prefix_cache_memory, prefix_cache))
-    serve_bundle(bundle, options)
+                           prefix_cache_bytes=parse_prefix_cache_memory(prefix_cache_memory, prefix_cache),
+                           keep_alive_s=parse_keep_alive(keep_alive) if keep_alive else DEFAULT_KEEP_ALIVE_S,
+                           pins=tuple(pin or ()),
+                           swap_space_bytes=parse_size(swap_space or DEFAULT_SWAP_SPACE, "--swap-space"))
+    if several:
+        from edgeopt.server.launch_many import serve_models
+
+        serve_models(paths, models, options)
+    else:
+        serve_bundle(paths[0], options)

@@ -32,6 +32,8 @@ from edgeopt.runtimes.base import Runtime
 from edgeopt.server.auth import check_exposure
 from edgeopt.server.chat.template import ChatTemplate
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_protocol
+from edgeopt.server.models.compute_gate import ComputeGate
+from edgeopt.server.models.keep_alive import DEFAULT_KEEP_ALIVE_S
 from edgeopt.server.state import DEFAULT_STORE_BYTES, ServedModel, ServerSettings
 from edgeopt.sizing.bundle_facts import bundle_serving_shape
 from edgeopt.sizing.budget import MIB
@@ -76,6 +78,10 @@ class ServeOptions:
     workers: tuple[Endpoint, ...] = ()  # llama.cpp RPC workers the model is split across (edgeopt.rpc.head)
     worker_timeout_s: float = 60.0  # a worker silent this long is dead (edgeopt.rpc.metrics.WorkerWatch)
     prefix_cache_bytes: int | None = None  # --prefix-cache-memory: KV for cached prefixes (edgeopt.sizing.shape)
+    # Several models (edgeopt.server.launch_many): idle unload, models kept loaded, prefix caches on disk
+    keep_alive_s: float = DEFAULT_KEEP_ALIVE_S
+    pins: tuple[str, ...] = ()
+    swap_space_bytes: int = 0
 
     def shape_request(self) -> ShapeRequest:
         return ShapeRequest(context=self.context, max_sequences=self.max_concurrency, kv_type=self.kv_type,
@@ -89,27 +95,30 @@ def serving_shape(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -
 
 
 def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape | None,
-                      options: ServeOptions, offload: RpcOffload | None = None) -> ServedModel:
+                      options: ServeOptions, offload: RpcOffload | None = None,
+                      gate: ComputeGate | None = None) -> ServedModel:
     """Load the runtime in ``shape`` and start an engine over it (runs in a worker thread).
 
     Embedding and rerank bundles (``shape`` None) have no KV cache and no engine: the runtime alone serves them.
+    ``gate``: a server of several models computes one model at a time (edgeopt.server.models.compute_gate).
     """
+    gated = gate.wrap if gate is not None else (lambda runtime: runtime)
     from edgeopt.runtimes import load_embedding_runtime, load_rerank_runtime, load_runtime
 
     if shape is None and manifest.kind == "rerank":
         reranker = load_rerank_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
         return ServedModel(context_length=reranker.info.context_length, tokenizer=reranker.tokenizer,
-                           reranker=reranker)
+                           reranker=gated(reranker))
     if shape is None:
         embedder = load_embedding_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
         return ServedModel(context_length=embedder.info.context_length, tokenizer=embedder.tokenizer,
-                           embedder=embedder)
+                           embedder=gated(embedder))
     split = {"offload": offload} if offload is not None else {}
     runtime = load_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads,
                            **shape.runtime_options(), **split)
     try:
         config = engine_config(runtime, shape, options)
-        engine = own_engine(manifest.format, runtime, config) or Engine(runtime, config)
+        engine = own_engine(manifest.format, runtime, config) or Engine(gated(runtime), config)
         template = ChatTemplate.from_bundle(bundle_dir, manifest.chat_template, manifest.tokenizer_dir,
                                             manifest.export.get("special_tokens"))
     except BaseException:
@@ -188,14 +197,8 @@ def shape_line(manifest: Manifest, shape: ServingShape) -> str:
             f"resident {resident.total_bytes / MIB:.0f} MiB (edgeopt plan)")
 
 
-def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
-    """Serve a bundle directory, or a GGUF file where it lies (edgeopt.model_source), until interrupted
-    (Ctrl-C / SIGTERM)."""
-    import uvicorn
-
-    from edgeopt.server.app import create_app
-    from edgeopt.server.heap_tuning import keep_freed_heap
-
+def server_keys(options: ServeOptions) -> tuple[str | None, str | None]:
+    """(API key, admin key), from the flags or the environment, once the exposure they allow is checked."""
     api_key = options.api_key or os.environ.get("EDGEOPT_API_KEY") or None
     admin_key = options.admin_key or os.environ.get("EDGEOPT_ADMIN_KEY") or None
     check_exposure(options.host, options.port, api_key or admin_key or next(iter(options.api_keys.values()), None),
@@ -206,6 +209,18 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     if options.parse_special_in_content:  # an operator must be able to see from the log that this is off
         log.warning("--parse-special-in-content: control-token text in chat messages becomes control tokens, "
                     "so a user message can forge a system turn")
+    return api_key, admin_key
+
+
+def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
+    """Serve a bundle directory, or a GGUF file where it lies (edgeopt.model_source), until interrupted
+    (Ctrl-C / SIGTERM)."""
+    import uvicorn
+
+    from edgeopt.server.app import create_app
+    from edgeopt.server.heap_tuning import keep_freed_heap
+
+    api_key, admin_key = server_keys(options)
     source = open_model_source(bundle_dir, verify=options.verify)
     bundle_dir, manifest = source.bundle_dir, source.manifest
     keep_freed_heap()  # before the first step allocates

@@ -12,7 +12,8 @@ from fastapi.responses import JSONResponse, Response
 from edgeopt.errors import PermissionDeniedError
 from edgeopt.server.callers import caller_of, sees_request_ids
 from edgeopt.server.json_body import CheckedJsonRoute
-from edgeopt.server.state import ServerState
+from edgeopt.server.models.listing import model_rows
+from edgeopt.server.state import ServerState, engine_problem
 
 probes = APIRouter()  # open even with an API key (ApiKeyGuard's open_paths)
 api = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routing (auth.py)
@@ -20,14 +21,22 @@ api = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routi
 
 @probes.get("/health")
 async def health(request: Request) -> JSONResponse:
+    """One model: 200 once it is loaded and can generate, 503 while it loads or when it failed. Several: 200
+    while the server answers, with each model's state (a model that failed is that model's 503, not the
+    server's)."""
     state: ServerState = request.app.state.server
-    if state.served is not None:
-        problem = state.engine_problem()
+    if state.several_models:
+        return JSONResponse({"status": "ok", "models": {row.name: row.state for row in model_rows(state)}})
+    models = state.models
+    resident = models.loaded.get(state.model_id)
+    if resident is not None:
+        problem = engine_problem(resident.served)
         if problem is not None:  # loaded, but nothing would ever be generated: not healthy
             return JSONResponse({"status": "error", "error": problem}, status_code=503)
         return JSONResponse({"status": "ok", "model": state.model_id})
-    if state.load_error:
-        return JSONResponse({"status": "error", "error": state.load_error}, status_code=503)
+    failure = models.failures.get(state.model_id)
+    if failure is not None:
+        return JSONResponse({"status": "error", "error": failure[0]}, status_code=503)
     return JSONResponse({"status": "loading"}, status_code=503)
 
 
@@ -40,24 +49,32 @@ async def metrics(request: Request) -> Response:
 
 @api.get("/v1/models")
 async def models(request: Request) -> JSONResponse:
+    """Every servable model, loaded or not (``status``: loaded, unloaded, failed, too_large)."""
     state: ServerState = request.app.state.server
-    entry = {"id": state.model_id, "object": "model", "created": state.created, "owned_by": "edgeopt",
-             "kind": state.settings.kind}
-    if state.served is not None:
-        entry["max_model_len"] = state.served.context_length
-    return JSONResponse({"object": "list", "data": [entry]})
+    data = []
+    for row in model_rows(state):
+        entry = {"id": row.name, "object": "model", "created": state.created, "owned_by": "edgeopt",
+                 "kind": row.entry.kind, "status": row.state}
+        if row.resident is not None:
+            entry["max_model_len"] = row.resident.served.context_length
+        data.append(entry)
+    return JSONResponse({"object": "list", "data": data})
 
 
 @api.get("/v1/edgeopt/requests")
 async def active_requests(request: Request) -> JSONResponse:
+    """The monitor's table: every loaded model's requests (each row names its model) and their summed figures."""
     state: ServerState = request.app.state.server
-    engine = state.ready_model().engine
-    if engine is None:
+    rows = []
+    for name, resident in list(state.models.loaded.items()):
+        engine = resident.served.engine
+        if engine is not None:
+            rows += [dataclasses.asdict(r) | {"model": name} for r in engine.active_requests()]
+    stats = state.engine_stats()
+    if stats is None:
         return JSONResponse({"requests": [], "stats": None})
-    stats = engine.stats()
     detail = dataclasses.asdict(stats)
     detail["kv_usage_ratio"] = stats.kv_usage_ratio
-    rows = [dataclasses.asdict(r) for r in engine.active_requests()]
     if not sees_request_ids(request, state.settings.has_keys):  # an id reads a stored response: the admin's only
         rows = [{k: v for k, v in row.items() if k != "request_id"} for row in rows]
     return JSONResponse({"requests": rows, "stats": detail})
@@ -65,15 +82,17 @@ async def active_requests(request: Request) -> JSONResponse:
 
 @api.delete("/v1/edgeopt/cache")
 async def clear_prefix_cache(request: Request) -> JSONResponse:
-    """Evict every cached prefix that no running request uses; answers how many KV cells were freed. With an
-    --admin-key, only its holder may (the cache serves every caller)."""
+    """Evict every cached prefix that no running request uses, in every loaded model; answers how many KV cells
+    were freed. With an --admin-key, only its holder may (the cache serves every caller)."""
     state: ServerState = request.app.state.server
     caller = caller_of(request)
     if state.settings.admin_key and not (caller is not None and caller.admin):
         raise PermissionDeniedError("emptying the prefix cache is the operator's: this server has an --admin-key",
                                     "send the admin key")
-    engine = state.ready_model().engine
-    if engine is None:  # embedding models keep no KV
-        return JSONResponse({"evicted_tokens": 0, "cached_tokens": 0})
-    freed = await asyncio.to_thread(engine.clear_prefix_cache)  # waits for the step in flight
-    return JSONResponse({"evicted_tokens": freed, "cached_tokens": engine.stats().kv_cached_tokens})
+    freed, cached = 0, 0
+    for resident in list(state.models.loaded.values()):
+        engine = resident.served.engine
+        if engine is not None:  # embedding models keep no KV
+            freed += await asyncio.to_thread(engine.clear_prefix_cache)  # waits for the step in flight
+            cached += engine.stats().kv_cached_tokens
+    return JSONResponse({"evicted_tokens": freed, "cached_tokens": cached})

@@ -1,26 +1,24 @@
-"""What one running server holds: its settings, the loaded model (once ready) and its metrics."""
+"""What one running server holds: its settings, its models (edgeopt.server.models) and its metrics."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
-from edgeopt.engine.api import EngineStats, ServingEngine
-from edgeopt.engine.grammar import GrammarCompiler
+from edgeopt.engine.api import EngineStats
 from edgeopt.engine.outputs import engine_stopped_message
-from edgeopt.errors import ConfigError, ModelNameError, NotReadyError
-from edgeopt.runtimes.base import EmbeddingRuntime, RerankRuntime, Runtime, Tokenizer
-from edgeopt.runtimes.control_text import ControlTextFinder
-from edgeopt.server.chat.reasoning.syntax import ReasoningFormat, reasoning_format
-from edgeopt.server.chat.template import ChatTemplate
-from edgeopt.server.embedding_batcher import EmbeddingBatcher
+from edgeopt.errors import NotReadyError
 from edgeopt.server.metrics import ServerMetrics
+from edgeopt.server.models.kinds import check_use
+from edgeopt.server.models.leases import hold
+from edgeopt.server.models.residency import Residency
+from edgeopt.server.models.stats import summed_stats
 from edgeopt.server.prompt_worker import PromptWorker
-from edgeopt.server.rerank_batcher import RerankBatcher
-from edgeopt.server.text_fields import quoted
+from edgeopt.server.served_model import ServedModel
+
+__all__ = ["ServedModel", "ServerSettings", "ServerState"]  # ServedModel: where callers have always found it
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_STORE_BYTES = 32 * 1024 * 1024  # edgeopt serve --responses-store (its default: 32MiB)
@@ -28,8 +26,10 @@ DEFAULT_STORE_BYTES = 32 * 1024 * 1024  # edgeopt serve --responses-store (its d
 
 @dataclass(frozen=True)
 class ServerSettings:
-    model_names: tuple[str, ...]  # first: the id /v1/models shows; the others are accepted aliases
-    kind: str = "causal-lm"  # manifest.kind: picks each face's routers (face.py)
+    # The one model of a server started with one (create_app builds its catalog from these four and
+    # model_card; a server of several models gives create_app its catalog instead)
+    model_names: tuple[str, ...] = ()  # first: the id /v1/models shows; the others are accepted aliases
+    kind: str = "causal-lm"  # manifest.kind
     api_key: str | None = None  # --api-key: one tenant behind a key (edgeopt.server.callers has the rule)
     api_keys: Mapping[str, str] = field(default_factory=dict)  # --api-keys: caller name -> key
     admin_key: str | None = None  # --admin-key: sees request ids, empties the prefix cache
@@ -58,70 +58,13 @@ class ServerSettings:
         return {name: value for name, value in (("kv_type", self.kv_type), ("layout", self.kv_layout)) if value}
 
 
-@dataclass
-class ServedModel:
-    """A loaded model ready to answer: the engine over its runtime (causal LMs), an embedding runtime, or a
-    cross-encoder (rerank bundles)."""
-
-    context_length: int
-    tokenizer: Tokenizer
-    engine: ServingEngine | None = None  # already started
-    runtime: Runtime | None = None  # the runtime the engine was created from
-    chat_template: ChatTemplate | None = None
-    embedder: EmbeddingRuntime | None = None  # embedding models: no engine, no KV
-    reranker: RerankRuntime | None = None  # cross-encoders: no engine, no KV
-
-    def require_embedder(self) -> EmbeddingRuntime:
-        if self.embedder is None:
-            raise ConfigError("this model does not produce embeddings", "serve an embedding bundle for /v1/embeddings")
-        return self.embedder
-
-    @cached_property
-    def embedding_batcher(self) -> EmbeddingBatcher:
-        """Runs concurrent /v1/embeddings requests together (created on first use)."""
-        return EmbeddingBatcher(self.require_embedder())
-
-    def require_reranker(self) -> RerankRuntime:
-        if self.reranker is None:
-            raise ConfigError("this model does not rerank", "serve a rerank (cross-encoder) bundle for /v1/rerank")
-        return self.reranker
-
-    @cached_property
-    def rerank_batcher(self) -> RerankBatcher:
-        """Runs concurrent /v1/rerank requests together (created on first use)."""
-        return RerankBatcher(self.require_reranker())
-
-    @cached_property
-    def control_text(self) -> ControlTextFinder:
-        """Where the tokenizer's control-token texts occur in a string (built once per model)."""
-        return ControlTextFinder(self.tokenizer.control_token_texts())
-
-    @cached_property
-    def reasoning(self) -> ReasoningFormat | None:
-        """How this model thinks before answering, read from its chat template (None: it does not)."""
-        return reasoning_format(self.chat_template)
-
-    @cached_property
-    def grammars(self) -> GrammarCompiler:
-        """Compiles response_format schemas and tool-call grammars for this model's vocabulary."""
-        return GrammarCompiler(self.runtime.tokenizer, self.runtime.info)
-
-    def close(self) -> None:
-        if self.engine is not None:
-            self.engine.shutdown()  # stops the engine thread, then closes the runtime it drives
-        elif self.runtime is not None:
-            self.runtime.close()
-        if self.embedder is not None:
-            self.embedder.close()
-        if self.reranker is not None:
-            self.reranker.close()
-
-
 class ServerState:
-    def __init__(self, settings: ServerSettings) -> None:
+    """The server's settings, its models (``models``: which are loaded, within the budget), its metrics, and
+    what faces keep for its lifetime."""
+
+    def __init__(self, settings: ServerSettings, models: Residency) -> None:
         self.settings = settings
-        self.served: ServedModel | None = None
-        self.load_error: str | None = None
+        self.models = models
         self.created = int(time.time())
         self.metrics = ServerMetrics(self.engine_stats, settings.memory_budget_bytes, settings.kv_labels)
         self.prompt_worker = PromptWorker()  # rendering and tokenizing, off the event loop
@@ -130,32 +73,55 @@ class ServerState:
 
     @property
     def model_id(self) -> str:
-        return self.settings.model_names[0]
+        """The model of a request that names none: the first one served."""
+        return self.models.catalog.default.name
 
-    def model(self, name: str) -> ServedModel:
-        """The served model a request names, ready to answer (the one model, by its id or an alias)."""
-        if name not in self.settings.model_names:
-            raise ModelNameError(f"model {quoted(name)} is not served here", f"use model={self.model_id!r} "
-                                 "(GET /v1/models lists it)", param="model")
-        return self.ready_model()
+    @property
+    def several_models(self) -> bool:
+        return self.models.catalog.several
 
-    def ready_model(self) -> ServedModel:
-        if self.served is not None:
-            problem = self.engine_problem()
-            if problem is not None:
-                raise NotReadyError(problem, "restart the server; the cause is in its log")
-            return self.served
-        if self.load_error:
-            raise NotReadyError(f"the model failed to load: {self.load_error}", "see the server log")
-        raise NotReadyError("the model is still loading", "retry when GET /health returns 200")
+    async def model(self, name: str | None, use: str | None = None, keep_alive_s: float | None = None) -> ServedModel:
+        """The model a request names, loaded and held for the request's lifetime (edgeopt.server.models.leases).
 
-    def engine_problem(self) -> str | None:
-        """Why a loaded model cannot generate (its engine thread is gone), or None when it can."""
-        engine = self.served.engine if self.served else None
-        if engine is None or engine.is_running:
-            return None
-        return engine_stopped_message(engine.failure)
+        ``use`` ("generation", "embedding", "rerank"): refuse a model of another kind with the names that do it.
+        ``keep_alive_s``: how long it stays loaded once idle (Ollama's keep_alive); None: the server's."""
+        entry = self.models.catalog.resolve(name)
+        if use is not None:
+            check_use(entry, use, self.models.catalog)
+        if not self.several_models and entry.name not in self.models.loaded:  # loaded at start, or never
+            failure = self.models.failures.get(entry.name)
+            if failure is not None:
+                raise NotReadyError(f"the model failed to load: {failure[0]}", "see the server log")
+            raise NotReadyError("the model is still loading", "retry when GET /health returns 200")
+        lease = await self.models.acquire(entry)
+        lease.keep_alive_s = keep_alive_s
+        hold(lease)
+        problem = engine_problem(lease.served)
+        if problem is not None:
+            raise NotReadyError(f"model {entry.name!r}: {problem}", "restart the server; the cause is in its log")
+        return lease.served
+
+    @property
+    def served(self) -> ServedModel | None:
+        """The first model, once loaded (a server of one model: its model)."""
+        resident = self.models.loaded.get(self.model_id)
+        return resident.served if resident is not None else None
+
+    def model_name(self, name: str | None) -> str:
+        """The served model's own name for what a request wrote (an alias, Ollama's name:tag)."""
+        return self.models.catalog.resolve(name).name
+
+    def loaded(self) -> list[ServedModel]:
+        return [resident.served for resident in self.models.loaded.values()]
 
     def engine_stats(self) -> EngineStats | None:
-        engine = self.served.engine if self.served else None
-        return engine.stats() if engine is not None else None
+        """Every loaded model's engine figures, summed (per model: edgeopt.server.models.metrics)."""
+        return summed_stats([served.engine.stats() for served in self.loaded() if served.engine is not None])
+
+
+def engine_problem(served: ServedModel) -> str | None:
+    """Why a loaded model cannot generate (its engine thread is gone), or None when it can."""
+    engine = served.engine
+    if engine is None or engine.is_running:
+        return None
+    return engine_stopped_message(engine.failure)

@@ -30,7 +30,7 @@ router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before ro
 @router.post("/v1/messages")
 async def create_message(body: MessagesRequest, request: Request) -> Response:
     state: ServerState = request.app.state.server
-    served = state.model(body.model)
+    served = await state.model(body.model, "generation")
     prepared = await prepare_chat(served, state.prompt_worker, translate(body), state.settings.parse_special_in_content)
     # Claude Code asks for max_tokens=32000 whatever the model's context: as Anthropic's API now does, a
     # max_tokens beyond what the context leaves is no error; the reply stops at the context's end, with
@@ -49,6 +49,6 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> JSONRespon
     """The prompt's length in tokens, exactly as /v1/messages would render and tokenize it (tools, system,
     thinking switch and all)."""
     state: ServerState = request.app.state.server
-    served = state.model(body.model)
+    served = await state.model(body.model, "generation")
     count = await count_chat_tokens(served, state.prompt_worker, translate(body), state.settings.parse_special_in_content)
     return JSONResponse({"input_tokens": count})

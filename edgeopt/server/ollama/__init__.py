@@ -11,5 +11,5 @@ def _error_body(status: int, message: str, error_type: str, param: str | None, c
     return {"error": message}
 
 
-FACE = Face("ollama", routers={"causal-lm": (routes.router, info.router), "embedding": (embed.router, info.router)},
+FACE = Face("ollama", routers={kind: (routes.router, embed.router, info.router) for kind in ("causal-lm", "embedding")},
             error_paths=("/api/",), error_body=_error_body)

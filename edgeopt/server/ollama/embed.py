@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from edgeopt.errors import RequestError
 from edgeopt.server.embedding_batcher import MAX_INPUTS
 from edgeopt.server.json_body import CheckedJsonRoute
-from edgeopt.server.ollama.names import resolve_model
+from edgeopt.server.models.keep_alive import request_keep_alive
 from edgeopt.server.ollama.schema import OllamaEmbeddingsRequest, OllamaEmbedRequest
 from edgeopt.server.state import ServerState
 
@@ -23,8 +23,8 @@ router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before ro
 async def embed(body: OllamaEmbedRequest, request: Request) -> JSONResponse:
     started = time.perf_counter_ns()
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
-    vectors, tokens = await _embed(request.app.state.server, body.model, texts, body.options, body.dimensions,
-                                   truncate=body.truncate is not False)
+    vectors, tokens = await _embed(request.app.state.server, body.model, body.keep_alive, texts, body.options,
+                                   body.dimensions, truncate=body.truncate is not False)
     return JSONResponse({"model": body.model, "embeddings": [v.tolist() for v in vectors],
                          "total_duration": time.perf_counter_ns() - started, "load_duration": 0,
                          "prompt_eval_count": tokens})
@@ -32,17 +32,17 @@ async def embed(body: OllamaEmbedRequest, request: Request) -> JSONResponse:
 
 @router.post("/api/embeddings")
 async def embeddings(body: OllamaEmbeddingsRequest, request: Request) -> JSONResponse:
-    [vector], _ = await _embed(request.app.state.server, body.model, [body.prompt], body.options, None, truncate=True)
+    [vector], _ = await _embed(request.app.state.server, body.model, body.keep_alive, [body.prompt], body.options,
+                               None, truncate=True)
     return JSONResponse({"embedding": vector.tolist()})
 
 
-async def _embed(state: ServerState, model: str, texts: list[str], options: dict | None, dimensions: int | None,
-                 truncate: bool) -> tuple[list[np.ndarray], int]:
-    resolve_model(state, model)
+async def _embed(state: ServerState, model: str, keep_alive: str | int | float | None, texts: list[str],
+                 options: dict | None, dimensions: int | None, truncate: bool) -> tuple[list[np.ndarray], int]:
     if options:
         raise RequestError(f"options {sorted(options)} do not apply to an embedding model", "drop options",
                            param="options")
-    served = state.ready_model()
+    served = await state.model(model, "embedding", request_keep_alive(keep_alive))
     runtime = served.require_embedder()
     if dimensions is not None and dimensions != runtime.dimensions:
         raise RequestError(f"dimensions={dimensions} is not supported; this model returns {runtime.dimensions}",
@@ -57,8 +57,3 @@ async def _embed(state: ServerState, model: str, texts: list[str], options: dict
     return normalised, sum(len(ids) for ids in token_ids)
 
 
-@router.post("/api/chat")
-@router.post("/api/generate")
-async def generation_refused() -> None:
-    raise RequestError("this server serves an embedding model, which does not generate text",
-                       "send /api/embed here, or serve a language model for /api/chat and /api/generate")

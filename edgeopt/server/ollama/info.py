@@ -1,9 +1,13 @@
 """Ollama's model-describing routes (/api/tags, /api/show, /api/ps, /api/version) for whatever a server
-serves, and clear refusals of the routes that manage models (pull, push, create, copy, delete, blobs):
-one model is served per server, made by ``edgeopt optimize`` or ``edgeopt import``."""
+serves, and clear refusals of the routes that manage models (pull, push, create, copy, delete, blobs): a
+server serves the bundles and GGUF files it was started with (or finds in its --models folder), made by
+``edgeopt optimize`` or ``edgeopt import``."""
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -13,12 +17,12 @@ from fastapi.responses import JSONResponse
 from edgeopt import __version__
 from edgeopt.errors import NotSupportedHereError
 from edgeopt.server.json_body import CheckedJsonRoute
-from edgeopt.server.ollama.names import resolve_model
+from edgeopt.server.models.listing import ModelRow, model_rows
 from edgeopt.server.ollama.schema import OllamaShowRequest
 from edgeopt.server.state import ServerState
 
 router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routing (auth.py)
-# Ollama says when an idle model will be unloaded; this server keeps its one model loaded until it stops.
+# Ollama says when an idle model will be unloaded; a pinned model (a server's one model) stays until it stops.
 NEVER_UNLOADED = "9999-12-31T23:59:59Z"
 
 
@@ -26,8 +30,7 @@ def _iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def model_details(state: ServerState) -> dict[str, Any]:
-    card = state.settings.model_card
+def model_details(card: Mapping[str, Any]) -> dict[str, Any]:
     family = str(card.get("architecture") or "")
     return {"parent_model": "", "format": str(card.get("format") or ""), "family": family,
             "families": [family] if family else None, "parameter_size": _parameter_size(card.get("parameters")),
@@ -41,44 +44,54 @@ def _parameter_size(count: Any) -> str:
     return f"{count / 1e9:.1f}B" if count >= 1e9 else f"{count / 1e6:.1f}M"
 
 
-def _entry(state: ServerState) -> dict[str, Any]:
-    card = state.settings.model_card
-    return {"name": state.model_id, "model": state.model_id, "modified_at": _iso(state.created),
+def _entry(state: ServerState, row: ModelRow) -> dict[str, Any]:
+    card = row.entry.card
+    return {"name": row.name, "model": row.name, "modified_at": _iso(state.created),
             "size": int(card.get("weights_bytes") or 0), "digest": str(card.get("digest") or ""),
-            "details": model_details(state)}
+            "details": model_details(card)}
 
 
 @router.get("/api/tags")
 async def tags(request: Request) -> JSONResponse:
-    return JSONResponse({"models": [_entry(request.app.state.server)]})
+    """Every servable model (a model too large for the budget is left out: it can never run here)."""
+    state: ServerState = request.app.state.server
+    return JSONResponse({"models": [_entry(state, row) for row in model_rows(state) if row.state != "too_large"]})
 
 
 @router.get("/api/ps")
 async def running(request: Request) -> JSONResponse:
+    """The loaded models: ``size`` is the bytes of the budget each holds (weights, KV, buffers), and
+    ``expires_at`` when it unloads if it stays idle."""
     state: ServerState = request.app.state.server
-    if state.served is None:  # still loading (or failed): nothing is running yet
-        return JSONResponse({"models": []})
-    entry = _entry(state)
-    entry.update({"expires_at": NEVER_UNLOADED, "size_vram": 0, "context_length": state.served.context_length})
-    return JSONResponse({"models": [entry]})
+    models = []
+    for row in model_rows(state):
+        if row.resident is None:
+            continue
+        left = row.expires_in_s()
+        entry = _entry(state, row)
+        entry.update({"size": row.resident.bytes or entry["size"], "size_vram": 0,
+                      "expires_at": NEVER_UNLOADED if left == math.inf else _iso(time.time() + left),
+                      "context_length": row.resident.served.context_length})
+        models.append(entry)
+    return JSONResponse({"models": models})
 
 
 @router.post("/api/show")
 async def show(body: OllamaShowRequest, request: Request) -> JSONResponse:
     state: ServerState = request.app.state.server
-    resolve_model(state, body.model_name())
-    served = state.ready_model()
-    card = state.settings.model_card
+    entry = state.models.catalog.resolve(body.model_name())
+    served = await state.model(entry.name)
+    card = entry.card
     arch = str(card.get("architecture") or "")
     info: dict[str, Any] = {"general.architecture": arch, f"{arch}.context_length": served.context_length}
     if isinstance(card.get("parameters"), int):
         info["general.parameter_count"] = card["parameters"]
     template = served.chat_template.source if served.chat_template is not None else ""
     capabilities = ["embedding"] if served.embedder is not None else ["completion", "tools"]
-    if served.embedder is None and served.reasoning is not None:
+    if served.engine is not None and served.reasoning is not None:
         capabilities.append("thinking")
-    return JSONResponse({"modelfile": f"# served by edgeopt {__version__}; no Modelfile\nFROM {state.model_id}\n",
-                         "parameters": "", "template": template, "details": model_details(state),
+    return JSONResponse({"modelfile": f"# served by edgeopt {__version__}; no Modelfile\nFROM {entry.name}\n",
+                         "parameters": "", "template": template, "details": model_details(card),
                          "model_info": info, "capabilities": capabilities, "modified_at": _iso(state.created)})
 
 
@@ -88,9 +101,9 @@ async def version() -> JSONResponse:
 
 
 def _refuse(action: str) -> None:
-    raise NotSupportedHereError(f"{action} models is not supported: this server serves the one model it was started "
+    raise NotSupportedHereError(f"{action} models is not supported: this server serves the models it was started "
                                  "with", "make a model with edgeopt optimize (or edgeopt import FILE.gguf) and serve it "
-                                 "with edgeopt serve")
+                                 "with edgeopt serve, or put it in the folder of edgeopt serve --models DIR")
 
 
 @router.post("/api/pull")

@@ -1,22 +1,14 @@
-"""Ollama's model names -> the served model's: ``name:tag`` as Ollama's clients write them."""
+"""Ollama's load and unload calls: a chat or generate with nothing to say loads the model (and, with
+``keep_alive`` 0, unloads it at once)."""
 
 from __future__ import annotations
 
-from edgeopt.errors import ModelNameError
+from edgeopt.server.models.keep_alive import request_keep_alive
 from edgeopt.server.state import ServerState
-from edgeopt.server.text_fields import quoted
 
 
-def resolve_model(state: ServerState, name: str) -> str:
-    """The served model's id for an Ollama name: the id or an alias, with or without a ``:tag``
-    (``smollm2``, ``smollm2:latest``, ``smollm2:135m`` all name the one model this server holds)."""
-    names = state.settings.model_names
-    if name in names:
-        return name
-    base = name.rsplit(":", 1)[0] if ":" in name else name
-    for candidate in names:
-        if base in (candidate, candidate.rsplit(":", 1)[0]) or base.lower() == candidate.lower():
-            return candidate
-    raise ModelNameError(f"model {quoted(name)} not found: this server serves {state.model_id!r}",
-                         f"use model={state.model_id!r} (GET /api/tags lists it); models are not pulled here",
-                         param="model")
+async def load_or_unload(state: ServerState, name: str, use: str, keep_alive: str | int | float | None) -> str:
+    """Load ``name`` and hold it for ``keep_alive``; Ollama's done_reason: "unload" when that is 0, else "load"."""
+    seconds = request_keep_alive(keep_alive)
+    await state.model(name, use, seconds)
+    return "unload" if seconds == 0 else "load"

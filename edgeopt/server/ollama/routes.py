@@ -23,7 +23,7 @@ from edgeopt.server.chat.reply import ReplyParser
 from edgeopt.server.chat.request import ChatRequest
 from edgeopt.server.generation.respond import generate
 from edgeopt.server.json_body import CheckedJsonRoute
-from edgeopt.server.ollama.names import resolve_model
+from edgeopt.server.ollama.names import load_or_unload
 from edgeopt.server.ollama.reply import OllamaReply, created_at
 from edgeopt.server.ollama.schema import OllamaChatRequest, OllamaGenerateRequest
 from edgeopt.server.ollama.translate import Translation, chat_request, generate_request
@@ -36,11 +36,10 @@ router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before ro
 async def chat(body: OllamaChatRequest, request: Request) -> Response:
     state: ServerState = request.app.state.server
     if not body.messages:
-        state.model(resolve_model(state, body.model))
-        return JSONResponse({"model": body.model, "created_at": created_at(), "done": True,
-                             "done_reason": "unload" if body.keep_alive in (0, "0") else "load",
+        reason = await load_or_unload(state, body.model, "generation", body.keep_alive)
+        return JSONResponse({"model": body.model, "created_at": created_at(), "done": True, "done_reason": reason,
                              "message": {"role": "assistant", "content": ""}})
-    translation = chat_request(body, state)
+    translation = await chat_request(body, state)
     return await _run(state, request, body.model, translation, chat=True, stream=body.stream is not False)
 
 
@@ -48,19 +47,12 @@ async def chat(body: OllamaChatRequest, request: Request) -> Response:
 async def generate_route(body: OllamaGenerateRequest, request: Request) -> Response:
     state: ServerState = request.app.state.server
     if not body.prompt and not body.context:
-        state.model(resolve_model(state, body.model))
+        reason = await load_or_unload(state, body.model, "generation", body.keep_alive)
         return JSONResponse({"model": body.model, "created_at": created_at(), "response": "", "done": True,
-                             "done_reason": "unload" if body.keep_alive in (0, "0") else "load"})
-    translation = generate_request(body, state)
+                             "done_reason": reason})
+    translation = await generate_request(body, state)
     return await _run(state, request, body.model, translation, chat=False, stream=body.stream is not False,
                       context_ids=list(body.context or []))
-
-
-@router.post("/api/embed")
-@router.post("/api/embeddings")
-async def embed_refused(request: Request) -> None:
-    raise RequestError("this server serves a language model, which does not produce embeddings here",
-                       "serve an embedding bundle (edgeopt optimize an encoder) and send /api/embed to it")
 
 
 async def _run(state: ServerState, request: Request, model: str, translation: Translation, chat: bool, stream: bool,

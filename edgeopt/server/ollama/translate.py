@@ -23,7 +23,7 @@ from edgeopt.server.chat.request import (
     ReasoningEffort,
     ToolCall,
 )
-from edgeopt.server.ollama.names import resolve_model
+from edgeopt.server.models.keep_alive import request_keep_alive
 from edgeopt.server.ollama.options import GenerationOptions, generation_options
 from edgeopt.server.ollama.schema import (
     Format,
@@ -45,9 +45,9 @@ class Translation:
     num_ctx: int  # the context this request may use (options.num_ctx, at most the served context)
 
 
-def chat_request(body: OllamaChatRequest, state: ServerState) -> Translation:
-    model = resolve_model(state, body.model)
-    served = state.model(model)
+async def chat_request(body: OllamaChatRequest, state: ServerState) -> Translation:
+    model = state.model_name(body.model)
+    served = await state.model(model, "generation", request_keep_alive(body.keep_alive))
     _refuse_images(body.messages)
     if not body.messages:  # Ollama's "load the model" call; the route answers it without generating
         raise AssertionError("the route answers an empty chat before translating it")
@@ -62,10 +62,10 @@ def chat_request(body: OllamaChatRequest, state: ServerState) -> Translation:
     return Translation(served, request, options.num_ctx)
 
 
-def generate_request(body: OllamaGenerateRequest, state: ServerState) -> Translation:
+async def generate_request(body: OllamaGenerateRequest, state: ServerState) -> Translation:
     """A templated generate is a one-turn chat; ``raw`` sends the prompt as it is, like /v1/completions."""
-    model = resolve_model(state, body.model)
-    served = state.model(model)
+    model = state.model_name(body.model)
+    served = await state.model(model, "generation", request_keep_alive(body.keep_alive))
     if body.images:
         raise RequestError("images are not supported by this model (images has "
                            f"{len(body.images)} item(s))", "send text only", param="images")

@@ -65,7 +65,7 @@ def _encode(vector: np.ndarray, encoding: str) -> list[float] | str:
 @router.post("/v1/embeddings")
 async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]:
     state: ServerState = request.app.state.server
-    served = state.model(body.model)
+    served = await state.model(body.model, "embedding")
     runtime = served.require_embedder()
     if body.dimensions is not None and body.dimensions != runtime.dimensions:
         raise RequestError(f"dimensions={body.dimensions} is not supported; this model returns {runtime.dimensions}",

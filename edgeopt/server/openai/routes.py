@@ -26,7 +26,7 @@ router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before ro
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request) -> Response:
     state: ServerState = request.app.state.server
-    served = state.model(body.model)
+    served = await state.model(body.model, "generation")
     prompts = body.prompts()
     if len(prompts) > 1:  # a batch (lm-evaluation-harness sends token-id lists): one choice per prompt
         return await respond_batch(state, served, request, body, prompts)
@@ -39,7 +39,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     state: ServerState = request.app.state.server
-    served = state.model(body.model)
+    served = await state.model(body.model, "generation")
     prepared = await prepare_chat(served, state.prompt_worker, chat_request(body),
                                   state.settings.parse_special_in_content)
     shape = ResponseShape(chat=True, request_id=f"chatcmpl-{uuid.uuid4().hex}", model=body.model)

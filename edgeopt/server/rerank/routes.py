@@ -27,7 +27,7 @@ router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before ro
 @router.post("/v2/rerank")
 async def rerank(body: RerankRequest, request: Request) -> dict[str, Any]:
     state: ServerState = request.app.state.server
-    served = state.model(body.model)
+    served = await state.model(body.model, "rerank")
     runtime = served.require_reranker()
     documents = body.texts()
     if not documents:

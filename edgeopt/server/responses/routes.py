@@ -27,9 +27,9 @@ router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before ro
 @router.post("/v1/responses")
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
     state: ServerState = request.app.state.server
-    served = state.model(body.model)
+    served = await state.model(body.model, "generation")
     owner = owner_name(request)
-    store, history = conversation_before(state, body.previous_response_id, owner)
+    store, history = conversation_before(state, body.previous_response_id, owner, state.model_name(body.model))
     translation = translate(body, history)
     prepared = await prepare_chat(served, state.prompt_worker, translation.request,
                                   state.settings.parse_special_in_content)

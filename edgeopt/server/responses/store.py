@@ -20,7 +20,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from edgeopt.errors import UnknownResponseError
+from edgeopt.errors import RequestError, UnknownResponseError
 from edgeopt.server.chat.request import Message
 from edgeopt.server.state import DEFAULT_STORE_BYTES, ServerState
 from edgeopt.server.text_fields import quoted
@@ -90,13 +90,20 @@ def start_store(state: ServerState) -> None:
     state.metrics.add_collector(StoreCollector(store))
 
 
-def conversation_before(state: ServerState, previous_response_id: str | None,
-                        owner: str | None) -> tuple[ResponseStore, tuple[Message, ...]]:
-    """The server's store, and the conversation ``previous_response_id`` continues (() without one)."""
+def conversation_before(state: ServerState, previous_response_id: str | None, owner: str | None,
+                        model: str) -> tuple[ResponseStore, tuple[Message, ...]]:
+    """The server's store, and the conversation ``previous_response_id`` continues (() without one). A stored
+    chain belongs to the model that made it: continuing it with another ``model`` is refused naming both."""
     store = store_of(state)
     if previous_response_id is None:
         return store, ()
-    return store, stored(store, previous_response_id, owner, param="previous_response_id").conversation
+    entry = stored(store, previous_response_id, owner, param="previous_response_id")
+    made_by = str(entry.response.get("model") or "")
+    if made_by and made_by != model and made_by not in state.models.catalog.resolve(model).names:
+        raise RequestError(f"previous_response_id {quoted(previous_response_id)} was made by model {made_by!r}, "
+                           f"not {model!r}", f"send model={made_by!r} to continue it, or send the whole conversation "
+                           "as input to another model", param="previous_response_id")
+    return store, entry.conversation
 
 
 def stored(store: ResponseStore, response_id: str, owner: str | None, param: str | None = None) -> StoredResponse:

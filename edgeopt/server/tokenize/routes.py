@@ -57,7 +57,7 @@ class DetokenizeRequest(BaseModel):
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request) -> JSONResponse:
     state: ServerState = request.app.state.server
-    served = state.ready_model()
+    served = await state.model(body.model, "generation")
     tokenizer = served.tokenizer
     ids = await state.prompt_worker.run(
         lambda: tokenizer.encode(body.text(), add_special=body.adds_special(), parse_special=body.parse_special))
@@ -67,7 +67,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> JSONResponse:
 
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeRequest, request: Request) -> JSONResponse:
-    served = request.app.state.server.ready_model()
+    served = await request.app.state.server.model(body.model, "generation")
     vocab = served.runtime.info.vocab_size
     bad = [t for t in body.tokens if not 0 <= t < vocab]
     if bad:
@@ -78,8 +78,9 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> JSONResponse:
 
 
 @router.get("/tokenizer_info")
-async def tokenizer_info(request: Request) -> JSONResponse:
-    served = request.app.state.server.ready_model()
+async def tokenizer_info(request: Request, model: str | None = None) -> JSONResponse:
+    """The tokenizer of ``?model=`` (lm-evaluation-harness asks without: the first model)."""
+    served = await request.app.state.server.model(model, "generation")
     return JSONResponse({"eos_token": _special_text(served, "eos"), "bos_token": _special_text(served, "bos"),
                          "pad_token": None, "model_max_length": served.context_length,
                          "vocab_size": served.runtime.info.vocab_size,
