@@ -91,7 +91,8 @@ def conversations(models: tuple[str, str], per_model: int) -> list[Conversation]
 def stream_turn(client: httpx.Client, model: str, messages: list[dict[str, str]],
                 max_tokens: int) -> tuple[float, float, str, dict]:
     """One streamed greedy chat completion: (TTFT s, total s, text, usage). TTFT is the time to the first chunk
-    that carries text (a role-only first chunk does not count)."""
+    that carries text (a role-only first chunk does not count). Every chunk must name ``model`` (an Ollama-style
+    ":latest" tag aside): an answer from another model is an error, not a sample."""
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     start = time.perf_counter()
@@ -104,6 +105,8 @@ def stream_turn(client: httpx.Client, model: str, messages: list[dict[str, str]]
             if not line.startswith("data:") or line.strip() == "data: [DONE]":
                 continue
             chunk = json.loads(line[5:])
+            if chunk.get("model", model).removesuffix(":latest") != model:
+                raise RuntimeError(f"asked {model}, answered by {chunk['model']}")
             usage = chunk.get("usage") or usage
             for choice in chunk.get("choices") or []:
                 text = (choice.get("delta") or {}).get("content")
