@@ -63,7 +63,9 @@ REPO = Path(__file__).resolve().parents[2]
 CHAT_STEMS = ("smollm2-135m-instruct-q4_1", "smollm2-135m-instruct-q8_0")
 EMBED_NAME = "all-minilm-l6-v2"
 MIB = 2**20
-CATALOG_BUDGET = re.compile(r"models on a budget of (?P<models>\d+) MiB for models \(\+(?P<process>\d+) MiB for the process\)")
+# edgeopt serve's start log (edgeopt/server/launch_many.py: log_catalog)
+CATALOG_BUDGET = re.compile(r"models on a budget of (?P<models>\d+) MiB for models "
+                            r"\(\+(?P<process>\d+) MiB for the process\)")
 CATALOG_MODEL = re.compile(r"(?P<name>\S+) \([\w-]+, \w+\): (?P<full>\d+) MiB, at least (?P<least>\d+) MiB")
 
 
