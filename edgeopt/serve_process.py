@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,17 +50,18 @@ def serve_command(bundle: Path | Sequence[Path], port: int, threads: int | None 
 @contextmanager
 def launched_server(bundle: Path | Sequence[Path], api_key: str | None = None, threads: int | None = None,
                     extra_args: Sequence[str] = (), startup_timeout_s: float = 300.0,
-                    log_path: Path | None = None) -> Iterator[LaunchedServer]:
+                    log_path: Path | None = None, extra_env: Mapping[str, str] | None = None) -> Iterator[LaunchedServer]:
     """Start the server, wait until /health says ok, yield it, and always stop it afterwards.
 
     ``extra_args`` go to ``edgeopt serve`` as they are (e.g. ``["--memory", "1GiB"]``); the server's
-    output goes to ``log_path`` (default: a new temporary file).
+    output goes to ``log_path`` (default: a new temporary file); ``extra_env`` adds to its environment.
     """
     port = free_port()
     if log_path is None:
         log_path = Path(tempfile.mkstemp(prefix="edgeopt-serve-", suffix=".log")[1])
     with log_path.open("wb") as log:
-        process = subprocess.Popen(serve_command(bundle, port, threads, extra_args), stdout=log, env=child_env(api_key),
+        process = subprocess.Popen(serve_command(bundle, port, threads, extra_args), stdout=log,
+                                   env=child_env(api_key) | dict(extra_env or {}),
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = LaunchedServer(f"http://127.0.0.1:{port}", log_path, process)
     try:

@@ -154,3 +154,16 @@ class ServingEngine(Protocol):
         """``use(sequence id)`` of the prefix-cache entry holding exactly ``tokens``, while no step can touch it
         (``serve --warm`` saving a state); None when none holds them, or the engine keeps no prefix cache."""
         ...
+
+    def cached_prefixes(self) -> list[list[int]]:
+        """The tokens of every prefix-cache entry, most recently used first (a model swapped out to disk saves
+        them with ``with_cached_prefix``); [] from engines without a prefix cache."""
+        ...
+
+    def restore_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+        """Make ``tokens`` a prefix-cache entry whose KV ``fill(sequence id)`` loads (True when it did), into a
+        running sequence id no request uses, then kept as a finished request's KV is: cells it shares with
+        cached entries are kept once, and it ranks less recently used than every cached entry (a swapped-out
+        model's entries, restored most recent first). Evicts nothing: False when the entry does not fit
+        beside what is cached and running, or ``fill`` refuses; False from engines without a prefix cache."""
+        ...

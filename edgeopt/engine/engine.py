@@ -124,6 +124,14 @@ class Engine:
         """See ServingEngine.with_cached_prefix: ``use`` runs on the engine thread, between two steps."""
         return self._between_steps(lambda scheduler: scheduler.with_cached_prefix(tokens, use))
 
+    def cached_prefixes(self) -> list[list[int]]:
+        """See ServingEngine.cached_prefixes."""
+        return self._between_steps(Scheduler.cached_prefixes)
+
+    def restore_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+        """See ServingEngine.restore_prefix."""
+        return self._between_steps(lambda scheduler: scheduler.restore_prefix(tokens, fill))
+
     def _between_steps(self, work: Callable[[Scheduler], T]) -> T:
         """Run ``work(scheduler)`` on the engine thread between two steps (the scheduler and the runtime
         belong to that thread) and return its result; directly when no engine thread runs."""

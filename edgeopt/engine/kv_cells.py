@@ -113,3 +113,16 @@ class KvCells:
         refuses (False) when the entry cannot fit beside the running sequences' cells."""
         self.evict_cached(len(tokens))
         return self.free >= len(tokens) and self.cache.adopt(tokens, fill)
+
+    def restore(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+        """Add a cache entry for ``tokens`` whose KV ``fill(slot)`` loads into a free running slot (a saved state
+        of a swapped-out model), kept as a finished sequence's KV is (:meth:`PrefixReuse.restore`). Evicts
+        nothing: False when no slot, no cache id or too few free cells are left, or when ``fill`` refuses."""
+        if not self.slots.available or self.free < len(tokens) or not self.cache.can_restore(tokens):
+            return False
+        slot = self.slots.acquire()
+        try:
+            return fill(slot) and self.cache.restore(slot, tokens)
+        finally:  # the slot's own copy of the cells goes (on shared cells, the entry keeps its tags)
+            self._release_slot(slot)
+            self.slots.release(slot)

@@ -73,6 +73,12 @@ class PrefixReuse(Protocol):
 
     def entry_holding(self, tokens: list[int]) -> int | None: ...
 
+    def entry_paths(self) -> list[list[int]]: ...
+
+    def can_restore(self, tokens: list[int]) -> bool: ...
+
+    def restore(self, slot: int, tokens: list[int]) -> bool: ...
+
     def evict(self, cells: int) -> int: ...
 
     def clear(self) -> int: ...
@@ -205,6 +211,29 @@ class PrefixCache(ABC):
             return None
         return node.cache_id
 
+    def entry_paths(self) -> list[list[int]]:
+        """Every entry's tokens (a leaf's whole path), most recently used first (a swap to disk saves them)."""
+        leaves = sorted(self._tree.leaves() if self._tree.root.children else [], key=lambda leaf: -leaf.last_used)
+        return [self._tree.path(leaf) for leaf in leaves]
+
+    def can_restore(self, tokens: list[int]) -> bool:
+        """Whether :meth:`restore` would add ``tokens`` without evicting anything: a cache id is free and the
+        tree does not already hold all of them."""
+        return bool(tokens) and bool(self._free_ids) and self._tree.match(tokens).tokens < len(tokens)
+
+    def restore(self, slot: int, tokens: list[int]) -> bool:
+        """Keep the KV of ``tokens``, loaded from disk into the running ``slot`` no sequence uses, as a
+        finished sequence's KV is kept (:meth:`park`: cells shared with cached entries are kept once, so
+        entries on one system prompt come back sharing it), ranked less recently used than every entry
+        cached. Evicts nothing: False when :meth:`can_restore` says no. The caller releases the slot after."""
+        if not self.can_restore(tokens):
+            return False
+        match = self._tree.match(tokens)
+        self._fill(self._free_ids[-1], slot, match, len(tokens))  # first: if the runtime fails, nothing changed
+        self._tree.rank_below_all(self._attach(tokens, match))
+        self._recount()
+        return True
+
     # --- eviction ----------------------------------------------------------------------------------------
 
     def evict(self, cells: int) -> int:
@@ -291,6 +320,15 @@ class NullPrefixCache:
 
     def entry_holding(self, tokens: list[int]) -> int | None:
         return None
+
+    def entry_paths(self) -> list[list[int]]:
+        return []
+
+    def can_restore(self, tokens: list[int]) -> bool:
+        return False
+
+    def restore(self, slot: int, tokens: list[int]) -> bool:
+        return False
 
     def evict(self, cells: int) -> int:
         return 0

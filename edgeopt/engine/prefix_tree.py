@@ -70,6 +70,7 @@ class RadixTree:
     def __init__(self) -> None:
         self.root = Node([], None, 0)
         self._clock = 0
+        self._floor = 0  # below every touch: entries restored from disk rank older than those already used
 
     def match(self, tokens: list[int]) -> Match:
         node, matched, unpinned = self.root, 0, 0
@@ -116,6 +117,21 @@ class RadixTree:
         while node is not None:
             node.last_used = self._clock
             node = node.parent
+
+    def rank_below_all(self, node: Node) -> None:
+        """Make the leaf ``node`` less recently used than every node, and than the leaves ranked so before it
+        (a swapped-out model's entries come back most recently used first, each older than the last)."""
+        self._floor -= 1
+        node.last_used = self._floor
+
+    @staticmethod
+    def path(node: Node) -> list[int]:
+        """The tokens from the root through ``node``."""
+        parts = []
+        while node.parent is not None:
+            parts.append(node.tokens)
+            node = node.parent
+        return [token for part in reversed(parts) for token in part]
 
     def leaves(self, node: Node | None = None) -> list[Node]:
         node = self.root if node is None else node

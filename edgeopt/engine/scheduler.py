@@ -244,6 +244,14 @@ class Scheduler:
         seq_id = self.cache.entry_holding(tokens)
         return None if seq_id is None else use(seq_id)
 
+    def cached_prefixes(self) -> list[list[int]]:
+        """Every prefix-cache entry's tokens, most recently used first."""
+        return self.cache.entry_paths()
+
+    def restore_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+        """Add a cache entry whose KV ``fill(slot)`` loads into a free running slot; evicts nothing."""
+        return self.cells.restore(tokens, fill)
+
     @property
     def cached_tokens(self) -> int:
         return self.cache.cells

@@ -153,6 +153,12 @@ class PagedEngine:
     def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T]) -> T | None:
         return None  # no prefix cache holds anything
 
+    def cached_prefixes(self) -> list[list[int]]:
+        return []  # transformers' paged cache keeps no prefixes here: nothing to save on a swap
+
+    def restore_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+        return False  # no prefix cache to restore into
+
     def stats(self) -> EngineStats:
         usage = self._manager.usage() if self._manager is not None else PagedUsage(0, 0, 0, 0)
         return EngineStats(running=usage.running, waiting=usage.waiting, kv_used_tokens=usage.kv_used_tokens,

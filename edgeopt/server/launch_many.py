@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from edgeopt import backends
 from edgeopt.bundle import Manifest
+from edgeopt.cache import cache_root
 from edgeopt.errors import ConfigError
 from edgeopt.model_source import open_model_source
 from edgeopt.profiles import load_profile
@@ -22,7 +24,8 @@ from edgeopt.server.models.compute_gate import ComputeGate
 from edgeopt.server.models.keep_alive import describe
 from edgeopt.server.models.loading import SharedBudget, model_entry, model_files, scan_folder, shared_budget
 from edgeopt.server.models.metrics import ModelCounts, ModelMetrics
-from edgeopt.server.models.residency import ModelEvents, Residency
+from edgeopt.server.models.residency import ModelEvents, Resident, Residency
+from edgeopt.server.models.swap_space import SwapSpace
 from edgeopt.server.served_model import ServedModel
 from edgeopt.server.state import ServerSettings
 from edgeopt.sizing.budget import MIB
@@ -78,8 +81,34 @@ def build_residency(paths: list[Path], models_dir: Path | None, options: ServeOp
         raise ConfigError(f"--pin {', '.join(unknown)}: no such model",
                           f"pin one of: {', '.join(e.name for e in catalog.entries())}")
     pins = frozenset(catalog.resolve(name).name for name in options.pins)
-    events = ModelEvents(counted=counts.add)
+    events = swap_events(options, counts)
     return Residency(catalog, budget.bytes, options.keep_alive_s, pins, events), budget
+
+
+def swap_events(options: ServeOptions, counts: ModelCounts) -> ModelEvents:
+    """Count loads and unloads; with --swap-space, save an unloaded model's prefix cache and restore it at its
+    next load (edgeopt.server.models.swap_space)."""
+    if not options.swap_space_bytes:
+        return ModelEvents(counted=counts.add)
+    swap = SwapSpace(cache_root() / f"swap-{options.port}", options.swap_space_bytes)
+
+    def state_of(resident: Resident) -> tuple[Any, Any, dict[str, Any]] | None:
+        served, entry = resident.served, resident.entry
+        if served.engine is None or served.runtime is None or entry.manifest is None or entry.bundle_dir is None:
+            return None  # encoders keep no prefix cache
+        return served.engine, served.runtime, swap.fingerprint(entry.bundle_dir, entry.manifest, served.runtime)
+
+    def save(resident: Resident) -> None:
+        state = state_of(resident)
+        if state is not None:
+            swap.save(resident.name, *state)
+
+    def restore(resident: Resident) -> None:
+        state = state_of(resident)
+        if state is not None and swap.restore(resident.name, *state):
+            counts.add(resident.name, "cache_restores")
+
+    return ModelEvents(on_load=restore, on_unload=save, counted=counts.add)
 
 
 def log_catalog(entries: list[ModelEntry], budget: SharedBudget, options: ServeOptions) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import psutil
 from prometheus_client import (
@@ -155,6 +156,9 @@ class ServerMetrics:
         self.prompt_tokens = Counter("edgeopt_prompt_tokens", "Prompt tokens admitted.", registry=reg)
         self.generation_tokens = Counter("edgeopt_generation_tokens", "Tokens generated.", registry=reg)
         self.requests = Counter("edgeopt_requests", "Finished generation requests.", ["finish_reason"], registry=reg)
+        self.model_ttft = Histogram("edgeopt_model_time_to_first_token_seconds", "Request arrival to first generated "
+                                    "token, by model (a server of several models).",
+                                    ["model"], buckets=TTFT_BUCKETS, registry=reg)
         self.errors = Counter("edgeopt_request_errors", "Requests answered with an error.", ["status"], registry=reg)
         reg.register(_EngineCollector(stats, memory_budget_bytes, kv_labels or {}))
 
@@ -169,8 +173,9 @@ class ServerMetrics:
     def count_error(self, status: int) -> None:
         self.errors.labels(status=str(status)).inc()
 
-    def track(self) -> RequestTracker:
-        return RequestTracker(self)
+    def track(self, model: str = "") -> RequestTracker:
+        """A request's bookkeeping; ``model`` also labels its time to first token (a server of several models)."""
+        return RequestTracker(self, self.model_ttft.labels(model=model) if model else None)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
@@ -179,8 +184,9 @@ class ServerMetrics:
 class RequestTracker:
     """Latency bookkeeping of one request; fed every output the engine streams back."""
 
-    def __init__(self, metrics: ServerMetrics) -> None:
+    def __init__(self, metrics: ServerMetrics, model_ttft: Any = None) -> None:
         self._m = metrics
+        self._model_ttft = model_ttft  # this request's model's TTFT histogram (labelled), or None
         self._start = time.perf_counter()
         self._last: float | None = None
         self.finished = False
@@ -196,6 +202,8 @@ class RequestTracker:
             self._m.generation_tokens.inc(produced)
             if self._last is None:
                 self._m.ttft.observe(now - self._start)
+                if self._model_ttft is not None:
+                    self._model_ttft.observe(now - self._start)
                 produced -= 1  # the first token has no predecessor to measure from
             else:
                 # Several tokens in one delta (held back for a stop string or UTF-8): spread the gap.

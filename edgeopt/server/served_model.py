@@ -29,6 +29,7 @@ class ServedModel:
     chat_template: ChatTemplate | None = None
     embedder: EmbeddingRuntime | None = None  # embedding models: no engine, no KV
     reranker: RerankRuntime | None = None  # cross-encoders: no engine, no KV
+    name: str = ""  # the model's name on this server (set when it is loaded), the label of its metrics
 
     def require_embedder(self) -> EmbeddingRuntime:
         if self.embedder is None:

@@ -66,3 +66,41 @@ def test_responses_store_size_reaches_the_launcher(tmp_path, monkeypatch):
     assert [o.responses_store_bytes for o in seen] == [DEFAULT_STORE_BYTES, 2**30, 0]
     bad = runner.invoke(app, ["serve", str(tmp_path), "--responses-store", "lots"])
     assert bad.exit_code != 0 and "--responses-store 'lots'" in str(bad.exception)
+
+
+def test_several_models_reach_their_launcher_with_their_options(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from edgeopt.cli import app
+
+    seen: list[tuple[list, object, ServeOptions]] = []
+    monkeypatch.setattr("edgeopt.server.launch_many.serve_models", lambda paths, folder, options:
+                        seen.append((paths, folder, options)))
+    runner = CliRunner()
+    a, b = tmp_path / "a", tmp_path / "b"
+    result = runner.invoke(app, ["serve", str(a), str(b), "--keep-alive", "30s", "--pin", "a", "--swap-space", "0"])
+    assert result.exit_code == 0, result.output
+    assert runner.invoke(app, ["serve", "--models", str(tmp_path), "--keep-alive", "-1"]).exit_code == 0
+    (paths, folder, options), (_, folder2, options2) = seen
+    assert paths == [a, b] and folder is None and folder2 == tmp_path
+    assert (options.keep_alive_s, options.pins, options.swap_space_bytes) == (30.0, ("a",), 0)
+    assert options2.keep_alive_s == float("inf") and options2.swap_space_bytes == 2**30
+
+
+@pytest.mark.parametrize("args,message", [
+    (["{a}", "--keep-alive", "5m"], "--keep-alive applies to a server of several models"),
+    (["{a}", "--pin", "a"], "--pin applies to a server of several models"),
+    (["{a}", "{b}", "--workers", "127.0.0.1:50052"], "--workers splits one model"),
+    (["{a}", "{b}", "--keep-alive", "soon"], "--keep-alive 'soon' is not a duration"),
+    ([], "no model to serve"),
+])
+def test_flags_of_one_model_or_of_several_are_refused_where_they_do_not_apply(tmp_path, monkeypatch, args, message):
+    from typer.testing import CliRunner
+
+    from edgeopt.cli import app
+
+    monkeypatch.setattr("edgeopt.server.launcher.serve_bundle", lambda *a: pytest.fail("must not start"))
+    monkeypatch.setattr("edgeopt.server.launch_many.serve_models", lambda *a: pytest.fail("must not start"))
+    argv = ["serve", *(arg.format(a=tmp_path / "a", b=tmp_path / "b") for arg in args)]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code != 0 and message in str(result.exception) + result.output

@@ -71,7 +71,7 @@ async def generate(state: ServerState, request: Request, request_id: str, prepar
 
 def admit(state: ServerState, request: Request, request_id: str, prepared: Prepared) -> Generation:
     """Add the request to its model's engine (raising its refusal now) and start counting it in the metrics."""
-    tracker = state.metrics.track()
+    tracker = state.metrics.track(prepared.served.name)
     generation = start_generation(prepared.served.engine, request_id, prepared.prompt_ids, prepared.params, tracker,
                                   request)
     tracker.admitted(len(prepared.prompt_ids))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeopt.bundle import Manifest
 from edgeopt.errors import ModelNameError
 from edgeopt.server.served_model import ServedModel
 from edgeopt.server.text_fields import quoted
@@ -41,6 +42,8 @@ class ModelEntry:
     card: Mapping[str, Any] = field(default_factory=dict)  # what APIs that describe a model show (model_card)
     kv_labels: Mapping[str, str] = field(default_factory=dict)  # its KV cache's type and layout, for /metrics
     path: Path | None = None  # the bundle or GGUF file it comes from
+    bundle_dir: Path | None = None  # where its manifest's model file lies (a GGUF file's folder)
+    manifest: Manifest | None = None
     # Why it can never load on this server (it needs more than the whole budget), or None
     refusal: str | None = None
 

@@ -109,7 +109,7 @@ def model_entry(path: Path, budget: SharedBudget, load: LoadModel) -> ModelEntry
         refusal = (f"model {name!r} needs {need.least_bytes / MIB:.0f} MiB at least (weights, runtime and one "
                    f"full-context sequence); the budget for models is {budget.bytes / MIB:.0f} MiB")
     return ModelEntry(name=name, kind=manifest.kind, need=need, load=loader, aliases=aliases, card=card,
-                      kv_labels=labels, path=path, refusal=refusal)
+                      kv_labels=labels, path=path, bundle_dir=bundle_dir, manifest=manifest, refusal=refusal)
 
 
 def scan_folder(folder: Path, budget: SharedBudget, load: LoadModel) -> Callable[[], list[ModelEntry]]:

@@ -201,6 +201,7 @@ class Residency:
             raise NotReadyError(f"model {entry.name!r} failed to load: {exc}", "see the server log; the other models "
                                 "keep serving") from exc
         self.failures.pop(entry.name, None)
+        served.name = entry.name
         resident = Resident(entry, served, room, time.monotonic(), pinned=entry.name in self.pins,
                             keep_alive_s=self.keep_alive_s)
         try:

@@ -1,5 +1,5 @@
 """One server, three real models (SmolLM2-135M-Instruct and the trained demo model as GGUF, an ONNX embedding
-model), a budget that holds two: the official openai and ollama clients switch among them; every answer comes
+model: a tiny BERT named minilm), a budget that holds two: the official openai and ollama clients switch among them; every answer comes
 from the model asked for, the least recently used idle model makes room, /api/ps agrees, and the server's
 resident memory, sampled all along, stays within the budget. Then what goes wrong: an unknown model, a model
 file that fails to load, unloading a model with a request in flight."""
@@ -43,7 +43,7 @@ def models(demo_model_dir: Path, encoder_fp32_bundle: Path, tmp_path_factory) ->
     broken = root / "broken.gguf"  # its header reads (it is listed), its tensors are cut short (the load fails)
     broken.write_bytes(Path(smollm2).read_bytes()[: 8 * MIB])
     return {"smollm2": Path(smollm2), "demo": optimize_demo_gguf(demo_model_dir, root / "demo", "f16"),
-            "minilm": encoder_fp32_bundle, "broken": broken}
+            "minilm": Path(shutil.copytree(encoder_fp32_bundle, root / "minilm")), "broken": broken}
 
 
 def budget_for_two(models: dict[str, Path]) -> int:
@@ -68,10 +68,11 @@ def sample_rss(pid: int, stop: threading.Event, peak: list[int]) -> None:
 def server(models: dict[str, Path], tmp_path_factory):  # noqa: ANN201 - a LaunchedServer and its budget
     memory = budget_for_two(models)
     args = ["--memory", f"{memory}B", "--context", str(CONTEXT), "--max-concurrency", str(SEQUENCES), "--no-verify",
-            "--swap-space", "0"]
+            "--swap-space", "64MiB"]
     log = tmp_path_factory.mktemp("many-log") / "serve.log"
     paths = [models[name] for name in ("smollm2", "demo", "minilm", "broken")]
-    with launched_server(paths, threads=2, extra_args=args, log_path=log) as launched:
+    swap_home = {"EDGEOPT_CACHE": str(tmp_path_factory.mktemp("many-cache"))}  # the swap space's folder
+    with launched_server(paths, threads=2, extra_args=args, log_path=log, extra_env=swap_home) as launched:
         stop, peak = threading.Event(), [0]
         sampler = threading.Thread(target=sample_rss, args=(launched.process.pid, stop, peak), daemon=True)
         sampler.start()
@@ -133,16 +134,37 @@ def test_bad_requests_name_the_value_and_the_others_keep_serving(server):
     wrong_kind = httpx.post(f"{url}/v1/embeddings", json={"model": "demo", "input": "x"})
     assert wrong_kind.status_code == 400 and "send it to 'minilm'" in wrong_kind.text
 
+    # SmolLM2 takes seconds for 400 tokens on a CPU: the unload lands while the request is in flight
     with httpx.stream("POST", f"{url}/v1/chat/completions", timeout=120,
-                      json={"model": "demo", "messages": QUESTION, "max_tokens": 200, "stream": True,
+                      json={"model": "smollm2", "messages": QUESTION, "max_tokens": 400, "stream": True,
                             "temperature": 0, "ignore_eos": True}) as streaming:
-        next(streaming.iter_lines())
-        busy = httpx.post(f"{url}/models/unload", json={"model": "demo"})
-        assert busy.status_code == 409 and "in flight" in busy.text
-        assert "[DONE]" in "".join(streaming.iter_lines())
-    assert httpx.post(f"{url}/models/unload", json={"model": "demo"}).json() == {"success": True}
-    assert "demo" not in loaded(url)
-    answer = httpx.post(f"{url}/v1/chat/completions", json={"model": "smollm2", "messages": QUESTION,
+        assert streaming.status_code == 200, streaming.read()
+        lines = streaming.iter_lines()
+        next(lines)
+        busy = httpx.post(f"{url}/models/unload", json={"model": "smollm2"})
+        assert busy.status_code == 409 and "in flight" in busy.text, busy.text
+        assert "[DONE]" in "".join(lines)
+    assert httpx.post(f"{url}/models/unload", json={"model": "smollm2"}).json() == {"success": True}
+    assert "smollm2" not in loaded(url)
+    answer = httpx.post(f"{url}/v1/chat/completions", json={"model": "demo", "messages": QUESTION,
                                                              "max_tokens": 8}, timeout=120)
     assert answer.status_code == 200
+    assert peak[0] <= memory
+
+
+def test_the_next_turn_after_its_model_was_swapped_out_reads_its_prefix_from_the_restored_cache(server):
+    launched, memory, peak = server
+    url = launched.base_url
+    chat = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=120)
+    turn = [{"role": "system", "content": "You are a geography teacher. Answer in one short sentence."}, *QUESTION]
+    first = chat.chat.completions.create(model="smollm2", messages=turn, max_tokens=12, temperature=0)
+    assert httpx.post(f"{url}/models/unload", json={"model": "smollm2"}).json() == {"success": True}
+    assert "smollm2" not in loaded(url)
+    turn += [{"role": "assistant", "content": first.choices[0].message.content},
+             {"role": "user", "content": "And of Italy?"}]
+    second = chat.chat.completions.create(model="smollm2", messages=turn, max_tokens=12, temperature=0)
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached >= first.usage.prompt_tokens, f"only {cached} of the first turn's {first.usage.prompt_tokens} " \
+                                                "prompt tokens came from the restored cache"
+    assert 'edgeopt_model_cache_restores_total{model="smollm2"}' in httpx.get(f"{url}/metrics").text
     assert peak[0] <= memory
