@@ -60,7 +60,7 @@ def test_optimize_then_serve_and_score_a_fourth_format_bundle(fourth_format, tin
     live = start_live_server(create_app(settings, loader=lambda: load_served_model(out, manifest, shape, options)),
                              timeout_s=60)
     try:
-        runtime = live.state.ready_model().runtime
+        runtime = live.state.served.runtime
         assert (runtime.info.kv_capacity_tokens, runtime.info.max_slots) == (sizing.kv_capacity_tokens, 2)
         client = openai.OpenAI(base_url=f"{live.url}/v1", api_key="unused", max_retries=0, timeout=60)
         reply = client.completions.create(model=out.name, prompt="hello", max_tokens=8, temperature=0)

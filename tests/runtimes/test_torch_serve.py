@@ -47,7 +47,7 @@ def transformers_greedy(model_dir: Path, prompt_ids: list[int], max_tokens: int,
 
 
 def expected_text(live, model_dir: Path, prompt: str, max_tokens: int) -> str:
-    served_model = live.state.ready_model()
+    served_model = live.state.served
     tokenizer = served_model.tokenizer
     eos = next(iter(served_model.runtime.info.eos_token_ids))
     ids = transformers_greedy(model_dir, tokenizer.encode(prompt, add_special=True), max_tokens, eos)
@@ -65,7 +65,7 @@ def test_greedy_completion_equals_transformers_generate(served, tiny_llama_dir: 
 
 
 def test_concurrent_requests_are_batched_and_each_matches_its_solo_run(served, tiny_llama_dir: Path) -> None:
-    runtime = served.state.ready_model().runtime
+    runtime = served.state.served.runtime
     forwards_before = runtime.forwards
 
     def ask(prompt: str) -> str:

@@ -16,14 +16,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from edgeopt.engine.api import SamplingParams
-from edgeopt.errors import ContextOverflowError, RequestError
+from edgeopt.errors import ContextOverflowError
 from edgeopt.server.chat.logprobs import TokenTexts
 from edgeopt.server.chat.prepare import Prepared, prepare_chat, prepare_raw
 from edgeopt.server.chat.reply import ReplyParser
 from edgeopt.server.chat.request import ChatRequest
 from edgeopt.server.generation.respond import generate
 from edgeopt.server.json_body import CheckedJsonRoute
-from edgeopt.server.ollama.names import load_or_unload
+from edgeopt.server.ollama.load_calls import load_or_unload
 from edgeopt.server.ollama.reply import OllamaReply, created_at
 from edgeopt.server.ollama.schema import OllamaChatRequest, OllamaGenerateRequest
 from edgeopt.server.ollama.translate import Translation, chat_request, generate_request

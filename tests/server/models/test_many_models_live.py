@@ -21,7 +21,6 @@ import psutil
 import pytest
 
 from edgeopt.serve_process import launched_server
-from edgeopt.server.launcher import ServeOptions
 from edgeopt.server.models.loading import model_entry, shared_budget
 from edgeopt.sizing.budget import SAFETY_MARGIN
 from edgeopt.sizing.shape import ShapeRequest
