@@ -4,12 +4,12 @@ sensitivity to fit a size.
 ``--int4-mix sensitive-int8`` keeps fixed roles (v, o, down) in 8 bits whatever the model. Here, as the GGUF mix
 does (exporters/gguf/mix.py), the model says where bits matter:
 
-1. **Blocks and weighted error, at 4 and at 8 bits**, for every MatMul and for the token table (stored once for a
+1. **Blocks and weighted error at every width**, for every MatMul and for the token table (stored once for a
    tied output layer, exporters/onnx/embedding_quant.py): the weighted search's 4-bit blocks
-   (exporters/onnx/int4_search.py; a tied table weighed by the output layer's inputs) and symmetric 8-bit blocks of
-   64 (32 where 64 does not divide the row: at 8 bits a larger block's coarser scale costs next to nothing and
-   saves half a bit a weight), each compared with the float weight, every column's squared error weighted by the
-   calibration text's mean squared input of that column.
+   (exporters/onnx/int4_search.py; a tied table weighed by the output layer's inputs) in blocks of
+   --int4-block-size and of twice that, and symmetric 8-bit blocks of 64 (32 where 64 does not divide the row: at
+   8 bits a larger block's coarser scale costs next to nothing and saves half a bit a weight), each compared with
+   the float weight, every column's squared error weighted by the calibration text's mean squared input.
 2. **Measured KL per group** (a role in a band of layers, ``mlp.down_proj@10-19``; the table on its own): the
    checkpoint in torch with that group's weights replaced by their 4-bit blocks, scored on calibration chunks
    against the unchanged checkpoint. The KL it adds over the error it added turns each weight's errors into
@@ -20,8 +20,8 @@ does (exporters/gguf/mix.py), the model says where bits matter:
    not searched again. The bytes that are no weight's (graph, norms, rotary tables) are estimated from the float
    source, then taken from the written file, and the choice made again when the file misses the size.
 
-The table in 4 bits frees a third of its 8-bit bytes (on SmolLM2-135M 12 MB, enough for a third of the layers'
-MatMuls in 8 bits), which is why it is a choice and not a fixed 8 bits as in the other INT4 paths.
+The table in 4 bits frees 40% of its 8-bit bytes (on SmolLM2-135M 12 MB, 8 bits for about a quarter of the
+layers' weights), which is why it is a choice and not a fixed 8 bits as in the other INT4 paths.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ from edgeopt.exporters.onnx.nbits_blocks import (Int8Blocks, eight_bit_blocks, e
                                                  four_bit_nbytes, write_matmul_nbits)
 
 EIGHT_BIT_BLOCKS = (64, 32)  # 8-bit blocks: the largest of these that divides the row
+WIDE_FACTOR = 2  # the wider 4-bit blocks offered beside --int4-block-size's
+INT4_BLOCK_LIMITS = (16, 32, 64, 128, 256)  # MatMulNBits' and GatherBlockQuantized's block sizes
 BANDS = 3  # layer bands per role whose sensitivity is measured, as the GGUF mix
 SENSITIVITY_CHUNKS = 2
 SIZE_TOLERANCE = 0.01  # a file within 1% under the size asked, never over it
@@ -71,6 +73,7 @@ class Weight:
     energy_module: str  # whose input statistics weigh its blocks (a tied table: the output layer's)
     weight: np.ndarray  # N x K float32 (torch's layout)
     group: str
+    table: bool = False  # a Gather's table: its blocks must divide its rows (GatherBlockQuantized does not pad)
 
 
 def group_of(module: str, n_layers: int, bands: int = BANDS) -> str:
@@ -89,9 +92,20 @@ def weighted_error(weight: np.ndarray, approximation: np.ndarray, importance: np
 
 @dataclass(frozen=True)
 class Costs:
-    options: dict[str, list[Any]]  # weight -> [Option int4, Option int8] (exporters/gguf/mix_choose.Option)
+    options: dict[str, list[Any]]  # weight -> an Option per width (exporters/gguf/mix_choose.Option)
     group_kl: dict[str, float]  # group -> KL its 4-bit blocks add to the float checkpoint
-    blocks: dict[str, dict[str, Blocks]]  # weight -> {"int4": ..., "int8": ...}: what is written
+    blocks: dict[str, dict[str, Blocks]]  # weight -> {"int4": ..., "int4-wide": ..., "int8": ...}: what is written
+
+
+def width_blocks(w: Weight, importance: np.ndarray | None, block: int) -> dict[str, Blocks]:
+    """Every width ``w`` can take: 4 bits in blocks of ``block``, 4 bits in blocks of WIDE_FACTOR x ``block`` (an
+    fp32 scale a block is a bit a weight at 32; where the weights allow, half a bit buys 8 bits elsewhere), 8 bits."""
+    widths: dict[str, Blocks] = {"int4": search_int4_blocks(w.weight, importance, block)}
+    wide = block * WIDE_FACTOR
+    if wide in INT4_BLOCK_LIMITS and (not w.table or w.weight.shape[1] % wide == 0):
+        widths["int4-wide"] = search_int4_blocks(w.weight, importance, wide)
+    widths["int8"] = eight_bit_blocks(w.weight, eight_bit_block(w.weight.shape[1]))
+    return widths
 
 
 def find_weights(model: Any, nodes: list[str], table: Table | None, n_layers: int) -> list[Weight]:
@@ -110,7 +124,7 @@ def find_weights(model: Any, nodes: list[str], table: Table | None, n_layers: in
         module = module_of(table.gather.name)
         head = module_of(table.head[1].name) if table.head else None
         found.append(Weight(table.gather.name, (module, head) if head else (module,), head or module,
-                            table_weight(model, table), module))
+                            table_weight(model, table), module, table=True))
     return found
 
 
@@ -119,26 +133,24 @@ def measure_costs(weights: list[Weight], model_dir: Path, energy: InputEnergy | 
     """Every weight's blocks, bytes and predicted KL at 4 and at 8 bits."""
     from edgeopt.exporters.gguf.mix_choose import Option
 
-    errors: dict[str, tuple[float, float]] = {}
+    errors: dict[str, dict[str, float]] = {}
     blocks: dict[str, dict[str, Blocks]] = {}
     for w in weights:
         importance = energy.mean(w.energy_module) if energy else None
-        four = search_int4_blocks(w.weight, importance, block)
-        eight = eight_bit_blocks(w.weight, eight_bit_block(w.weight.shape[1]))
-        blocks[w.name] = {"int4": four, "int8": eight}
-        errors[w.name] = (weighted_error(w.weight, four.dequantized(), importance),
-                          weighted_error(w.weight, eight.dequantized(), importance))
+        blocks[w.name] = width_blocks(w, importance, block)
+        errors[w.name] = {t: weighted_error(w.weight, b.dequantized(), importance) for t, b in blocks[w.name].items()}
     group_kl = measure_group_kl(model_dir, weights, blocks, chunks[:SENSITIVITY_CHUNKS], threads)
     scales = {}
     for group, kl in group_kl.items():
-        added = sum(errors[w.name][0] - errors[w.name][1] for w in weights if w.group == group)
+        added = sum(errors[w.name]["int4"] - errors[w.name]["int8"] for w in weights if w.group == group)
         scales[group] = kl / added if added > 0 else 0.0
-    options = {}
-    for w in weights:
-        four, eight = errors[w.name]
-        options[w.name] = [Option("int4", four_bit_nbytes(blocks[w.name]["int4"]), scales[w.group] * four),
-                           Option("int8", blocks[w.name]["int8"].nbytes, scales[w.group] * eight)]
+    options = {w.name: [Option(t, _nbytes(b), scales[w.group] * errors[w.name][t]) for t, b in blocks[w.name].items()]
+               for w in weights}
     return Costs(options, group_kl, blocks)
+
+
+def _nbytes(blocks: Blocks) -> int:
+    return blocks.nbytes if isinstance(blocks, Int8Blocks) else four_bit_nbytes(blocks)
 
 
 def _refuse(budget_bytes: int, smallest: int) -> None:
@@ -153,7 +165,7 @@ def choose_widths(costs: Costs, budget_bytes: int, fixed_bytes: int) -> dict[str
     (``fixed_bytes``); facts for the manifest (``eight_bit``: the MatMuls kept in 8 bits)."""
     from edgeopt.exporters.gguf.mix_choose import choose_types
 
-    _refuse(budget_bytes, fixed_bytes + sum(o[0].bytes for o in costs.options.values()))
+    _refuse(budget_bytes, fixed_bytes + sum(min(o.bytes for o in opts) for opts in costs.options.values()))
     choice = choose_types(costs.options, budget_bytes - fixed_bytes)
     return {"types": choice.types, "predicted_kl": float(f"{choice.cost:.6g}"),
             "predicted_bytes": fixed_bytes + choice.bytes,
@@ -182,11 +194,17 @@ def quantize_int4_sized(source: Path, dst: Path, model_dir: Path, budget_bytes: 
         else None
     weights = find_weights(model, nodes, table, load_model_spec(str(model_dir)).num_layers)
     fixed = _onnx_bytes(source) - sum(4 * w.weight.size for w in weights)
-    _refuse(budget_bytes, fixed + sum(matmul_bytes(*w.weight.shape, 4, block) for w in weights))  # before measuring
+    smallest = sum(min(matmul_bytes(*w.weight.shape, 4, b) for b in (block, block * WIDE_FACTOR)
+                       if b in INT4_BLOCK_LIMITS and (b == block or not w.table or w.weight.shape[1] % b == 0))
+                   for w in weights)
+    _refuse(budget_bytes, fixed + smallest)  # before measuring
     del model
     costs = measure_costs(weights, model_dir, energy, chunks, block, threads)
+    # The graph's own bytes move a little with the choice (names, attributes, one initializer more or less per
+    # weight): aim that much under the size
+    margin = min(int(budget_bytes * SIZE_TOLERANCE / 4), 64 * len(weights))
     for _attempt in range(2):
-        sized = choose_widths(costs, budget_bytes, fixed)
+        sized = choose_widths(costs, budget_bytes - margin, fixed)
         table_facts = write_sized(source, dst, weights, costs.blocks, sized["types"], excluded, level)
         written = _onnx_bytes(dst)
         widest = all(t == "int8" for t in sized["types"].values())  # more bytes would buy nothing
@@ -205,7 +223,8 @@ def quantize_int4_sized(source: Path, dst: Path, model_dir: Path, budget_bytes: 
     facts["nodes_without_statistics"] = len(weights) - facts["weighted_nodes"]
     eight = sorted(w.name for w in matmuls if types[w.name] == "int8")
     return {**facts, **({"embedding": table_facts} if table_facts else {}),
-            "size": {"budget_bytes": budget_bytes, "written_bytes": written, "eight_bit": eight, **sized,
+            "size": {"budget_bytes": budget_bytes, "written_bytes": written, "eight_bit": eight,
+                     "widths": {t: sum(v == t for v in types.values()) for t in sorted(set(types.values()))}, **sized,
                      **({"note": "every weight in 8 bits fits: the file is smaller than the size asked"}
                         if widest and written < budget_bytes * (1 - SIZE_TOLERANCE) else {})}}
 
