@@ -148,34 +148,31 @@ def quantize_static_int8(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[
 
 def quantize_int4(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], block_size: int = 32,
                   accuracy_level: int | None = None, mix: str = "sensitive-int8", algorithm: str = "weighted",
-                  energy: InputEnergy | None = None, table: bool = False,
-                  eight_bit_nodes: list[str] | None = None) -> dict[str, Any]:
+                  energy: InputEnergy | None = None, table: bool = False) -> dict[str, Any]:
     """4-bit MatMulNBits (``mix``: some roles in 8 bits). ``energy``: the calibration text's statistics the
     weighted search weighs blocks by (None: each weight by its own square). ``table``: the token embedding in
-    8 bits too (exporters/onnx/embedding_quant.py). ``eight_bit_nodes``: the MatMuls to keep in 8 bits, chosen
-    for a size (exporters/onnx/int4_sized.py), instead of ``mix``'s roles."""
+    8 bits too (exporters/onnx/embedding_quant.py). A mix chosen for a size: exporters/onnx/int4_sized.py."""
     if block_size not in INT4_BLOCK_SIZES:
         raise ConfigError(f"--int4-block-size {block_size} is not supported",
                           f"valid: {', '.join(map(str, INT4_BLOCK_SIZES))}")
-    if mix not in INT4_MIXES and eight_bit_nodes is None:
+    if mix not in INT4_MIXES:
         raise ConfigError(f"unknown --int4-mix {mix!r}", f"valid: {', '.join(INT4_MIXES)}")
     if algorithm not in INT4_ALGORITHMS:
         raise ConfigError(f"unknown --int4-algorithm {algorithm!r}", f"valid: {', '.join(INT4_ALGORITHMS)}")
-    if mix == "uniform" and eight_bit_nodes is None:
+    if mix == "uniform":
         return {**_matmul_nbits(src, dst, preset, keep_fp, 4, block_size, accuracy_level, algorithm=algorithm,
                                 energy=energy, table=table), "mix": mix}
     import tempfile
 
-    eight_bit = eight_bit_nodes if eight_bit_nodes is not None else [
-        n for n in weight_matmuls(src, matching_nodes(src, keep_fp)) if any(f"/{role}/" in n for role in INT4_INT8_ROLES)]
+    eight_bit = [n for n in weight_matmuls(src, matching_nodes(src, keep_fp))
+                 if any(f"/{role}/" in n for role in INT4_INT8_ROLES)]
     with tempfile.TemporaryDirectory(prefix="edgeopt-int4-", dir=dst.parent) as tmp:
         four = Path(tmp) / "model.int4.onnx"
         info = _matmul_nbits(src, four, preset, keep_fp, 4, block_size, accuracy_level, extra_fp=eight_bit,
                              algorithm=algorithm, energy=energy)
         # The second pass finds only the MatMuls the first one left: the eight-bit ones and those kept in float.
         last = _matmul_nbits(four, dst, preset, keep_fp, 8, WEIGHT_ONLY_INT8_BLOCK, accuracy_level, table=table)
-    roles = {"int8_roles": list(INT4_INT8_ROLES)} if eight_bit_nodes is None else {}
-    return {**info, "mix": mix, "int8_nodes": len(eight_bit), **roles,
+    return {**info, "mix": mix, "int8_nodes": len(eight_bit), "int8_roles": list(INT4_INT8_ROLES),
             **({"embedding": last["embedding"]} if "embedding" in last else {})}
 
 

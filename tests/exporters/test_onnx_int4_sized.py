@@ -11,7 +11,8 @@ import pytest
 
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from edgeopt.exporters.onnx.int4_sized import eight_bit, group_of, matmul_bytes
+from edgeopt.exporters.onnx.int4_sized import group_of, matmul_bytes
+from edgeopt.exporters.onnx.nbits_blocks import eight_bit_blocks
 from edgeopt.exporters.onnx.int4_search import search_int4_blocks
 from tests.fixtures.onnx_bundles import optimize_onnx
 
@@ -41,8 +42,9 @@ def test_matmul_bytes_are_what_the_blocks_store() -> None:
     weight = np.random.default_rng(0).normal(size=(24, 80)).astype(np.float32)  # K=80: padded to 3 blocks
     blocks = search_int4_blocks(weight, None, 32)
     assert matmul_bytes(24, 80, 4, 32) == blocks.packed.nbytes + blocks.scales.nbytes + blocks.zero_points.nbytes
-    assert matmul_bytes(24, 80, 8, 32) == 24 * 3 * 32 + 24 * 3 * 4  # int8 levels + an fp32 scale per block
-    assert np.abs(eight_bit(weight)[:, :80] - weight).max() <= np.abs(weight).max() / 127 / 2 + 1e-6
+    eight = eight_bit_blocks(weight, 32)
+    assert matmul_bytes(24, 80, 8, 32) == eight.nbytes == 24 * 3 * 32 + 24 * 3 * 4  # levels + an fp32 scale a block
+    assert np.abs(eight.dequantized()[:, :80] - weight).max() <= np.abs(weight).max() / 127 / 2 + 1e-6
 
 
 def test_groups_are_roles_in_bands_of_layers() -> None:
@@ -86,3 +88,48 @@ def test_size_is_refused_beside_options_that_would_decide_the_widths(options: di
                                                                       tiny_llama_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=needle):
         optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4", mix_size_bytes=2 * 2**20, **options)
+
+
+def table_ops(bundle: Path) -> dict[str, int]:
+    """The bits of the token table's GatherBlockQuantized and of the MatMulNBits that reads the same data."""
+    from onnx import helper
+
+    graph = onnx.load(str(bundle / "model" / "model.onnx"), load_external_data=False).graph
+    gather = next(n for n in graph.node if n.op_type == "GatherBlockQuantized")
+    data = gather.input[0].removesuffix("_rows")  # 4 bits: the data viewed as rows x width/2 by a Reshape
+    heads = [n for n in graph.node if n.op_type == "MatMulNBits" and n.input[1] == data]
+    bits = {a.name: helper.get_attribute_value(a) for a in gather.attribute}["bits"]
+    return {"gather": bits, "heads": len(heads)}
+
+
+@pytest.mark.parametrize("everything_in_eight_bits", [False, True])
+def test_a_tied_table_is_stored_once_in_the_width_the_size_leaves(tiny_model_factory, tmp_path: Path,
+                                                                  calibration_text: Path,
+                                                                  everything_in_eight_bits: bool) -> None:
+    from edgeopt.model_spec import load_model_spec
+    from edgeopt.runtimes.onnxruntime.decoder_session import DecoderSession
+    from edgeopt.runtimes.onnxruntime.session import create_session
+
+    model_dir = tiny_model_factory("llama-tied")
+    linear = [t.shape for t in load_model_spec(str(model_dir)).tensors()
+              if len(t.shape) == 2 and t.name.endswith(("proj.weight", "embed_tokens.weight"))]
+    # every weight in 4 bits (an all-4-bit file, its table then 8-bit in blocks of 32): the table must come out
+    # 4-bit; twice that, more than every weight in 8 bits: 8-bit
+    floor = optimize_onnx(model_dir, tmp_path / "probe", "int4", int4_mix="uniform",
+                          calibration_data=str(calibration_text))
+    vocab, hidden = linear[0]
+    smallest = onnx_bytes(floor) - matmul_bytes(vocab, hidden, 8, 32) + matmul_bytes(vocab, hidden, 4, 32)
+    size = smallest + 4096 if not everything_in_eight_bits else 2 * smallest
+    bundle = optimize_onnx(model_dir, tmp_path / "sized", "int4", mix_size_bytes=size,
+                           calibration_data=str(calibration_text))
+    q = load_bundle(bundle).export["quantization"]
+    if everything_in_eight_bits:  # more than the widest file: that file, smaller than asked, and said so
+        assert onnx_bytes(bundle) < size * 0.99 and "smaller than the size asked" in q["size"]["note"]
+    else:
+        assert size * 0.99 <= onnx_bytes(bundle) <= size
+    ops = table_ops(bundle)
+    assert ops["heads"] == 1 and ops["gather"] == q["embedding"]["bits"]  # one copy, read by both
+    assert q["embedding"]["tied_output"] and q["embedding"]["bits"] == (8 if everything_in_eight_bits else 4)
+    decoder = DecoderSession(create_session(bundle / "model" / "model.onnx", 1, ["CPUExecutionProvider"]))
+    logits, _ = decoder.run_sequence([1, 5, 9, 3])
+    assert np.isfinite(logits).all()
