@@ -14,6 +14,10 @@ server consumes them. Per completion token:
   stop checks, handing text to the loop);
 * ``loop``: the event-loop thread's CPU (waking up, the stream's queue; no HTTP here).
 
+Unverified (2026-11-27): on a quiet 2-core Xeon this printed 3-7 ms of ``engine`` CPU per token, while
+cProfile and py-spy of the same engine put the Python around ``llama_decode`` near 0.1-0.2 ms: check how the
+engine thread's CPU is attributed (the first-token reset races the engine thread) before trusting that column.
+
 With ``--base REV`` each round runs that revision (``git archive``, as bench_engine_overhead.py does) and this
 checkout alternately, each in a fresh interpreter, and prints both. Prints the CPU model.
 """
