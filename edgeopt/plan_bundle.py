@@ -17,7 +17,6 @@ from edgeopt import backends
 from edgeopt.bundle import MANIFEST, Manifest, read_manifest
 from edgeopt.model_spec import ModelSpec, encoder_input_limit
 from edgeopt.plan import Candidate, Plan, candidate_from_shape
-from edgeopt.pooling import load_pooling
 from edgeopt.profiles import DeviceProfile
 from edgeopt.sizing.budget import after_margin, memory_pool, runtime_weights_extra
 from edgeopt.sizing.resident import ResidentMemory
@@ -74,6 +73,8 @@ def embedding_input_tokens(bundle_dir: Path, manifest: Manifest) -> int:
     config_path = model_dir / "config.json"
     if not config_path.is_file():
         return bundle_model_spec(Path(bundle_dir), manifest).max_position_embeddings
+    from edgeopt.pooling import load_pooling  # numpy: `edgeopt --help` imports this module and must stay cheap
+
     return encoder_input_limit(json.loads(config_path.read_text()), load_pooling(model_dir).max_seq_length)
 
 

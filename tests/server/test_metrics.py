@@ -75,7 +75,7 @@ def test_requests_detail_endpoint_shows_a_running_stream(serve_fake):
         mid_stream_metrics = scrape(live)
     [request] = detail["requests"]
     assert request["state"] == "decoding" and request["prompt_tokens"] == 4 and request["generated_tokens"] >= 1
-    assert set(request) == {"request_id", "state", "prompt_tokens", "generated_tokens", "elapsed_s"}
+    assert set(request) == {"request_id", "state", "prompt_tokens", "generated_tokens", "elapsed_s", "model"}
     assert detail["stats"]["running"] == 1 and detail["stats"]["kv_used_tokens"] > 0
     assert 0 < detail["stats"]["kv_usage_ratio"] < 1
     assert mid_stream_metrics["edgeopt_requests_running"] == 1

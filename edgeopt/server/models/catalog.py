@@ -106,5 +106,6 @@ class ModelCatalog:
             if any(base == known.rsplit(":", 1)[0] or base.lower() == known.lower() for known in entry.names):
                 return entry
         listed = ", ".join(repr(entry.name) for entry in entries)
-        raise ModelNameError(f"model {quoted(name)} is not served here", f"use one of: {listed} (GET /v1/models "
-                             "lists them; models are not downloaded here)", param="model")
+        raise ModelNameError(f"model {quoted(name)} not found: this server serves {listed}",  # Ollama's words
+                             "use one of them (GET /v1/models lists them); models are not downloaded here",
+                             param="model")

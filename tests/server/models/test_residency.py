@@ -210,5 +210,5 @@ def test_names_aliases_tags_and_unknown_names():
     assert catalog.resolve("smollm2:latest").name == "smollm2"  # Ollama's name:tag
     assert catalog.resolve("SmolLM2").name == "smollm2"
     assert catalog.resolve(None).name == "smollm2"  # a request that names none: the first
-    with pytest.raises(ModelNameError, match="'gemma3' is not served here \\(use one of: 'smollm2', 'minilm'"):
+    with pytest.raises(ModelNameError, match="'gemma3' not found: this server serves 'smollm2', 'minilm'"):
         catalog.resolve("gemma3")
