@@ -66,14 +66,16 @@ def check_several(options: ServeOptions) -> None:
 def build_residency(paths: list[Path], models_dir: Path | None, options: ServeOptions,
                     counts: ModelCounts) -> tuple[Residency, SharedBudget]:
     memory = options.memory_bytes or load_profile(options.target).usable_memory_bytes
-    formats = {open_model_source(p, verify=False).manifest.format
-               for p in [*paths, *(model_files(models_dir) if models_dir else [])]}
+    sources = [open_model_source(p, verify=options.verify) for p in paths]  # each read (and checked) once
+    formats = {source.manifest.format for source in sources}
+    formats |= {open_model_source(p, verify=False).manifest.format for p in (model_files(models_dir) if models_dir
+                                                                             else [])}
     budget = shared_budget(memory, options.shape_request(), formats or {"gguf"}, options.verify)
 
     def load(bundle_dir: Path, manifest: Manifest, shape: ServingShape | None, gate: ComputeGate) -> ServedModel:
         return load_served_model(bundle_dir, manifest, shape, options, gate=gate)
 
-    catalog = ModelCatalog([model_entry(p, budget, load) for p in paths],
+    catalog = ModelCatalog([model_entry(p, budget, load, source) for p, source in zip(paths, sources)],
                            scan=scan_folder(models_dir, budget, load) if models_dir else None)
     log_catalog(catalog.entries(), budget, options)
     unknown = [name for name in options.pins if not any(name in e.names for e in catalog.entries())]

@@ -26,7 +26,7 @@ from edgeopt import backends
 from edgeopt.bundle import Manifest
 from edgeopt.errors import ConfigError, EdgeoptError
 from edgeopt.gguf_metadata import is_gguf_file
-from edgeopt.model_source import model_card, open_model_source
+from edgeopt.model_source import ModelSource, model_card, open_model_source
 from edgeopt.plan_bundle import encoder_resident, is_bundle_dir
 from edgeopt.server.models.catalog import ModelEntry, ModelNeed
 from edgeopt.server.models.compute_gate import ComputeGate
@@ -77,8 +77,9 @@ def model_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if is_bundle_dir(p) or (p.is_file() and is_gguf_file(p)))
 
 
-def model_entry(path: Path, budget: SharedBudget, load: LoadModel) -> ModelEntry:
-    source = open_model_source(path, verify=budget.verify)
+def model_entry(path: Path, budget: SharedBudget, load: LoadModel, source: ModelSource | None = None) -> ModelEntry:
+    """``path``'s catalog entry; ``source``: the model already opened from it (read once, not again)."""
+    source = source or open_model_source(path, verify=budget.verify)
     bundle_dir, manifest = source.bundle_dir, source.manifest
     name, aliases = source.names[0], source.names[1:]
     card = model_card(bundle_dir, manifest)
