@@ -43,7 +43,7 @@ from edgeopt.profiles import DeviceProfile, load_profile
 from edgeopt.profiles.host import usable_cpu_count
 from edgeopt.runtimes.llama_cpp.context import LlamaCppRuntime
 from edgeopt.runtimes.llama_cpp.kv_type import check_llama_kv_type
-from edgeopt.runtimes.llama_cpp.model import load_model, model_facts
+from edgeopt.runtimes.llama_cpp.model import file_key, load_model, model_facts
 from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 if TYPE_CHECKING:
@@ -96,7 +96,8 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
             kv_capacity_tokens, cache_slots = layout.total_cells, layout.cache_slots
         return LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens,
                                threads or max_default_threads(profile), context, adaptive_threads=threads is None,
-                               kv_type=kv_type, cache_slots=cache_slots, kv_layout=kv_layout)
+                               kv_type=kv_type, cache_slots=cache_slots, kv_layout=kv_layout,
+                               file_key=file_key(Path(path)))
     except Exception:
         llama_cpp.llama_model_free(model)
         raise

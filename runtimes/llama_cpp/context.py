@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Hashable
 from pathlib import Path
 
 import llama_cpp
@@ -41,7 +42,9 @@ class LlamaCppRuntime(Runtime):
     def __init__(self, model: llama_cpp.llama_model_p, facts: ModelFacts, kv_capacity_tokens: int,
                  max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None,
                  adaptive_threads: bool = False, kv_type: str = "f16", cache_slots: int = 0,
-                 kv_layout: str = UNIFIED) -> None:
+                 kv_layout: str = UNIFIED, file_key: Hashable | None = None) -> None:
+        """``file_key``: the GGUF's identity (edgeopt.runtimes.llama_cpp.model.file_key), so that loading the same
+        file again reuses its vocabulary scan."""
         self._model = model
         self.facts = facts
         self.kv_type = kv_type  # the KV cache's element type (edgeopt.sizing.kv_types); part of any saved state's identity
@@ -51,7 +54,7 @@ class LlamaCppRuntime(Runtime):
                                          layout_class.kv_unified)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         vocab = llama_cpp.llama_model_get_vocab(model)
-        self.tokenizer = LlamaCppTokenizer(vocab)
+        self.tokenizer = LlamaCppTokenizer(vocab, file_key)
         n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))  # llama.cpp rounds n_ctx up to a multiple of 256
         n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(self._ctx))  # = n_ctx when unified, one stream's cells if not
         # Engine sequence id -> llama.cpp sequence id (= its stream when not unified); move_kv swaps entries.

