@@ -29,7 +29,7 @@ setup: $(STAMP) reference-converter rpc-worker
 
 # edgeopt worker's RPC server and the head's libggml-rpc.so (a model split across boards, docs/more-than-one-board.md),
 # built from the llama.cpp sources of the installed llama-cpp-python into ~/.cache/edgeopt: ~1-3 min once (2 cores),
-# nothing when already built. On a worker with a GPU: make rpc-worker EDGEOPT_RPC_CMAKE_ARGS=-DGGML_CUDA=ON
+# nothing when already built. With CUDA's nvcc present the worker gets the CUDA backend (EDGEOPT_RPC_CMAKE_ARGS= for CPU only)
 rpc-worker: $(STAMP)
 	bash scripts/build_rpc_worker.sh $(PY)
 

@@ -10,7 +10,9 @@
 #   EXTRA_TARGET           more targets of the same build, e.g. llama-server (RPC-enabled, benchmark only)
 #   EDGEOPT_LLAMA_SDIST    an already unpacked sdist directory (skips `pip download`)
 #   EDGEOPT_CACHE          cache root (default: ~/.cache/edgeopt)
-#   EDGEOPT_RPC_CMAKE_ARGS more cmake options, e.g. "-DGGML_CUDA=ON" on a worker with a GPU
+#   EDGEOPT_RPC_CMAKE_ARGS more cmake options; unset, a machine with CUDA's compiler (nvcc on PATH or in
+#                          /usr/local/cuda/bin: a Jetson, an NVIDIA GPU) gets "-DGGML_CUDA=ON", so its worker
+#                          serves the GPU; set it (even empty) to choose yourself
 #   JOBS                   parallel compile jobs (default: 2)
 # Prints the directory holding the binaries on its last line of stdout.
 set -euo pipefail
@@ -34,6 +36,17 @@ if [[ $built == 1 ]]; then
     exit 0
 fi
 
+# The worker serves the device's accelerator when its backend is built in (scripts/rpc_worker/worker.cpp).
+if [[ -z "${EDGEOPT_RPC_CMAKE_ARGS+set}" ]]; then
+    EDGEOPT_RPC_CMAKE_ARGS=""
+    if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+        EDGEOPT_RPC_CMAKE_ARGS="-DGGML_CUDA=ON"
+        [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
+        echo "build_rpc_worker: CUDA's compiler found: building the worker with the CUDA backend" \
+             "(EDGEOPT_RPC_CMAKE_ARGS= builds it for the CPU only)" >&2
+    fi
+fi
+
 mkdir -p "$out_dir"
 llama_src="$(llama_cpp_sources "$python" "$version" "$cache_root")"
 # Release and GGML_NATIVE as llama-cpp-python builds; nothing that reaches the network.
@@ -45,6 +58,6 @@ cmake -S "$here/rpc_worker" -B "$out_dir/build" -G Ninja \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_RPC_RDMA=OFF \
-    ${EDGEOPT_RPC_CMAKE_ARGS:-} >&2
+    ${EDGEOPT_RPC_CMAKE_ARGS} >&2
 nice -n 10 cmake --build "$out_dir/build" --target "${targets[@]}" -j "${JOBS:-2}" >&2
 echo "$bin_dir"
