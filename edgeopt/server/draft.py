@@ -49,7 +49,7 @@ def load_draft(setup: DraftSetup, target: Runtime, target_name: str, threads: in
     runtime = load_runtime(setup.manifest.runtime, setup.bundle_dir, setup.manifest, threads=threads,
                            **setup.plan.runtime_options())
     try:
-        check_same_vocabulary(target.tokenizer, runtime.tokenizer, target_name, str(setup.path))
+        check_same_vocabulary(target, runtime, target_name, str(setup.path))
     except BaseException:
         runtime.close()
         raise

@@ -5,14 +5,15 @@ vocabulary of the same size is not enough (two tokenizers trained apart both hav
 from __future__ import annotations
 
 from edgeopt.errors import ConfigError
-from edgeopt.runtimes.base import Tokenizer
+from edgeopt.runtimes.base import Runtime
 
 
-def check_same_vocabulary(target: Tokenizer, draft: Tokenizer, target_name: str, draft_name: str) -> None:
+def check_same_vocabulary(target_runtime: Runtime, draft_runtime: Runtime, target_name: str, draft_name: str) -> None:
     """Raise a ConfigError naming both models and the first difference found, else return."""
     fix = ("use a draft made from the same tokenizer as the target (a smaller or more quantized sibling of the "
            "same family), or leave --draft out")
-    target_size, draft_size = _vocab_size(target), _vocab_size(draft)
+    target_size, draft_size = target_runtime.info.vocab_size, draft_runtime.info.vocab_size
+    target, draft = target_runtime.tokenizer, draft_runtime.tokenizer
     if target_size != draft_size:
         raise ConfigError(f"the draft model {draft_name} has a {draft_size}-token vocabulary and the target "
                           f"{target_name} a {target_size}-token one: they are different vocabularies", fix)
@@ -28,10 +29,3 @@ def check_same_vocabulary(target: Tokenizer, draft: Tokenizer, target_name: str,
         raise ConfigError(f"the draft model {draft_name} and the target {target_name} have different control "
                           f"tokens (text, id) such as {differing}", fix)
 
-
-def _vocab_size(tokenizer: Tokenizer) -> int:
-    size = getattr(tokenizer, "vocab_size", None)
-    if not isinstance(size, int):
-        raise ConfigError(f"{type(tokenizer).__name__} does not say its vocabulary size",
-                          "a draft model is served by llama.cpp: use GGUF models for the target and the draft")
-    return size
