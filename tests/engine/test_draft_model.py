@@ -155,3 +155,16 @@ def test_a_draft_holding_fewer_sequences_than_the_engine_runs_is_refused() -> No
     with pytest.raises(ConfigError, match="--speculative ngram"):
         Engine(target, EngineConfig(kv_capacity_tokens=4096, max_running=4, context_length=1024,
                                     speculative="ngram"), DraftModel(FakeRuntime(max_slots=4)))
+
+
+def test_preempted_sequences_draft_again_from_their_new_slots() -> None:
+    """A KV cache too small for every sequence preempts some; they recompute in whatever slot is free, and their
+    draft slots start again (a slot that changed hands is emptied): the output is still the target's."""
+    prompts = {f"r{i}": [BOS_ID, *f"sequence {i} goes on and on".encode()] for i in range(5)}
+    target = FakeRuntime(kv_capacity_tokens=160, max_slots=4, cache_slots=0)
+    greedy = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
+    results, engine, model = serve(target, FakeRuntime(max_slots=4, seed=0), {r: (ids, greedy) for r, ids in prompts.items()})
+    for rid, ids in prompts.items():
+        assert results[rid].token_ids == target.greedy_reference(ids, 30, stop_at_eos=False), rid
+    assert engine.stats().preemptions_total > 0 and model is not None and model.failures == 0
+    assert counts_of(engine)[1] > 0
