@@ -134,8 +134,9 @@ def serve(
         help="Speculative decoding: guessed tokens verified in the same forward pass, the output unchanged "
              "(docs/speculative_decoding.md). auto: the best drafting source available (today n-gram lookup in "
              "the request's own prompt and output), drafting only where it pays (a lone stream, text that "
-             "quotes its prompt) and not when the batch is full. ngram: n-gram lookup. draft: the --draft model "
-             "(the default with --draft). off (the default without): none; see the docs for why.")] = None,
+             "quotes its prompt) and not when the batch is full; with --draft, the draft model, as many tokens as its "
+             "measured cost pays for. ngram: n-gram lookup. draft: the --draft model, --draft-tokens every step (the "
+             "default with --draft). off (the default without): none; see the docs for why.")] = None,
     draft: Annotated[Optional[Path], typer.Option(
         "--draft", exists=True,
         help="A small model (bundle or GGUF file) with the target's vocabulary that drafts tokens for the target to "

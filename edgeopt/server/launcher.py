@@ -75,7 +75,7 @@ class ServeOptions:
     kv_layout: str = AUTO  # llama.cpp (gguf) only: unified, streams, or auto (edgeopt.sizing.layout)
     stream_interval_ms: float = 50.0  # streamed text at most this often when tokens come faster (engine.stream)
     responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses.store)
-    speculative: str = "off"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto
+    speculative: str = "off"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto, draft
     workers: tuple[Endpoint, ...] = ()  # llama.cpp RPC workers the model is split across (edgeopt.rpc.head)
     worker_timeout_s: float = 60.0  # a worker silent this long is dead (edgeopt.rpc.metrics.WorkerWatch)
     prefix_cache_bytes: int | None = None  # --prefix-cache-memory: KV for cached prefixes (edgeopt.sizing.shape)
@@ -170,7 +170,7 @@ def engine_config(runtime: Runtime, shape: ServingShape, options: ServeOptions) 
                              max_running=min(shape.max_sequences, info.max_slots), max_waiting=options.max_waiting,
                              context_length=min(shape.context_length, info.context_length),
                              prefix_cache=shape.prefix_cache, stream_interval_s=options.stream_interval_ms / 1000,
-                             speculative="draft" if options.draft is not None else options.speculative)
+                             speculative=options.speculative)
 
 
 def model_names(bundle_dir: Path, manifest: Manifest) -> tuple[str, ...]:

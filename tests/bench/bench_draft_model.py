@@ -10,7 +10,7 @@ than one decode step, bench_speculation_ceiling.py measures 1.5-1.7x for 2 token
 requantized copy of the same 135M model, as expensive to run as the target. So this says little about the
 memory-bound devices a draft model is for (a 1B+ target on a GPU or a board, a draft 10x smaller).
 
-    nice -n 19 python -m tests.bench.bench_draft_model [--rounds 2] [--threads 2] [--max-tokens 64]
+    nice -n 19 python -m tests.bench.bench_draft_model [--rounds 2] [--threads 2] [--max-tokens 64] [--mode auto]
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--draft-tokens", type=int, default=4)
+    parser.add_argument("--mode", choices=("draft", "auto"), default="draft",
+                        help="draft: --draft-tokens every step; auto: as many as the measured costs pay for")
     parser.add_argument("--workloads", nargs="*", default=None, help="only these (default: all three)")
     parser.add_argument("--models", type=Path, default=Path(tempfile.gettempdir()) / "edgeopt-draft-bench")
     args = parser.parse_args()
@@ -50,10 +52,11 @@ def main() -> None:
     for mode in ("off", "draft"):  # both up for the whole run; rounds alternate which goes first
         runtime = open_runtime(target, args.threads, cache_slots=8)
         model = DraftModel(open_runtime(draft, args.threads, 0), args.draft_tokens) if mode == "draft" else None
-        engines[mode] = Engine(runtime, engine_config_for(runtime, speculative=mode), model)
+        speculative = args.mode if mode == "draft" else mode
+        engines[mode] = Engine(runtime, engine_config_for(runtime, speculative=speculative), model)
     prompts = {name: engines["off"].runtime.tokenizer.encode(text, parse_special=True)
                for name, text in workloads().items() if args.workloads is None or name in args.workloads}
-    print(f"target {target.name}, draft {draft.name} ({args.draft_tokens} tokens a step), threads {args.threads}, "
+    print(f"target {target.name}, draft {draft.name} ({args.draft_tokens} tokens a step, --speculative {args.mode}), threads {args.threads}, "
           f"max_tokens {args.max_tokens}, rounds {args.rounds}, 1 stream")
     print(f"{'workload':<11} {'T':>3} {'off tok/s':>9} {'draft tok/s':>11} {'draft/off':>9} {'accept':>7}")
 

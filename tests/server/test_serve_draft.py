@@ -57,7 +57,8 @@ def test_serve_with_a_draft_answers_as_the_target_alone(draft_gguf: Path) -> Non
 
 def test_a_draft_with_another_vocabulary_is_refused_when_the_model_loads(tiny_gguf_factory) -> None:
     tiny = tiny_gguf_factory("llama-gqa", "F16")
-    options = ServeOptions(memory_bytes=1024**3, context=1024, max_concurrency=2, threads=2, draft=tiny)
+    options = ServeOptions(memory_bytes=1024**3, context=1024, max_concurrency=2, threads=2, draft=tiny,
+                           speculative="draft")
     source = open_model_source(smollm2_gguf_path())
     shape, draft = plan_with_draft(source.bundle_dir, source.manifest, options.shape_request(), tiny, 4,
                                    options.memory_bytes, "host", verify=False)

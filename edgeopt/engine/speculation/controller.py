@@ -126,9 +126,10 @@ class SpeculationController:
         return drafts
 
     def _propose_from_model(self, decoding: list[Sequence], room: int) -> list[list[int]]:
-        """The draft model's k tokens (--draft-tokens) for each sequence while room lasts. A grammar cuts a
-        greedy draft at its first refused token; a constrained request that samples is not drafted (the
-        acceptance rule would need its mask on every row)."""
+        """The draft model's tokens for each sequence while room lasts: --draft-tokens of them ("draft"), or in
+        "auto" as many as pay (:meth:`_model_draft_size`). A grammar cuts a greedy draft at its first refused
+        token; a constrained request that samples is not drafted (the acceptance rule would need its mask on
+        every row)."""
         assert self.draft_model is not None
         drafts: list[list[int]] = [[] for _ in decoding]
         chosen: list[int] = []
@@ -137,9 +138,12 @@ class SpeculationController:
             limit = min(room, self.draft_model.draft_tokens, _tokens_left(seq), self.draft_model.tokens_left(seq))
             if limit <= 0 or (seq.constraint is not None and seq.params.temperature > 0.0):
                 continue
+            count = limit if self.mode == "draft" else self._model_draft_size(seq, limit, len(decoding))
+            if count == 0:
+                continue
             chosen.append(i)
-            counts.append(limit)
-            room -= limit
+            counts.append(count)
+            room -= count
         proposals = self.draft_model.propose([decoding[i] for i in chosen], counts) if chosen else []
         for i, proposal in zip(chosen, proposals):
             seq, draft = decoding[i], proposal.tokens
@@ -148,6 +152,26 @@ class SpeculationController:
             drafts[i] = draft
             self._state(seq).draft_probs = proposal.probs
         return drafts
+
+    def _model_draft_size(self, seq: Sequence, limit: int, decoding: int) -> int:
+        """auto with a draft model: the k that pays, counting the draft's own passes (k of them, measured) beside
+        the verify tokens (the step-cost model), in units of the target's fixed pass cost; 0 when none does,
+        but a short probe every PROBE_EVERY steps so that a sequence whose text grows predictable is noticed."""
+        assert self.draft_model is not None
+        state = self._state(seq)
+        ratio, fixed = self.cost.per_token_ratio(), self.cost.fixed_seconds()
+        pass_seconds = self.draft_model.pass_seconds
+        draft_units = pass_seconds / fixed if pass_seconds is not None and fixed else 0.0
+        rate = decoding / (1.0 + ratio * decoding)  # tokens per unit of fixed pass cost without drafts
+        best_k, best_net = 0, 0.0
+        for k in range(1, limit + 1):
+            net = expected_gain(state.acceptance, k) - rate * (ratio + draft_units) * k
+            if net > best_net:
+                best_k, best_net = k, net
+        if best_k == 0 and state.idle_steps >= PROBE_EVERY:
+            best_k = min(PROBE_TOKENS, limit)
+        state.idle_steps = 0 if best_k else state.idle_steps + 1
+        return best_k
 
     def record(self, seq: Sequence, drafted: int, accepted: int) -> None:
         """The target agreed with the first ``accepted`` of ``drafted`` tokens."""

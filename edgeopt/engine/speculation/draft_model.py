@@ -17,6 +17,7 @@ the acceptance rule (edgeopt.engine.speculation.draft_verify).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,7 @@ from edgeopt.runtimes.base import Runtime, StepInput
 log = logging.getLogger(__name__)
 DEFAULT_DRAFT_TOKENS = 4
 MAX_DRAFT_TOKENS = 16
+PASS_COST_DECAY = 0.9  # weight of past draft passes in the measured cost of one
 
 
 @dataclass
@@ -67,6 +69,9 @@ class DraftModel:
         self.name = name
         self._slots = [_DraftSlot() for _ in range(runtime.info.max_slots)]
         self.failures = 0  # draft passes that failed (their steps went on without drafts)
+        # Seconds a draft pass of one or two tokens per sequence takes (decayed mean; None: none timed yet),
+        # for the controller's auto mode to weigh what drafting costs against what it gains.
+        self.pass_seconds: float | None = None
 
     @property
     def max_sequences(self) -> int:
@@ -93,7 +98,7 @@ class DraftModel:
         proposals = [Proposal([], None if s.params.temperature == 0.0 else []) for s in seqs]
         rows = self._catch_up(seqs)
         active = list(range(len(seqs)))
-        for step in range(max(counts, default=0)):
+        for _ in range(max(counts, default=0)):
             for i in active:
                 token = self._choose(rows[i], seqs[i], proposals[i])
                 proposals[i].tokens.append(token)
@@ -106,9 +111,19 @@ class DraftModel:
                 assert slot.fed is not None
                 batch.append(StepInput(seqs[i].slot, [proposals[i].tokens[-1]], len(slot.fed), want_logits=True))
                 slot.fed.append(proposals[i].tokens[-1])
-            logits = self.runtime.step(batch)
+            logits = self._timed_step(batch)
             rows = dict(zip(active, logits))
         return proposals
+
+    def _timed_step(self, batch: list[StepInput]) -> np.ndarray:
+        """A draft pass; a short one (at most two tokens per sequence: a decode-like pass) is timed."""
+        started = time.perf_counter()
+        logits = self.runtime.step(batch)
+        if all(len(item.tokens) <= 2 for item in batch):
+            seconds = time.perf_counter() - started
+            self.pass_seconds = seconds if self.pass_seconds is None else (
+                PASS_COST_DECAY * self.pass_seconds + (1 - PASS_COST_DECAY) * seconds)
+        return logits
 
     @staticmethod
     def _choose(row: np.ndarray, seq: Sequence, proposal: Proposal) -> int:
@@ -138,7 +153,7 @@ class DraftModel:
                 batch.append(StepInput(seqs[i].slot, piece, start, want_logits=last))
                 taken.append((i, len(piece), last))
                 room -= len(piece)
-            logits = self.runtime.step(batch)
+            logits = self._timed_step(batch)
             at = 0
             for i, n, last in taken:
                 tokens, start = pending.pop(i)
