@@ -42,15 +42,18 @@ def plan_with_draft(bundle_dir: Path, manifest: Manifest, request: ShapeRequest,
     return shape, DraftSetup(Path(draft), source.bundle_dir, source.manifest, plan, draft_tokens)
 
 
-def load_draft(setup: DraftSetup, target: Runtime, target_name: str, threads: int | None) -> DraftModel:
-    """The draft runtime in its planned shape, refused unless its vocabulary is the target's."""
+def load_draft(setup: DraftSetup, target: Runtime, target_file: Path | None, threads: int | None) -> DraftModel:
+    """The draft runtime in its planned shape, refused unless its vocabulary is the target's (whose model file is
+    ``target_file``: named in errors, and its size against the draft's is the draft's cost until timed)."""
     from edgeopt.runtimes import load_runtime
 
     runtime = load_runtime(setup.manifest.runtime, setup.bundle_dir, setup.manifest, threads=threads,
                            **setup.plan.runtime_options())
     try:
-        check_same_vocabulary(target, runtime, target_name, str(setup.path))
+        check_same_vocabulary(target, runtime, str(target_file), str(setup.path))
     except BaseException:
         runtime.close()
         raise
-    return DraftModel(runtime, setup.draft_tokens, name=str(setup.path))
+    target_bytes = target_file.stat().st_size if target_file is not None and target_file.is_file() else 0
+    relative = setup.plan.weights_bytes / target_bytes if target_bytes else 1.0
+    return DraftModel(runtime, setup.draft_tokens, name=str(setup.path), relative_cost=min(max(relative, 0.01), 10.0))

@@ -51,7 +51,9 @@ def main() -> None:
     engines: dict[str, Engine] = {}
     for mode in ("off", "draft"):  # both up for the whole run; rounds alternate which goes first
         runtime = open_runtime(target, args.threads, cache_slots=8)
-        model = DraftModel(open_runtime(draft, args.threads, 0), args.draft_tokens) if mode == "draft" else None
+        relative_cost = draft.stat().st_size / target.stat().st_size  # as serve --draft sets it
+        model = (DraftModel(open_runtime(draft, args.threads, 0), args.draft_tokens, relative_cost=relative_cost)
+                 if mode == "draft" else None)
         speculative = args.mode if mode == "draft" else mode
         engines[mode] = Engine(runtime, engine_config_for(runtime, speculative=speculative), model)
     prompts = {name: engines["off"].runtime.tokenizer.encode(text, parse_special=True)

@@ -34,6 +34,7 @@ ACCEPTANCE_DECAY = 0.8  # weight of past draft outcomes per new verification
 PRIOR_ACCEPTED, PRIOR_REJECTED = 1.0, 1.0  # a new sequence's acceptance starts at 0.5 on little evidence
 PROBE_EVERY = 16
 PROBE_TOKENS = 2
+READ_BUDGET = 0.1  # auto with a draft model: the draft's catch-up read may cost this share of the request's rest
 
 
 @dataclass
@@ -154,15 +155,22 @@ class SpeculationController:
         return drafts
 
     def _model_draft_size(self, seq: Sequence, limit: int, decoding: int) -> int:
-        """auto with a draft model: the k that pays, counting the draft's own passes (k of them, measured) beside
-        the verify tokens (the step-cost model), in units of the target's fixed pass cost; 0 when none does,
-        but a short probe every PROBE_EVERY steps so that a sequence whose text grows predictable is noticed."""
-        assert self.draft_model is not None
+        """auto with a draft model: the k that pays, counting the draft's own passes (k of them: measured, else
+        the draft's size relative to the target's) beside the verify tokens (the step-cost model), in units of
+        the target's fixed pass cost; 0 when none does, but a short probe every PROBE_EVERY steps so that a
+        sequence whose text grows predictable is noticed. Before drafting, the draft reads what it has not seen
+        (a new request's whole prompt): when that read costs more than READ_BUDGET of what the rest of the
+        request will take, it does not draft at all."""
+        model = self.draft_model
+        assert model is not None
         state = self._state(seq)
         ratio, fixed = self.cost.per_token_ratio(), self.cost.fixed_seconds()
-        pass_seconds = self.draft_model.pass_seconds
-        draft_units = pass_seconds / fixed if pass_seconds is not None and fixed else 0.0
+        draft_units = model.pass_seconds / fixed if model.pass_seconds is not None and fixed else model.relative_cost
         rate = decoding / (1.0 + ratio * decoding)  # tokens per unit of fixed pass cost without drafts
+        read = draft_units * (1.0 + ratio * max(model.unread_tokens(seq) - 1, 0))
+        if read > READ_BUDGET * _tokens_left(seq) / max(rate, 1e-9):
+            state.idle_steps += 1
+            return 0
         best_k, best_net = 0, 0.0
         for k in range(1, limit + 1):
             net = expected_gain(state.acceptance, k) - rate * (ratio + draft_units) * k

@@ -62,8 +62,14 @@ def check_draft_model(draft: DraftModel | None, target: Runtime, max_running: in
 class DraftModel:
     """A draft runtime whose slots mirror the target engine's, and how many tokens it drafts a step."""
 
-    def __init__(self, runtime: Runtime, draft_tokens: int = DEFAULT_DRAFT_TOKENS, name: str = "draft") -> None:
+    def __init__(self, runtime: Runtime, draft_tokens: int = DEFAULT_DRAFT_TOKENS, name: str = "draft",
+                 relative_cost: float = 1.0) -> None:
+        """``relative_cost``: a draft pass's cost in target passes until one is timed (serve: the ratio of the two
+        models' weight bytes, what a memory-bound pass costs)."""
         check_draft_tokens(draft_tokens)
+        if not relative_cost > 0.0:
+            raise ConfigError(f"relative_cost={relative_cost} is invalid", "pass the draft's weights / the target's")
+        self.relative_cost = relative_cost
         self.runtime = runtime
         self.draft_tokens = draft_tokens
         self.name = name
@@ -76,6 +82,13 @@ class DraftModel:
     @property
     def max_sequences(self) -> int:
         return len(self._slots)
+
+    def unread_tokens(self, seq: Sequence) -> int:
+        """Tokens of ``seq`` the draft would have to read before drafting for it (all, for a new sequence)."""
+        slot = self._slots[seq.slot] if seq.slot is not None else None
+        if slot is None or slot.owner is not seq or slot.fed is None:
+            return seq.num_tokens
+        return max(seq.num_tokens - len(slot.fed), 1)
 
     def tokens_left(self, seq: Sequence) -> int:
         """Tokens the draft can still propose for ``seq`` within its own context (it holds all but the last
