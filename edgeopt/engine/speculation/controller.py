@@ -35,6 +35,7 @@ PRIOR_ACCEPTED, PRIOR_REJECTED = 1.0, 1.0  # a new sequence's acceptance starts 
 PROBE_EVERY = 16
 PROBE_TOKENS = 2
 READ_BUDGET = 0.1  # auto with a draft model: the draft's catch-up read may cost this share of the request's rest
+PROBE_SHARE = 0.1  # ... and a probe this share of the steps between two probes
 
 
 @dataclass
@@ -158,7 +159,8 @@ class SpeculationController:
         """auto with a draft model: the k that pays, counting the draft's own passes (k of them: measured, else
         the draft's size relative to the target's) beside the verify tokens (the step-cost model), in units of
         the target's fixed pass cost; 0 when none does, but a short probe every PROBE_EVERY steps so that a
-        sequence whose text grows predictable is noticed. Before drafting, the draft reads what it has not seen
+        sequence whose text grows predictable is noticed (where a probe costs at most PROBE_SHARE of the steps
+        between two). Before drafting, the draft reads what it has not seen
         (a new request's whole prompt): when that read costs more than READ_BUDGET of what the rest of the
         request will take, it does not draft at all."""
         model = self.draft_model
@@ -176,8 +178,10 @@ class SpeculationController:
             net = expected_gain(state.acceptance, k) - rate * (ratio + draft_units) * k
             if net > best_net:
                 best_k, best_net = k, net
-        if best_k == 0 and state.idle_steps >= PROBE_EVERY:
-            best_k = min(PROBE_TOKENS, limit)
+        probe = min(PROBE_TOKENS, limit)
+        probe_cost = read + probe * (ratio + draft_units)
+        if best_k == 0 and state.idle_steps >= PROBE_EVERY and probe_cost <= PROBE_SHARE * PROBE_EVERY / max(rate, 1e-9):
+            best_k = probe
         state.idle_steps = 0 if best_k else state.idle_steps + 1
         return best_k
 
