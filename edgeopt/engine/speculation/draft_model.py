@@ -104,7 +104,7 @@ class DraftModel:
             self.failures += 1
             log.warning("the draft model failed to propose (step goes on without drafts)", exc_info=True)
             for seq in seqs:  # its KV may be half-written: start these slots again next time
-                self._forget(seq.slot)
+                self._slots[seq.slot].owner = None  # type: ignore[index]
             return [Proposal([], None) for _ in seqs]
 
     def _propose(self, seqs: list[Sequence], counts: list[int]) -> list[Proposal]:
