@@ -31,6 +31,7 @@ def plan(
     kv_type: KvType = None,
     size: Annotated[Optional[str], typer.Option("--size", help="Also size a GGUF mix made to this file size (e.g. 90MiB, 105453920B; optimize --size).")] = None,
     prefix_cache_memory: Annotated[Optional[str], typer.Option("--prefix-cache-memory", help="A bundle: plan serve's --prefix-cache-memory (KV memory for cached prefixes beyond the live sequences' cells).")] = None,
+    draft: Annotated[Optional[Path], typer.Option("--draft", exists=True, help="A bundle or GGUF file: plan serve's --draft (the draft model's weights, runtime and KV come out of the budget first).")] = None,
     as_json: JsonOut = False,
     devices: Annotated[Optional[int], typer.Option("--devices", min=2, help="Split across N boards of --target "
                                                    "(the head and N-1 `edgeopt worker`s): layers and KV per device.")] = None,
@@ -51,6 +52,9 @@ def plan(
         raise ConfigError(f"--size {size} sizes a mix made from a checkpoint; {model} is already quantized",
                           "drop --size, or plan the checkpoint it was made from")
     parsed_kv_type = parse_kv_type(kv_type, "gguf") if kv_type else None
+    if draft is not None:
+        plan_draft_pair(Path(model), draft, profile, context, concurrency, memory_bytes, parsed_kv_type, as_json)
+        return
     if prefix_cache_memory is not None and not is_bundle_dir(Path(model)):
         raise ConfigError(f"--prefix-cache-memory {prefix_cache_memory} plans a bundle as serve sizes it; {model} is "
                           "not a bundle", "drop --prefix-cache-memory, or plan the bundle made from it")
@@ -83,6 +87,35 @@ def plan(
         print(json.dumps(result.to_dict(), indent=2))
         return
     print_plan(result, params)
+
+
+def plan_draft_pair(model: Path, draft: Path, profile, context: int | None, concurrency: int | None,
+                    memory_bytes: int | None, kv_type: str | None, as_json: bool) -> None:
+    """``--draft``: the target planned as ``serve MODEL --draft DRAFT`` sizes it, and the draft's share."""
+    from edgeopt.plan_draft import plan_beside_draft
+
+    if not (is_gguf_file(model) or is_bundle_dir(model)):
+        raise ConfigError(f"--draft {draft} plans serve --draft, which serves a GGUF bundle or file; {model} is neither",
+                          "plan the GGUF bundle or file you will serve")
+    result, draft_plan = plan_beside_draft(model, draft, profile, context, concurrency, memory_bytes, kv_type)
+    if as_json:
+        print(json.dumps(result.to_dict() | {"draft": draft_plan.to_dict()}, indent=2))
+        return
+    from edgeopt.gguf_model import gguf_metadata
+
+    source = model if is_gguf_file(model) else model / read_manifest_file(model)
+    print_plan(result, gguf_metadata(source).parameter_count)
+    console = Console()
+    print_line(console, draft_plan.describe())
+    if result.candidates and result.candidates[0].resident is not None:
+        total = result.candidates[0].resident.total_bytes + draft_plan.total_bytes
+        print_line(console, f"serve holds {total / MIB:.0f} MiB resident with the draft")
+
+
+def read_manifest_file(bundle: Path) -> str:
+    from edgeopt.bundle import read_manifest
+
+    return read_manifest(bundle).model_file
 
 
 PLAN_COLUMNS = (

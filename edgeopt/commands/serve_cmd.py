@@ -40,6 +40,25 @@ def parse_prefix_cache_memory(text: str | None, prefix_cache: bool) -> int | Non
     return parse_size(text, "--prefix-cache-memory")
 
 
+def speculative_mode(asked: str | None, draft: Path | None, several: bool) -> str:
+    """The --speculative mode, checked beside --draft: a draft model is the drafting source of "draft" (its
+    default) and "auto", and nothing else."""
+    from edgeopt.engine.speculation.controller import check_mode
+
+    mode = asked or ("draft" if draft is not None else "off")
+    check_mode(mode)
+    if draft is None and mode == "draft":
+        raise ConfigError("--speculative draft needs a draft model", "pass --draft BUNDLE_OR_GGUF")
+    if draft is not None and mode not in ("draft", "auto"):
+        raise ConfigError(f"--draft {draft} drafts with a model; --speculative {mode} asks for "
+                          f"{'no speculation' if mode == 'off' else 'n-gram lookup'}",
+                          "leave --speculative out with --draft, or drop --draft")
+    if draft is not None and several:
+        raise ConfigError(f"--draft {draft} drafts for one model; several models were given",
+                          "serve the target alone with --draft")
+    return mode
+
+
 def serve(
     bundles: Annotated[Optional[list[Path]], typer.Argument(
         help="Bundle directories written by edgeopt optimize, or GGUF model files (llama.cpp's, a hub download) "
@@ -110,13 +129,21 @@ def serve(
         help="Send a stream's new text at most this often when tokens come faster (a request's first and last "
              "token go at once). Sending every token costs the server ~5% of one stream's speed on a 2-core "
              "CPU; 0 sends every token.")] = 50.0,
-    speculative: Annotated[str, typer.Option(
+    speculative: Annotated[Optional[str], typer.Option(
         "--speculative",
         help="Speculative decoding: guessed tokens verified in the same forward pass, the output unchanged "
              "(docs/speculative_decoding.md). auto: the best drafting source available (today n-gram lookup in "
              "the request's own prompt and output), drafting only where it pays (a lone stream, text that "
-             "quotes its prompt) and not when the batch is full. ngram: n-gram lookup. off (the default): none; "
-             "see the docs for why.")] = "off",
+             "quotes its prompt) and not when the batch is full; with --draft, the draft model, as many tokens as its "
+             "measured cost pays for. ngram: n-gram lookup. draft: the --draft model, --draft-tokens every step (the "
+             "default with --draft). off (the default without): none; see the docs for why.")] = None,
+    draft: Annotated[Optional[Path], typer.Option(
+        "--draft", exists=True,
+        help="A small model (bundle or GGUF file) with the target's vocabulary that drafts tokens for the target to "
+             "verify in its step (speculative decoding; output unchanged). Its weights and KV come out of the memory "
+             "budget first (edgeopt plan --draft shows it). For memory-bound devices (docs/speculative_decoding.md).")] = None,
+    draft_tokens: Annotated[int, typer.Option(
+        "--draft-tokens", min=1, max=16, help="Tokens the --draft model proposes per sequence and step.")] = 4,
     responses_store: Annotated[str, typer.Option(
         "--responses-store",
         help="Memory for responses kept for previous_response_id and GET /v1/responses/{id} (e.g. 64MiB; 0 keeps "
@@ -145,7 +172,6 @@ def serve(
     Ollama-compatible APIs (/v1/chat/completions, /v1/messages, /api/chat, /metrics)."""
     import logging
 
-    from edgeopt.engine.speculation.controller import check_mode as check_speculative_mode
     from edgeopt.rpc.endpoints import parse_workers
     from edgeopt.server.callers import load_api_keys
     from edgeopt.server.launcher import INHERITED_SOCKET_ENV, ServeOptions, serve_bundle
@@ -164,7 +190,7 @@ def serve(
     if several and workers:
         raise ConfigError("--workers splits one model across RPC workers; several models were given",
                           "serve the split model alone: edgeopt serve MODEL --workers ...")
-    check_speculative_mode(speculative)
+    speculative = speculative_mode(speculative, draft, several)
     if port < 0 or port > 65535:
         raise ConfigError(f"--port {port} is out of range", "use 1..65535, or 0 for any free port")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -192,7 +218,8 @@ def serve(
                            prefix_cache_bytes=parse_prefix_cache_memory(prefix_cache_memory, prefix_cache),
                            keep_alive_s=parse_keep_alive(keep_alive) if keep_alive else DEFAULT_KEEP_ALIVE_S,
                            pins=tuple(pin or ()),
-                           swap_space_bytes=parse_size(swap_space or DEFAULT_SWAP_SPACE, "--swap-space"))
+                           swap_space_bytes=parse_size(swap_space or DEFAULT_SWAP_SPACE, "--swap-space"),
+                           draft=draft, draft_tokens=draft_tokens)
     if several:
         from edgeopt.server.launch_many import serve_models
 

@@ -35,6 +35,7 @@ from edgeopt.engine.prefix_cache_modes import prefix_cache_for
 from edgeopt.engine.registry import RequestRegistry
 from edgeopt.engine.scheduled import SchedulerOutput
 from edgeopt.engine.scheduler import Scheduler
+from edgeopt.engine.speculation.draft_model import DraftModel, check_draft_model
 from edgeopt.engine.speculation.setup import speculation_for
 from edgeopt.engine.speculation.verify import DraftVerifier
 from edgeopt.engine.step_sampler import StepSampler
@@ -50,12 +51,15 @@ T = TypeVar("T")
 
 
 class Engine:
-    def __init__(self, runtime: Runtime, config: EngineConfig) -> None:
+    def __init__(self, runtime: Runtime, config: EngineConfig, draft_model: DraftModel | None = None) -> None:
+        """``draft_model``: speculative decoding drafts with it (serve --draft); the engine closes it."""
         check_config(config, runtime)
+        check_draft_model(draft_model, runtime, config.max_running)
         self.runtime = runtime
         self.config = config
+        self.draft_model = draft_model
         self.context_tokens = min(config.context_length, config.kv_capacity_tokens, runtime.info.context_length)
-        self._speculation = speculation_for(runtime, config.speculative, self.context_tokens)
+        self._speculation = speculation_for(runtime, config.speculative, self.context_tokens, draft_model)
         self._verifier = DraftVerifier(self._speculation.controller) if self._speculation is not None else None
         self._requests = RequestRegistry(runtime.tokenizer, runtime.info.eos_token_ids, config.stream_interval_s)
         self._scheduler = self._new_scheduler()
@@ -92,6 +96,8 @@ class Engine:
         self._sampler.close()
         if close_runtime:
             self.runtime.close()
+            if self.draft_model is not None:
+                self.draft_model.close()
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestStream:
         asyncio.get_running_loop()  # raises RuntimeError off an event loop: a caller bug

@@ -32,6 +32,7 @@ from edgeopt.rpc.endpoints import Endpoint
 from edgeopt.runtimes.base import Runtime
 from edgeopt.server.auth import check_exposure
 from edgeopt.server.chat.template import ChatTemplate
+from edgeopt.server.draft import DraftSetup, load_draft, plan_with_draft
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_protocol
 from edgeopt.server.models.compute_gate import ComputeGate
 from edgeopt.server.models.keep_alive import DEFAULT_KEEP_ALIVE_S
@@ -75,7 +76,7 @@ class ServeOptions:
     kv_layout: str = AUTO  # llama.cpp (gguf) only: unified, streams, or auto (edgeopt.sizing.layout)
     stream_interval_ms: float = 50.0  # streamed text at most this often when tokens come faster (engine.stream)
     responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses.store)
-    speculative: str = "off"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto
+    speculative: str = "off"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto, draft
     workers: tuple[Endpoint, ...] = ()  # llama.cpp RPC workers the model is split across (edgeopt.rpc.head)
     worker_timeout_s: float = 60.0  # a worker silent this long is dead (edgeopt.rpc.metrics.WorkerWatch)
     prefix_cache_bytes: int | None = None  # --prefix-cache-memory: KV for cached prefixes (edgeopt.sizing.shape)
@@ -83,6 +84,8 @@ class ServeOptions:
     keep_alive_s: float = DEFAULT_KEEP_ALIVE_S
     pins: tuple[str, ...] = ()
     swap_space_bytes: int = 0
+    draft: Path | None = None  # --draft: a draft model for speculative decoding (edgeopt.server.draft)
+    draft_tokens: int = 4  # --draft-tokens: tokens it drafts a step
 
     def shape_request(self) -> ShapeRequest:
         return ShapeRequest(context=self.context, max_sequences=self.max_concurrency, kv_type=self.kv_type,
@@ -97,11 +100,12 @@ def serving_shape(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -
 
 def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape | None,
                       options: ServeOptions, offload: RpcOffload | None = None,
-                      gate: ComputeGate | None = None) -> ServedModel:
+                      gate: ComputeGate | None = None, draft: DraftSetup | None = None) -> ServedModel:
     """Load the runtime in ``shape`` and start an engine over it (runs in a worker thread).
 
     Embedding and rerank bundles (``shape`` None) have no KV cache and no engine: the runtime alone serves them.
     ``gate``: a server of several models computes one model at a time (edgeopt.server.models.compute_gate).
+    ``draft``: the draft model (--draft) the engine speculates with.
     """
     gated = gate.wrap if gate is not None else (lambda runtime: runtime)
     from edgeopt.runtimes import load_embedding_runtime, load_rerank_runtime, load_runtime
@@ -119,7 +123,9 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
                            **shape.runtime_options(), **split)
     try:
         config = engine_config(runtime, shape, options)
-        engine = own_engine(manifest.format, runtime, config) or Engine(gated(runtime), config)
+        draft_model = load_draft(draft, runtime, bundle_dir / manifest.model_file,
+                                                        options.threads) if draft is not None else None
+        engine = own_engine(manifest.format, runtime, config) or Engine(gated(runtime), config, draft_model)
         template = ChatTemplate.from_bundle(bundle_dir, manifest.chat_template, manifest.tokenizer_dir,
                                             manifest.export.get("special_tokens"))
     except BaseException:
@@ -230,6 +236,10 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     keep_freed_heap()  # before the first step allocates
     shape: ServingShape | None = None
     offload: RpcOffload | None = None
+    draft: DraftSetup | None = None
+    if options.draft is not None and (manifest.kind != "causal-lm" or options.workers):
+        raise ConfigError(f"--draft drafts for one causal LM served alone; this is a {manifest.kind} bundle"
+                          f"{' split across --workers' if options.workers else ''}", "leave --draft out")
     if manifest.kind == "causal-lm" and options.workers:  # split across llama.cpp RPC workers
         from edgeopt.rpc.head import prepare_split
 
@@ -238,7 +248,11 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
         shape, offload = split.shape, split.offload
         kv_type, kv_layout, budget = shape.kv_type, shape.kv_layout, shape.sizing.usable_memory_bytes
     elif manifest.kind == "causal-lm":
-        shape = serving_shape(bundle_dir, manifest, options)
+        if options.draft is not None:
+            shape, draft = plan_with_draft(bundle_dir, manifest, options.shape_request(), options.draft,
+                                           options.draft_tokens, options.memory_bytes, options.target, options.verify)
+        else:
+            shape = serving_shape(bundle_dir, manifest, options)
         kv_type, kv_layout, budget = shape.kv_type, shape.kv_layout, shape.sizing.usable_memory_bytes
         log.info("KV sizing (%s KV cache, %s layout): %s", kv_type, kv_layout or "the runtime's",
                  shape.sizing.to_dict())
@@ -268,7 +282,7 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
         if server is not None:
             server.should_exit = True
 
-    app = create_app(settings, loader=lambda: load_served_model(bundle_dir, manifest, shape, options, offload),
+    app = create_app(settings, loader=lambda: load_served_model(bundle_dir, manifest, shape, options, offload, draft=draft),
                      on_load_error=stop_on_load_error)
     if shape is not None:
         app.state.server.metrics.describe_shape(shape.kv_live_cells, shape.kv_prefix_cells,

@@ -83,7 +83,9 @@ def test_limits_bound_a_draft() -> None:
 
 def test_expected_gain_and_an_unknown_mode() -> None:
     assert expected_gain(0.5, 3) == pytest.approx(0.875)
-    with pytest.raises(ConfigError, match="'draft' is not a speculation mode"):
+    with pytest.raises(ConfigError, match="'eagle' is not a speculation mode"):
+        SpeculationController("eagle")
+    with pytest.raises(ConfigError, match="needs a draft model"):  # a mode of its own only with --draft
         SpeculationController("draft")
 
 

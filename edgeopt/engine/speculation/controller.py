@@ -15,18 +15,27 @@ so that it notices when it starts quoting again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.speculation.ngram import NgramIndex
 from edgeopt.engine.speculation.step_cost import StepCostModel
 from edgeopt.errors import ConfigError
 
-SPECULATIVE_MODES = ("off", "ngram", "auto")  # auto: the best source available (today: n-gram lookup)
+if TYPE_CHECKING:
+    from edgeopt.engine.speculation.draft_model import DraftModel
+
+# auto: the best source available (a draft model when serve has --draft, else n-gram lookup); draft: --draft's
+SPECULATIVE_MODES = ("off", "ngram", "auto", "draft")
 MAX_DRAFT_TOKENS = 10
 ACCEPTANCE_DECAY = 0.8  # weight of past draft outcomes per new verification
 PRIOR_ACCEPTED, PRIOR_REJECTED = 1.0, 1.0  # a new sequence's acceptance starts at 0.5 on little evidence
 PROBE_EVERY = 16
 PROBE_TOKENS = 2
+READ_BUDGET = 0.1  # auto with a draft model: the draft's catch-up read may cost this share of the request's rest
+PROBE_SHARE = 0.1  # ... and a probe this share of the steps between two probes
 
 
 @dataclass
@@ -37,6 +46,8 @@ class DraftState:
     accepted: float = PRIOR_ACCEPTED
     rejected: float = PRIOR_REJECTED
     idle_steps: int = 0  # decode steps since it last verified a draft
+    # A draft model's sampled proposal: q's row for each drafted token (None: greedy or n-gram drafts)
+    draft_probs: list[np.ndarray] | None = None
 
     @property
     def acceptance(self) -> float:
@@ -55,11 +66,17 @@ def expected_gain(acceptance: float, tokens: int) -> float:
 
 
 class SpeculationController:
-    source = "ngram"
-
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, draft_model: DraftModel | None = None) -> None:
         check_mode(mode)
+        if mode == "draft" and draft_model is None:
+            raise ConfigError("--speculative draft needs a draft model", "pass --draft BUNDLE_OR_GGUF")
+        if draft_model is not None and mode not in ("draft", "auto"):
+            raise ConfigError(f"--draft drafts with a model; --speculative {mode} asks for "
+                              f"{'no speculation' if mode == 'off' else 'n-gram lookup'}",
+                              "leave --speculative out (or use auto or draft) with --draft, or drop --draft")
         self.mode = mode
+        self.draft_model = draft_model
+        self.source = "draft" if draft_model is not None else "ngram"  # /metrics label of the drafting source
         self.cost = StepCostModel()
 
     @property
@@ -77,6 +94,8 @@ class SpeculationController:
             return drafts
         if splits_mixed_lengths and (len(decoding) > 1 or other_tokens):
             return drafts  # every draft would add a whole pass over the weights
+        if self.draft_model is not None:
+            return self._propose_from_model(decoding, min(token_room, row_room))
         ratio = self.cost.per_token_ratio()
         tokens = len(decoding) + other_tokens
         produced = float(len(decoding))
@@ -107,6 +126,64 @@ class SpeculationController:
             tokens += len(draft)
             produced += expected_gain(state.acceptance, len(draft))
         return drafts
+
+    def _propose_from_model(self, decoding: list[Sequence], room: int) -> list[list[int]]:
+        """The draft model's tokens for each sequence while room lasts: --draft-tokens of them ("draft"), or in
+        "auto" as many as pay (:meth:`_model_draft_size`). A grammar cuts a greedy draft at its first refused
+        token; a constrained request that samples is not drafted (the acceptance rule would need its mask on
+        every row)."""
+        assert self.draft_model is not None
+        drafts: list[list[int]] = [[] for _ in decoding]
+        chosen: list[int] = []
+        counts: list[int] = []
+        for i, seq in enumerate(decoding):
+            limit = min(room, self.draft_model.draft_tokens, _tokens_left(seq), self.draft_model.tokens_left(seq))
+            if limit <= 0 or (seq.constraint is not None and seq.params.temperature > 0.0):
+                continue
+            count = limit if self.mode == "draft" else self._model_draft_size(seq, limit, len(decoding))
+            if count == 0:
+                continue
+            chosen.append(i)
+            counts.append(count)
+            room -= count
+        proposals = self.draft_model.propose([decoding[i] for i in chosen], counts) if chosen else []
+        for i, proposal in zip(chosen, proposals):
+            seq, draft = decoding[i], proposal.tokens
+            if seq.constraint is not None and draft:
+                draft = draft[:seq.constraint.matcher.validate_tokens(draft)]
+            drafts[i] = draft
+            self._state(seq).draft_probs = proposal.probs
+        return drafts
+
+    def _model_draft_size(self, seq: Sequence, limit: int, decoding: int) -> int:
+        """auto with a draft model: the k that pays, counting the draft's own passes (k of them: measured, else
+        the draft's size relative to the target's) beside the verify tokens (the step-cost model), in units of
+        the target's fixed pass cost; 0 when none does, but a short probe every PROBE_EVERY steps so that a
+        sequence whose text grows predictable is noticed (where a probe costs at most PROBE_SHARE of the steps
+        between two). Before drafting, the draft reads what it has not seen
+        (a new request's whole prompt): when that read costs more than READ_BUDGET of what the rest of the
+        request will take, it does not draft at all."""
+        model = self.draft_model
+        assert model is not None
+        state = self._state(seq)
+        ratio, fixed = self.cost.per_token_ratio(), self.cost.fixed_seconds()
+        draft_units = model.pass_seconds / fixed if model.pass_seconds is not None and fixed else model.relative_cost
+        rate = decoding / (1.0 + ratio * decoding)  # tokens per unit of fixed pass cost without drafts
+        read = draft_units * (1.0 + ratio * max(model.unread_tokens(seq) - 1, 0))
+        if read > READ_BUDGET * _tokens_left(seq) / max(rate, 1e-9):
+            state.idle_steps += 1
+            return 0
+        best_k, best_net = 0, 0.0
+        for k in range(1, limit + 1):
+            net = expected_gain(state.acceptance, k) - rate * (ratio + draft_units) * k
+            if net > best_net:
+                best_k, best_net = k, net
+        probe = min(PROBE_TOKENS, limit)
+        probe_cost = read + probe * (ratio + draft_units)
+        if best_k == 0 and state.idle_steps >= PROBE_EVERY and probe_cost <= PROBE_SHARE * PROBE_EVERY / max(rate, 1e-9):
+            best_k = probe
+        state.idle_steps = 0 if best_k else state.idle_steps + 1
+        return best_k
 
     def record(self, seq: Sequence, drafted: int, accepted: int) -> None:
         """The target agreed with the first ``accepted`` of ``drafted`` tokens."""

@@ -27,6 +27,15 @@ class StepCostModel:
         self._nn = self._nn * d + tokens * tokens
         self._nt = self._nt * d + tokens * seconds
 
+    def fixed_seconds(self) -> float | None:
+        """The fixed part of a pass in seconds (mean time / (1 + ratio x mean tokens)); None before any step."""
+        if self._w < 1.0:
+            return None
+        ratio = self.per_token_ratio()
+        if ratio == float("inf"):
+            return 0.0
+        return (self._t / self._w) / (1.0 + ratio * self._n / self._w)
+
     def per_token_ratio(self) -> float:
         """per_token / fixed: the cost of one more token in a pass, in units of the pass's fixed cost."""
         if self._w < 1.0:

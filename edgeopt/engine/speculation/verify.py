@@ -14,6 +14,9 @@ rejection sampling with a one-point draft distribution), and with a seed it draw
 same order, so it gives the same tokens. Stop strings, max_tokens and a complete grammar end the walk where
 they end the request: its remaining drafted KV is dropped before the sequence finishes, so the prefix cache
 only ever keeps the KV of emitted tokens.
+
+A draft model's sampled drafts (a distribution q behind each guess) are judged by speculative sampling's
+rule instead (edgeopt.engine.speculation.draft_verify).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from edgeopt.engine.scheduled import Pick, ScheduledChunk, SchedulerOutput
 from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.speculation.controller import SpeculationController
 from edgeopt.engine.speculation.counters import SpeculationCounters
+from edgeopt.engine.speculation.draft_verify import verify_sampled_block
 
 log = logging.getLogger(__name__)
 Draw = Callable[[np.ndarray, Sequence], Pick]  # one row drawn as an ordinary step draws it (StepSampler.draw)
@@ -67,8 +71,12 @@ class DraftVerifier:
             seq = chunk.seq
             if seq.state.is_done:  # the step failed it already
                 continue
+            probs = seq.draft_state.draft_probs if seq.draft_state is not None else None  # type: ignore[attr-defined]
             try:
-                accepted = verify_block(seq, chunk.draft, block, draw, ledger)
+                if probs is not None:  # the draft model sampled these: speculative sampling's rule
+                    accepted = verify_sampled_block(seq, chunk.draft, probs, block, draw, ledger)
+                else:
+                    accepted = verify_block(seq, chunk.draft, block, draw, ledger)
             except Exception as exc:
                 log.exception("verifying the draft of request %s failed", seq.request_id)
                 if not seq.state.is_done:
