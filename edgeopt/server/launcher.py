@@ -123,8 +123,8 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
                            **shape.runtime_options(), **split)
     try:
         config = engine_config(runtime, shape, options)
-        draft_model = load_draft(draft, runtime, bundle_dir / manifest.model_file,
-                                                        options.threads) if draft is not None else None
+        draft_model = (load_draft(draft, runtime, bundle_dir / manifest.model_file, options.threads)
+                       if draft is not None else None)
         engine = own_engine(manifest.format, runtime, config) or Engine(gated(runtime), config, draft_model)
         template = ChatTemplate.from_bundle(bundle_dir, manifest.chat_template, manifest.tokenizer_dir,
                                             manifest.export.get("special_tokens"))
