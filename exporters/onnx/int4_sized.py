@@ -302,13 +302,14 @@ def measure_group_kl(model_dir: Path, weights: list[Weight], blocks: dict[str, d
     reference = log_probs()
     result: dict[str, float] = {}
     for group in sorted({w.group for w in weights}):
-        saved = {}
-        for w in (w for w in weights if w.group == group):
-            four = torch.from_numpy(np.ascontiguousarray(blocks[w.name]["int4"].dequantized()[:, :w.weight.shape[1]]))
-            for module in w.modules:  # a tied table: the embedding and the output layer (one tensor or two)
-                layer = model.get_submodule(module)
-                saved.setdefault(module, layer.weight.data)
-                layer.weight.data = four
+        # a tied table: the embedding and the output layer share one parameter, so every original is taken before
+        # anything is replaced (taken after, the output layer's "original" is the 4-bit table, left in place for
+        # every group measured after it)
+        replaced = [(module, w) for w in weights if w.group == group for module in w.modules]
+        saved = {module: model.get_submodule(module).weight.data for module, _ in replaced}
+        for module, w in replaced:
+            four = blocks[w.name]["int4"].dequantized()[:, :w.weight.shape[1]]
+            model.get_submodule(module).weight.data = torch.from_numpy(np.ascontiguousarray(four))
         try:
             kls = [(ref.exp() * (ref - got)).sum(-1) for ref, got in zip(reference, log_probs())]
         finally:
