@@ -133,3 +133,26 @@ def test_a_tied_table_is_stored_once_in_the_width_the_size_leaves(tiny_model_fac
     decoder = DecoderSession(create_session(bundle / "model" / "model.onnx", 1, ["CPUExecutionProvider"]))
     logits, _ = decoder.run_sequence([1, 5, 9, 3])
     assert np.isfinite(logits).all()
+
+
+def test_a_group_measured_after_a_tied_table_does_not_carry_the_tables_rounding(tiny_model_factory) -> None:
+    """The table's group replaces one parameter read twice (embedding, output layer); what it replaced must all be
+    put back, or every group measured after it gains the table's KL."""
+    from edgeopt.exporters.onnx.int4_sized import Weight, measure_group_kl
+    from edgeopt.passes.measure import load_causal_lm
+
+    model_dir = tiny_model_factory("llama-tied")
+    model = load_causal_lm(model_dir)
+    table = model.get_submodule("model.embed_tokens").weight.detach().numpy().copy()
+    assert model.get_submodule("lm_head").weight is model.get_submodule("model.embed_tokens").weight
+    # "self_attn..." sorts after "model.embed_tokens", as on a real model
+    module = "model.layers.0.self_attn.q_proj"
+    q = model.get_submodule(module).weight.detach().numpy().copy()
+    weights = [Weight("table", ("model.embed_tokens", "lm_head"), "lm_head", table, "model.embed_tokens", table=True),
+               Weight("q", (module,), module, q, group_of(module, 2))]
+    blocks = {w.name: {"int4": search_int4_blocks(w.weight, None, 32)} for w in weights}
+    chunks = [[1, 7, 3, 9, 4, 2, 8, 5] * 4]
+    with_table = measure_group_kl(model_dir, weights, blocks, chunks)
+    alone = measure_group_kl(model_dir, weights[1:], blocks, chunks)
+    assert with_table["model.embed_tokens"] > 0
+    assert with_table[group_of(module, 2)] == pytest.approx(alone[group_of(module, 2)], rel=1e-6, abs=1e-12)
