@@ -90,6 +90,11 @@ def test_size_is_refused_beside_options_that_would_decide_the_widths(options: di
         optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4", mix_size_bytes=2 * 2**20, **options)
 
 
+def test_gptq_is_refused_without_a_size(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--int4-algorithm gptq"):
+        optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4", int4_algorithm="gptq")
+
+
 def table_ops(bundle: Path) -> dict[str, int]:
     """The bits of the token table's GatherBlockQuantized and of the MatMulNBits that reads the same data."""
     from onnx import helper
