@@ -32,7 +32,7 @@ class ONNXExporter(Exporter):
     # 5: INT4's blocks searched for, weighted by calibration text (--int4-algorithm weighted)
     # 6: a decoder's token embedding in 8 bits (GatherBlockQuantized) with weight-only INT8 and INT4
     # 7: --size chooses the token table's width too (4 or 8 bits) and writes 8-bit blocks of 64
-    cache_version = 9
+    cache_version = 10
     options = {"calibration_data": None, "calibration_sha256": None, "calibration_chunks": None,
                "self_calibration": None, "calibration_method": ("int8-static",), "int8_method": ("int8",),
                "int4_block_size": ("int4",), "int4_mix": ("int4",), "int4_algorithm": ("int4",),
@@ -100,12 +100,9 @@ class ONNXExporter(Exporter):
 
 
 def int4_algorithm(options: dict[str, Any]) -> str:
-    """How 4-bit blocks are rounded: --int4-algorithm, else GPTQ with --size (exporters/onnx/int4_gptq.py) and the
-    weighted search without."""
-    from edgeopt.exporters.onnx.int4_sized import ALGORITHMS
-
-    default = ALGORITHMS[0] if options.get("mix_size_bytes") is not None else "weighted"
-    return options.get("int4_algorithm") or default
+    """How 4-bit blocks are rounded: --int4-algorithm, else the weighted search (GPTQ, exporters/onnx/int4_gptq.py,
+    only with --size)."""
+    return options.get("int4_algorithm") or "weighted"
 
 
 def _check_sized(options: dict[str, Any]) -> None:

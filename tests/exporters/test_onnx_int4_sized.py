@@ -53,8 +53,10 @@ def test_groups_are_roles_in_bands_of_layers() -> None:
     assert group_of("lm_head", 30) == "lm_head"
 
 
+@pytest.mark.parametrize("algorithm", [None, "gptq"])
 def test_a_sized_int4_file_lands_within_one_percent_under_the_size_asked(tiny_llama_dir: Path, tmp_path: Path,
-                                                                        calibration_text: Path) -> None:
+                                                                        calibration_text: Path,
+                                                                        algorithm: str | None) -> None:
     from edgeopt.exporters.onnx.quant_types import estimate_onnx_bytes
     from edgeopt.model_spec import load_model_spec
 
@@ -62,7 +64,7 @@ def test_a_sized_int4_file_lands_within_one_percent_under_the_size_asked(tiny_ll
     # and every one in 8, so the widths must be chosen
     size = estimate_onnx_bytes(load_model_spec(str(tiny_llama_dir)), "int4")
     bundle = optimize_onnx(tiny_llama_dir, tmp_path / "sized", "int4", mix_size_bytes=size,
-                           calibration_data=str(calibration_text))
+                           calibration_data=str(calibration_text), **({"int4_algorithm": algorithm} if algorithm else {}))
     written = onnx_bytes(bundle)
     assert size * 0.99 <= written <= size, (written, size)
     q = load_bundle(bundle).export["quantization"]
@@ -71,6 +73,7 @@ def test_a_sized_int4_file_lands_within_one_percent_under_the_size_asked(tiny_ll
     eight = {name.removesuffix("_Q8") for name, b in bits.items() if b == 8}  # the quantizer suffixes names
     assert eight == set(q["size"]["eight_bit"]) and 0 < len(eight) < len(bits) - 1  # a real choice was made
     assert q["size"]["predicted_kl"] >= 0 and q["size"]["group_kl"]
+    assert q["algorithm"] == (algorithm or "weighted")
 
 
 def test_a_size_below_every_matmul_in_four_bits_is_refused_with_the_size_that_would_do(
