@@ -73,10 +73,18 @@ def text_file_chunks(model_dir: Path, text_path: Path, max_chunks: int, use: str
 @dataclass(frozen=True)
 class InputEnergy:
     """Per linear module (HF name, ``model.layers.3.mlp.down_proj``): the sum over tokens of its input squared,
-    per input column, and the number of tokens summed."""
+    per input column, and the number of tokens summed; with ``grams``, also the sum of x x^T (K x K, float32; one
+    array shared by the modules that read the same input, as q/k/v and gate/up do)."""
 
     sums: dict[str, np.ndarray]
     counts: dict[str, int]
+    grams: dict[str, np.ndarray] | None = None
+
+    def gram(self, module: str) -> np.ndarray | None:
+        """Mean x x^T of ``module``'s inputs, or None when not collected."""
+        if self.grams is None or module not in self.grams or not self.counts[module]:
+            return None
+        return self.grams[module] / np.float32(self.counts[module])
 
     def mean(self, module: str) -> np.ndarray | None:
         """Mean squared input per column of ``module``, or None when the module was not measured."""
@@ -86,8 +94,9 @@ class InputEnergy:
 
 
 def collect_input_energy(model_dir: Path, token_chunks: list[list[int]],
-                         report: Callable[[str], None] = lambda _m: None) -> InputEnergy:
-    """Run the chunks through the checkpoint in ``model_dir`` and sum the input energy of every linear module."""
+                         report: Callable[[str], None] = lambda _m: None, grams: bool = False) -> InputEnergy:
+    """Run the chunks through the checkpoint in ``model_dir`` and sum the input energy of every linear module (and,
+    with ``grams``, its inputs' x x^T: what GPTQ rounding needs, exporters/onnx/int4_gptq.py)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -99,28 +108,57 @@ def collect_input_energy(model_dir: Path, token_chunks: list[list[int]],
                if isinstance(module, torch.nn.Linear)}
     sums = {name: torch.zeros(module.in_features, dtype=torch.float64) for name, module in linears.items()}
     counts = {name: 0 for name in linears}
+    gram_sums = _GramSums() if grams else None
 
     def hook_for(name: str) -> Callable:
         def accumulate(_module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
             x = inputs[0].detach().reshape(-1, inputs[0].shape[-1])
             sums[name] += (x.double() ** 2).sum(dim=0)
             counts[name] += x.shape[0]
+            if gram_sums is not None:
+                gram_sums.add(name, inputs[0])
         return accumulate
 
     handles = [module.register_forward_pre_hook(hook_for(name)) for name, module in linears.items()]
     try:
-        with torch.no_grad(), _torch_threads_left_free():
+        with torch.no_grad(), torch_threads_left_free():
             for i, chunk in enumerate(token_chunks):
                 model(input_ids=torch.tensor([chunk]), use_cache=False)
                 report(f"calibration: chunk {i + 1}/{len(token_chunks)}")
     finally:
         for handle in handles:
             handle.remove()
-    return InputEnergy({n: s.numpy() for n, s in sums.items()}, counts)
+    return InputEnergy({n: s.numpy() for n, s in sums.items()}, counts,
+                       gram_sums.arrays() if gram_sums is not None else None)
+
+
+class _GramSums:
+    """Sum of x x^T per module; a module reading the very tensor the previous one read (q, k and v read one
+    normalized input, gate and up another) shares its sum instead of computing it again."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, object] = {}  # name -> torch float64 tensor (shared between readers of one input)
+        self.previous: tuple[object, str] | None = None  # (the input tensor last summed, its module)
+
+    def add(self, name: str, inputs: object) -> None:
+        import torch
+
+        if self.previous is not None and self.previous[0] is inputs:  # kept alive here, so never a reused address
+            self.sums.setdefault(name, self.sums[self.previous[1]])
+            return
+        x = inputs.detach().reshape(-1, inputs.shape[-1]).float()
+        if name not in self.sums:
+            self.sums[name] = torch.zeros((x.shape[1], x.shape[1]), dtype=torch.float64)
+        self.sums[name] += x.T @ x
+        self.previous = (inputs, name)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        converted: dict[int, np.ndarray] = {}
+        return {name: converted.setdefault(id(t), t.float().numpy()) for name, t in self.sums.items()}
 
 
 @contextmanager
-def _torch_threads_left_free() -> Iterator[None]:
+def torch_threads_left_free() -> Iterator[None]:
     """torch's CPU threads meet at barriers as llama.cpp's do: beside a busy neighbour on 2 cores the matrix
     pass over SmolLM2-135M took 4-5x longer with 2 threads than with 1. So it runs on the cores other
     processes leave free, measured once before it starts (runtimes/llama_cpp/threads.py's rule), and

@@ -32,7 +32,7 @@ class ONNXExporter(Exporter):
     # 5: INT4's blocks searched for, weighted by calibration text (--int4-algorithm weighted)
     # 6: a decoder's token embedding in 8 bits (GatherBlockQuantized) with weight-only INT8 and INT4
     # 7: --size chooses the token table's width too (4 or 8 bits) and writes 8-bit blocks of 64
-    cache_version = 7
+    cache_version = 10
     options = {"calibration_data": None, "calibration_sha256": None, "calibration_chunks": None,
                "self_calibration": None, "calibration_method": ("int8-static",), "int8_method": ("int8",),
                "int4_block_size": ("int4",), "int4_mix": ("int4",), "int4_algorithm": ("int4",),
@@ -52,14 +52,18 @@ class ONNXExporter(Exporter):
                                  ("calibration_method", "--calibration-method", q.CALIBRATION_METHODS)):
             if key in options and options[key] not in valid:
                 raise ConfigError(f"unknown {flag} {options[key]!r}", f"valid: {', '.join(valid)}")
-        algorithm = options.get("int4_algorithm") or "weighted"
-        if quant == "int4" and algorithm != "weighted" and ("calibration_data" in options
+        algorithm = int4_algorithm(options)
+        if quant == "int4" and algorithm not in ("weighted", "gptq") and ("calibration_data" in options
                                                             or options.get("self_calibration") is False):
             flag = "--calibration-data" if "calibration_data" in options else "--no-self-calibration"
             raise ConfigError(f"{flag} changes nothing with --int4-algorithm {algorithm}: only the weighted search "
-                              "uses calibration text", f"drop {flag}, or drop --int4-algorithm")
+                              "and GPTQ use calibration text", f"drop {flag}, or drop --int4-algorithm")
         if options.get("mix_size_bytes") is not None:
             _check_sized(options)
+        elif algorithm == "gptq":
+            raise ConfigError("--int4-algorithm gptq rounds the blocks --size chooses widths for; without --size it "
+                              "is not available", "add --size (e.g. the size of the GGUF Q4_K_M file), or use "
+                              "--int4-algorithm weighted")
         if quant == "int8-static" and options.get("self_calibration") is False:
             raise ConfigError("--no-self-calibration changes nothing with --quant int8-static: its activation ranges "
                               "come from --calibration-data or a built-in English text, never from generated text",
@@ -95,10 +99,20 @@ class ONNXExporter(Exporter):
                             details=details)
 
 
+def int4_algorithm(options: dict[str, Any]) -> str:
+    """How 4-bit blocks are rounded: --int4-algorithm, else the weighted search (GPTQ, exporters/onnx/int4_gptq.py,
+    only with --size)."""
+    return options.get("int4_algorithm") or "weighted"
+
+
 def _check_sized(options: dict[str, Any]) -> None:
-    """``--size`` chooses each MatMul's width itself, from the weighted search's blocks measured on text."""
-    for key, flag in (("int4_mix", "--int4-mix"), ("int4_algorithm", "--int4-algorithm")):
-        if options.get(key) not in (None, "weighted"):
+    """``--size`` chooses each MatMul's width itself, from blocks rounded by GPTQ or the weighted search and
+    measured on text."""
+    from edgeopt.exporters.onnx.int4_sized import ALGORITHMS
+
+    for key, flag, allowed in (("int4_mix", "--int4-mix", (None, "weighted")),
+                               ("int4_algorithm", "--int4-algorithm", (None, *ALGORITHMS))):
+        if options.get(key) not in allowed:
             raise ConfigError(f"--size chooses which MatMuls keep 8 bits itself (weighted 4-bit blocks elsewhere); "
                               f"it cannot be combined with {flag} {options[key]}", f"drop {flag}, or drop --size")
     if options.get("self_calibration") is False and options.get("calibration_data") is None:
@@ -170,10 +184,10 @@ def _int4(source: Path, fp32: Path, dst: Path, kind: str, model_dir: Path, prese
     sampled from the ``fp32`` export)."""
     from edgeopt.exporters.onnx.int4_calibration import int4_calibration
 
-    algorithm = options.get("int4_algorithm") or "weighted"
+    algorithm = int4_algorithm(options)
     calibration = None
-    if algorithm == "weighted" and kind == "causal-lm":
-        calibration = int4_calibration(model_dir, fp32, options)
+    if algorithm in ("weighted", "gptq") and kind == "causal-lm":
+        calibration = int4_calibration(model_dir, fp32, options, grams=algorithm == "gptq")
     elif algorithm == "weighted" and "calibration_data" in options:
         raise ConfigError(f"--calibration-data is not used for an encoder's INT4 ({kind})",
                           "drop --calibration-data: an encoder's blocks are weighted by their own weights")
@@ -185,7 +199,7 @@ def _int4(source: Path, fp32: Path, dst: Path, kind: str, model_dir: Path, prese
                               "drop --size and pick --quant int4 or int8")
         info = quantize_int4_sized(source, dst, model_dir, int(options["mix_size_bytes"]), preset, keep_fp,
                                    int(options.get("int4_block_size") or 32), options.get("int4_accuracy_level"),
-                                   calibration.energy, calibration.chunks)
+                                   calibration.energy, calibration.chunks, algorithm=algorithm)
         return {**info, "calibration": calibration.facts}
     info = q.quantize_int4(source, dst, preset, keep_fp, block_size=int(options.get("int4_block_size") or 32),
                            accuracy_level=options.get("int4_accuracy_level"),

@@ -27,27 +27,30 @@ class Int4Calibration:
 
 
 def int4_calibration(model_dir: Path, fp32: Path, options: dict[str, Any],
-                     report: Callable[[str], None] = lambda _m: None) -> Int4Calibration | None:
-    """The statistics of the calibration text (or of generated text), or None with ``--no-self-calibration``."""
+                     report: Callable[[str], None] = lambda _m: None, grams: bool = False) -> Int4Calibration | None:
+    """The statistics of the calibration text (or of generated text), or None with ``--no-self-calibration``;
+    ``grams``: each linear layer's x x^T too (GPTQ rounding)."""
     if options.get("calibration_data") is not None:
         return _from_text(model_dir, Path(options["calibration_data"]),
-                          int(options.get("calibration_chunks") or TEXT_CHUNKS), report)
+                          int(options.get("calibration_chunks") or TEXT_CHUNKS), report, grams)
     if not self_calibrates(options):
         return None
-    return _generated(model_dir, fp32, int(options.get("calibration_chunks") or GENERATED_CHUNKS), report)
+    return _generated(model_dir, fp32, int(options.get("calibration_chunks") or GENERATED_CHUNKS), report, grams)
 
 
-def _from_text(model_dir: Path, text_path: Path, max_chunks: int, report: Callable[[str], None]) -> Int4Calibration:
+def _from_text(model_dir: Path, text_path: Path, max_chunks: int, report: Callable[[str], None],
+               grams: bool) -> Int4Calibration:
     from edgeopt.bundle import sha256_file
 
     token_chunks = text_file_chunks(model_dir, text_path, max_chunks, "to weigh INT4 blocks")
-    energy = collect_input_energy(model_dir, token_chunks, report)
+    energy = collect_input_energy(model_dir, token_chunks, report, grams)
     return Int4Calibration(energy, {"source": text_path.name, "text_sha256": sha256_file(text_path),
                                     "tokens": sum(len(c) for c in token_chunks), "chunks": len(token_chunks)},
                           token_chunks)
 
 
-def _generated(model_dir: Path, fp32: Path, count: int, report: Callable[[str], None]) -> Int4Calibration:
+def _generated(model_dir: Path, fp32: Path, count: int, report: Callable[[str], None],
+               grams: bool) -> Int4Calibration:
     from edgeopt.exporters.generated_text import MAX_PARALLEL, sample_text
     from edgeopt.runtimes.onnxruntime import open_decoder
 
@@ -57,5 +60,5 @@ def _generated(model_dir: Path, fp32: Path, count: int, report: Callable[[str], 
         text = sample_text(runtime, count, chunk_size, parallel, report=report)
     finally:
         runtime.close()
-    energy = collect_input_energy(model_dir, text.chunks, report)
+    energy = collect_input_energy(model_dir, text.chunks, report, grams)
     return Int4Calibration(energy, {**text.facts(), "tokens": text.tokens, "chunks": len(text.chunks)}, text.chunks)

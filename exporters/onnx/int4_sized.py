@@ -5,8 +5,11 @@ sensitivity to fit a size.
 does (exporters/gguf/mix.py), the model says where bits matter:
 
 1. **Blocks and weighted error at every width**, for every MatMul and for the token table (stored once for a
-   tied output layer, exporters/onnx/embedding_quant.py): the weighted search's 4-bit blocks
-   (exporters/onnx/int4_search.py; a tied table weighed by the output layer's inputs) in blocks of
+   tied output layer, exporters/onnx/embedding_quant.py): 4-bit blocks rounded by GPTQ (``--int4-algorithm gptq``,
+   exporters/onnx/int4_gptq.py: each column's rounding error compensated on the columns after it, given the
+   calibration inputs' x x^T; its error the mean squared change of the layer's output) or by the weighted search
+   (the default, exporters/onnx/int4_search.py: each weight to its nearest level; its error
+   weighted per column by the mean squared input; a tied table weighed by the output layer's inputs) in blocks of
    --int4-block-size and of twice that, and symmetric 8-bit blocks of 64 (32 where 64 does not divide the row: at
    8 bits a larger block's coarser scale costs next to nothing and saves half a bit a weight), each compared with
    the float weight, every column's squared error weighted by the calibration text's mean squared input.
@@ -36,6 +39,7 @@ import numpy as np
 from edgeopt.errors import ConfigError
 from edgeopt.exporters.input_energy import InputEnergy
 from edgeopt.exporters.onnx.embedding_quant import Table, find_table, table_weight, write_table
+from edgeopt.exporters.onnx.int4_gptq import gptq_int4_blocks, output_error
 from edgeopt.exporters.onnx.int4_rewrite import module_of
 from edgeopt.exporters.onnx.int4_search import Int4Blocks, search_int4_blocks
 from edgeopt.exporters.onnx.nbits_blocks import (Int8Blocks, eight_bit_blocks, ensure_microsoft_opset,
@@ -47,6 +51,9 @@ INT4_BLOCK_LIMITS = (16, 32, 64, 128, 256)  # MatMulNBits' and GatherBlockQuanti
 BANDS = 3  # layer bands per role whose sensitivity is measured, as the GGUF mix
 SENSITIVITY_CHUNKS = 2
 SIZE_TOLERANCE = 0.01  # a file within 1% under the size asked, never over it
+# how 4-bit blocks are rounded; the first is --size's default. GPTQ measured no better at the size of GGUF
+# Q4_K_M on SmolLM2-135M (KL 0.0617 vs 0.0610, docs/onnx-quantization-and-quality-floor.md): opt-in
+ALGORITHMS = ("weighted", "gptq")
 _LAYER = re.compile(r"^(.*?layers)\.(\d+)\.(.+)$")
 Blocks = Int4Blocks | Int8Blocks
 
@@ -97,13 +104,17 @@ class Costs:
     blocks: dict[str, dict[str, Blocks]]  # weight -> {"int4": ..., "int4-wide": ..., "int8": ...}: what is written
 
 
-def width_blocks(w: Weight, importance: np.ndarray | None, block: int) -> dict[str, Blocks]:
+def width_blocks(w: Weight, importance: np.ndarray | None, block: int, gram: np.ndarray | None = None) -> dict[str, Blocks]:
     """Every width ``w`` can take: 4 bits in blocks of ``block``, 4 bits in blocks of WIDE_FACTOR x ``block`` (an
-    fp32 scale a block is a bit a weight at 32; where the weights allow, half a bit buys 8 bits elsewhere), 8 bits."""
-    widths: dict[str, Blocks] = {"int4": search_int4_blocks(w.weight, importance, block)}
+    fp32 scale a block is a bit a weight at 32; where the weights allow, half a bit buys 8 bits elsewhere), 8 bits.
+    With its inputs' ``gram``, the 4-bit blocks are GPTQ's; else the weighted search's."""
+    def four_bit(size: int) -> Int4Blocks:
+        return search_int4_blocks(w.weight, importance, size) if gram is None else gptq_int4_blocks(w.weight, gram, size)
+
+    widths: dict[str, Blocks] = {"int4": four_bit(block)}
     wide = block * WIDE_FACTOR
     if wide in INT4_BLOCK_LIMITS and (not w.table or w.weight.shape[1] % wide == 0):
-        widths["int4-wide"] = search_int4_blocks(w.weight, importance, wide)
+        widths["int4-wide"] = four_bit(wide)
     widths["int8"] = eight_bit_blocks(w.weight, eight_bit_block(w.weight.shape[1]))
     return widths
 
@@ -129,17 +140,25 @@ def find_weights(model: Any, nodes: list[str], table: Table | None, n_layers: in
 
 
 def measure_costs(weights: list[Weight], model_dir: Path, energy: InputEnergy | None,
-                  chunks: list[list[int]], block: int, threads: int = 2) -> Costs:
+                  chunks: list[list[int]], block: int, threads: int = 2, algorithm: str = ALGORITHMS[0]) -> Costs:
     """Every weight's blocks, bytes and predicted KL at 4 and at 8 bits."""
     from edgeopt.exporters.gguf.mix_choose import Option
+    from edgeopt.exporters.input_energy import torch_threads_left_free
+
+    import torch
 
     errors: dict[str, dict[str, float]] = {}
     blocks: dict[str, dict[str, Blocks]] = {}
-    for w in weights:
-        importance = energy.mean(w.energy_module) if energy else None
-        blocks[w.name] = width_blocks(w, importance, block)
-        errors[w.name] = {t: weighted_error(w.weight, b.dequantized(), importance) for t, b in blocks[w.name].items()}
-    group_kl = measure_group_kl(model_dir, weights, blocks, chunks[:SENSITIVITY_CHUNKS], threads)
+    torch.set_num_threads(threads)
+    with torch_threads_left_free():  # small torch operations by the thousand: barriers stall beside a busy neighbour
+        for w in weights:
+            importance = energy.mean(w.energy_module) if energy else None
+            # an untied table is read a row per token (no inputs to compensate over): the weighted search's blocks
+            gram = energy.gram(w.energy_module) if energy and algorithm == "gptq" else None
+            blocks[w.name] = width_blocks(w, importance, block, gram)
+            errors[w.name] = {t: weighted_error(w.weight, b.dequantized(), importance) if gram is None
+                              else output_error(w.weight, b.dequantized(), gram) for t, b in blocks[w.name].items()}
+        group_kl = measure_group_kl(model_dir, weights, blocks, chunks[:SENSITIVITY_CHUNKS])
     scales = {}
     for group, kl in group_kl.items():
         added = sum(errors[w.name]["int4"] - errors[w.name]["int8"] for w in weights if w.group == group)
@@ -174,7 +193,7 @@ def choose_widths(costs: Costs, budget_bytes: int, fixed_bytes: int) -> dict[str
 
 def quantize_int4_sized(source: Path, dst: Path, model_dir: Path, budget_bytes: int, preset: Any,
                         keep_fp: list[str], block: int, accuracy_level: int | None, energy: InputEnergy | None,
-                        chunks: list[list[int]], threads: int = 2) -> dict[str, Any]:
+                        chunks: list[list[int]], threads: int = 2, algorithm: str = ALGORITHMS[0]) -> dict[str, Any]:
     """``source`` quantized into ``dst`` with every weight's width chosen to fit ``budget_bytes`` (the ONNX
     files' bytes); when the written file's other bytes differ from the estimate, chosen again with them and
     rewritten."""
@@ -199,7 +218,7 @@ def quantize_int4_sized(source: Path, dst: Path, model_dir: Path, budget_bytes: 
                    for w in weights)
     _refuse(budget_bytes, fixed + smallest)  # before measuring
     del model
-    costs = measure_costs(weights, model_dir, energy, chunks, block, threads)
+    costs = measure_costs(weights, model_dir, energy, chunks, block, threads, algorithm)
     # The graph's own bytes move a little with the choice (names, attributes, one initializer more or less per
     # weight): aim that much under the size
     margin = min(int(budget_bytes * SIZE_TOLERANCE / 4), 64 * len(weights))
@@ -216,7 +235,7 @@ def quantize_int4_sized(source: Path, dst: Path, model_dir: Path, budget_bytes: 
                           f"{budget_bytes / 2**20:.2f}MiB, twice", "report this model to edgeopt")
     types = sized.pop("types")
     matmuls = [w for w in weights if w.name in set(nodes)]
-    facts = {"method": "matmul_nbits", "algorithm": "weighted", "bits": 4, "block_size": block, "symmetric": False,
+    facts = {"method": "matmul_nbits", "algorithm": algorithm, "bits": 4, "block_size": block, "symmetric": False,
              "accuracy_level": level, "mix": "sized", "excluded_nodes": excluded, "isa": _isa(preset),
              "weighted_nodes": sum(bool(energy and energy.mean(w.energy_module) is not None) for w in weights),
              "int8_nodes": sum(types[w.name] == "int8" for w in matmuls)}
@@ -267,14 +286,13 @@ def _onnx_bytes(path: Path) -> int:
 
 
 def measure_group_kl(model_dir: Path, weights: list[Weight], blocks: dict[str, dict[str, Blocks]],
-                     chunks: list[list[int]], threads: int) -> dict[str, float]:
+                     chunks: list[list[int]]) -> dict[str, float]:
     """Per group: the mean KL the checkpoint's next-token distributions gain when that group's weights are their
-    4-bit blocks (torch, float32, CPU)."""
+    4-bit blocks (torch, float32, CPU, on the threads set)."""
     import torch
 
     from edgeopt.passes.measure import load_causal_lm
 
-    torch.set_num_threads(threads)
     model = load_causal_lm(model_dir, torch.float32)
     model.eval()
 
@@ -286,13 +304,14 @@ def measure_group_kl(model_dir: Path, weights: list[Weight], blocks: dict[str, d
     reference = log_probs()
     result: dict[str, float] = {}
     for group in sorted({w.group for w in weights}):
-        saved = {}
-        for w in (w for w in weights if w.group == group):
-            four = torch.from_numpy(np.ascontiguousarray(blocks[w.name]["int4"].dequantized()[:, :w.weight.shape[1]]))
-            for module in w.modules:  # a tied table: the embedding and the output layer (one tensor or two)
-                layer = model.get_submodule(module)
-                saved.setdefault(module, layer.weight.data)
-                layer.weight.data = four
+        # a tied table: the embedding and the output layer share one parameter, so every original is taken before
+        # anything is replaced (taken after, the output layer's "original" is the 4-bit table, left in place for
+        # every group measured after it)
+        replaced = [(module, w) for w in weights if w.group == group for module in w.modules]
+        saved = {module: model.get_submodule(module).weight.data for module, _ in replaced}
+        for module, w in replaced:
+            four = blocks[w.name]["int4"].dequantized()[:, :w.weight.shape[1]]
+            model.get_submodule(module).weight.data = torch.from_numpy(np.ascontiguousarray(four))
         try:
             kls = [(ref.exp() * (ref - got)).sum(-1) for ref, got in zip(reference, log_probs())]
         finally:

@@ -36,7 +36,8 @@ INT4_MIXES = ("sensitive-int8", "uniform")
 # (onnxruntime's HQQ; torch, minutes per 100M weights on 2 cores); its MatMulNBits computes in fp32. On the
 # SmolLM2 fixture hqq is near exact (KL 0.0001) because that checkpoint's weights sit on Q4_1's grid, which a
 # float zero point represents: an upper bound, not a forecast.
-INT4_ALGORITHMS = ("weighted", "rtn", "hqq")
+# gptq (only with --size): exporters/onnx/int4_gptq.py.
+INT4_ALGORITHMS = ("weighted", "gptq", "rtn", "hqq")
 # INT4_INT8_ROLES (the MatMuls --int4-mix sensitive-int8 keeps in 8 bits) lives in quant_types, which the planner
 # sizes the same mix with. llama.cpp's Q4_K_M gives attn_v, ffn_down and the output layer more bits for the same
 # reason: measured on SmolLM2-135M-Instruct, INT4 everywhere costs KL 0.27 (top-1 72%); v, o and down in INT8

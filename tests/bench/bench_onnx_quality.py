@@ -38,8 +38,10 @@ SETTINGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("onnx int4 sensitive-int8 weighted b32 no-calibration", "onnx", "int4", {"self_calibration": False}),
     ("onnx int4 sensitive-int8 weighted b32 (default: generated text)", "onnx", "int4", {}),
     ("onnx int4 sensitive-int8 weighted b32 calibration-text", "onnx", "int4", {"calibration_data": CALIBRATION}),
-    ("onnx int4 --size at gguf Q4_K_M's size (widths and table measured)", "onnx", "int4",
+    ("onnx int4 --size at gguf Q4_K_M's size (widths and table measured, nearest-level rounding)", "onnx", "int4",
      {"mix_size_bytes": SIZE_OF_GGUF_Q4_K_M}),
+    ("onnx int4 --size at gguf Q4_K_M's size, --int4-algorithm gptq", "onnx", "int4",
+     {"mix_size_bytes": SIZE_OF_GGUF_Q4_K_M, "int4_algorithm": "gptq"}),
     ("onnx int4 hqq sensitive-int8 b32", "onnx", "int4", {"int4_algorithm": "hqq"}),
     ("onnx int4 hqq uniform b32", "onnx", "int4", {"int4_algorithm": "hqq", "int4_mix": "uniform"}),
 ]

@@ -53,8 +53,10 @@ def test_groups_are_roles_in_bands_of_layers() -> None:
     assert group_of("lm_head", 30) == "lm_head"
 
 
+@pytest.mark.parametrize("algorithm", [None, "gptq"])
 def test_a_sized_int4_file_lands_within_one_percent_under_the_size_asked(tiny_llama_dir: Path, tmp_path: Path,
-                                                                        calibration_text: Path) -> None:
+                                                                        calibration_text: Path,
+                                                                        algorithm: str | None) -> None:
     from edgeopt.exporters.onnx.quant_types import estimate_onnx_bytes
     from edgeopt.model_spec import load_model_spec
 
@@ -62,7 +64,7 @@ def test_a_sized_int4_file_lands_within_one_percent_under_the_size_asked(tiny_ll
     # and every one in 8, so the widths must be chosen
     size = estimate_onnx_bytes(load_model_spec(str(tiny_llama_dir)), "int4")
     bundle = optimize_onnx(tiny_llama_dir, tmp_path / "sized", "int4", mix_size_bytes=size,
-                           calibration_data=str(calibration_text))
+                           calibration_data=str(calibration_text), **({"int4_algorithm": algorithm} if algorithm else {}))
     written = onnx_bytes(bundle)
     assert size * 0.99 <= written <= size, (written, size)
     q = load_bundle(bundle).export["quantization"]
@@ -71,6 +73,7 @@ def test_a_sized_int4_file_lands_within_one_percent_under_the_size_asked(tiny_ll
     eight = {name.removesuffix("_Q8") for name, b in bits.items() if b == 8}  # the quantizer suffixes names
     assert eight == set(q["size"]["eight_bit"]) and 0 < len(eight) < len(bits) - 1  # a real choice was made
     assert q["size"]["predicted_kl"] >= 0 and q["size"]["group_kl"]
+    assert q["algorithm"] == (algorithm or "weighted")
 
 
 def test_a_size_below_every_matmul_in_four_bits_is_refused_with_the_size_that_would_do(
@@ -88,6 +91,11 @@ def test_size_is_refused_beside_options_that_would_decide_the_widths(options: di
                                                                       tiny_llama_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=needle):
         optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4", mix_size_bytes=2 * 2**20, **options)
+
+
+def test_gptq_is_refused_without_a_size(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--int4-algorithm gptq"):
+        optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4", int4_algorithm="gptq")
 
 
 def table_ops(bundle: Path) -> dict[str, int]:
@@ -133,3 +141,26 @@ def test_a_tied_table_is_stored_once_in_the_width_the_size_leaves(tiny_model_fac
     decoder = DecoderSession(create_session(bundle / "model" / "model.onnx", 1, ["CPUExecutionProvider"]))
     logits, _ = decoder.run_sequence([1, 5, 9, 3])
     assert np.isfinite(logits).all()
+
+
+def test_a_group_measured_after_a_tied_table_does_not_carry_the_tables_rounding(tiny_model_factory) -> None:
+    """The table's group replaces one parameter read twice (embedding, output layer); what it replaced must all be
+    put back, or every group measured after it gains the table's KL."""
+    from edgeopt.exporters.onnx.int4_sized import Weight, measure_group_kl
+    from edgeopt.passes.measure import load_causal_lm
+
+    model_dir = tiny_model_factory("llama-tied")
+    model = load_causal_lm(model_dir)
+    table = model.get_submodule("model.embed_tokens").weight.detach().numpy().copy()
+    assert model.get_submodule("lm_head").weight is model.get_submodule("model.embed_tokens").weight
+    # "self_attn..." sorts after "model.embed_tokens", as on a real model
+    module = "model.layers.0.self_attn.q_proj"
+    q = model.get_submodule(module).weight.detach().numpy().copy()
+    weights = [Weight("table", ("model.embed_tokens", "lm_head"), "lm_head", table, "model.embed_tokens", table=True),
+               Weight("q", (module,), module, q, group_of(module, 2))]
+    blocks = {w.name: {"int4": search_int4_blocks(w.weight, None, 32)} for w in weights}
+    chunks = [[1, 7, 3, 9, 4, 2, 8, 5] * 4]
+    with_table = measure_group_kl(model_dir, weights, blocks, chunks)
+    alone = measure_group_kl(model_dir, weights[1:], blocks, chunks)
+    assert with_table["model.embed_tokens"] > 0
+    assert with_table[group_of(module, 2)] == pytest.approx(alone[group_of(module, 2)], rel=1e-6, abs=1e-12)

@@ -219,5 +219,5 @@ def test_int4_hqq_writes_float_zero_points_and_records_the_algorithm(tiny_llama_
     # Random weights have no Q4_1-like structure and many near-ties: HQQ's quality is measured on the real
     # model (tests/bench/bench_onnx_quality.py); here the graph must run and stay close to fp32.
     assert 0 <= load_bundle(bundle).export["probe_kl_vs_fp32"] < 0.5
-    with pytest.raises(ConfigError, match="unknown --int4-algorithm 'gptq'"):
-        optimize_onnx(tiny_llama_dir, tmp_path / "bad", "int4", int4_algorithm="gptq")
+    with pytest.raises(ConfigError, match="unknown --int4-algorithm 'awq'"):
+        optimize_onnx(tiny_llama_dir, tmp_path / "bad", "int4", int4_algorithm="awq")
