@@ -65,7 +65,10 @@ def workloads() -> dict[str, list[dict[str, str]]]:
 async def one_stream(client: httpx.AsyncClient, url: str, messages: list, temperature: float, seed: int,
                      max_tokens: int) -> tuple[float, float, float, int]:
     """(start, first token, last token) times and completion tokens of one streamed chat completion."""
-    body = {"model": MODEL_IDS.get(url, "m"), "messages": messages, "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
+    # The whole distribution on both servers: llama-server's own defaults would truncate it (top-k 40, top-p 0.95,
+    # min-p 0.05) where edgeopt's keep it whole, and the two would sample different texts at different costs.
+    body = {"model": MODEL_IDS.get(url, "m"), "messages": messages, "max_tokens": max_tokens, "temperature": temperature,
+            "seed": seed, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
             "stream": True, "stream_options": {"include_usage": True}}
     start = time.perf_counter()
     first = last = None
