@@ -17,6 +17,7 @@ from typing import Any
 from edgeopt import backends
 from edgeopt.bundle import Manifest
 from edgeopt.errors import BundleError
+from edgeopt.file_stamp import file_stamp
 from edgeopt.gguf_metadata import GgufMetadata, read_gguf_metadata
 from edgeopt.sizing.budget import kv_bytes_per_token, kv_elements_per_token
 from edgeopt.sizing.manifest_section import KvSection
@@ -35,8 +36,7 @@ def _cached_metadata(path: str, size: int, mtime_ns: int) -> GgufMetadata:
 
 def gguf_metadata(path: Path) -> GgufMetadata:
     """The file's metadata, read once per file version (serve reads it for the manifest and for sizing)."""
-    stat = Path(path).stat()
-    return _cached_metadata(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+    return _cached_metadata(*file_stamp(Path(path)))
 
 
 def _number(meta: GgufMetadata, name: str, reduce: Any = max) -> int | None:

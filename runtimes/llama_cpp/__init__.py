@@ -36,6 +36,7 @@ import llama_cpp
 
 from edgeopt.backends import backend_for_runtime
 from edgeopt.errors import ConfigError
+from edgeopt.file_stamp import file_stamp
 from edgeopt.sizing.layout import (KV_LAYOUTS, MAX_SEQUENCE_IDS, STREAM_ALIGN, STREAMS, UNIFIED,  # noqa: F401
                                    default_cache_slots, stream_layout)
 from edgeopt.sizing.kv_types import check_head_dims
@@ -43,7 +44,7 @@ from edgeopt.profiles import DeviceProfile, load_profile
 from edgeopt.profiles.host import usable_cpu_count
 from edgeopt.runtimes.llama_cpp.context import LlamaCppRuntime
 from edgeopt.runtimes.llama_cpp.kv_type import check_llama_kv_type
-from edgeopt.runtimes.llama_cpp.model import file_key, load_model, model_facts
+from edgeopt.runtimes.llama_cpp.model import load_model, model_facts
 from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
         return LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens,
                                threads or max_default_threads(profile), context, adaptive_threads=threads is None,
                                kv_type=kv_type, cache_slots=cache_slots, kv_layout=kv_layout,
-                               file_key=file_key(Path(path)))
+                               file_key=file_stamp(Path(path)))
     except Exception:
         llama_cpp.llama_model_free(model)
         raise

@@ -43,7 +43,7 @@ class LlamaCppRuntime(Runtime):
                  max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None,
                  adaptive_threads: bool = False, kv_type: str = "f16", cache_slots: int = 0,
                  kv_layout: str = UNIFIED, file_key: Hashable | None = None) -> None:
-        """``file_key``: the GGUF's identity (edgeopt.runtimes.llama_cpp.model.file_key), so that loading the same
+        """``file_key``: the GGUF's identity (edgeopt.file_stamp), so that loading the same
         file again reuses its vocabulary scan."""
         self._model = model
         self.facts = facts

@@ -111,12 +111,6 @@ def model_facts(model: llama_cpp.llama_model_p, path: Path) -> ModelFacts:
     )
 
 
-def file_key(path: Path) -> tuple[str, int, int]:
-    """What names a GGUF's contents cheaply: its resolved path, size and modification time."""
-    stat = path.stat()
-    return str(path.resolve()), stat.st_size, stat.st_mtime_ns
-
-
 def _meta(model: llama_cpp.llama_model_p, key: str) -> str | None:
     buffer = ctypes.create_string_buffer(256)
     n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buffer, len(buffer))

@@ -32,6 +32,7 @@ from typing import Any
 from edgeopt.bundle import Manifest, sha256_file
 from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ENGINE_BUG_HINT, BackendError, ConfigError
+from edgeopt.file_stamp import file_stamp
 from edgeopt.model_source import open_model_source
 from edgeopt.runtimes.base import Runtime
 from edgeopt.server.models.swap_index import (INDEX, PARTIAL_SUFFIX, STATE_SUFFIX, ModelIndex, SavedEntry,
@@ -295,8 +296,7 @@ class SwapSpace:
         return False
 
     def _file_sha256(self, path: Path) -> str:
-        stat = path.stat()
-        stamp = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        stamp = file_stamp(path)
         if stamp not in self._hashes:
             self._hashes[stamp] = sha256_file(path)
         return self._hashes[stamp]
