@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeopt.engine.api import SamplingParams
-from edgeopt.engine.sampler import _nucleus, processed_logits
+from edgeopt.engine.sampler import _nucleus, _pick, processed_logits
 from edgeopt.engine.sequence import Sequence
 
 
@@ -49,10 +49,5 @@ def truncated_softmax(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
 
 
 def draw_from(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """One index drawn from a probability vector (its sum need not be exactly 1)."""
-    cumulative = np.cumsum(probs)
-    index = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
-    index = min(index, len(probs) - 1)
-    while probs[index] == 0.0 and index > 0:  # rounding past the last drawable entry
-        index -= 1
-    return index
+    """One index drawn from a probability vector (its sum need not be exactly 1), as the sampler draws."""
+    return _pick(probs, rng.random())
