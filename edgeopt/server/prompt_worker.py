@@ -5,7 +5,10 @@ splitting) seconds; on the event loop that stalls /health and every stream. Both
 GIL while they work (llama.cpp through ctypes, ``tokenizers`` in Rust), so the loop keeps answering.
 The work is bounded: a few threads (on a small device more would only take cores from the engine), and
 at most ``max_pending`` prompts in flight; past that a request gets 429 at once instead of queueing
-unbounded work behind a flood.
+unbounded work behind a flood. A short prompt with no constraint to compile (``inline``: the caller's
+judgement, by :data:`INLINE_PROMPT_CHARS`) is prepared on the loop instead: ~0.05 ms of work there costs
+less than the two thread hand-offs around it (0.16 ms less to the first token, measured from inside the
+server on a 2-core CPU).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ T = TypeVar("T")
 
 PROMPT_THREADS = 2  # two, so one huge prompt does not hold every small one behind it
 MAX_PENDING_PROMPTS = 64
+INLINE_PROMPT_CHARS = 2048  # a prompt at most this long (characters or ids) may be prepared on the loop
 
 
 class PromptWorker:
@@ -29,7 +33,10 @@ class PromptWorker:
         self.max_pending = max_pending
         self.pending = 0  # touched only on the event loop's thread: no lock
 
-    async def run(self, work: Callable[[], T]) -> T:
+    async def run(self, work: Callable[[], T], inline: bool = False) -> T:
+        """``work()``'s result, computed on a worker thread, or right here when ``inline``."""
+        if inline:
+            return work()
         if self.pending >= self.max_pending:
             raise OverloadedError(f"{self.pending} prompts are already being prepared (the limit is "
                                   f"{self.max_pending})", "retry shortly")

@@ -38,7 +38,8 @@ def test_preemption_under_tiny_kv_recomputes_and_still_matches_greedy() -> None:
                                   step_token_budget=64, prefill_chunk=16)
     batch = prompts(runtime, 6)
     params = SamplingParams(max_tokens=40, temperature=0.0)
-    results = run_engine(engine, lambda e: generate_all(e, batch, params))
+    # All six queued before the engine starts: an idle engine started by the first would run it alone first.
+    results = run_engine(engine, lambda e: generate_all(e, batch, params), autostart=False)
     stats = engine.stats()
     assert stats.preemptions_total > 0
     for rid, ids in batch.items():

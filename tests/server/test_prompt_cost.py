@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from edgeopt.server.chat.request import MAX_CHAT_MESSAGES
+from edgeopt.server.prompt_worker import INLINE_PROMPT_CHARS
 from tests.fixtures.fake_runtime import ByteTokenizer
 from tests.server.conftest import MODEL
 from tests.server.gguf_bundle import make_gguf_bundle, serve_bundle_live
@@ -87,12 +88,15 @@ class SlowTokenizer(ByteTokenizer):
         return super().encode(text, add_special, parse_special)
 
 
+SLOW = "slow " * (INLINE_PROMPT_CHARS // 5 + 1)  # past the length prepared on the event loop
+
+
 @pytest.mark.parametrize("path,body", [
-    ("/v1/completions", {"model": MODEL, "prompt": "slow", "max_tokens": 1}),
-    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "slow"}], "max_tokens": 1}),
+    ("/v1/completions", {"model": MODEL, "prompt": SLOW, "max_tokens": 1}),
+    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": SLOW}], "max_tokens": 1}),
 ])
 def test_health_answers_while_a_prompt_is_being_tokenized(serve_fake, path, body):
-    live = serve_fake()
+    live = serve_fake(context_length=4096, kv_capacity_tokens=4096)
     tokenizer = live.state.served.tokenizer = SlowTokenizer(seconds=3.0)
     big = threading.Thread(target=lambda: httpx.post(f"{live.url}{path}", json=body, timeout=60))
     big.start()

@@ -21,7 +21,7 @@ from edgeopt.server.chat.reply import ReasoningStart
 from edgeopt.server.chat.request import ChatRequest, RawRequest
 from edgeopt.server.chat.sampling import engine_params
 from edgeopt.server.chat.tools.plan import ToolPlan
-from edgeopt.server.prompt_worker import PromptWorker
+from edgeopt.server.prompt_worker import INLINE_PROMPT_CHARS, PromptWorker
 from edgeopt.server.state import ServedModel
 
 
@@ -51,7 +51,9 @@ async def prepare_chat(served: ServedModel, worker: PromptWorker, body: ChatRequ
     """Decide, render and tokenize ``body`` (on the prompt ``worker``, off the event loop), compile its
     constraint, and size its output. ``served``: the model the face resolved (ServerState.model)."""
     decisions = decide(served, body)
-    prompt_ids, grammar = await worker.run(lambda: render_chat(served, body, decisions, parse_special_in_content))
+    inline = decisions.grammar is None and _chat_chars(body) <= INLINE_PROMPT_CHARS
+    prompt_ids, grammar = await worker.run(lambda: render_chat(served, body, decisions, parse_special_in_content),
+                                           inline)
     # Chat has no small default: the reply may use whatever the context leaves after the prompt.
     params = engine_params(body.sampling, body.max_tokens, len(prompt_ids), served.context_length,
                            served.runtime.info.vocab_size, body.names, grammar=grammar, logprobs=body.top_logprobs)
@@ -69,8 +71,17 @@ async def count_chat_tokens(served: ServedModel, worker: PromptWorker, body: Cha
 async def prepare_raw(served: ServedModel, worker: PromptWorker, body: RawRequest) -> Prepared:
     """A raw prompt (no template) tokenized as given, its constraint compiled, its output sized."""
     spec = output_grammar_spec(body.output_format)
-    prompt_ids, grammar = await worker.run(lambda: render_raw(served, body, spec))
+    inline = spec is None and len(body.prompt) <= INLINE_PROMPT_CHARS
+    prompt_ids, grammar = await worker.run(lambda: render_raw(served, body, spec), inline)
     params = engine_params(body.sampling, body.max_tokens, len(prompt_ids), served.context_length,
                            served.runtime.info.vocab_size, body.names, body.default_max_tokens, grammar, body.logprobs,
                            body.prompt_logprobs)
     return Prepared(served, prompt_ids, params)
+
+
+def _chat_chars(body: ChatRequest) -> int:
+    """A bound on what rendering ``body`` reads: its texts' length, or more than the inline limit when it
+    carries tools or structured turns (the template renders their JSON too)."""
+    if body.tools or any(m.tool_calls or m.extra for m in body.messages):
+        return INLINE_PROMPT_CHARS + 1
+    return sum(len(m.content) + len(m.reasoning or "") for m in body.messages)
