@@ -37,6 +37,7 @@ from edgeopt.engine.scheduled import SchedulerOutput
 from edgeopt.engine.scheduler import Scheduler
 from edgeopt.engine.speculation.draft_model import DraftModel, check_draft_model
 from edgeopt.engine.speculation.setup import speculation_for
+from edgeopt.engine.speculation.calibration import measure_pass_cost
 from edgeopt.engine.speculation.verify import DraftVerifier
 from edgeopt.engine.step_sampler import StepSampler
 from edgeopt.engine.stream import RequestStream
@@ -189,6 +190,7 @@ class Engine:
     def _run(self) -> None:
         reason = "abort"
         try:
+            self._measure_pass_cost()
             while not self._stopping:
                 try:
                     self._wakeup.clear()
@@ -209,6 +211,23 @@ class Engine:
             log.exception("engine thread stopped by %s", self.failure)
         finally:
             self._end_everything(reason, self.failure)
+
+    def _measure_pass_cost(self) -> None:
+        """Give speculation this device's decode-pass cost before the first request (speculation.calibration)."""
+        if self._speculation is None:
+            return
+        try:
+            cost = measure_pass_cost(self.runtime)
+        except Exception as exc:  # noqa: BLE001 - a measurement, not the service: the prior stays
+            log.warning("speculation: timing the decode pass failed (%s); the controller keeps its prior", exc)
+            return
+        if cost is None:
+            log.info("speculation: the decode pass's timings varied too much to use (a busy device); the "
+                     "controller starts from its prior and learns from the steps it serves")
+            return
+        self._speculation.controller.cost.set_prior(cost.fixed_seconds, cost.per_token_ratio)
+        log.info("speculation: a decode pass costs %.1f ms + %.2f of that per token on this device",
+                 cost.fixed_seconds * 1000, cost.per_token_ratio)
 
     def step(self) -> SchedulerOutput:
         """Schedule, run one forward pass, sample, apply, stream. Public for tests that drive it by hand.

@@ -1,7 +1,8 @@
 """Issue-46 item 0: one user, one stream: `edgeopt serve --speculative off` against llama-server ``-np 1``.
 
     flock /work/wt/heavy.lock .venv/bin/python tests/bench/bench_single_stream.py [--rounds 8]
-    .venv/bin/python tests/bench/bench_single_stream.py --gguf OTHER.gguf --hf-dir ITS_TOKENIZER_DIR
+    .venv/bin/python tests/bench/bench_single_stream.py --gguf OTHER.gguf [--hf-dir ITS_TOKENIZER_DIR]
+    .venv/bin/python tests/bench/bench_single_stream.py --serve-arg=--max-concurrency=1   # set up for one user
 
 Both servers load the same GGUF (default: edgeopt's Q4_K_M of the real SmolLM2-135M-Instruct, made once in
 --work, as tests/bench/bench_speculation_vs_llama_server.py makes it) with the same threads, stay up for the
@@ -70,8 +71,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--work", type=Path, default=Path("/tmp/edgeopt-bench-speculation"))
     parser.add_argument("--gguf", type=Path, help="the GGUF both serve (default: edgeopt's SmolLM2 Q4_K_M)")
-    parser.add_argument("--hf-dir", type=Path, help="tokenizer/config directory for --gguf's bundle "
-                        "(default: the SmolLM2 checkpoint)")
+    parser.add_argument("--hf-dir", type=Path, help="tokenizer/config directory for --gguf's bundle (default: "
+                        "the SmolLM2 checkpoint; with --gguf and no --hf-dir edgeopt serves the GGUF file as it is)")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=128)
@@ -85,9 +86,12 @@ def main() -> None:
     from edgeopt.runtimes.llama_cpp.amx_guard import cpu_has_amx
 
     args.work.mkdir(parents=True, exist_ok=True)
-    hf_dir = args.hf_dir or ensure_smollm2_checkpoint()
-    gguf = args.gguf or spec.edgeopt_q4_k_m(hf_dir, args.work / "edgeopt-q4_k_m")
-    bundle = make_gguf_bundle(gguf, hf_dir, args.work / f"single-{gguf.stem}", quant=spec.gguf_quant(gguf))
+    if args.gguf is not None and args.hf_dir is None:
+        gguf = bundle = args.gguf  # tokenizer and chat template from the file's own metadata, as llama-server reads them
+    else:
+        hf_dir = args.hf_dir or ensure_smollm2_checkpoint()
+        gguf = args.gguf or spec.edgeopt_q4_k_m(hf_dir, args.work / "edgeopt-q4_k_m")
+        bundle = make_gguf_bundle(gguf, hf_dir, args.work / f"single-{gguf.stem}", quant=spec.gguf_quant(gguf))
     serve = ["--no-verify", "--memory", "2GiB", "--insecure-no-auth", "--speculative", "off", *args.serve_arg]
     no_repack = cpu_has_amx()
     with launched_server(bundle, threads=args.threads, extra_args=serve,

@@ -31,7 +31,7 @@ class HeldRuntime(FakeRuntime):
 
 async def until_idle(engine: Engine) -> None:
     deadline = time.monotonic() + 10
-    while not engine._idle:  # noqa: SLF001 - the hint the hand-over reads
+    while not engine._idle:  # the hint the hand-over reads
         assert time.monotonic() < deadline, "the engine thread never went idle"
         await asyncio.sleep(0.01)
 
@@ -45,7 +45,7 @@ def test_an_idle_engine_is_stepping_when_add_request_returns_and_a_busy_one_is_n
         await until_idle(e)
         first = e.add_request("a", [65, 66], GREEDY)
         # Without the hand-over the loop keeps the GIL and the engine could not have scheduled yet.
-        assert e._stepping.is_set()  # noqa: SLF001
+        assert e._stepping.is_set()
         started = time.monotonic()
         second = e.add_request("b", [65, 67], GREEDY)  # the engine is held inside the first step
         assert time.monotonic() - started < 5

@@ -5,7 +5,8 @@ On a CPU a decode step re-reads every weight once whatever it carries (the fixed
 its matrix products (the per-token part). Their ratio decides whether verifying k guessed tokens pays: on a
 small model on two cores the per-token part is far from negligible, on a large model it nearly is. The fit is
 a least-squares line over exponentially decayed sums, so it follows a host whose load changes; until the
-steps have varied enough in size to fit a slope, a prior ratio stands in.
+steps have varied enough in size to fit a slope, the prior stands in: the ratio the engine measured on this
+device at start (:mod:`edgeopt.engine.speculation.calibration`), else PRIOR_PER_TOKEN_RATIO.
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ MIN_SPREAD = 0.5  # variance of token counts needed before the fitted slope is t
 class StepCostModel:
     def __init__(self) -> None:
         self._w = self._n = self._t = self._nn = self._nt = 0.0
+        self.prior_ratio = PRIOR_PER_TOKEN_RATIO
+        self.prior_fixed_seconds: float | None = None
+
+    def set_prior(self, fixed_seconds: float, ratio: float) -> None:
+        """What a measurement on this device found (a pass's fixed part, per-token / fixed), used until the
+        steps served fit a line of their own."""
+        self.prior_fixed_seconds, self.prior_ratio = fixed_seconds, ratio
 
     def observe(self, tokens: int, seconds: float) -> None:
         d = DECAY
@@ -28,9 +36,10 @@ class StepCostModel:
         self._nt = self._nt * d + tokens * seconds
 
     def fixed_seconds(self) -> float | None:
-        """The fixed part of a pass in seconds (mean time / (1 + ratio x mean tokens)); None before any step."""
+        """The fixed part of a pass in seconds (mean time / (1 + ratio x mean tokens)); before any step the
+        prior's (None when nothing was measured)."""
         if self._w < 1.0:
-            return None
+            return self.prior_fixed_seconds
         ratio = self.per_token_ratio()
         if ratio == float("inf"):
             return 0.0
@@ -39,11 +48,11 @@ class StepCostModel:
     def per_token_ratio(self) -> float:
         """per_token / fixed: the cost of one more token in a pass, in units of the pass's fixed cost."""
         if self._w < 1.0:
-            return PRIOR_PER_TOKEN_RATIO
+            return self.prior_ratio
         mean_n, mean_t = self._n / self._w, self._t / self._w
         spread = self._nn / self._w - mean_n * mean_n
         if spread < MIN_SPREAD:
-            return PRIOR_PER_TOKEN_RATIO
+            return self.prior_ratio
         slope = (self._nt / self._w - mean_n * mean_t) / spread
         fixed = mean_t - slope * mean_n
         if slope <= 0.0:

@@ -1,0 +1,72 @@
+"""The decode pass's cost on this device, measured at engine start: a few timed passes of 1 and of
+1 + CALIBRATION_DRAFT tokens, from which the speculation controller's step-cost model takes its prior.
+
+The controller decides whether verifying k guessed tokens pays from the ratio of a pass's per-token cost to
+its fixed cost. Learned from served steps alone, that ratio stays a constant guess for as long as every step
+carries one token (a lone stream that has not drafted yet: the case speculation serves best), and no
+constant fits every device: SmolLM2-135M on a 2-core x86 measures 0.62 (fixed part 7 ms) where the prior
+says 0.15, a Pi's per-token work is dearer still, a GPU's nearly free. A handful of passes at start settle
+it per device (~0.3 s for SmolLM2-135M on 2 cores).
+
+The passes run on one slot the engine has not handed out yet, after CALIBRATION_CONTEXT positions (a short
+chat's attention), each timed pass trimmed back so the next starts from the same state; the slot is released
+before the engine serves. Each size keeps its fastest time (a shared host adds delays, never removes them),
+and a measurement whose fastest two disagree is dropped: the prior stays.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from edgeopt.runtimes.base import Runtime, StepInput
+
+log = logging.getLogger(__name__)
+CALIBRATION_CONTEXT = 64  # positions the slot holds before the timed passes
+CALIBRATION_DRAFT = 4  # drafted tokens of the longer timed pass (the controller's usual draft is 2-6)
+CALIBRATION_REPEATS = 4  # timed passes of each size (the first of each also builds its graph)
+CALIBRATION_BUDGET_S = 3.0  # past this the passes stop: the device is too busy for the timings to mean much
+AGREEMENT = 1.25  # each size's two fastest passes within this factor, else the timings are noise
+
+
+@dataclass(frozen=True)
+class PassCost:
+    fixed_seconds: float  # a decode pass's cost that does not grow with its tokens
+    per_token_ratio: float  # one more token's cost, in units of fixed_seconds
+
+
+def measure_pass_cost(runtime: Runtime, slot: int = 0) -> PassCost | None:
+    """Time passes of 1 and 1 + CALIBRATION_DRAFT tokens on ``slot`` (free, and released again here); None
+    when the timings cannot be trusted (the passes ran past CALIBRATION_BUDGET_S, or a size's two fastest
+    disagree: llama.cpp's threads stall at their barriers when another process takes a core). The runtime
+    must trim a running slot's KV (speculation needs that anyway: RuntimeInfo.trims_kv)."""
+    token = _plain_token(runtime)
+    deadline = time.perf_counter() + CALIBRATION_BUDGET_S
+    times: dict[int, list[float]] = {1: [], 1 + CALIBRATION_DRAFT: []}
+    runtime.step([StepInput(slot, [token] * CALIBRATION_CONTEXT, 0, want_logits=False)])
+    try:
+        for _ in range(CALIBRATION_REPEATS):
+            for tokens, taken in times.items():
+                if time.perf_counter() > deadline:
+                    return None
+                started = time.perf_counter()
+                runtime.step([StepInput(slot, [token] * tokens, CALIBRATION_CONTEXT, want_logits=True,
+                                        all_logits=tokens > 1)])
+                taken.append(time.perf_counter() - started)
+                runtime.trim(slot, CALIBRATION_CONTEXT)
+    finally:
+        runtime.release(slot)
+    fastest = {tokens: sorted(taken)[:2] for tokens, taken in times.items()}
+    if any(second > first * AGREEMENT for first, second in fastest.values()):
+        return None
+    one, longer = fastest[1][0], fastest[1 + CALIBRATION_DRAFT][0]
+    per_token = max(longer - one, 0.0) / CALIBRATION_DRAFT
+    fixed = max(one - per_token, 1e-9)  # a pass of one token = fixed + one token's work
+    return PassCost(fixed, per_token / fixed)
+
+
+def _plain_token(runtime: Runtime) -> int:
+    """A token that is neither BOS nor EOS (a runtime may treat those apart from text)."""
+    special = set(runtime.info.eos_token_ids) | {runtime.info.bos_token_id}
+    return next(t for t in range(runtime.info.vocab_size // 2, runtime.info.vocab_size) if t not in special)
