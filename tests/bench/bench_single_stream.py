@@ -47,12 +47,12 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def one_request(server: LaunchedServer, messages: list, temperature: float, seed: int,
-                      max_tokens: int) -> tuple[float, float]:
-    """(decode tok/s, server CPU ms per completion token) of one streamed chat completion."""
+                      max_tokens: int, raw: bool) -> tuple[float, float]:
+    """(decode tok/s, server CPU ms per completion token) of one streamed chat (``raw``: plain) completion."""
     before = cpu_seconds(server.process.pid)
     async with httpx.AsyncClient(timeout=600) as client:
         _, first, last, tokens = await spec.one_stream(client, server.base_url, messages, temperature, seed,
-                                                      max_tokens)
+                                                      max_tokens, raw)
     cpu = cpu_seconds(server.process.pid) - before
     return (tokens - 1) / (last - first), 1000 * cpu / tokens
 
@@ -78,6 +78,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    parser.add_argument("--raw", action="store_true", help="plain completions of the workloads' texts (a GGUF "
+                        "without a chat template: edgeopt refuses to chat with it, llama-server falls back to chatml)")
     parser.add_argument("--serve-arg", action="append", default=[],
                         help="extra `edgeopt serve` argument (repeat), e.g. --serve-arg=--max-concurrency=1")
     args = parser.parse_args()
@@ -113,12 +115,12 @@ def main() -> None:
                 for temperature in args.temperatures:
                     results: dict[str, list[tuple[float, float]]] = {k: [] for k in servers}
                     for server in servers.values():  # warm-up: first-request page faults, graph reservation
-                        asyncio.run(one_request(server, messages_of[name], temperature, 7, 8))
+                        asyncio.run(one_request(server, messages_of[name], temperature, 7, 8, args.raw))
                     for r in range(args.rounds):
                         order = list(servers) if r % 2 == 0 else list(reversed(servers))
                         for key in order:
                             results[key].append(asyncio.run(one_request(
-                                servers[key], messages_of[name], temperature, 100 + r, args.max_tokens)))
+                                servers[key], messages_of[name], temperature, 100 + r, args.max_tokens, args.raw)))
                             time.sleep(0.2)
                     print(row(name, temperature, results), flush=True)
         finally:

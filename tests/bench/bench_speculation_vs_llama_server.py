@@ -63,17 +63,23 @@ def workloads() -> dict[str, list[dict[str, str]]]:
 
 
 async def one_stream(client: httpx.AsyncClient, url: str, messages: list, temperature: float, seed: int,
-                     max_tokens: int) -> tuple[float, float, float, int]:
-    """(start, first token, last token) times and completion tokens of one streamed chat completion."""
+                     max_tokens: int, raw: bool = False) -> tuple[float, float, float, int]:
+    """(start, first token, last token) times and completion tokens of one streamed chat completion; ``raw``:
+    a completion of the messages' texts joined, no template (a GGUF that carries none)."""
     # The whole distribution on both servers: llama-server's own defaults would truncate it (top-k 40, top-p 0.95,
     # min-p 0.05) where edgeopt's keep it whole, and the two would sample different texts at different costs.
-    body = {"model": MODEL_IDS.get(url, "m"), "messages": messages, "max_tokens": max_tokens, "temperature": temperature,
+    body = {"model": MODEL_IDS.get(url, "m"), "max_tokens": max_tokens, "temperature": temperature,
             "seed": seed, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
             "stream": True, "stream_options": {"include_usage": True}}
+    if raw:
+        body["prompt"] = "\n\n".join(m["content"] for m in messages) + "\n\n"
+    else:
+        body["messages"] = messages
     start = time.perf_counter()
     first = last = None
     tokens = chunks = 0
-    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+    path = "/v1/completions" if raw else "/v1/chat/completions"
+    async with client.stream("POST", f"{url}{path}", json=body) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -81,7 +87,7 @@ async def one_stream(client: httpx.AsyncClient, url: str, messages: list, temper
             chunk = json.loads(line[6:])
             if chunk.get("usage"):
                 tokens = int(chunk["usage"]["completion_tokens"])
-            if any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or []):
+            if any((c.get("delta") or {}).get("content") or c.get("text") for c in chunk.get("choices") or []):
                 now = time.perf_counter()
                 first = first or now
                 last = now
