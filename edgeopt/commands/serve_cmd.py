@@ -14,7 +14,7 @@ import typer
 
 from edgeopt.byte_sizes import parse_size, read_memory
 from edgeopt.cli_options import Context, KvType, Target, Threads
-from edgeopt.errors import ConfigError
+from edgeopt.errors import BundleError, ConfigError
 from edgeopt.server.connection_guard import DEFAULT_HEADER_TIMEOUT_S
 
 DEFAULT_SWAP_SPACE = "1GiB"
@@ -158,6 +158,10 @@ def serve(
         "--warm", exists=True, dir_okay=False,
         help="A text file holding a system prompt: its KV is computed once, saved beside it (FILE.kvstate) and "
              "loaded on later starts, so the first chat using that system prompt is already a cache hit (GGUF).")] = None,
+    chat_template: Annotated[Optional[Path], typer.Option(
+        "--chat-template", exists=True, dir_okay=False,
+        help="A Jinja chat template file (the format of tokenizer_config.json's chat_template) used instead of "
+             "the model's own: for a GGUF converted without one, which otherwise answers only /v1/completions.")] = None,
     workers: Annotated[Optional[str], typer.Option(
         "--workers",
         help="Split the model across llama.cpp RPC workers (edgeopt worker on each board): host:port[,host:port...]. "
@@ -187,6 +191,9 @@ def serve(
             if value:
                 raise ConfigError(f"{flag} applies to a server of several models; this one serves {paths[0]} "
                                   "alone, which stays loaded", f"drop {flag}, or name more models (or --models DIR)")
+    if several and chat_template:
+        raise ConfigError("--chat-template replaces one model's template; several models were given",
+                          "serve the model that needs it alone, or write the template into its bundle")
     if several and workers:
         raise ConfigError("--workers splits one model across RPC workers; several models were given",
                           "serve the split model alone: edgeopt serve MODEL --workers ...")
@@ -219,10 +226,26 @@ def serve(
                            keep_alive_s=parse_keep_alive(keep_alive) if keep_alive else DEFAULT_KEEP_ALIVE_S,
                            pins=tuple(pin or ()),
                            swap_space_bytes=parse_size(swap_space or DEFAULT_SWAP_SPACE, "--swap-space"),
-                           draft=draft, draft_tokens=draft_tokens)
+                           draft=draft, draft_tokens=draft_tokens,
+                           chat_template=read_chat_template(chat_template) if chat_template else None)
     if several:
         from edgeopt.server.launch_many import serve_models
 
         serve_models(paths, models, options)
     else:
         serve_bundle(paths[0], options)
+
+
+def read_chat_template(path: Path) -> str:
+    """``--chat-template``'s text, checked as Jinja before any model loads."""
+    from edgeopt.server.chat.template import ChatTemplate
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--chat-template {path} cannot be read as text: {exc}", "pass a UTF-8 Jinja file") from exc
+    try:
+        ChatTemplate(text)
+    except BundleError as exc:
+        raise ConfigError(f"--chat-template {path}: {exc.message}", "fix the template's Jinja syntax") from exc
+    return text

@@ -86,6 +86,7 @@ class ServeOptions:
     swap_space_bytes: int = 0
     draft: Path | None = None  # --draft: a draft model for speculative decoding (edgeopt.server.draft)
     draft_tokens: int = 4  # --draft-tokens: tokens it drafts a step
+    chat_template: str | None = None  # --chat-template: a Jinja chat template's text, used instead of the model's
 
     def shape_request(self) -> ShapeRequest:
         return ShapeRequest(context=self.context, max_sequences=self.max_concurrency, kv_type=self.kv_type,
@@ -110,6 +111,9 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
     gated = gate.wrap if gate is not None else (lambda runtime: runtime)
     from edgeopt.runtimes import load_embedding_runtime, load_rerank_runtime, load_runtime
 
+    if shape is None and options.chat_template is not None:
+        raise ConfigError(f"--chat-template formats chats; {bundle_dir} is a {manifest.kind} model, which does "
+                          "not chat", "drop --chat-template")
     if shape is None and manifest.kind == "rerank":
         reranker = load_rerank_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
         return ServedModel(context_length=reranker.info.context_length, tokenizer=reranker.tokenizer,
@@ -126,7 +130,8 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
         draft_model = (load_draft(draft, runtime, bundle_dir / manifest.model_file, options.threads)
                        if draft is not None else None)
         engine = own_engine(manifest.format, runtime, config) or Engine(gated(runtime), config, draft_model)
-        template = ChatTemplate.from_bundle(bundle_dir, manifest.chat_template, manifest.tokenizer_dir,
+        template = ChatTemplate.from_bundle(bundle_dir, options.chat_template or manifest.chat_template,
+                                            manifest.tokenizer_dir,
                                             manifest.export.get("special_tokens"))
     except BaseException:
         runtime.close()

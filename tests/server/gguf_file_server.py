@@ -12,9 +12,11 @@ from edgeopt.server.state import ServerSettings
 from tests.server.live import LiveServer, start_live_server
 
 
-def serve_path_live(path: Path, context: int = 512, max_concurrency: int = 2) -> LiveServer:
+def serve_path_live(path: Path, context: int = 512, max_concurrency: int = 2,
+                    chat_template: str | None = None) -> LiveServer:
     source = open_model_source(path)
-    options = ServeOptions(memory_bytes=1 << 30, context=context, max_concurrency=max_concurrency, threads=2)
+    options = ServeOptions(memory_bytes=1 << 30, context=context, max_concurrency=max_concurrency, threads=2,
+                           chat_template=chat_template)
     shape = serving_shape(source.bundle_dir, source.manifest, options)
     sizing = shape.sizing
     served = load_served_model(source.bundle_dir, source.manifest, shape, options)
