@@ -35,9 +35,9 @@ from edgeopt.engine.prefix_cache_modes import prefix_cache_for
 from edgeopt.engine.registry import RequestRegistry
 from edgeopt.engine.scheduled import SchedulerOutput
 from edgeopt.engine.scheduler import Scheduler
+from edgeopt.engine.speculation.calibration import measure_pass_cost
 from edgeopt.engine.speculation.draft_model import DraftModel, check_draft_model
 from edgeopt.engine.speculation.setup import speculation_for
-from edgeopt.engine.speculation.calibration import measure_pass_cost
 from edgeopt.engine.speculation.verify import DraftVerifier
 from edgeopt.engine.step_sampler import StepSampler
 from edgeopt.engine.stream import RequestStream
@@ -69,7 +69,7 @@ class Engine:
         self._inbox: deque[EngineCommand] = deque()  # drained by the engine thread between steps
         self._wakeup = threading.Event()
         self._idle = False  # the engine thread sleeps on _wakeup (written by it alone; read as a hint)
-        self._stepping = threading.Event()  # set when a step's forward pass starts (see _wake)
+        self._stepping = threading.Event()  # set when a step's forward pass starts (_wake_for_request)
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.failure: str | None = None  # why the engine thread died, if it did (for /health)

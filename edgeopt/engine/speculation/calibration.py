@@ -16,13 +16,11 @@ and a measurement whose fastest two disagree is dropped: the prior stays.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 
 from edgeopt.runtimes.base import Runtime, StepInput
 
-log = logging.getLogger(__name__)
 CALIBRATION_CONTEXT = 64  # positions the slot holds before the timed passes
 CALIBRATION_DRAFT = 4  # drafted tokens of the longer timed pass (the controller's usual draft is 2-6)
 CALIBRATION_REPEATS = 4  # timed passes of each size (the first of each also builds its graph)

@@ -48,8 +48,8 @@ class PreparedChat(Prepared):
 
 async def prepare_chat(served: ServedModel, worker: PromptWorker, body: ChatRequest,
                        parse_special_in_content: bool = False) -> PreparedChat:
-    """Decide, render and tokenize ``body`` (on the prompt ``worker``, off the event loop), compile its
-    constraint, and size its output. ``served``: the model the face resolved (ServerState.model)."""
+    """Decide, render and tokenize ``body`` (on the prompt ``worker``, off the event loop, unless it is short),
+    compile its constraint, and size its output. ``served``: the model the face resolved (ServerState.model)."""
     decisions = decide(served, body)
     inline = decisions.grammar is None and _chat_chars(body) <= INLINE_PROMPT_CHARS
     prompt_ids, grammar = await worker.run(lambda: render_chat(served, body, decisions, parse_special_in_content),
