@@ -29,6 +29,7 @@ SETTINGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("gguf Q8_0", "gguf", "Q8_0", {}),
     ("gguf Q4_K_M without imatrix", "gguf", "Q4_K_M", {"self_calibration": False}),
     (GGUF_Q4_K_M, "gguf", "Q4_K_M", {}),
+    ("gguf Q4_K_M imatrix from the calibration text", "gguf", "Q4_K_M", {"calibration_data": CALIBRATION}),
     ("onnx fp32", "onnx", "fp32", {}),
     ("onnx int8 dynamic (old default)", "onnx", "int8", {"int8_method": "dynamic"}),
     ("onnx int8 weight-only b32 (default)", "onnx", "int8", {}),
