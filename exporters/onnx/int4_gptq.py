@@ -5,11 +5,10 @@ is as small as its block's grid allows, but the errors of one output row add up 
 input, and a trained decoder's inputs are correlated. What a layer loses is the change of its output,
 ``E X`` for the error ``E`` and the inputs ``X`` of the calibration text, whose mean square is
 ``trace(E H E^T)`` with ``H = X^T X / tokens`` (the input's Gram matrix). GPTQ lowers that: the columns (inputs) are
-rounded one at a time, loudest input first (activation order), and each column's rounding error is spread over the
-columns not yet rounded, in the proportions that cancel it best given ``H`` (the rows of the inverse Hessian's
-Cholesky factor). A block's scale and zero point are chosen by the weighted search from the block's original
-weights before any rounding (static groups: the blocks stay contiguous along K whatever the order), so the
-written blocks are exactly MatMulNBits' 4-bit layout:
+rounded in order, and each column's rounding error is spread over the columns not yet rounded, in the proportions
+that cancel it best given ``H`` (the rows of the inverse Hessian's Cholesky factor). A block's scale and zero point
+are chosen by the weighted search when the block's first column is reached, from the weights as they stand then
+(already compensated for the blocks before it), so the written blocks are exactly MatMulNBits' 4-bit layout:
 levels 0..15, one fp32 scale and one integer zero point per block of ``block`` inputs.
 
 Pure torch on the CPU, float64 for the factorizations; O(N K^2) per weight of N outputs and K inputs.

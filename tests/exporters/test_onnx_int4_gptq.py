@@ -60,22 +60,6 @@ def test_onnxruntime_computes_with_gptq_blocks_as_they_dequantize(k: int, block:
     assert np.abs(y8 - y).max() < 0.02 * np.abs(y).max()
 
 
-def test_activation_order_rounds_the_loud_columns_while_others_can_still_take_their_error():
-    # the loudest inputs last along K: in column order they are rounded when nothing is left to compensate on
-    rng = np.random.default_rng(7)
-    n, k, block = 48, 128, 32
-    weight = (rng.standard_t(4, size=(n, k)) * 0.02).astype(np.float32)
-    source = _CorrelatedInputs(rng, k)
-    source.loudness = np.sort(source.loudness)
-    x, fresh = source.sample(2048), source.sample(2048)
-    gram, fresh_gram = x.T @ x / len(x), fresh.T @ fresh / len(fresh)
-    in_order = gptq_int4_blocks(weight, gram, block, act_order=False)
-    loud_first = gptq_int4_blocks(weight, gram, block)
-    assert loud_first.packed.shape == in_order.packed.shape  # the same contiguous blocks along K
-    for g in (gram, fresh_gram):
-        assert output_error(weight, loud_first.dequantized(), g) < 0.9 * output_error(weight, in_order.dequantized(), g)
-
-
 def test_an_input_column_never_seen_does_not_break_the_factorization():
     rng = np.random.default_rng(3)
     weight = rng.normal(size=(16, 64)).astype(np.float32)
