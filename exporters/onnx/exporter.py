@@ -33,8 +33,7 @@ class ONNXExporter(Exporter):
     # 6: a decoder's token embedding in 8 bits (GatherBlockQuantized) with weight-only INT8 and INT4
     # 7: --size chooses the token table's width too (4 or 8 bits) and writes 8-bit blocks of 64
     # 11: --size with --calibration-data rounds its 4-bit blocks by GPTQ unless --int4-algorithm says otherwise
-    # 12: GPTQ rounds in activation order (static groups)
-    cache_version = 12
+    cache_version = 11
     options = {"calibration_data": None, "calibration_sha256": None, "calibration_chunks": None,
                "self_calibration": None, "calibration_method": ("int8-static",), "int8_method": ("int8",),
                "int4_block_size": ("int4",), "int4_mix": ("int4",), "int4_algorithm": ("int4",),
