@@ -29,6 +29,7 @@ SETTINGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("gguf Q8_0", "gguf", "Q8_0", {}),
     ("gguf Q4_K_M without imatrix", "gguf", "Q4_K_M", {"self_calibration": False}),
     (GGUF_Q4_K_M, "gguf", "Q4_K_M", {}),
+    ("gguf Q4_K_M imatrix from the calibration text", "gguf", "Q4_K_M", {"calibration_data": CALIBRATION}),
     ("onnx fp32", "onnx", "fp32", {}),
     ("onnx int8 dynamic (old default)", "onnx", "int8", {"int8_method": "dynamic"}),
     ("onnx int8 weight-only b32 (default)", "onnx", "int8", {}),
@@ -42,6 +43,8 @@ SETTINGS: list[tuple[str, str, str, dict[str, Any]]] = [
      {"mix_size_bytes": SIZE_OF_GGUF_Q4_K_M}),
     ("onnx int4 --size at gguf Q4_K_M's size, --int4-algorithm gptq", "onnx", "int4",
      {"mix_size_bytes": SIZE_OF_GGUF_Q4_K_M, "int4_algorithm": "gptq"}),
+    ("onnx int4 --size at gguf Q4_K_M's size, --int4-algorithm gptq --calibration-data", "onnx", "int4",
+     {"mix_size_bytes": SIZE_OF_GGUF_Q4_K_M, "int4_algorithm": "gptq", "calibration_data": CALIBRATION}),
     ("onnx int4 hqq sensitive-int8 b32", "onnx", "int4", {"int4_algorithm": "hqq"}),
     ("onnx int4 hqq uniform b32", "onnx", "int4", {"int4_algorithm": "hqq", "int4_mix": "uniform"}),
 ]

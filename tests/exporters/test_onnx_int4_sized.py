@@ -73,7 +73,19 @@ def test_a_sized_int4_file_lands_within_one_percent_under_the_size_asked(tiny_ll
     eight = {name.removesuffix("_Q8") for name, b in bits.items() if b == 8}  # the quantizer suffixes names
     assert eight == set(q["size"]["eight_bit"]) and 0 < len(eight) < len(bits) - 1  # a real choice was made
     assert q["size"]["predicted_kl"] >= 0 and q["size"]["group_kl"]
-    assert q["algorithm"] == (algorithm or "weighted")
+    assert q["algorithm"] == (algorithm or "gptq")  # real calibration text: GPTQ unless told otherwise
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({"mix_size_bytes": 10**8, "calibration_data": "text.txt"}, "gptq"),  # x x^T of real text: GPTQ
+    ({"mix_size_bytes": 10**8}, "weighted"),  # generated text: GPTQ's x x^T measured worse on real text
+    ({"mix_size_bytes": 10**8, "calibration_data": "text.txt", "int4_algorithm": "weighted"}, "weighted"),
+    ({"calibration_data": "text.txt"}, "weighted"),  # no --size: GPTQ is not offered
+])
+def test_sized_int4_rounds_by_gptq_by_default_only_with_calibration_text(options: dict, expected: str) -> None:
+    from edgeopt.exporters.onnx.exporter import int4_algorithm
+
+    assert int4_algorithm(options) == expected
 
 
 def test_a_size_below_every_matmul_in_four_bits_is_refused_with_the_size_that_would_do(
