@@ -54,8 +54,8 @@ class ONNXExporter(Exporter):
             if key in options and options[key] not in valid:
                 raise ConfigError(f"unknown {flag} {options[key]!r}", f"valid: {', '.join(valid)}")
         algorithm = int4_algorithm(options)
-        if quant == "int4" and algorithm not in ("weighted", "gptq") and ("calibration_data" in options
-                                                            or options.get("self_calibration") is False):
+        if quant == "int4" and algorithm not in CALIBRATED_ALGORITHMS and ("calibration_data" in options
+                                                                  or options.get("self_calibration") is False):
             flag = "--calibration-data" if "calibration_data" in options else "--no-self-calibration"
             raise ConfigError(f"{flag} changes nothing with --int4-algorithm {algorithm}: only the weighted search "
                               "and GPTQ use calibration text", f"drop {flag}, or drop --int4-algorithm")
@@ -98,6 +98,9 @@ class ONNXExporter(Exporter):
         details.update(kind=kind, task=task, onnx_bytes=_onnx_bytes(final_dir))
         return ExportResult(model_file=f"{MODEL_SUBDIR}/model.onnx", quant=quant, runtime=self.runtime,
                             details=details)
+
+
+CALIBRATED_ALGORITHMS = ("weighted", "gptq")  # the --int4-algorithm values that read calibration text
 
 
 def int4_algorithm(options: dict[str, Any]) -> str:
@@ -196,7 +199,7 @@ def _int4(source: Path, fp32: Path, dst: Path, kind: str, model_dir: Path, prese
 
     algorithm = int4_algorithm(options)
     calibration = None
-    if algorithm in ("weighted", "gptq") and kind == "causal-lm":
+    if algorithm in CALIBRATED_ALGORITHMS and kind == "causal-lm":
         calibration = int4_calibration(model_dir, fp32, options, grams=algorithm == "gptq")
     elif algorithm == "weighted" and "calibration_data" in options:
         raise ConfigError(f"--calibration-data is not used for an encoder's INT4 ({kind})",

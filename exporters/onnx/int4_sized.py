@@ -105,7 +105,8 @@ class Costs:
     blocks: dict[str, dict[str, Blocks]]  # weight -> {"int4": ..., "int4-wide": ..., "int8": ...}: what is written
 
 
-def width_blocks(w: Weight, importance: np.ndarray | None, block: int, gram: np.ndarray | None = None) -> dict[str, Blocks]:
+def width_blocks(w: Weight, importance: np.ndarray | None, block: int,
+                 gram: np.ndarray | None = None) -> dict[str, Blocks]:
     """Every width ``w`` can take: 4 bits in blocks of ``block``, 4 bits in blocks of WIDE_FACTOR x ``block`` (an
     fp32 scale a block is a bit a weight at 32; where the weights allow, half a bit buys 8 bits elsewhere), 8 bits.
     With its inputs' ``gram``, the 4-bit blocks are GPTQ's; else the weighted search's."""

@@ -42,8 +42,8 @@ def measure_pass_cost(runtime: Runtime, slot: int = 0) -> PassCost | None:
     token = _plain_token(runtime)
     deadline = time.perf_counter() + CALIBRATION_BUDGET_S
     times: dict[int, list[float]] = {1: [], 1 + CALIBRATION_DRAFT: []}
-    runtime.step([StepInput(slot, [token] * CALIBRATION_CONTEXT, 0, want_logits=False)])
     try:
+        runtime.step([StepInput(slot, [token] * CALIBRATION_CONTEXT, 0, want_logits=False)])
         for _ in range(CALIBRATION_REPEATS):
             for tokens, taken in times.items():
                 if time.perf_counter() > deadline:
