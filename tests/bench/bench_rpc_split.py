@@ -125,6 +125,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="threads of each head and each worker")
     parser.add_argument("--work", type=Path, default=Path("/tmp/edgeopt-bench-rpc"))
+    parser.add_argument("--worker-memory-mib", type=int, default=WORKER_MEMORY_MIB,
+                        help="what each worker offers (a bigger --gguf needs more)")
+    parser.add_argument("--head-memory", default=HEAD_MEMORY, help="the head's --memory")
     parser.add_argument("--without-llama-server", action="store_true", help="(a) and (b) only: no llama-server build")
     args = parser.parse_args()
     gguf = args.gguf or smollm2_gguf_path()
@@ -133,9 +136,9 @@ def main() -> None:
     serve_args = ["--context", str(CONTEXT), "--max-concurrency", str(STREAMS), "--no-verify",
                   "--stream-interval-ms", "0", "--log-level", "info"]
     rows: dict[str, list[dict[str, float] | None]] = {"a": [], "b": [], "c": []}
-    with running_workers(args.work, count=2, memory_mib=WORKER_MEMORY_MIB) as workers:
+    with running_workers(args.work, count=2, memory_mib=args.worker_memory_mib) as workers:
         flag = workers_flag(workers)
-        split_args = [*serve_args, "--workers", flag, "--memory", HEAD_MEMORY]
+        split_args = [*serve_args, "--workers", flag, "--memory", args.head_memory]
         placement: tuple[int, list[float], int] | None = None
         for round_index in range(args.rounds):
             servers = ["a", "b"] if binary is None else ["a", "b", "c"]
