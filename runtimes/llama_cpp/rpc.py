@@ -41,9 +41,16 @@ class RpcOffload:
     tensor_split: tuple[float, ...]  # one entry per worker device
 
 
+def _loaded_by_llama_cpp(soname: str) -> ctypes.CDLL:
+    """The copy of a ggml library that ``import llama_cpp`` loaded, wherever it came from (the wheel's lib/ or
+    LLAMA_CPP_LIB_PATH: a CUDA build, say): asked for by its soname alone, the dynamic loader hands back the
+    library already loaded under that soname. A path would name the wheel's copy, a second library whose
+    state (the abort callback, registered backends) llama.cpp never reads when LLAMA_CPP_LIB_PATH is set."""
+    return ctypes.CDLL(soname)
+
+
 def _ggml() -> ctypes.CDLL:
-    lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    ggml = ctypes.CDLL(str(lib_dir / "libggml.so"))  # already loaded by llama_cpp: the same handle
+    ggml = _loaded_by_llama_cpp("libggml.so.0")
     ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
     ggml.ggml_backend_reg_dev_count.argtypes = [ctypes.c_void_p]
     ggml.ggml_backend_reg_dev_count.restype = ctypes.c_size_t
@@ -122,10 +129,7 @@ def set_abort_handler(handler: Callable[[str], None]) -> None:
     def on_abort(message: bytes | None) -> None:
         handler((message or b"").decode("utf-8", "replace"))
 
-    lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    # By the soname llama_cpp's libraries loaded: the wheel's libggml-base.so is a separate copy of the file,
-    # and a callback set in that copy would never be called.
-    base = ctypes.CDLL(str(lib_dir / "libggml-base.so.0"))
+    base = _loaded_by_llama_cpp("libggml-base.so.0")  # a callback set in another copy would never be called
     base.ggml_set_abort_callback.argtypes = [_ABORT_CALLBACK]
     base.ggml_set_abort_callback.restype = ctypes.c_void_p
     with _lock:
