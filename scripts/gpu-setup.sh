@@ -72,8 +72,13 @@ install() {
         sdist="$(ls "$dir"/llama_cpp_python-*.tar.gz | head -1)"
         local out
         out="$(mktemp -d)"
-        # Only the library: no tools, tests, examples, server or multimodal (llava) library.
-        CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90} -DLLAVA_BUILD=OFF \
+        # Only the library: no tools, tests, examples, server or multimodal (llava) library. The system's
+        # compilers, not the image's default /opt/gcc ones: those link libstdc++ statically into every shared
+        # library, and with torch in the process libllama's streams then bind to another libstdc++ copy and
+        # crash on every model load (issue 44; checked after the install below).
+        CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ \
+        CMAKE_ARGS="-DCMAKE_C_COMPILER=/usr/bin/gcc -DCMAKE_CXX_COMPILER=/usr/bin/g++ \
+-DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90} -DLLAVA_BUILD=OFF \
 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF \
 -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF" \
         CMAKE_BUILD_PARALLEL_LEVEL="${JOBS:-$(nproc)}" CMAKE_GENERATOR=Ninja \
@@ -84,6 +89,11 @@ install() {
         fi
     fi
     "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$built"
+    if ! readelf -d "$site/llama_cpp/lib/libllama.so" | grep -q 'NEEDED.*libstdc++.so.6'; then
+        echo "gpu-setup: $site/llama_cpp/lib/libllama.so links libstdc++ statically (built by another compiler" \
+             "than /usr/bin/g++): it crashes beside torch; rebuild it (remove the wheel from $dir)" >&2
+        exit 1
+    fi
     # llama.cpp's CUDA library must load the CUDA libraries torch loads (the pip nvidia-* wheels), not the
     # toolkit's copies it was linked against: with both in one process (llama_cpp imported before torch)
     # cuBLAS is loaded twice and the process aborts ("free(): invalid pointer") or crashes loading a model.
