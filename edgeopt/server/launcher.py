@@ -26,6 +26,7 @@ from edgeopt import backends
 from edgeopt.bundle import Manifest
 from edgeopt.engine import Engine, EngineConfig, engine_config_for
 from edgeopt.engine.api import ServingEngine
+from edgeopt.engine.speculation.controller import longest_draft
 from edgeopt.errors import ConfigError
 from edgeopt.model_source import bundle_model_names, model_card, open_model_source
 from edgeopt.rpc.endpoints import Endpoint
@@ -91,7 +92,9 @@ class ServeOptions:
     def shape_request(self) -> ShapeRequest:
         return ShapeRequest(context=self.context, max_sequences=self.max_concurrency, kv_type=self.kv_type,
                             kv_layout=self.kv_layout, prefix_cache=self.prefix_cache,
-                            prefix_cache_bytes=self.prefix_cache_bytes)
+                            prefix_cache_bytes=self.prefix_cache_bytes,
+                            draft_rows=longest_draft(self.speculative,
+                                                     self.draft_tokens if self.draft is not None else None))
 
 
 def serving_shape(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> ServingShape:

@@ -13,7 +13,7 @@ and handed, frozen, to whoever needs it (``edgeopt serve`` gives it to the runti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from edgeopt.backends import Backend
@@ -39,6 +39,9 @@ class ShapeRequest:
     # as the layout's default takes (streams: a stream per cache id that memory holds; unified: none, prefixes
     # keep the cells the live sequences leave free)
     prefix_cache_bytes: int | None = None
+    # Logits rows one speculative step may need beyond a row per sequence (the longest draft; 0: speculation
+    # off). A runtime with a fixed output buffer (llama.cpp's n_outputs_max) reserves them, counted here.
+    draft_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class ServingShape:
     kv_live_cells: int = 0  # of kv_cells, those for running sequences
     kv_prefix_cells: int = 0  # of kv_cells, those kept for cached prefixes only (0: they share the live cells)
     cache_slots: int | None = None  # sequence ids for cached prefixes (llama.cpp); None: the runtime's own
+    draft_rows: int = 0  # logits rows reserved for speculative steps (ShapeRequest.draft_rows); 0: none needed
 
     @property
     def max_sequences(self) -> int:
@@ -75,6 +79,8 @@ class ServingShape:
             options["cache_slots"] = 0
         elif self.cache_slots is not None:
             options["cache_slots"] = self.cache_slots
+        if self.draft_rows:
+            options["draft_rows"] = self.draft_rows
         return options
 
 
@@ -106,6 +112,10 @@ def decide_serving_shape(entry: Backend, quant: str, facts: KvFacts, pool: Memor
     """The shape a ``entry``:``quant`` model with ``facts`` is served with in ``pool``. Never refuses for lack of
     room: ``edgeopt plan`` reports it, and a server calls :func:`edgeopt.sizing.budget.require_kv_room`."""
     kv_type = served_kv_type(entry, check_shape_request(entry, request), recorded_kv_type)
+    draft_rows = request.draft_rows if entry.logits_rows_per_sequence else 0
+    if draft_rows:  # the rows in llama.cpp's output buffer and in its graph's logits
+        row_bytes = facts.runtime_bytes_per_sequence // entry.logits_rows_per_sequence
+        facts = replace(facts, runtime_overhead_bytes=facts.runtime_overhead_bytes + 2 * draft_rows * row_bytes)
     sizing = size_kv(facts, pool, kv_element_bytes=kv_element_bytes_for(entry.format, quant, kv_type),
                      context=request.context or min(facts.context_length, DEFAULT_CONTEXT),
                      max_sequences=request.max_sequences)
@@ -114,7 +124,7 @@ def decide_serving_shape(entry: Backend, quant: str, facts: KvFacts, pool: Memor
     live, prefix, cache_slots = cells_by_purpose(layout, sizing, request)
     return ServingShape(sizing=sizing, kv_type=kv_type, kv_layout=layout, kv_cells=live + prefix,
                         batch_tokens=entry.batch_tokens or None, prefix_cache=request.prefix_cache,
-                        kv_live_cells=live, kv_prefix_cells=prefix, cache_slots=cache_slots)
+                        kv_live_cells=live, kv_prefix_cells=prefix, cache_slots=cache_slots, draft_rows=draft_rows)
 
 
 def cells_by_purpose(layout: str | None, sizing: KvSizing, request: ShapeRequest) -> tuple[int, int, int | None]:

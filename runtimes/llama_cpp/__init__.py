@@ -67,7 +67,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
               n_gpu_layers: int | None = None, context_length: int | None = None,
               profile: DeviceProfile | None = None, kv_type: str = "f16",
               cache_slots: int | None = None, kv_layout: str = UNIFIED,
-              offload: RpcOffload | None = None) -> LlamaCppRuntime:
+              offload: RpcOffload | None = None, draft_rows: int = 0) -> LlamaCppRuntime:
     if kv_capacity_tokens is None or max_slots is None:
         raise ConfigError(f"the llama.cpp runtime needs kv_capacity_tokens and max_slots (got {kv_capacity_tokens}, "
                           f"{max_slots})", "size them with edgeopt.sizing.shape.decide_serving_shape, as edgeopt "
@@ -75,9 +75,11 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
     if kv_capacity_tokens < 1 or not 1 <= max_slots <= LLAMA_MAX_SEQ:
         raise ConfigError(f"kv_capacity_tokens={kv_capacity_tokens}, max_slots={max_slots} are invalid",
                           f"need kv_capacity_tokens >= 1 and 1 <= max_slots <= {LLAMA_MAX_SEQ}")
-    if max_batch_tokens < 1 or (threads is not None and threads < 1) or (cache_slots is not None and cache_slots < 0):
-        raise ConfigError(f"max_batch_tokens={max_batch_tokens}, threads={threads}, cache_slots={cache_slots} "
-                          "are invalid", "max_batch_tokens and threads must be >= 1, cache_slots >= 0")
+    if (max_batch_tokens < 1 or (threads is not None and threads < 1) or (cache_slots is not None and cache_slots < 0)
+            or draft_rows < 0):
+        raise ConfigError(f"max_batch_tokens={max_batch_tokens}, threads={threads}, cache_slots={cache_slots}, "
+                          f"draft_rows={draft_rows} are invalid",
+                          "max_batch_tokens and threads must be >= 1, cache_slots and draft_rows >= 0")
     check_llama_kv_type(kv_type)
     if kv_layout not in KV_LAYOUTS:
         raise ConfigError(f"--kv-layout {kv_layout!r} is not a llama.cpp KV layout",
@@ -98,7 +100,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
         return LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens,
                                threads or max_default_threads(profile), context, adaptive_threads=threads is None,
                                kv_type=kv_type, cache_slots=cache_slots, kv_layout=kv_layout,
-                               file_key=file_stamp(Path(path)))
+                               file_key=file_stamp(Path(path)), draft_rows=draft_rows)
     except Exception:
         llama_cpp.llama_model_free(model)
         raise

@@ -42,14 +42,18 @@ class LlamaCppRuntime(Runtime):
     def __init__(self, model: llama_cpp.llama_model_p, facts: ModelFacts, kv_capacity_tokens: int,
                  max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None,
                  adaptive_threads: bool = False, kv_type: str = "f16", cache_slots: int = 0,
-                 kv_layout: str = UNIFIED, file_key: Hashable | None = None) -> None:
+                 kv_layout: str = UNIFIED, file_key: Hashable | None = None, draft_rows: int = 0) -> None:
         """``file_key``: the GGUF's identity (edgeopt.file_stamp), so that loading the same
-        file again reuses its vocabulary scan."""
+        file again reuses its vocabulary scan. ``draft_rows``: logits rows a speculative step may need beyond
+        one per running sequence (the longest draft); the cached prefixes' rows, never decoded, count towards
+        them."""
         self._model = model
         self.facts = facts
         self.kv_type = kv_type  # the KV cache's element type (edgeopt.sizing.kv_types); part of any saved state's identity
         self.kv_layout = kv_layout  # edgeopt.sizing.layout's name of the strategy below
         layout_class = KV_LAYOUT_CLASSES[kv_layout]
+        # llama.cpp reserves a logits row per sequence id at least; a verification pass needs one per token.
+        self._max_outputs = max_slots + max(cache_slots, draft_rows)  # the context's n_outputs_max
         self._ctx = self._create_context(kv_capacity_tokens, max_slots, cache_slots, max_batch_tokens, n_threads,
                                          layout_class.kv_unified)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
@@ -72,7 +76,6 @@ class LlamaCppRuntime(Runtime):
             saves_prefix_state=cache_slots > 0, position_logits=True, trims_kv=True,
             splits_mixed_lengths=self._layout.splits_mixed_lengths,
         )
-        self._max_outputs = max_slots + cache_slots  # the context's n_outputs_max
         self.max_logit_rows: int | None = self._max_outputs
         self._logits_address: int | None = None  # where the view of llama.cpp's logits buffer points
         self._logits = np.zeros((0, self.info.vocab_size), dtype=np.float32)
@@ -93,8 +96,8 @@ class LlamaCppRuntime(Runtime):
         # At most one logits row per sequence per step: without this llama.cpp reserves n_batch rows
         # (512 x a 150k vocabulary x 4 bytes = 300 MB on a device that has none to spare).
         # llama.cpp reserves at least n_seq_max rows, so each cache sequence id costs one row (vocab x 4 bytes).
-        # Prompt logprobs (all_logits) are decoded in pieces of at most max_slots rows (split_by_outputs).
-        params.n_outputs_max = max_slots + cache_slots
+        # Prompt logprobs (all_logits) are decoded in pieces of at most that many rows (split_by_outputs).
+        params.n_outputs_max = self._max_outputs
         # unified: one shared pool of n_ctx cells; streams: n_ctx / n_seq_max cells per sequence id
         params.kv_unified = kv_unified
         params.n_threads = n_threads

@@ -163,3 +163,21 @@ def test_a_real_model_copying_a_document_accepts_most_guesses_and_says_the_same(
     assert on.token_ids == off.token_ids and on.text.startswith("The lighthouse keeper climbed")
     drafted, accepted = stats.speculative_drafted_total["ngram"], stats.speculative_accepted_total["ngram"]
     assert accepted > 0.6 * drafted and accepted > 20, (drafted, accepted)
+
+
+def test_a_lone_stream_without_cached_prefixes_speculates_in_rows_reserved_for_drafts(gguf_path: Path) -> None:
+    """`--max-concurrency 1 --no-prefix-cache`: llama.cpp's output buffer has a row per sequence id, one here, so
+    without rows reserved for drafts no drafted token could be verified."""
+    greedy = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
+    for draft_rows, drafts in ((0, False), (10, True)):
+        runtime = load_gguf(gguf_path, kv_capacity_tokens=2048, max_slots=1, max_batch_tokens=128, threads=THREADS,
+                            n_gpu_layers=0, cache_slots=0, context_length=1024, draft_rows=draft_rows)
+        try:
+            assert runtime.max_logit_rows == 1 + draft_rows
+            ids = runtime.tokenizer.encode(TEXTS[3])
+            results, engine = serve(runtime, "ngram", {"r": (ids, greedy)})
+            assert (engine.stats().speculative_drafted_total.get("ngram", 0) > 0) == drafts
+            want, rows = greedy_alone(runtime, ids, 48)
+            assert_same_greedy(want, results["r"].token_ids, rows)
+        finally:
+            runtime.close()

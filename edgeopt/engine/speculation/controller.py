@@ -38,6 +38,15 @@ READ_BUDGET = 0.1  # auto with a draft model: the draft's catch-up read may cost
 PROBE_SHARE = 0.1  # ... and a probe this share of the steps between two probes
 
 
+def longest_draft(mode: str, draft_tokens: int | None = None) -> int:
+    """The most tokens one sequence's draft carries in ``mode`` (0 for off), so the logits rows a verification
+    pass needs beyond the sequence's own: ``draft_tokens`` with a draft model, else n-gram's MAX_DRAFT_TOKENS."""
+    check_mode(mode)
+    if mode == "off":
+        return 0
+    return draft_tokens if draft_tokens is not None else MAX_DRAFT_TOKENS
+
+
 @dataclass
 class DraftState:
     """One sequence's drafting state: its n-gram index and decayed outcome counts."""
