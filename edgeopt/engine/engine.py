@@ -225,9 +225,11 @@ class Engine:
             log.info("speculation: the decode pass's timings varied too much to use (a busy device); the "
                      "controller starts from its prior and learns from the steps it serves")
             return
-        self._speculation.controller.cost.set_prior(cost.fixed_seconds, cost.per_token_ratio)
-        log.info("speculation: a decode pass costs %.1f ms + %.2f of that per token on this device",
-                 cost.fixed_seconds * 1000, cost.per_token_ratio)
+        self._speculation.controller.cost.set_prior(cost.fixed_seconds, cost.per_token_ratio, cost.curve)
+        one = cost.curve[1]
+        log.info("speculation: a decode pass of 1 token takes %.1f ms on this device; of %s tokens %s times that",
+                 one * 1000, "/".join(str(n) for n in list(cost.curve)[1:]),
+                 "/".join(f"{t / one:.2f}" for t in list(cost.curve.values())[1:]))
 
     def step(self) -> SchedulerOutput:
         """Schedule, run one forward pass, sample, apply, stream. Public for tests that drive it by hand.

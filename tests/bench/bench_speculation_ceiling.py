@@ -11,8 +11,10 @@ tests/bench/bench_speculation_vs_llama_server.py serves it):
 2. **n-gram drafting per workload**: the greedy answer (engine, speculation off) is replayed with an
    n-gram draft of at most k tokens wherever the lookup finds one; a draft's tokens count as accepted up
    to the first that differs from the answer. Speed-up = answer tokens / sum of t(1 + draft) over the
-   passes, against one pass per token: what a fixed draft limit gains with no engine overhead (the
-   adaptive controller picks k per step from the same pass-cost curve).
+   passes, against one pass per token: what a fixed draft limit gains with no engine overhead. The last
+   column replays the engine's own controller (``--speculative ngram``: the k it picks each step from its
+   acceptance estimate and step-cost model, taught the same pass-cost curve as the engine teaches it real
+   steps): the policy's share of the ceiling, apart from the engine's overhead and the host's noise.
 3. **Any drafter's ceiling**: for a drafter whose every guess is accepted with probability a and which
    costs nothing to run, max over k of (1 + a + ... + a^k) / t(k + 1). A draft model costs something,
    so it gains less than this; a row under 1.2 means no draft model reaches 1.2x at that acceptance.
@@ -27,10 +29,12 @@ import asyncio
 import random
 import statistics
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
-from edgeopt.engine.speculation.controller import expected_gain
+from edgeopt.engine.speculation.calibration import CALIBRATION_SIZES
+from edgeopt.engine.speculation.controller import SpeculationController, expected_gain
 from edgeopt.engine.speculation.ngram import NgramIndex
 from edgeopt.runtimes.base import Runtime, StepInput
 from edgeopt.runtimes.llama_cpp import load_gguf
@@ -106,6 +110,51 @@ def replay_ngram(prompt: list[int], answer: list[int], limit: int, cost: dict[in
     return (accepted / drafted if drafted else 0.0), len(answer) / spent
 
 
+@dataclass
+class ReplayedSequence:
+    """What the controller reads of a sequence, for a replay outside the engine."""
+
+    prompt: list[int]
+    params: SamplingParams
+    output_ids: list[int] = field(default_factory=list)
+    constraint: None = None
+    draft_state: object = None
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt + self.output_ids
+
+
+def replay_controller(prompt: list[int], answer: list[int], cost: dict[int, float],
+                      fixed_seconds: float = 0.01) -> tuple[float, float]:
+    """(acceptance, speed-up) of the engine's controller over the known greedy answer: its prior from the
+    curve as the start-up calibration measures it (passes of 1 and 5 tokens), then every step's cost observed
+    as the engine observes it. Sizes past the measured curve are priced on its last slope."""
+    def t(n: int) -> float:
+        top = max(cost)
+        return cost[n] if n in cost else cost[top] + (n - top) * (cost[top] - cost[top - 1])
+
+    controller = SpeculationController("ngram")
+    per_token = (t(5) - t(1)) / 4
+    controller.cost.set_prior((t(1) - per_token) * fixed_seconds, per_token / (t(1) - per_token),
+                              {n: t(n) * fixed_seconds for n in CALIBRATION_SIZES})
+    seq = ReplayedSequence(prompt, SamplingParams(max_tokens=len(answer), temperature=0.0))
+    drafted = accepted = 0
+    spent = 0.0
+    while len(seq.output_ids) < len(answer):
+        draft = controller.propose([seq], 0, 1 << 20, 1 << 20, False)[0]
+        emitted = len(seq.output_ids)
+        agreed = 0
+        while agreed < len(draft) and emitted + agreed < len(answer) and draft[agreed] == answer[emitted + agreed]:
+            agreed += 1
+        if draft:
+            controller.record(seq, len(draft), agreed)  # type: ignore[arg-type]
+        controller.observe_step(1 + len(draft), t(1 + len(draft)) * fixed_seconds)
+        drafted, accepted, spent = drafted + len(draft), accepted + agreed, spent + t(1 + len(draft))
+        seq.output_ids += answer[emitted:emitted + agreed + 1]
+    return (accepted / drafted if drafted else 0.0), len(answer) / spent
+
+
 def free_drafter_ceiling(acceptance: float, cost: dict[int, float]) -> tuple[float, int]:
     """(best speed-up, its draft length) of a drafter that costs nothing, accepted at ``acceptance``."""
     return max(((1 + expected_gain(acceptance, k)) / cost[k + 1], k) for k in range(0, max(cost)))
@@ -130,9 +179,9 @@ def main() -> None:
     print(f"CPU: {cpu_model()}, threads {args.threads}, model {gguf}")
     print("pass of n tokens / pass of 1: " + " ".join(f"{n}:{c:.2f}" for n, c in cost.items()))
     print(f"\n{'workload':<11} {'answer':>6} " + " ".join(f"{f'k<={k}':>11}" for k in DRAFT_LIMITS)
-          + "   (acceptance/speed-up of n-gram drafts of at most k tokens)")
+          + f" {'controller':>11}   (acceptance/speed-up of n-gram drafts of at most k tokens; the engine's choice)")
     for name, (prompt, answer) in answers.items():
-        cells = [replay_ngram(prompt, answer, k, cost) for k in DRAFT_LIMITS]
+        cells = [replay_ngram(prompt, answer, k, cost) for k in DRAFT_LIMITS] + [replay_controller(prompt, answer, cost)]
         print(f"{name:<11} {len(answer):>6} " + " ".join(f"{a:>5.2f}/{s:<5.2f}" for a, s in cells))
     print("\nany drafter, free to run: best speed-up (draft length) at acceptance a")
     print("  " + "  ".join(f"a={a}: {s:.2f} (k={k})" for a in ACCEPTANCES for s, k in [free_drafter_ceiling(a, cost)]))

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from edgeopt.engine import SamplingParams
-from edgeopt.engine.speculation.calibration import measure_pass_cost
+from edgeopt.engine.speculation.calibration import CALIBRATION_SIZES, measure_pass_cost
 from edgeopt.engine.speculation.step_cost import PRIOR_PER_TOKEN_RATIO
 from tests.engine.helpers import make_engine, run_engine
 from tests.fixtures.fake_runtime import FakeRuntime
@@ -29,6 +29,9 @@ def test_the_passes_give_the_per_token_ratio_and_leave_the_slot_empty() -> None:
     assert cost is not None
     assert cost.per_token_ratio == pytest.approx(PER_TOKEN_S / FIXED_S, rel=0.25)
     assert cost.fixed_seconds == pytest.approx(FIXED_S, rel=0.25)
+    assert list(cost.curve) == list(CALIBRATION_SIZES)  # each size's own time, for the controller to price drafts by
+    for tokens, seconds in cost.curve.items():
+        assert seconds == pytest.approx(FIXED_S + PER_TOKEN_S * tokens, rel=0.25)
     assert runtime.kv_used_tokens == 0 and not runtime.violations
 
 

@@ -111,3 +111,53 @@ def test_a_copy_in_progress_follows_its_source_rather_than_the_latest_match() ->
     ids += [2, 3, 4]
     assert index.draft(ids, 2) == [10, 6]  # followed its source; the latest "1 2 3 4" goes on with 11
     assert NgramIndex().draft(ids, 2) == [11, 0]  # a fresh index takes the latest occurrence
+
+
+def test_a_measured_pass_cost_curve_prices_each_size() -> None:
+    cost = StepCostModel()
+    cost.set_prior(0.006, 0.6, {1: 0.010, 2: 0.016, 5: 0.026, 8: 0.038})
+    assert cost.relative(1) == 0.010 and cost.relative(2) == 0.016
+    assert cost.relative(3) == pytest.approx(0.016 + 0.010 / 3)  # between measured sizes: on the line between them
+    assert cost.relative(11) == pytest.approx(0.038 + 3 * 0.004)  # past them: the last segment's slope
+    noisy = StepCostModel()
+    noisy.set_prior(0.006, 0.6, {1: 0.010, 2: 0.009, 3: 0.012})
+    assert noisy.relative(2) == 0.010  # a pass never costs less for carrying more tokens
+    plain = StepCostModel()
+    plain.set_prior(0.010, 0.5)
+    assert plain.relative(3) == pytest.approx(2.5)  # no curve: the line, 1 + ratio x tokens
+
+
+# A CPU's pass: the second token costs 0.6 of a pass, each one after ~0.33 (SmolLM2-135M on 2 x86 cores).
+CPU_CURVE = {1: 0.010, 2: 0.016, 3: 0.0193, 5: 0.026, 8: 0.0366}
+DOCUMENT = list(range(100, 160))
+
+
+def copying_until_drafted(controller: SpeculationController, seq: Sequence, text: list[int]) -> int | None:
+    """Steps of emitting ``text`` a token at a time until the controller drafts; None if it never does."""
+    for step, token in enumerate(text):
+        if controller.propose([seq], 0, 100, 100, False)[0]:
+            return step
+        seq.output_ids.append(token)
+    return None
+
+
+def test_a_sequence_that_turns_to_copying_drafts_before_its_next_probe() -> None:
+    """Drafts it was not given are scored against what it emits: at an acceptance where drafting does not pay,
+    it notices a quote within a few tokens, where a probe every PROBE_EVERY steps would take up to that long."""
+    controller = SpeculationController("ngram")
+    controller.cost.set_prior(0.006, 0.6, CPU_CURVE)
+    seq = Sequence("s", DOCUMENT + [1, 2, 3], SamplingParams(max_tokens=200))
+    first = copying_until_drafted(controller, seq, DOCUMENT)
+    assert first is not None and first < PROBE_EVERY // 2
+    assert controller.propose([seq], 0, 100, 100, False)[0][:3] == DOCUMENT[first:first + 3]
+
+
+def test_text_that_the_lookup_does_not_predict_keeps_drafting_off() -> None:
+    controller = SpeculationController("ngram")
+    controller.cost.set_prior(0.006, 0.6, CPU_CURVE)
+    # The text repeats its own phrases (the lookup keeps finding matches) but never goes on as they did.
+    text = [t for i in range(12) for t in (7, 8, 200 + i)]
+    seq = Sequence("s", [7, 8, 9, 7, 8, 10], SamplingParams(max_tokens=200))
+    before = controller._state(seq).acceptance
+    assert copying_until_drafted(controller, seq, text[:PROBE_EVERY]) is None
+    assert controller._state(seq).acceptance < before

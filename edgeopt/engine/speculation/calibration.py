@@ -1,12 +1,15 @@
-"""The decode pass's cost on this device, measured at engine start: a few timed passes of 1 and of
-1 + CALIBRATION_DRAFT tokens, from which the speculation controller's step-cost model takes its prior.
+"""The decode pass's cost on this device, measured at engine start: a few timed passes of each of
+CALIBRATION_SIZES tokens, from which the speculation controller's step-cost model takes its prior: the line
+through 1 and 1 + CALIBRATION_DRAFT tokens, and the curve of every size, which prices each draft length.
 
 The controller decides whether verifying k guessed tokens pays from the ratio of a pass's per-token cost to
 its fixed cost. Learned from served steps alone, that ratio stays a constant guess for as long as every step
 carries one token (a lone stream that has not drafted yet: the case speculation serves best), and no
 constant fits every device: SmolLM2-135M on a 2-core x86 measures 0.62 (fixed part 7 ms) where the prior
-says 0.15, a Pi's per-token work is dearer still, a GPU's nearly free. A handful of passes at start settle
-it per device (~0.3 s for SmolLM2-135M on 2 cores).
+says 0.15, a Pi's per-token work is dearer still, a GPU's nearly free (a 1.1B model on an H200: 0.05). Nor is
+a pass's cost a line on a CPU: there the second token costs 0.6 of a pass and each one after about 0.33, so
+the curve, not the line, says what a draft of k tokens costs. A handful of passes at start settle it per
+device (~0.5 s for SmolLM2-135M on 2 cores).
 
 The passes run on one slot the engine has not handed out yet, after CALIBRATION_CONTEXT positions (a short
 chat's attention), each timed pass trimmed back so the next starts from the same state; the slot is released
@@ -22,7 +25,10 @@ from dataclasses import dataclass
 from edgeopt.runtimes.base import Runtime, StepInput
 
 CALIBRATION_CONTEXT = 64  # positions the slot holds before the timed passes
-CALIBRATION_DRAFT = 4  # drafted tokens of the longer timed pass (the controller's usual draft is 2-6)
+CALIBRATION_DRAFT = 4  # drafted tokens of the pass the line's slope comes from (the controller's usual draft is 2-6)
+# Pass sizes timed: their curve prices each draft length (StepCostModel.relative); n-gram drafts reach 10
+# tokens, a pass 11, and past 8 the curve goes on at its last slope.
+CALIBRATION_SIZES = (1, 2, 3, 1 + CALIBRATION_DRAFT, 8)
 CALIBRATION_REPEATS = 4  # timed passes of each size (the first of each also builds its graph)
 CALIBRATION_BUDGET_S = 3.0  # past this the passes stop: the device is too busy for the timings to mean much
 AGREEMENT = 1.25  # each size's two fastest passes within this factor, else the timings are noise
@@ -32,6 +38,7 @@ AGREEMENT = 1.25  # each size's two fastest passes within this factor, else the 
 class PassCost:
     fixed_seconds: float  # a decode pass's cost that does not grow with its tokens
     per_token_ratio: float  # one more token's cost, in units of fixed_seconds
+    curve: dict[int, float]  # tokens -> the fastest pass of that many, seconds (CALIBRATION_SIZES)
 
 
 def measure_pass_cost(runtime: Runtime, slot: int = 0) -> PassCost | None:
@@ -41,7 +48,7 @@ def measure_pass_cost(runtime: Runtime, slot: int = 0) -> PassCost | None:
     must trim a running slot's KV (speculation needs that anyway: RuntimeInfo.trims_kv)."""
     token = _plain_token(runtime)
     deadline = time.perf_counter() + CALIBRATION_BUDGET_S
-    times: dict[int, list[float]] = {1: [], 1 + CALIBRATION_DRAFT: []}
+    times: dict[int, list[float]] = {tokens: [] for tokens in CALIBRATION_SIZES}
     try:
         runtime.step([StepInput(slot, [token] * CALIBRATION_CONTEXT, 0, want_logits=False)])
         for _ in range(CALIBRATION_REPEATS):
@@ -61,7 +68,7 @@ def measure_pass_cost(runtime: Runtime, slot: int = 0) -> PassCost | None:
     one, longer = fastest[1][0], fastest[1 + CALIBRATION_DRAFT][0]
     per_token = max(longer - one, 0.0) / CALIBRATION_DRAFT
     fixed = max(one - per_token, 1e-9)  # a pass of one token = fixed + one token's work
-    return PassCost(fixed, per_token / fixed)
+    return PassCost(fixed, per_token / fixed, {tokens: taken[0] for tokens, taken in fastest.items()})
 
 
 def _plain_token(runtime: Runtime) -> int:

@@ -14,7 +14,7 @@ so that it notices when it starts quoting again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,6 +36,7 @@ PROBE_EVERY = 16
 PROBE_TOKENS = 2
 READ_BUDGET = 0.1  # auto with a draft model: the draft's catch-up read may cost this share of the request's rest
 PROBE_SHARE = 0.1  # ... and a probe this share of the steps between two probes
+UNSENT_TOKENS = 4  # n-gram: tokens of the draft a sequence was not given that are scored all the same
 
 
 def longest_draft(mode: str, draft_tokens: int | None = None) -> int:
@@ -55,6 +56,9 @@ class DraftState:
     accepted: float = PRIOR_ACCEPTED
     rejected: float = PRIOR_REJECTED
     idle_steps: int = 0  # decode steps since it last verified a draft
+    # n-gram: the draft a sequence was not given, scored against what it emits next (SpeculationController._score_unsent)
+    unsent: list[int] = field(default_factory=list)
+    unsent_at: int = 0  # len(all_ids) when it was looked up
     # A draft model's sampled proposal: q's row for each drafted token (None: greedy or n-gram drafts)
     draft_probs: list[np.ndarray] | None = None
 
@@ -105,25 +109,34 @@ class SpeculationController:
             return drafts  # every draft would add a whole pass over the weights
         if self.draft_model is not None:
             return self._propose_from_model(decoding, min(token_room, row_room))
-        ratio = self.cost.per_token_ratio()
         tokens = len(decoding) + other_tokens
         produced = float(len(decoding))
         room = min(token_room, row_room)
+        for seq in decoding:
+            self._score_unsent(seq)
         for i, seq in sorted(enumerate(decoding), key=lambda e: -self._state(e[1]).acceptance):
             state = self._state(seq)
             limit = min(room, MAX_DRAFT_TOKENS, _tokens_left(seq))
             if limit <= 0:
                 state.idle_steps += 1
                 continue
-            rate = produced / (1.0 + ratio * tokens)  # tokens per unit of fixed pass cost, now
+            step = self.cost.relative(tokens)
             best_k, best_net = 0, 0.0
             for k in range(1, limit + 1):
-                net = expected_gain(state.acceptance, k) - rate * ratio * k
+                # the tokens the step's sequences lose by the step growing by k, against the k's expected gain
+                net = expected_gain(state.acceptance, k) - produced * (self.cost.relative(tokens + k) / step - 1.0)
                 if net > best_net:
                     best_k, best_net = k, net
             if best_k == 0 and state.idle_steps >= PROBE_EVERY:
                 best_k = min(PROBE_TOKENS, limit)
-            draft = state.index.draft(seq.all_ids, best_k) if best_k else []
+            if best_k == 0:
+                if not state.unsent:
+                    ids = seq.all_ids
+                    state.unsent, state.unsent_at = state.index.draft(ids, UNSENT_TOKENS), len(ids)
+                state.idle_steps += 1
+                continue
+            state.unsent = []  # a verified draft tells the same, and better
+            draft = state.index.draft(seq.all_ids, best_k)
             if seq.constraint is not None and draft:  # a token the grammar refuses ends the draft
                 draft = draft[:seq.constraint.matcher.validate_tokens(draft)]
             if not draft:
@@ -193,6 +206,26 @@ class SpeculationController:
             best_k = probe
         state.idle_steps = 0 if best_k else state.idle_steps + 1
         return best_k
+
+    def _score_unsent(self, seq: Sequence) -> None:
+        """Score the draft a sequence was not given (it did not pay at the acceptance estimated then) against
+        the tokens it has emitted since, as a verification would have: evidence at no pass's cost. Without it a
+        sequence that stopped drafting hears how drafts would do only from a probe every PROBE_EVERY steps, and
+        text that turns to copying (a document quoted after a preamble) went undrafted for most of the quote."""
+        state = self._state(seq)
+        if not state.unsent:
+            return
+        emitted = seq.all_ids[state.unsent_at:state.unsent_at + len(state.unsent)]
+        agreed = 0
+        while agreed < len(emitted) and emitted[agreed] == state.unsent[agreed]:
+            agreed += 1
+        if agreed < len(emitted):  # a token it would have guessed wrong: a draft of that length fails there
+            self.record(seq, agreed + 1, agreed)
+        elif agreed == len(state.unsent):  # it would have been taken whole
+            self.record(seq, agreed, agreed)
+        else:
+            return  # agreeing so far: more tokens to come
+        state.unsent = []
 
     def record(self, seq: Sequence, drafted: int, accepted: int) -> None:
         """The target agreed with the first ``accepted`` of ``drafted`` tokens."""
