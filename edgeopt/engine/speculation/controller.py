@@ -3,13 +3,14 @@
 Per sequence, acceptance is the share of drafted tokens the target agreed with (decayed counts, so a
 sequence that moves from quoting to free text is noticed within a few steps). Drafting k tokens whose
 acceptance rate is a gains, in expectation, a + a^2 + ... + a^k tokens (a drafted token is only emitted if
-every one before it was). It costs k more tokens in the pass (:class:`StepCostModel`). A step producing B
-tokens over a pass of fixed + per_token * N takes that long for B tokens; a draft is worth its tokens when its
-expected gain per unit of added time beats that rate. So a lone stream on a memory-bound CPU speculates
+every one before it was). It costs k more tokens in the pass, priced by the pass-cost curve measured on this
+device (:class:`StepCostModel`): a step producing B tokens over a pass of N tokens loses B x (t(N + k) / t(N) - 1)
+tokens' worth of time to the draft, which must gain more. So a lone stream on a memory-bound CPU speculates
 readily, and a full batch, whose pass is already mostly per-token work, does not at all.
 
-A sequence that stopped drafting (its acceptance fell) still verifies a short draft every PROBE_EVERY steps,
-so that it notices when it starts quoting again.
+A sequence that stopped drafting (its acceptance fell) keeps learning: the n-gram draft it was not given is
+scored against the tokens it emits next, and a short draft is verified every PROBE_EVERY steps, so that it
+notices when it starts quoting again.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class DraftState:
     idle_steps: int = 0  # decode steps since it last verified a draft
     # n-gram: the draft a sequence was not given, scored against what it emits next (SpeculationController._score_unsent)
     unsent: list[int] = field(default_factory=list)
-    unsent_at: int = 0  # len(all_ids) when it was looked up
+    unsent_at: int = 0  # tokens the sequence had emitted when it was looked up
     # A draft model's sampled proposal: q's row for each drafted token (None: greedy or n-gram drafts)
     draft_probs: list[np.ndarray] | None = None
 
@@ -131,8 +132,8 @@ class SpeculationController:
                 best_k = min(PROBE_TOKENS, limit)
             if best_k == 0:
                 if not state.unsent:
-                    ids = seq.all_ids
-                    state.unsent, state.unsent_at = state.index.draft(ids, UNSENT_TOKENS), len(ids)
+                    state.unsent = state.index.draft(seq.all_ids, UNSENT_TOKENS)
+                    state.unsent_at = len(seq.output_ids)
                 state.idle_steps += 1
                 continue
             state.unsent = []  # a verified draft tells the same, and better
@@ -215,7 +216,7 @@ class SpeculationController:
         state = self._state(seq)
         if not state.unsent:
             return
-        emitted = seq.all_ids[state.unsent_at:state.unsent_at + len(state.unsent)]
+        emitted = seq.output_ids[state.unsent_at:state.unsent_at + len(state.unsent)]
         agreed = 0
         while agreed < len(emitted) and emitted[agreed] == state.unsent[agreed]:
             agreed += 1
