@@ -113,15 +113,10 @@ def test_a_copy_in_progress_follows_its_source_rather_than_the_latest_match() ->
     assert NgramIndex().draft(ids, 2) == [11, 0]  # a fresh index takes the latest occurrence
 
 
-def test_a_measured_pass_cost_curve_prices_each_size() -> None:
+def test_a_measured_pass_curve_prices_each_size_and_a_line_stands_in_without_one() -> None:
     cost = StepCostModel()
     cost.set_prior(0.006, 0.6, {1: 0.010, 2: 0.016, 5: 0.026, 8: 0.038})
-    assert cost.relative(1) == 0.010 and cost.relative(2) == 0.016
-    assert cost.relative(3) == pytest.approx(0.016 + 0.010 / 3)  # between measured sizes: on the line between them
-    assert cost.relative(11) == pytest.approx(0.038 + 3 * 0.004)  # past them: the last segment's slope
-    noisy = StepCostModel()
-    noisy.set_prior(0.006, 0.6, {1: 0.010, 2: 0.009, 3: 0.012})
-    assert noisy.relative(2) == 0.010  # a pass never costs less for carrying more tokens
+    assert cost.relative(2) == 0.016 and cost.relative(3) == pytest.approx(0.016 + 0.010 / 3)
     plain = StepCostModel()
     plain.set_prior(0.010, 0.5)
     assert plain.relative(3) == pytest.approx(2.5)  # no curve: the line, 1 + ratio x tokens

@@ -6,10 +6,14 @@ its matrix products (the per-token part). Their ratio decides whether verifying 
 small model on two cores the per-token part is far from negligible, on a large model it nearly is. The fit is
 a least-squares line over exponentially decayed sums, so it follows a host whose load changes; until the
 steps have varied enough in size to fit a slope, the prior stands in: the ratio the engine measured on this
-device at start (:mod:`edgeopt.engine.speculation.calibration`), else PRIOR_PER_TOKEN_RATIO.
+device at start (:mod:`edgeopt.engine.speculation.calibration`), else PRIOR_PER_TOKEN_RATIO. Where that
+measurement timed several sizes, their curve (:class:`PassCurve`, corrected by the steps served) prices
+each size instead of the line (:meth:`StepCostModel.relative`): a CPU's pass is no line.
 """
 
 from __future__ import annotations
+
+from edgeopt.engine.speculation.pass_curve import PassCurve
 
 PRIOR_PER_TOKEN_RATIO = 0.15  # per-token cost / fixed cost before any fit (a ~100M-parameter model on a CPU)
 DECAY = 0.99  # weight of past steps per new step (an effective window of ~100 steps)
@@ -21,33 +25,22 @@ class StepCostModel:
         self._w = self._n = self._t = self._nn = self._nt = 0.0
         self.prior_ratio = PRIOR_PER_TOKEN_RATIO
         self.prior_fixed_seconds: float | None = None
-        self._curve: dict[int, float] | None = None  # tokens -> a pass's time, rising (set_prior)
+        self._curve: PassCurve | None = None  # set_prior's measured curve, corrected by the steps served
 
     def set_prior(self, fixed_seconds: float, ratio: float, curve: dict[int, float] | None = None) -> None:
         """What a measurement on this device found (a pass's fixed part, per-token / fixed), used until the
         steps served fit a line of their own; ``curve``: the pass's time at a few sizes (tokens -> seconds),
         whose shape then prices each size (:meth:`relative`) where no line does it justice."""
         self.prior_fixed_seconds, self.prior_ratio = fixed_seconds, ratio
-        self._curve = _rising_curve(curve) if curve and len(curve) >= 2 else None
+        self._curve = PassCurve(curve) if curve and len(curve) >= 2 else None
 
     def relative(self, tokens: int) -> float:
         """A pass of ``tokens`` tokens, in any fixed unit: what decisions compare (the extra time k drafted
-        tokens add to a step over the step's own). The measured curve where there is one: on a CPU the second
-        token of a pass costs more than each one after it (SmolLM2-135M on 2 x86 cores: 1 -> 2 tokens 1.5-1.7x,
-        then ~0.35x a token), which a line either overprices for long drafts or underprices for short ones.
-        Without one, the line: 1 + ratio x tokens."""
+        tokens add to a step over the step's own). The pass curve where one was measured (PassCurve), else
+        the line: 1 + ratio x tokens."""
         if self._curve is None:
             return 1.0 + self.per_token_ratio() * tokens
-        sizes = list(self._curve)
-        if tokens <= sizes[0]:
-            return self._curve[sizes[0]]
-        for low, high in zip(sizes, sizes[1:]):
-            if tokens <= high:
-                a, b = self._curve[low], self._curve[high]
-                return a + (b - a) * (tokens - low) / (high - low)
-        low, high = sizes[-2], sizes[-1]  # past the last measured size: its last segment's slope
-        slope = (self._curve[high] - self._curve[low]) / (high - low)
-        return self._curve[high] + slope * (tokens - high)
+        return self._curve.seconds(tokens)
 
     def observe(self, tokens: int, seconds: float) -> None:
         d = DECAY
@@ -56,6 +49,8 @@ class StepCostModel:
         self._t = self._t * d + seconds
         self._nn = self._nn * d + tokens * tokens
         self._nt = self._nt * d + tokens * seconds
+        if self._curve is not None:
+            self._curve.observe(tokens, seconds)
 
     def fixed_seconds(self) -> float | None:
         """The fixed part of a pass in seconds (mean time / (1 + ratio x mean tokens)); before any step the
@@ -83,13 +78,3 @@ class StepCostModel:
             return float("inf")  # all of the pass is per-token work: speculation cannot pay
         return slope / fixed
 
-
-def _rising_curve(curve: dict[int, float]) -> dict[int, float]:
-    """The measured points in size order, each at least the one before: a pass never costs less for carrying
-    more tokens, and a noisy timing must not make an extra token look free."""
-    rising: dict[int, float] = {}
-    floor = 0.0
-    for tokens in sorted(curve):
-        floor = max(floor, curve[tokens])
-        rising[tokens] = floor
-    return rising
