@@ -236,6 +236,7 @@ class Engine:
 
         A runtime, sampling or detokenizing failure fails the requests concerned here; anything else
         (scheduling) propagates to the thread loop, which restarts the scheduler."""
+        step_started = time.perf_counter()
         out = self._scheduler.schedule()
         if not out.chunks:
             assert not self._scheduler.running, "running sequences but nothing scheduled"
@@ -244,7 +245,6 @@ class Engine:
             self._requests.flush(hold=False)  # a step with prefill is long: send held text before it
         sampled = out.sampled
         pending_masks = self._sampler.start(sampled)  # computed beside the forward pass
-        started = time.perf_counter()
         self._stepping.set()
         try:
             logits = self.runtime.step(out.runtime_batch())
@@ -256,14 +256,14 @@ class Engine:
             masks = self._sampler.collect(pending_masks)
         self._steps_total += 1
         self.prefill_tokens_total += out.prefill_tokens
-        if self._verifier is not None:
-            self._verifier.observe_step(out, time.perf_counter() - started)
         rows = sampling_rows(out.chunks, logits)  # (the sampler never writes logits: the verifier reads them after)
         with self._sampler.applying(sampled):
             self._scheduler.update_from_output(out, self._sampler.sample(sampled, rows, masks))
             if self._verifier is not None and out.drafted:
                 self._verifier.verify(out, logits, self._sampler.draw, self._scheduler)
         self._requests.flush()
+        if self._verifier is not None:  # the whole step: a drafted one also costs its verification and trims
+            self._verifier.observe_step(out, time.perf_counter() - step_started)
         return out
 
     def _drain_inbox(self) -> None:
