@@ -13,6 +13,7 @@ from edgeopt.cli_options import Concurrency, Context, KvType, Target
 from edgeopt.commands.plan_cmd import print_plan
 from edgeopt.errors import ConfigError
 from edgeopt.export_options import export_options
+from edgeopt.passes.draft_options import check_draft_flags, draft_recipe
 from edgeopt.passes.options import compression_passes
 from edgeopt.pipeline import OptimizeOptions, check_format, resolve, run_optimize
 
@@ -73,14 +74,10 @@ def optimize(
     check_format(fmt)
     written_size = read_size(size, "--size") if size is not None else None
     if draft_for is not None:
-        from edgeopt.model_spec import load_model_spec
-        from edgeopt.passes.draft_options import check_draft_flags, draft_recipe
-
         check_draft_flags(model, draft_for, fmt, fit, accept_quality_loss, distil, distil_data, eval_data)
-        recipe = draft_recipe(load_model_spec(draft_for), prune, prune_heads, prune_mlp, prune_layers, distil_data,
-                              distil_steps)
-        typer.echo(recipe.describe())
-        model, passes = draft_for, recipe.passes
+        assert distil_data is not None  # checked above
+        model, passes = draft_for, draft_passes(draft_for, prune, prune_heads, prune_mlp, prune_layers, distil_data,
+                                                distil_steps)
     elif model is None:
         raise ConfigError("edgeopt optimize needs MODEL", "pass a hub id or checkpoint directory: edgeopt optimize "
                           "MODEL, or make a draft model for one: edgeopt optimize --draft-for TARGET --distil-data FILE")
@@ -121,6 +118,19 @@ def optimize(
                        "); written because --accept-quality-loss was given, and recorded in the manifest")
     if manifest and "draft" in manifest.metrics:
         typer.echo(describe_acceptance(manifest.metrics["draft"]))
+    elif manifest and draft_for is not None:
+        typer.echo("draft: acceptance not measured (--no-eval)")
+
+
+def draft_passes(target: str, prune: float | None, prune_heads: float | None, prune_mlp: float | None,
+                 prune_layers: int | None, distil_data: Path, distil_steps: int) -> list[tuple[str, dict[str, Any]]]:
+    """The prune + distil passes that make a draft of ``target`` (edgeopt.passes.draft_options), its size printed."""
+    from edgeopt.model_spec import load_model_spec
+
+    recipe = draft_recipe(load_model_spec(target), prune, prune_heads, prune_mlp, prune_layers, distil_data,
+                          distil_steps)
+    typer.echo(recipe.describe())
+    return recipe.passes
 
 
 def describe_acceptance(draft: dict[str, Any]) -> str:
