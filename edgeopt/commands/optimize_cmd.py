@@ -27,8 +27,8 @@ def show_llama_log() -> None:
     logger.addHandler(handler)
 
 
-ModelOrNone = Annotated[Optional[str], typer.Argument(metavar="MODEL", 
-    help="Hugging Face hub id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or local checkpoint directory; left out with --draft-for.")]
+# Optional only for --draft-for TARGET, which names the model itself; without either, optimize says so.
+ModelOrNone = Annotated[Optional[str], typer.Argument(metavar="MODEL", help="Hugging Face hub id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or local checkpoint directory; left out with --draft-for.")]
 
 
 def optimize(

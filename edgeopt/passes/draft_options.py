@@ -50,7 +50,7 @@ def check_draft_flags(model: str | None, target: str, fmt: str | None, fit: bool
         raise ConfigError(f"MODEL {model} given with --draft-for {target}: the draft is made from its target",
                           f"name the target once: edgeopt optimize --draft-for {target}")
     if fmt is not None and fmt != FORMAT:
-        raise ConfigError(f"--format {fmt} with --draft-for: serve --draft loads a {FORMAT} draft",
+        raise ConfigError(f"--format {fmt} with --draft-for: edgeopt serve --draft loads a {FORMAT} draft",
                           f"drop --format (a draft is written as {FORMAT})")
     if fit:
         raise ConfigError("--fit with --draft-for: --fit prunes to fit a device, a draft's size is its own",
