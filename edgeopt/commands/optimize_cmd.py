@@ -135,9 +135,10 @@ def draft_passes(target: str, prune: float | None, prune_heads: float | None, pr
 
 def describe_acceptance(draft: dict[str, Any]) -> str:
     """The command's last line for a draft: what serve --draft would gain a step, and on what text."""
-    by_k = ", ".join(f"{k}: {v['acceptance']:.0%}" for k, v in draft["by_draft_tokens"].items())
-    return (f"draft: {draft['target']} accepts {draft['acceptance']:.0%} of {draft['draft_tokens']} drafted tokens "
-            f"({draft['tokens_per_step']:.2f} tokens a target step; by draft tokens {by_k}); the draft predicts "
-            f"{draft['token_agreement']:.0%} of the target's {draft['target_tokens']} greedy tokens after "
-            f"{draft['contexts']} contexts of {draft['held_out_text']}; {draft['parameters'] / 1e6:.1f}M parameters, "
-            f"{draft['parameters'] / draft['target_parameters']:.0%} of the target's")
+    rates = "/".join(f"{v['acceptance']:.0%}" for v in draft["by_draft_tokens"].values())
+    return (f"draft: {draft['target']} would accept {draft['acceptance']:.0%} of its tokens at {draft['draft_tokens']} "
+            f"a step, {draft['tokens_per_step']:.2f} tokens per target step (at {'/'.join(draft['by_draft_tokens'])} "
+            f"a step: {rates}); it predicts {draft['token_agreement']:.0%} of the target's {draft['target_tokens']} "
+            f"greedy tokens after {draft['contexts']} contexts of {draft['held_out_text']}; "
+            f"{draft['parameters'] / 1e6:.1f}M parameters, {draft['parameters'] / draft['target_parameters']:.0%} "
+            "of the target's")

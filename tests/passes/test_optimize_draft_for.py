@@ -42,7 +42,7 @@ def test_the_draft_is_a_pruned_distilled_gguf_with_its_acceptance(draft_bundle: 
     assert draft["parameters"] < draft["target_parameters"] and draft["draft_tokens"] == 4
     assert 0 <= draft["acceptance"] <= 1 and set(draft["by_draft_tokens"]) == {"1", "2", "4", "8"}
     assert "quality_floor" not in manifest["metrics"]  # a draft is measured by its acceptance instead
-    assert "draft of " in output and "1 of 2 layers" in output and f"accepts {draft['acceptance']:.0%} of 4" in output
+    assert "draft of " in output and "1 of 2 layers" in output and f"would accept {draft['acceptance']:.0%} of its tokens at 4 a step" in output
 
 
 def test_serve_takes_it_as_the_targets_draft(draft_bundle: tuple[Path, str], tiny_gguf_factory) -> None:
