@@ -59,6 +59,9 @@ class OptimizeOptions:
     accept_quality_loss: bool = False  # write a bundle under the quality floor (edgeopt/quality_floor.py)
     ignore_fit: bool = False  # write a candidate the plan marks as not fitting the target (edgeopt.plan.refuse_unfit)
     size: Size | None = None  # --size as written (its bytes are export_options' mix_size_bytes)
+    # optimize --draft-for: the bundle is a draft model for ``model`` (edgeopt.passes.draft_options made the passes);
+    # it is measured by how often ``model`` accepts its tokens (edgeopt.evaluate_draft), not by the quality floor
+    draft: bool = False
 
 
 @dataclass
@@ -84,7 +87,7 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     profile = load_profile(opts.target)
     spec = load_model_spec(opts.model)
     source_parameters = spec.num_parameters
-    fmt = opts.format or (encoder_formats()[0] if spec.is_encoder else profile.preferred_format)
+    fmt = opts.format or (encoder_formats()[0] if spec.is_encoder else "gguf" if opts.draft else profile.preferred_format)
     if spec.is_encoder:
         _check_encoder_options(spec, fmt, opts)
     from edgeopt.plan_fit import plan_after_passes  # the plan describes the model as pruning leaves it
@@ -114,7 +117,7 @@ def resolve(opts: OptimizeOptions) -> Resolved:
     quant = chosen.quant
     check_export_options(fmt, quant, opts.export_options)
     name = Path(opts.model.rstrip("/")).name
-    output = opts.output or Path(f"{name}-{profile.name}-{quant.lower()}")
+    output = opts.output or Path(f"{name}{'-draft' if opts.draft else ''}-{profile.name}-{quant.lower()}")
     if output.exists() and not opts.force and not opts.dry_run:
         raise OutputExistsError(f"output directory {output} already exists", "pass --force to replace it, or choose -o")
     return Resolved(profile, plan, fmt, quant, backends.backend(fmt).runtime, output, fitted.passes, fitted.fit_ratio,
@@ -209,7 +212,10 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Reso
             report("evaluate: comparing the exported model with the original")
             manifest.metrics = _export_probe_metrics(export_meta) | evaluate_bundle(stage, manifest, model_dir,
                                                                                      opts.eval_data)
-            _check_quality_floor(manifest, opts, pruned=bool(records))
+            if opts.draft:
+                manifest.metrics["draft"] = _draft_report(stage, manifest, model_dir, exported_spec, opts, res, report)
+            else:
+                _check_quality_floor(manifest, opts, pruned=bool(records))
         write_manifest(stage, manifest)
     report(f"bundle written to {res.output}")
     return manifest
@@ -224,6 +230,19 @@ def _check_quality_floor(manifest: Manifest, opts: OptimizeOptions, pruned: bool
         return
     enforce(verdict, manifest.metrics, opts.accept_quality_loss, manifest.format, pruned)
     manifest.metrics["quality_floor"] = verdict.record(opts.accept_quality_loss)
+
+
+def _draft_report(stage: Path, manifest: Manifest, target_dir: Path, draft: ModelSpec, opts: OptimizeOptions,
+                  res: Resolved, report: Reporter) -> dict[str, Any]:
+    """The draft's size against its target's, and how often the target accepts its tokens on text the passes held
+    out (edgeopt.evaluate_draft): metrics.draft of the manifest."""
+    from edgeopt.evaluate_draft import measure_acceptance
+
+    report(f"evaluate: how often {opts.model} accepts the draft's tokens, on held-out text")
+    distil_data = next((params["data"] for name, params in res.passes if name == "distil"), None)
+    measured = measure_acceptance(stage, manifest, target_dir, opts.eval_data, distil_data)
+    return {"target": opts.model, "parameters": draft.num_parameters, "target_parameters": res.source_parameters,
+            **measured}
 
 
 def _export_probe_metrics(export_meta: dict[str, Any]) -> dict[str, float]:

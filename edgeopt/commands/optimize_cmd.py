@@ -3,15 +3,17 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from edgeopt import backends
 from edgeopt.byte_sizes import read_size
-from edgeopt.cli_options import Concurrency, Context, KvType, ModelArg, Target
+from edgeopt.cli_options import Concurrency, Context, KvType, Target
 from edgeopt.commands.plan_cmd import print_plan
+from edgeopt.errors import ConfigError
 from edgeopt.export_options import export_options
+from edgeopt.passes.draft_options import check_draft_flags, draft_recipe
 from edgeopt.passes.options import compression_passes
 from edgeopt.pipeline import OptimizeOptions, check_format, resolve, run_optimize
 
@@ -25,8 +27,12 @@ def show_llama_log() -> None:
     logger.addHandler(handler)
 
 
+# Optional only for --draft-for TARGET, which names the model itself; without either, optimize says so.
+ModelOrNone = Annotated[Optional[str], typer.Argument(metavar="MODEL", help="Hugging Face hub id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or local checkpoint directory; left out with --draft-for.")]
+
+
 def optimize(
-    model: ModelArg,
+    model: ModelOrNone = None,
     target: Target = "host",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Bundle directory to write.")] = None,
     fmt: Annotated[Optional[str], typer.Option("--format", "-f", help=f"{', '.join(backends.formats())}. Default: the profile's.")] = None,
@@ -58,18 +64,29 @@ def optimize(
     keep_fp: Annotated[Optional[list[str]], typer.Option("--keep-fp", help="Nodes kept in float (onnx): lm_head, embeddings or a node-name fragment; repeatable.")] = None,
     ignore_fit: Annotated[bool, typer.Option("--ignore-fit", help="Write the bundle even when the plan marks the chosen --quant/--size as not fitting --target at --concurrency x --context.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print llama.cpp's full quantization log (by default it is summarized in two lines and the manifest).")] = False,
+    draft_for: Annotated[Optional[str], typer.Option("--draft-for", metavar="TARGET", help="Instead of MODEL: make a draft model for TARGET (hub id or checkpoint directory) for serve --draft: TARGET pruned (default: a quarter of its layers kept; or --prune*) and distilled from it on --distil-data, written as GGUF; reports how often TARGET accepts its tokens on held-out text.")] = None,
 ) -> None:
-    """Shrink, export and quantize MODEL for a device, measure the quality cost, and write a bundle."""
+    """Shrink, export and quantize MODEL for a device, measure the quality cost, and write a bundle.
+
+    With --draft-for TARGET: make a small draft model of TARGET's vocabulary for `edgeopt serve TARGET_BUNDLE --draft`."""
     if verbose:
         show_llama_log()
     check_format(fmt)
     written_size = read_size(size, "--size") if size is not None else None
+    if draft_for is not None:
+        check_draft_flags(model, draft_for, fmt, fit, accept_quality_loss, distil, distil_data, eval_data)
+        assert distil_data is not None  # checked above
+        model, passes = draft_for, draft_passes(draft_for, prune, prune_heads, prune_mlp, prune_layers, distil_data,
+                                                distil_steps)
+    elif model is None:
+        raise ConfigError("edgeopt optimize needs MODEL", "pass a hub id or checkpoint directory: edgeopt optimize "
+                          "MODEL, or make a draft model for one: edgeopt optimize --draft-for TARGET --distil-data FILE")
+    else:
+        passes = compression_passes(prune, prune_heads, prune_mlp, prune_layers, distil, distil_data, distil_steps, fit)
     opts = OptimizeOptions(model=model, target=target, output=output, format=fmt, quant=quant, kv_type=kv_type, context=context,
                            concurrency=concurrency, eval_data=eval_data, evaluate=not no_eval, force=force,
                            dry_run=dry_run, fit=fit, accept_quality_loss=accept_quality_loss, ignore_fit=ignore_fit,
-                           size=written_size,
-                           passes=compression_passes(prune, prune_heads, prune_mlp, prune_layers, distil, distil_data,
-                                                     distil_steps, fit),
+                           size=written_size, passes=passes, draft=draft_for is not None,
                            export_options=export_options(
                                calibration_data=calibration_data, calibration_method=calibration_method,
                                int4_block_size=int4_block_size, int8_method=int8_method, int4_mix=int4_mix,
@@ -92,10 +109,36 @@ def optimize(
         return
     manifest = run_optimize(opts, report=typer.echo, resolved=resolved)
     if manifest and manifest.metrics:
-        figures = {k: v for k, v in manifest.metrics.items() if k != "quality_floor"}
+        figures = {k: v for k, v in manifest.metrics.items() if k not in ("quality_floor", "draft")}
         typer.echo("quality: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                            for k, v in figures.items()))
         floor = manifest.metrics.get("quality_floor", {})
         if floor.get("accepted_below_floor"):
             typer.echo("quality floor: UNDER the floor (" + "; ".join(floor["failures"]) +
                        "); written because --accept-quality-loss was given, and recorded in the manifest")
+    if manifest and "draft" in manifest.metrics:
+        typer.echo(describe_acceptance(manifest.metrics["draft"]))
+    elif manifest and draft_for is not None:
+        typer.echo("draft: acceptance not measured (--no-eval)")
+
+
+def draft_passes(target: str, prune: float | None, prune_heads: float | None, prune_mlp: float | None,
+                 prune_layers: int | None, distil_data: Path, distil_steps: int) -> list[tuple[str, dict[str, Any]]]:
+    """The prune + distil passes that make a draft of ``target`` (edgeopt.passes.draft_options), its size printed."""
+    from edgeopt.model_spec import load_model_spec
+
+    recipe = draft_recipe(load_model_spec(target), prune, prune_heads, prune_mlp, prune_layers, distil_data,
+                          distil_steps)
+    typer.echo(recipe.describe())
+    return recipe.passes
+
+
+def describe_acceptance(draft: dict[str, Any]) -> str:
+    """The command's last line for a draft: what serve --draft would gain a step, and on what text."""
+    rates = "/".join(f"{v['acceptance']:.0%}" for v in draft["by_draft_tokens"].values())
+    return (f"draft: {draft['target']} would accept {draft['acceptance']:.0%} of its tokens at {draft['draft_tokens']} "
+            f"a step, {draft['tokens_per_step']:.2f} tokens per target step (at {'/'.join(draft['by_draft_tokens'])} "
+            f"a step: {rates}); it predicts {draft['token_agreement']:.0%} of the target's {draft['target_tokens']} "
+            f"greedy tokens after {draft['contexts']} contexts of {draft['held_out_text']}; "
+            f"{draft['parameters'] / 1e6:.1f}M parameters, {draft['parameters'] / draft['target_parameters']:.0%} "
+            "of the target's")

@@ -21,6 +21,7 @@ from typing import Any
 
 from edgeopt.errors import PassError
 from edgeopt.passes import Pass, PassContext
+from edgeopt.passes.options import HOLDOUT_TOKENS
 
 TRAIN_KEYS = ("steps", "seq_len", "batch_size", "grad_accum", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay",
               "max_grad_norm", "temperature", "kd_weight", "ce_weight", "checkpoint_every", "grad_checkpointing",
@@ -47,7 +48,8 @@ class DistilPass(Pass):
                            **{k: self.params[k] for k in TRAIN_KEYS if k in self.params})
         processes = int(self.params.get("processes", 1))
         train_metrics = launch(cfg, processes) if processes > 1 else _train_here(cfg)
-        metrics = {**train_metrics, **evaluate(model_dir, out_dir, ctx, data, int(self.params.get("eval_tokens", 8192)))}
+        eval_tokens = int(self.params.get("eval_tokens", HOLDOUT_TOKENS))
+        metrics = {**train_metrics, **evaluate(model_dir, out_dir, ctx, data, eval_tokens)}
         shutil.rmtree(work_dir, ignore_errors=True)  # the cached output supersedes the checkpoints
         metrics["seconds"] = time.perf_counter() - started
         return metrics

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from edgeopt.errors import PassError
+from edgeopt.passes.options import HOLDOUT_TOKENS
 from edgeopt.textfile import read_text_file
 
 SEQ_LEN = 256
@@ -62,7 +63,7 @@ def split_tokens(model_dir: Path, data_file: Path | str, holdout_tokens: int) ->
 
 
 def calibration_blocks(model_dir: Path, data_file: Path | str | None, max_tokens: int,
-                       seq_len: int = SEQ_LEN, holdout_tokens: int = 8192) -> torch.Tensor | None:
+                       seq_len: int = SEQ_LEN, holdout_tokens: int = HOLDOUT_TOKENS) -> torch.Tensor | None:
     """Blocks for activation importance; None (-> magnitude importance) when there is no data."""
     if data_file is None:
         return None

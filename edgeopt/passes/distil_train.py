@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from edgeopt.passes.checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
 from edgeopt.passes.distil_data import SEQ_LEN, batch_indices, split_tokens, to_blocks
+from edgeopt.passes.options import HOLDOUT_TOKENS
 
 
 @dataclass
@@ -51,7 +52,7 @@ class DistilConfig:
     checkpoint_every: int = 50
     grad_checkpointing: bool = False
     mixed_precision: str = "auto"  # auto: bf16 on GPUs that have it, else fp16 on GPU, none on CPU
-    holdout_tokens: int = 8192
+    holdout_tokens: int = HOLDOUT_TOKENS
     seed: int = 0
     threads: int = 2
     progress: bool = True

@@ -12,6 +12,11 @@ from typing import Any
 from edgeopt.bundle import sha256_file
 from edgeopt.errors import ConfigError
 
+# The last this many tokens of a --distil-data file are never trained or calibrated on: the passes measure the
+# pruned and distilled model there, and optimize --draft-for the draft's acceptance (at most a fifth of a
+# small file: edgeopt.passes.distil_data.split_tokens).
+HOLDOUT_TOKENS = 8192
+
 
 def compression_passes(ratio: float | None, heads: float | None, mlp: float | None, layers: int | None,
                        distil: bool | None, distil_data: Path | None, distil_steps: int,

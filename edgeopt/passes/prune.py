@@ -17,6 +17,7 @@ from typing import Any
 from edgeopt.errors import PassError
 from edgeopt.model_spec import load_model_spec
 from edgeopt.passes import Pass, PassContext
+from edgeopt.passes.options import HOLDOUT_TOKENS
 from edgeopt.plan_fit import request_from_params
 from edgeopt.passes.fused import join_fused, split_fused
 from edgeopt.passes.prune_shape import PruneShape, shape_of, solve_shape
@@ -55,7 +56,7 @@ class PrunePass(Pass):
         if sparsity:
             apply_magnitude_sparsity(pruned, sparsity)
         save_checkpoint(pruned, model_dir, out_dir)
-        evaluation, source = eval_blocks(model_dir, ctx.data_file, calib_file, int(self.params.get("eval_tokens", 8192)))
+        evaluation, source = eval_blocks(model_dir, ctx.data_file, calib_file, int(self.params.get("eval_tokens", HOLDOUT_TOKENS)))
         metrics: dict[str, Any] = {
             "params_before": spec.num_parameters, "params_after": _count(pruned),
             "non_embedding_params_before": spec.num_non_embedding_parameters,

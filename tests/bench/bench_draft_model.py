@@ -11,6 +11,7 @@ requantized copy of the same 135M model, as expensive to run as the target. So t
 memory-bound devices a draft model is for (a 1B+ target on a GPU or a board, a draft 10x smaller).
 
     nice -n 19 python -m tests.bench.bench_draft_model [--rounds 2] [--threads 2] [--max-tokens 64] [--mode auto]
+        [--draft DRAFT]   # another draft: a GGUF file or a bundle, e.g. edgeopt optimize --draft-for's
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
 from edgeopt.engine.speculation.draft_model import DraftModel
+from edgeopt.engine.speculation.draft_vocab import check_same_vocabulary
 from edgeopt.runtimes.llama_cpp import LlamaCppRuntime, load_gguf
 from edgeopt.server.heap_tuning import keep_freed_heap
 from tests.bench.bench_speculation import one_round, workloads
@@ -34,6 +36,14 @@ def open_runtime(path: Path, threads: int, cache_slots: int) -> LlamaCppRuntime:
                      cache_slots=cache_slots, context_length=2048)
 
 
+def draft_file(path: Path) -> Path:
+    """The GGUF file of ``path``: itself, or a bundle's model file."""
+    from edgeopt.model_source import open_model_source
+
+    source = open_model_source(path)
+    return source.bundle_dir / source.manifest.model_file
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=2)
@@ -43,17 +53,23 @@ def main() -> None:
     parser.add_argument("--mode", choices=("draft", "auto"), default="draft",
                         help="draft: --draft-tokens every step; auto: as many as the measured costs pay for")
     parser.add_argument("--workloads", nargs="*", default=None, help="only these (default: all three)")
+    parser.add_argument("--draft", type=Path, default=None,
+                        help="the draft: a GGUF file or bundle (default: SmolLM2 requantized to Q4_0)")
     parser.add_argument("--models", type=Path, default=Path(tempfile.gettempdir()) / "edgeopt-draft-bench")
     args = parser.parse_args()
     args.models.mkdir(parents=True, exist_ok=True)
-    target, draft = requantized_smollm2(args.models, "Q8_0"), requantized_smollm2(args.models, "Q4_0")
+    target = requantized_smollm2(args.models, "Q8_0")
+    draft = draft_file(args.draft) if args.draft is not None else requantized_smollm2(args.models, "Q4_0")
     keep_freed_heap()
     engines: dict[str, Engine] = {}
     for mode in ("off", "draft"):  # both up for the whole run; rounds alternate which goes first
         runtime = open_runtime(target, args.threads, cache_slots=8)
         relative_cost = draft.stat().st_size / target.stat().st_size  # as serve --draft sets it
-        model = (DraftModel(open_runtime(draft, args.threads, 0), args.draft_tokens, relative_cost=relative_cost)
-                 if mode == "draft" else None)
+        model = None
+        if mode == "draft":  # refused, as serve --draft refuses it, unless it speaks the target's vocabulary
+            draft_runtime = open_runtime(draft, args.threads, 0)
+            check_same_vocabulary(runtime, draft_runtime, str(target), str(draft))
+            model = DraftModel(draft_runtime, args.draft_tokens, relative_cost=relative_cost)
         speculative = args.mode if mode == "draft" else mode
         engines[mode] = Engine(runtime, engine_config_for(runtime, speculative=speculative), model)
     prompts = {name: engines["off"].runtime.tokenizer.encode(text, parse_special=True)
