@@ -2,18 +2,20 @@
 
 MatMulNBits computes in int8 at accuracy level 4 (the CPU preset): onnxruntime quantizes each block of 32/64
 inputs to 8 bits by the block's largest value. A trained decoder's normalized activations have a few channels
-tens of times the others, and a block holding one leaves the other inputs a few levels each: on SmolLM2-135M
-that int8 compute cost the ``--size`` file 0.0055 of its 0.0319 held-out KL (docs/onnx-quantization-and-quality-floor.md).
+tens of times the others (SmolLM2-135M's final norm: rms 32 in one channel, 15-16 in two, under 9 in the other 573), and a block
+holding one leaves the other inputs a few levels each: on SmolLM2-135M that int8 compute cost the ``--size`` file
+0.0055 of its 0.0319 held-out KL, 0.0017 of it in the tied output layer (docs/onnx-quantization-and-quality-floor.md).
 
-The RMSNorm before q/k/v, before gate/up and before the output layer multiplies every channel by its gamma, so
-dividing gamma by ``s`` and multiplying the columns of every weight that reads that norm by ``s`` computes the same
-function in floats (SmoothQuant, Xiao et al. 2022; AWQ, Lin et al. 2023, scales the same way for the weights'
-sake). With ``s_j = rms(x_j)^alpha / max|W_:j|^(1 - alpha)`` the loud channels come down, the quiet ones up, and
-their weights' columns the other way. A tied token table is also the embedding: its rows are stored smoothed and
-multiplied back by ``1 / s`` after the lookup (one Mul of the hidden width per token).
+An RMSNorm multiplies every channel by its gamma, so dividing gamma by ``s`` and multiplying the columns of every
+weight that reads that norm by ``s`` computes the same function in floats (SmoothQuant, Xiao et al. 2022). With
+``s_j = rms(x_j)^alpha / max|W_:j|^(1 - alpha)`` (geometric mean 1) the loud channels come down and their weights'
+columns go up. A tied token table is also the embedding: its rows are stored smoothed and multiplied back by
+``1 / s`` after the lookup (one Mul of the hidden width per token).
 
-The rest of ``--size`` sees smoothed weights and inputs (the calibration statistics divided by ``s``), so its
-errors are the same functions of the rounding as before; torch's group KL puts each weight back unsmoothed.
+Which norms: exporters/onnx/int4_sized.output_layers (the output layer's only: its weights are 8-bit, where the
+larger columns cost little; the 4-bit q/k/v and gate/up measured worse with it). The rest of ``--size`` sees the
+smoothed weights and inputs (calibration statistics divided by ``s``), so its errors are the same functions of the
+rounding as before; torch's group KL divides each weight's blocks by ``s`` again.
 """
 
 from __future__ import annotations
@@ -25,15 +27,18 @@ import numpy as np
 
 from edgeopt.exporters.input_energy import InputEnergy
 
-ALPHA = 0.4  # how much of the activations' spread moves into the weights (table-only scan on SmolLM2: 0.35-0.42 best)
+# how much of the activations' spread moves into the weights: SmolLM2-135M's --size file (GPTQ) with its output
+# layer smoothed afterwards, held-out KL by alpha 0.2 / 0.27 / 0.35 / 0.42 / 0.5 / 0.7 (rms statistics): 0.0314 / 0.0310 / 0.0300 / 0.0300 /
+# 0.0307 / 0.0321 (none: 0.0319)
+ALPHA = 0.4
 NORMS = {"SkipSimplifiedLayerNormalization": 2, "SimplifiedLayerNormalization": 1}  # op -> gamma's input index
 FLOOR = 1e-4  # the quietest channel's rms counted as at least this fraction of the loudest
 
 
 @dataclass(frozen=True)
 class NormScales:
-    """One norm's smoothing: its gamma initializer is divided by ``scales``, the columns of the weights ``readers``
-    (Weight names of exporters/onnx/int4_sized.py) multiplied by them."""
+    """One norm's smoothing: its gamma divided by ``scales`` (written as an initializer of its own), the columns of
+    the weights ``readers`` (Weight names of exporters/onnx/int4_sized.py) multiplied by them."""
 
     norm: str
     gamma: str
@@ -132,15 +137,16 @@ def apply_to_graph(model: Any, planned: list[NormScales], table_output: str | No
     model.graph.node.insert(at + 1, helper.make_node("Mul", [smoothed, inverse], [table_output], name=inverse))
 
 
-def smooth(model: Any, weights: list[Any], table_head: str | None, energy: InputEnergy,
-           alpha: float = ALPHA) -> tuple[list[NormScales], list[Any], InputEnergy]:
+def smooth(model: Any, weights: list[Any], table_head: str | None, energy: InputEnergy, alpha: float = ALPHA,
+           eligible: set[str] | None = None) -> tuple[list[NormScales], list[Any], InputEnergy]:
     """Plan the smoothing of ``model``'s norms over ``weights`` (exporters/onnx/int4_sized.Weight; ``table_head``: the
-    MatMul node of a tied output layer, which reads the table's weight) and return the plan, the weights with their
-    columns scaled and the statistics of the scaled inputs."""
+    MatMul node of a tied output layer, which reads the table's weight; ``eligible``: the weights whose norms may be
+    smoothed, all when None) and return the plan, the weights with their columns scaled and the statistics of the
+    scaled inputs."""
     by_name = {w.name: w for w in weights}
-    reader_to_weight = {w.name: w.name for w in weights if not w.table}
+    reader_to_weight = {w.name: w.name for w in weights if not w.table and (eligible is None or w.name in eligible)}
     table = next((w for w in weights if w.table), None)
-    if table is not None and table_head is not None:
+    if table is not None and table_head is not None and (eligible is None or table.name in eligible):
         reader_to_weight[table_head] = table.name
     planned = smoothing_scales(smoothable_norms(model, reader_to_weight), {n: w.weight for n, w in by_name.items()},
                                {n: energy.mean(w.energy_module) for n, w in by_name.items()}, alpha)
