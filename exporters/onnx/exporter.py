@@ -33,12 +33,13 @@ class ONNXExporter(Exporter):
     # 6: a decoder's token embedding in 8 bits (GatherBlockQuantized) with weight-only INT8 and INT4
     # 7: --size chooses the token table's width too (4 or 8 bits) and writes 8-bit blocks of 64
     # 11: --size with --calibration-data rounds its 4-bit blocks by GPTQ unless --int4-algorithm says otherwise
-    cache_version = 11
+    # 12: --size moves the norms' channel scales into the weights that read them (exporters/onnx/smooth_scales.py)
+    cache_version = 12
     options = {"calibration_data": None, "calibration_sha256": None, "calibration_chunks": None,
                "self_calibration": None, "calibration_method": ("int8-static",), "int8_method": ("int8",),
                "int4_block_size": ("int4",), "int4_mix": ("int4",), "int4_algorithm": ("int4",),
                "int4_accuracy_level": ("int4",), "keep_fp": tuple(quant for quant in QUANTS if quant != "fp32"),
-               "mix_size_bytes": ("int4",)}
+               "mix_size_bytes": ("int4",), "int4_smoothing": ("int4",)}
 
     def calibration_refusal(self, quant: str) -> str | None:
         if quant in ("int8-static", "int4"):
@@ -59,6 +60,8 @@ class ONNXExporter(Exporter):
             flag = "--calibration-data" if "calibration_data" in options else "--no-self-calibration"
             raise ConfigError(f"{flag} changes nothing with --int4-algorithm {algorithm}: only the weighted search "
                               "and GPTQ use calibration text", f"drop {flag}, or drop --int4-algorithm")
+        if options.get("int4_smoothing") is not None:
+            _check_smoothing(options)
         if options.get("mix_size_bytes") is not None:
             _check_sized(options)
         elif algorithm == "gptq":
@@ -116,6 +119,25 @@ def int4_algorithm(options: dict[str, Any]) -> str:
         return options["int4_algorithm"]
     sized_on_text = options.get("mix_size_bytes") is not None and options.get("calibration_data") is not None
     return "gptq" if sized_on_text else "weighted"
+
+
+def int4_smoothing(options: dict[str, Any]) -> float:
+    """The alpha of the norm scales ``--size`` moves into its weights (exporters/onnx/smooth_scales.py): the
+    exporter option ``int4_smoothing``, else the default; 0 turns it off."""
+    from edgeopt.exporters.onnx.smooth_scales import ALPHA
+
+    value = options.get("int4_smoothing")
+    return ALPHA if value is None else float(value)
+
+
+def _check_smoothing(options: dict[str, Any]) -> None:
+    value = options["int4_smoothing"]
+    if options.get("mix_size_bytes") is None:
+        raise ConfigError(f"int4_smoothing {value!r} scales the weights --size rounds; without --size nothing reads it",
+                          "add --size, or drop int4_smoothing")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ConfigError(f"int4_smoothing {value!r} is not a number from 0 (off) to below 1",
+                          "give e.g. 0.4 (the default), or 0 to keep the norms as they are")
 
 
 def _check_sized(options: dict[str, Any]) -> None:
@@ -212,7 +234,8 @@ def _int4(source: Path, fp32: Path, dst: Path, kind: str, model_dir: Path, prese
                               "drop --size and pick --quant int4 or int8")
         info = quantize_int4_sized(source, dst, model_dir, int(options["mix_size_bytes"]), preset, keep_fp,
                                    int(options.get("int4_block_size") or 32), options.get("int4_accuracy_level"),
-                                   calibration.energy, calibration.chunks, algorithm=algorithm)
+                                   calibration.energy, calibration.chunks, algorithm=algorithm,
+                                   smoothing=int4_smoothing(options))
         return {**info, "calibration": calibration.facts}
     info = q.quantize_int4(source, dst, preset, keep_fp, block_size=int(options.get("int4_block_size") or 32),
                            accuracy_level=options.get("int4_accuracy_level"),

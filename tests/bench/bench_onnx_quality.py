@@ -45,6 +45,9 @@ SETTINGS: list[tuple[str, str, str, dict[str, Any]]] = [
      {"mix_size_bytes": SIZE_OF_GGUF_Q4_K_M, "int4_algorithm": "gptq"}),
     ("onnx int4 --size at gguf Q4_K_M's size, --int4-algorithm gptq --calibration-data", "onnx", "int4",
      {"mix_size_bytes": SIZE_OF_GGUF_Q4_K_M, "int4_algorithm": "gptq", "calibration_data": CALIBRATION}),
+    ("onnx int4 --size at gguf Q4_K_M's size, --int4-algorithm gptq --calibration-data, output norm not smoothed",
+     "onnx", "int4", {"mix_size_bytes": SIZE_OF_GGUF_Q4_K_M, "int4_algorithm": "gptq", "calibration_data": CALIBRATION,
+                      "int4_smoothing": 0}),
     ("onnx int4 hqq sensitive-int8 b32", "onnx", "int4", {"int4_algorithm": "hqq"}),
     ("onnx int4 hqq uniform b32", "onnx", "int4", {"int4_algorithm": "hqq", "int4_mix": "uniform"}),
 ]

@@ -74,6 +74,7 @@ def test_a_sized_int4_file_lands_within_one_percent_under_the_size_asked(tiny_ll
     assert eight == set(q["size"]["eight_bit"]) and 0 < len(eight) < len(bits) - 1  # a real choice was made
     assert q["size"]["predicted_kl"] >= 0 and q["size"]["group_kl"]
     assert q["algorithm"] == (algorithm or "gptq")  # real calibration text: GPTQ unless told otherwise
+    assert q["smoothing"]["norms"] == 1  # the output layer's norm only
 
 
 @pytest.mark.parametrize(("options", "expected"), [
