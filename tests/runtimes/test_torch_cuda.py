@@ -101,18 +101,30 @@ def test_paged_engine_greedy_output_equals_generate(bundle: Path, tiny_llama_dir
 def test_sixteen_concurrent_greedy_requests_each_equal_generate(bundle: Path, tiny_llama_dir: Path, device: str,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """16 requests of different lengths in one continuous batch: each one's tokens are its solo ``generate``."""
+    from transformers.generation.continuous_batching.continuous_api import ContinuousBatchProcessor
+
+    # Batches that ran: transformers' own step counter (EngineStats.steps_total) also counts its idle polls,
+    # which a loaded host multiplies (540 once in a CI run beside other jobs).
+    batches = []
+    prepare = ContinuousBatchProcessor.prepare_next_batch
+
+    def counted(processor: ContinuousBatchProcessor) -> bool:
+        ready = prepare(processor)
+        batches.extend([1] if ready else [])
+        return ready
+
+    monkeypatch.setattr(ContinuousBatchProcessor, "prepare_next_batch", counted)
     runtime, engine = start_engine(bundle, device, monkeypatch, CONFIG_16)
     rng = random.Random(16)
     prompts = [[rng.randrange(3, 500) for _ in range(rng.randrange(2, 40))] for _ in range(16)]
     eos = next(iter(runtime.info.eos_token_ids))
     try:
         outputs = asyncio.run(run_requests(engine, prompts, SamplingParams(temperature=0, max_tokens=12)))
-        steps = engine.stats().steps_total
     finally:
         engine.shutdown()
     check_greedy(outputs, prompts, generate_greedy(tiny_llama_dir, prompts, 12, eos, device), eos, 12)
-    # One at a time would take 16 x (1 prefill + 11 decodes) = 192 steps; batched they share steps.
-    assert steps < 100
+    # One at a time would take 16 x (1 prefill + 11 decodes) = 192 batches; batched they share them.
+    assert 0 < len(batches) < 100, len(batches)
 
 
 def test_paged_cache_is_sized_by_our_kv_budget(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
