@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
+from edgeopt.engine.prefix_tree import common_prefix_length
 from edgeopt.engine.speculation.calibration import CALIBRATION_SIZES
 from edgeopt.engine.speculation.controller import SpeculationController, expected_gain
 from edgeopt.engine.speculation.ngram import NgramIndex
@@ -101,9 +102,7 @@ def replay_ngram(prompt: list[int], answer: list[int], limit: int, cost: dict[in
     index, emitted, drafted, accepted, spent = NgramIndex(), 0, 0, 0, 0.0
     while emitted < len(answer):
         draft = index.draft(prompt + answer[:emitted], limit)
-        agreed = 0
-        while agreed < len(draft) and emitted + agreed < len(answer) and draft[agreed] == answer[emitted + agreed]:
-            agreed += 1
+        agreed = common_prefix_length(draft, answer[emitted:])
         drafted, accepted = drafted + len(draft), accepted + agreed
         spent += cost[1 + len(draft)]
         emitted += agreed + 1
@@ -144,9 +143,7 @@ def replay_controller(prompt: list[int], answer: list[int], cost: dict[int, floa
     while len(seq.output_ids) < len(answer):
         draft = controller.propose([seq], 0, 1 << 20, 1 << 20, False)[0]
         emitted = len(seq.output_ids)
-        agreed = 0
-        while agreed < len(draft) and emitted + agreed < len(answer) and draft[agreed] == answer[emitted + agreed]:
-            agreed += 1
+        agreed = common_prefix_length(draft, answer[emitted:])
         if draft:
             controller.record(seq, len(draft), agreed)  # type: ignore[arg-type]
         controller.observe_step(1 + len(draft), t(1 + len(draft)) * fixed_seconds)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from edgeopt.engine.prefix_tree import common_prefix_length
 from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.speculation.ngram import NgramIndex
 from edgeopt.engine.speculation.step_cost import StepCostModel
@@ -217,9 +218,7 @@ class SpeculationController:
         if not state.unsent:
             return
         emitted = seq.output_ids[state.unsent_at:state.unsent_at + len(state.unsent)]
-        agreed = 0
-        while agreed < len(emitted) and emitted[agreed] == state.unsent[agreed]:
-            agreed += 1
+        agreed = common_prefix_length(emitted, state.unsent)
         if agreed < len(emitted):  # a token it would have guessed wrong: a draft of that length fails there
             self.record(seq, agreed + 1, agreed)
         elif agreed == len(state.unsent):  # it would have been taken whole
