@@ -29,6 +29,16 @@ def test_served_steps_price_their_size_and_scale_the_others_to_the_load_now() ->
     assert curve.seconds(1) == pytest.approx(0.020)  # the host is twice as busy as at start...
     assert curve.seconds(5) == pytest.approx(0.052)  # ...so the sizes it has not served cost twice as much
     for _ in range(MIN_SERVED):
-        curve.observe(16, 0.120)  # 16 sequences in one step: their own price, not the start-up curve's
-    assert curve.seconds(16) == pytest.approx(0.120)
-    assert curve.seconds(12) == pytest.approx(0.076 + (0.120 - 0.076) * 4 / 8)
+        curve.observe(16, 0.140)  # 16 sequences in one step: their own price, not the start-up curve's
+    assert curve.seconds(16) == pytest.approx(0.140)
+    assert curve.seconds(12) == pytest.approx(0.076 + (0.140 - 0.076) * 4 / 8)
+
+
+def test_a_token_costs_at_least_the_start_up_curves_cheapest_even_past_flat_served_sizes() -> None:
+    curve = PassCurve(MEASURED)  # the flattest segment: 2 -> 5, 0.010 / 3 a token
+    for _ in range(MIN_SERVED):
+        curve.observe(8, 0.060)  # 8 sequences at a busy moment...
+        curve.observe(16, 0.060)  # ...and 16 at a quieter one: their means alone say 16 cost what 8 did
+    least = 0.010 / 3 * (0.060 / 0.038)  # scaled to the load now, as the sizes not served are
+    assert curve.seconds(16) == pytest.approx(0.060 + 8 * least)
+    assert curve.seconds(17) - curve.seconds(16) == pytest.approx(least)  # a draft on a full batch is not free

@@ -39,6 +39,11 @@ PROBE_TOKENS = 2
 READ_BUDGET = 0.1  # auto with a draft model: the draft's catch-up read may cost this share of the request's rest
 PROBE_SHARE = 0.1  # ... and a probe this share of the steps between two probes
 UNSENT_TOKENS = 4  # n-gram: tokens of the draft a sequence was not given that are scored all the same
+# A draft must gain this much more than it costs: the acceptance a sequence drafts at is the highest its recent
+# outcomes reached (the winner's curse), and on a full batch a drafted token costs nearly a token, so drafts
+# priced at their bare cost lost 6% at 16 streams (SmolLM2, 2 x86 cores); replayed at one stream, 1.25 gains as
+# much as 1.0 does or more (copy-heavy 1.41x against 1.33x on this host's curve), 1.5 starts to lose.
+COST_MARGIN = 1.25
 
 
 def longest_draft(mode: str, draft_tokens: int | None = None) -> int:
@@ -80,6 +85,17 @@ def expected_gain(acceptance: float, tokens: int) -> float:
     return sum(acceptance ** i for i in range(1, tokens + 1))
 
 
+def best_draft_length(acceptance: float, costs: list[float]) -> int:
+    """The k whose expected gain most exceeds ``costs[k - 1]`` (0 when none does)."""
+    best_k, best_net, gain, term = 0, 0.0, 0.0, 1.0
+    for k, cost in enumerate(costs, 1):
+        term *= acceptance
+        gain += term
+        if gain - cost > best_net:
+            best_k, best_net = k, gain - cost
+    return best_k
+
+
 class SpeculationController:
     def __init__(self, mode: str, draft_model: DraftModel | None = None) -> None:
         check_mode(mode)
@@ -114,6 +130,7 @@ class SpeculationController:
         tokens = len(decoding) + other_tokens
         produced = float(len(decoding))
         room = min(token_room, row_room)
+        costs = self._draft_costs(tokens, produced, min(room, MAX_DRAFT_TOKENS))
         for seq in decoding:
             self._score_unsent(seq)
         for i, seq in sorted(enumerate(decoding), key=lambda e: -self._state(e[1]).acceptance):
@@ -122,13 +139,7 @@ class SpeculationController:
             if limit <= 0:
                 state.idle_steps += 1
                 continue
-            step = self.cost.relative(tokens)
-            best_k, best_net = 0, 0.0
-            for k in range(1, limit + 1):
-                # the tokens the step's sequences lose by the step growing by k, against the k's expected gain
-                net = expected_gain(state.acceptance, k) - produced * (self.cost.relative(tokens + k) / step - 1.0)
-                if net > best_net:
-                    best_k, best_net = k, net
+            best_k = best_draft_length(state.acceptance, costs[:limit])
             if best_k == 0 and state.idle_steps >= PROBE_EVERY:
                 best_k = min(PROBE_TOKENS, limit)
             if best_k == 0:
@@ -149,7 +160,15 @@ class SpeculationController:
             room -= len(draft)
             tokens += len(draft)
             produced += expected_gain(state.acceptance, len(draft))
+            costs = self._draft_costs(tokens, produced, min(room, MAX_DRAFT_TOKENS))
         return drafts
+
+    def _draft_costs(self, tokens: int, produced: float, longest: int) -> list[float]:
+        """costs[k - 1]: what growing a pass of ``tokens`` tokens by k drafted ones costs, in tokens: the step's
+        ``produced`` tokens times the share of time it adds, times COST_MARGIN."""
+        step = self.cost.relative(tokens)
+        return [COST_MARGIN * produced * (self.cost.relative(tokens + k) / step - 1.0)
+                for k in range(1, longest + 1)]
 
     def _propose_from_model(self, decoding: list[Sequence], room: int) -> list[list[int]]:
         """The draft model's tokens for each sequence while room lasts: --draft-tokens of them ("draft"), or in

@@ -6,7 +6,10 @@ cores), so a line through two sizes overprices long drafts or underprices short 
 once can mislead as well: a host busy at start times its passes wrong, its load changes, and a step of 16
 sequences (each reading its own context) is not the start-up pass of 16 tokens of one sequence. So each size
 the engine serves often enough is priced by its own recent steps, and the sizes it has not served by the
-start-up curve scaled to the load now (the served sizes' times over their start-up ones).
+start-up curve scaled to the load now (the served sizes' times over their start-up ones). Every token a pass
+carries costs at least the start-up curve's cheapest token (scaled alike): a step of 16 sequences is slowed by
+contention that the steps of 8 were not, and a curve drawn through such means can come out flat past them,
+which would price drafts on a full batch at nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ class PassCurve:
         if len(measured) < 2:
             raise ValueError(f"a pass curve needs two sizes or more, got {sorted(measured)}")
         self._measured = dict(sorted(measured.items()))
+        sizes = list(self._measured)
+        # the least a token adds to a pass at start: the flattest segment of the curve (none where one falls)
+        self._least_per_token = max(0.0, min((self._measured[b] - self._measured[a]) / (b - a)
+                                             for a, b in zip(sizes, sizes[1:])))
         self._served: dict[int, tuple[int, float]] = {}  # tokens -> (steps counted, mean seconds)
         self._points: list[tuple[int, float]] | None = None  # what seconds() reads; remade after a change
 
@@ -50,9 +57,10 @@ class PassCurve:
         both = [served[n] / self._measured[n] for n in served if n in self._measured]
         scale = statistics.median(both) if both else 1.0  # the load now against the load at start
         merged = {n: t * scale for n, t in self._measured.items()} | served
-        points, floor = [], 0.0
-        for tokens in sorted(merged):  # a pass never costs less for carrying more: noise must not say otherwise
-            floor = max(floor, merged[tokens])
-            points.append((tokens, floor))
+        least = self._least_per_token * scale
+        points: list[tuple[int, float]] = []
+        for tokens in sorted(merged):  # a pass costs more for carrying more: noise must not say otherwise
+            floor = points[-1][1] + least * (tokens - points[-1][0]) if points else 0.0
+            points.append((tokens, max(floor, merged[tokens])))
         self._points = points
         return points
