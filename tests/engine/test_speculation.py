@@ -13,6 +13,7 @@ from scipy.stats import chi2
 
 from edgeopt.engine import Engine, RequestOutput, SamplingParams
 from edgeopt.engine.grammar import GrammarCompiler, GrammarSpec
+from edgeopt.engine.speculation.step_cost import StepCostModel
 from tests.engine.helpers import make_engine, run_engine
 from tests.fixtures.fake_runtime import BOS_ID
 from tests.fixtures.speculation_runtimes import ALPHABET, CopyingRuntime, MarkovRuntime
@@ -33,12 +34,25 @@ def prompts(count: int) -> dict[str, list[int]]:
     return out
 
 
+class FreeDraftTokens(StepCostModel):
+    """A pass whose drafted tokens cost nothing beside its fixed part (a memory-bound device). The fakes' steps
+    are mostly Python, whose per-sequence share would price drafts out of a batch of 12; these tests are about
+    what verifying drafts does to the output, so every draft that could be accepted is sent."""
+
+    def relative(self, tokens: int) -> float:
+        return 1.0
+
+
+def drafting_freely(engine: Engine) -> Engine:
+    if engine._speculation is not None:
+        engine._speculation.controller.cost = FreeDraftTokens()
+    return engine
+
+
 def run(speculative: str, requests: dict[str, tuple[list[int], SamplingParams]], runtime_args: dict | None = None,
         **config: object) -> tuple[dict[str, RequestOutput], Engine, CopyingRuntime]:
-    # A pass costs 1 ms whatever it carries (a fixed cost, as reading the weights is): the controller's cost fit
-    # then sees what a memory-bound device shows it, instead of the fake's microseconds of timer noise.
     runtime = CopyingRuntime(**{"step_delay_s": 0.001, **(runtime_args or {})})
-    engine, _ = make_engine(runtime, speculative=speculative, **config)
+    engine = drafting_freely(make_engine(runtime, speculative=speculative, **config)[0])
 
     async def body(e: Engine) -> dict[str, RequestOutput]:
         streams = {rid: e.add_request(rid, ids, params) for rid, (ids, params) in requests.items()}
@@ -148,7 +162,7 @@ def test_kv_after_a_concurrent_soak_with_preemptions_holds_only_emitted_tokens()
 
 def test_an_abort_mid_speculation_frees_the_drafted_cells() -> None:
     runtime = CopyingRuntime(step_delay_s=0.005)
-    engine, _ = make_engine(runtime, speculative="ngram")
+    engine = drafting_freely(make_engine(runtime, speculative="ngram")[0])
     prompt = prompts(1)["r0"]
 
     async def body(e: Engine) -> None:
@@ -176,7 +190,7 @@ def chi_square_p(counts: np.ndarray, probs: np.ndarray) -> float:
 
 def test_sampled_tokens_follow_the_target_distribution() -> None:
     runtime = MarkovRuntime(seed=3, step_delay_s=0.001)
-    engine, _ = make_engine(runtime, speculative="ngram")
+    engine = drafting_freely(make_engine(runtime, speculative="ngram")[0])
     temperature = 0.8
     requests = {f"m{i}": [BOS_ID, *b"abcabcabgh" * 3] for i in range(200)}
 
