@@ -61,6 +61,22 @@ def test_a_lone_stream_drafts_and_a_full_batch_does_not() -> None:
     assert all(d == [] for d in controller.propose(full, 0, 100, 100, splits_mixed_lengths=False))
 
 
+def test_a_batch_where_no_draft_could_pay_looks_nothing_up() -> None:
+    controller = SpeculationController("ngram")
+    # SmolLM2 on 2 x86 cores: passes of one sequence timed at start, then steps of 16 sequences served
+    controller.cost.set_prior(0.006, 0.6, {1: 0.0100, 2: 0.0141, 3: 0.0183, 5: 0.0276, 8: 0.0398})
+    for _ in range(5):
+        controller.observe_step(16, 0.090)
+    full = [sequence([]) for _ in range(16)]
+    for seq in full:
+        for _ in range(5):
+            controller.record(seq, 4, 4)  # even sequences whose drafts were always taken
+    assert all(d == [] for d in controller.propose(full, 0, 100, 100, splits_mixed_lengths=False))
+    assert all(seq.draft_state.unsent == [] for seq in full)  # not even the draft to score was looked up
+    [lone] = controller.propose([full[0]], 0, 100, 100, splits_mixed_lengths=False)
+    assert len(lone) >= 4  # alone, the same sequence drafts
+
+
 def test_failing_guesses_stop_drafting_and_no_probe_is_verified() -> None:
     controller = SpeculationController("auto")
     seq = sequence([])

@@ -131,6 +131,8 @@ class SpeculationController:
         produced = float(len(decoding))
         room = min(token_room, row_room)
         costs = self._draft_costs(tokens, produced, min(room, MAX_DRAFT_TOKENS))
+        if all(cost >= k for k, cost in enumerate(costs, 1)):
+            return drafts  # not even drafts taken whole would pay (a full batch on a CPU): no lookups either
         for seq in decoding:
             self._score_unsent(seq)
         for i, seq in sorted(enumerate(decoding), key=lambda e: -self._state(e[1]).acceptance):
