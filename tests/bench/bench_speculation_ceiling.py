@@ -113,7 +113,7 @@ def replay_ngram(prompt: list[int], answer: list[int], limit: int, cost: dict[in
 class ReplayedSequence:
     """What the controller reads of a sequence, for a replay outside the engine."""
 
-    prompt: list[int]
+    prompt_ids: list[int]
     params: SamplingParams
     output_ids: list[int] = field(default_factory=list)
     constraint: None = None
@@ -121,7 +121,7 @@ class ReplayedSequence:
 
     @property
     def all_ids(self) -> list[int]:
-        return self.prompt + self.output_ids
+        return self.prompt_ids + self.output_ids
 
 
 def replay_controller(prompt: list[int], answer: list[int], cost: dict[int, float],

@@ -46,6 +46,7 @@ MESSAGE = ("Hi, my order 88123 arrived damaged: the blue ceramic teapot has a cr
 
 
 MODEL_IDS: dict[str, str] = {}  # server url -> the model id it serves
+EXTRA_BODY: dict[str, object] = {}  # added to every request (--model demo: ignore_eos)
 
 
 def workloads() -> dict[str, list[dict[str, str]]]:
@@ -71,7 +72,7 @@ async def one_stream(client: httpx.AsyncClient, url: str, messages: list, temper
     # min-p 0.05) where edgeopt's keep it whole, and the two would sample different texts at different costs.
     body = {"model": MODEL_IDS.get(url, "m"), "max_tokens": max_tokens, "temperature": temperature,
             "seed": seed, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
-            "stream": True, "stream_options": {"include_usage": True}}
+            "stream": True, "stream_options": {"include_usage": True}, **EXTRA_BODY}
     if raw:
         body["prompt"] = "\n\n".join(m["content"] for m in messages) + "\n\n"
     else:
@@ -167,6 +168,8 @@ def main() -> None:
     gguf = args.gguf or edgeopt_q4_k_m(checkpoint, args.work / ("edgeopt-q4_k_m" if args.model == "smollm2"
                                                                  else f"edgeopt-q4_k_m-{args.model}"))
     bundle = make_gguf_bundle(gguf, checkpoint, args.work / args.model, quant=gguf_quant(gguf))
+    if args.model == "demo":  # it ends many answers within a few tokens: both servers write max_tokens
+        EXTRA_BODY["ignore_eos"] = True
     binary = llama_server_binary()
     no_repack = cpu_has_amx()
     serve = ["--no-verify", "--max-concurrency", "16", "--memory", "2GiB", "--insecure-no-auth"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeopt.engine.speculation.pass_curve import MIN_SERVED, PassCurve
+from edgeopt.engine.speculation.pass_curve import MIN_SERVED, REDRAW_EVERY, PassCurve
 
 MEASURED = {1: 0.010, 2: 0.016, 5: 0.026, 8: 0.038}
 
@@ -42,3 +42,16 @@ def test_a_token_costs_at_least_the_start_up_curves_cheapest_even_past_flat_serv
     least = 0.010 / 3 * (0.060 / 0.038)  # scaled to the load now, as the sizes not served are
     assert curve.seconds(16) == pytest.approx(0.060 + 8 * least)
     assert curve.seconds(17) - curve.seconds(16) == pytest.approx(least)  # a draft on a full batch is not free
+
+
+def test_the_curve_is_redrawn_every_few_steps_not_every_step() -> None:
+    curve = PassCurve(MEASURED)
+    for _ in range(MIN_SERVED):
+        curve.observe(1, 0.010)
+    assert curve.seconds(1) == pytest.approx(0.010)
+    drawn = curve.version
+    for _ in range(REDRAW_EVERY - 1):
+        curve.observe(1, 0.030)  # the load changes: priced as before until the next drawing...
+        assert curve.seconds(1) == pytest.approx(0.010) and curve.version == drawn
+    curve.observe(1, 0.030)
+    assert curve.seconds(1) > 0.020 and curve.version == drawn + 1  # ...which follows it

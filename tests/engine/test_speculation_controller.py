@@ -23,6 +23,14 @@ def test_ngram_lookup_proposes_what_followed_the_latest_match() -> None:
     assert NgramIndex().draft(list(range(50)), 5) == []  # nothing repeats
 
 
+def test_a_sequence_s_lookup_keeps_its_own_copy_of_prompt_and_output() -> None:
+    prompt, output = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 6], [2, 3]
+    index = NgramIndex()
+    for token in [7, 8, 6, 2]:
+        assert index.draft_sequence(prompt, output, 3) == NgramIndex().draft(prompt + output, 3)
+        output.append(token)
+
+
 def test_longer_matches_win_over_shorter_ones() -> None:
     ids = [9, 2, 3, 10, 4, 2, 3, 11, 9, 2, 3]
     assert NgramIndex().draft(ids, 1) == [10]  # "9 2 3" was followed by 10; the later "2 3" alone by 11

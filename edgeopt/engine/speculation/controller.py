@@ -109,6 +109,8 @@ class SpeculationController:
         self.draft_model = draft_model
         self.source = "draft" if draft_model is not None else "ngram"  # /metrics label of the drafting source
         self.cost = StepCostModel()
+        self._costs: dict[tuple[int, float, int], list[float]] = {}  # _draft_costs' answers at _costs_version
+        self._costs_version: tuple[int, int] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -142,11 +144,11 @@ class SpeculationController:
             if best_k == 0:
                 # Scored instead of verified (a probe would cost a pass's worth on a full batch and tell the same)
                 if not state.unsent and limit > 0:
-                    state.unsent = state.index.draft(seq.all_ids, UNSENT_TOKENS)
+                    state.unsent = state.index.draft_sequence(seq.prompt_ids, seq.output_ids, UNSENT_TOKENS)
                     state.unsent_at = len(seq.output_ids)
                 continue
             state.unsent = []  # a verified draft tells the same, and better
-            draft = state.index.draft(seq.all_ids, best_k)
+            draft = state.index.draft_sequence(seq.prompt_ids, seq.output_ids, best_k)
             if seq.constraint is not None and draft:  # a token the grammar refuses ends the draft
                 draft = draft[:seq.constraint.matcher.validate_tokens(draft)]
             if not draft:
@@ -161,9 +163,16 @@ class SpeculationController:
     def _draft_costs(self, tokens: int, produced: float, longest: int) -> list[float]:
         """costs[k - 1]: what growing a pass of ``tokens`` tokens by k drafted ones costs, in tokens: the step's
         ``produced`` tokens times the share of time it adds, times COST_MARGIN."""
-        step = self.cost.relative(tokens)
-        return [COST_MARGIN * produced * (self.cost.relative(tokens + k) / step - 1.0)
-                for k in range(1, longest + 1)]
+        version = self.cost.prices_version()
+        if version != self._costs_version:
+            self._costs.clear()
+            self._costs_version = version
+        key = (tokens, produced, longest)
+        if key not in self._costs:
+            step = self.cost.relative(tokens)
+            self._costs[key] = [COST_MARGIN * produced * (self.cost.relative(tokens + k) / step - 1.0)
+                                for k in range(1, longest + 1)]
+        return self._costs[key]
 
     def _propose_from_model(self, decoding: list[Sequence], room: int) -> list[list[int]]:
         """The draft model's tokens for each sequence while room lasts: --draft-tokens of them ("draft"), or in

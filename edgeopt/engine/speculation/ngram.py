@@ -25,6 +25,15 @@ class NgramIndex:
         self._after: dict[tuple[int, ...], int] = {}
         self._indexed = 0  # n-grams ending before this position are in the index
         self._source: tuple[int, int] | None = None  # (position drafted from, len(ids) then): the copy followed
+        self._ids: list[int] = []  # draft_sequence's copy of prompt + output, extended as tokens arrive
+
+    def draft_sequence(self, prompt: list[int], output: list[int], max_tokens: int) -> list[int]:
+        """:meth:`draft` over ``prompt + output``, a sequence's, without joining them every step (the
+        engine looks up every step; a long prompt made the join cost more than the lookup)."""
+        if len(self._ids) < len(prompt):  # the first lookup (the prompt never changes afterwards)
+            self._ids = list(prompt)
+        self._ids.extend(output[len(self._ids) - len(prompt):])
+        return self.draft(self._ids, max_tokens)
 
     def draft(self, ids: list[int], max_tokens: int) -> list[int]:
         """Up to ``max_tokens`` tokens that followed the latest earlier occurrence of ``ids``' longest

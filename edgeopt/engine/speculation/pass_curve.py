@@ -18,6 +18,7 @@ import statistics
 
 MIN_SERVED = 3  # steps of a size before their mean stands for it
 SERVED_WINDOW = 10  # a size's mean follows about its last SERVED_WINDOW steps
+REDRAW_EVERY = 8  # steps between two redrawings of the curve (each step would cost a fast model ~3% of its time)
 
 
 class PassCurve:
@@ -32,13 +33,16 @@ class PassCurve:
                                              for a, b in zip(sizes, sizes[1:])))
         self._served: dict[int, tuple[int, float]] = {}  # tokens -> (steps counted, mean seconds)
         self._points: list[tuple[int, float]] | None = None  # what seconds() reads; remade after a change
+        self._observed_since = 0  # steps observed since the points were made
+        self.version = 0  # counts the curves drawn: prices computed from this one stand until it changes
 
     def observe(self, tokens: int, seconds: float) -> None:
         steps, mean = self._served.get(tokens, (0, 0.0))
         steps = min(steps + 1, SERVED_WINDOW)
         self._served[tokens] = (steps, mean + (seconds - mean) / steps)
-        if steps >= MIN_SERVED:
-            self._points = None
+        self._observed_since += 1
+        if steps == MIN_SERVED or (steps > MIN_SERVED and self._observed_since >= REDRAW_EVERY):
+            self._points = None  # a size newly priced by its own steps, or the served means moved on
 
     def seconds(self, tokens: int) -> float:
         """A pass of ``tokens``: between known sizes on the line joining them, past the largest on the slope
@@ -63,4 +67,6 @@ class PassCurve:
             floor = points[-1][1] + least * (tokens - points[-1][0]) if points else 0.0
             points.append((tokens, max(floor, merged[tokens])))
         self._points = points
+        self._observed_since = 0
+        self.version += 1
         return points

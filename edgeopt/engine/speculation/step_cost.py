@@ -42,6 +42,13 @@ class StepCostModel:
             return 1.0 + self.per_token_ratio() * tokens
         return self._curve.seconds(tokens)
 
+    def prices_version(self) -> tuple[int, int]:
+        """Changes whenever :meth:`relative` may answer differently: prices computed from it stand until then."""
+        if self._curve is None:
+            return (0, int(self._w * 1e6))  # the line: every observed step moves it
+        self._curve.seconds(1)  # draws the curve if it is due
+        return (1, self._curve.version)
+
     def observe(self, tokens: int, seconds: float) -> None:
         d = DECAY
         self._w = self._w * d + 1.0
