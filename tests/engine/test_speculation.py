@@ -118,7 +118,7 @@ def test_seeded_sampling_draws_the_same_tokens() -> None:
     requests = {rid: (ids, SamplingParams(max_tokens=40, temperature=0.8, top_p=0.95, seed=i))
                 for i, (rid, ids) in enumerate(prompts(10).items())}
     off, _, _ = run("off", requests)
-    on, engine, _ = run("auto", requests)
+    on, engine, _ = run("ngram", requests)  # auto leaves seeded draws undrafted (controller: _asks_for_the_same_draw)
     assert_same(off, on)
     assert accepted(engine)[1] > 0
 

@@ -95,6 +95,18 @@ def test_failing_guesses_stop_drafting_and_no_probe_is_verified() -> None:
     assert seq.draft_state.unsent == [7, 8, 5, 6]
 
 
+def test_auto_leaves_a_seeded_sampled_request_undrafted_and_ngram_drafts_it() -> None:
+    for mode, drafted in (("auto", False), ("ngram", True)):
+        controller = SpeculationController(mode)
+        seeded = Sequence("s", [5, 6, 7, 8, 5, 6, 7, 8, 5, 6], SamplingParams(max_tokens=100, temperature=0.7, seed=3))
+        greedy = sequence([])
+        for seq in (seeded, greedy):
+            for _ in range(5):
+                controller.record(seq, 4, 4)
+        seeded_draft, greedy_draft = controller.propose([seeded, greedy], 0, 100, 100, False)
+        assert bool(seeded_draft) is drafted and greedy_draft
+
+
 def test_limits_bound_a_draft() -> None:
     controller = SpeculationController("ngram")
     seq = sequence([], max_tokens=3)

@@ -39,6 +39,7 @@ PROBE_TOKENS = 2
 READ_BUDGET = 0.1  # auto with a draft model: the draft's catch-up read may cost this share of the request's rest
 PROBE_SHARE = 0.1  # ... and a probe this share of the steps between two probes
 UNSENT_TOKENS = 4  # n-gram: tokens of the draft a sequence was not given that are scored all the same
+UNSENT_BACKOFF = 4  # ... looked up again after at most this many tokens while lookups keep missing
 # A draft must gain this much more than it costs: the acceptance a sequence drafts at is the highest its recent
 # outcomes reached (the winner's curse), and on a full batch a drafted token costs nearly a token, so drafts
 # priced at their bare cost lost 6% at 16 streams (SmolLM2, 2 x86 cores); replayed at one stream, 1.25 gains as
@@ -66,6 +67,8 @@ class DraftState:
     # n-gram: the draft a sequence was not given, scored against what it emits next (SpeculationController._score_unsent)
     unsent: list[int] = field(default_factory=list)
     unsent_at: int = 0  # tokens the sequence had emitted when it was looked up
+    unsent_misses: int = 0  # lookups in a row that found nothing or guessed the first token wrong
+    lookup_at: int = 0  # no lookup for an unsent draft before the sequence has emitted this many tokens
     # A draft model's sampled proposal: q's row for each drafted token (None: greedy or n-gram drafts)
     draft_probs: list[np.ndarray] | None = None
 
@@ -138,14 +141,18 @@ class SpeculationController:
         for seq in decoding:
             self._score_unsent(seq)
         for i, seq in sorted(enumerate(decoding), key=lambda e: -self._state(e[1]).acceptance):
+            if self.mode == "auto" and _asks_for_the_same_draw(seq):
+                continue
             state = self._state(seq)
             limit = min(room, MAX_DRAFT_TOKENS, _tokens_left(seq))
             best_k = best_draft_length(state.acceptance, costs[:limit]) if limit > 0 else 0
             if best_k == 0:
                 # Scored instead of verified (a probe would cost a pass's worth on a full batch and tell the same)
-                if not state.unsent and limit > 0:
+                if not state.unsent and limit > 0 and len(seq.output_ids) >= state.lookup_at:
                     state.unsent = state.index.draft_sequence(seq.prompt_ids, seq.output_ids, UNSENT_TOKENS)
                     state.unsent_at = len(seq.output_ids)
+                    if not state.unsent:
+                        self._missed(seq, state)
                 continue
             state.unsent = []  # a verified draft tells the same, and better
             draft = state.index.draft_sequence(seq.prompt_ids, seq.output_ids, best_k)
@@ -186,6 +193,8 @@ class SpeculationController:
         for i, seq in enumerate(decoding):
             limit = min(room, self.draft_model.draft_tokens, _tokens_left(seq), self.draft_model.tokens_left(seq))
             if limit <= 0 or (seq.constraint is not None and seq.params.temperature > 0.0):
+                continue
+            if self.mode == "auto" and _asks_for_the_same_draw(seq):
                 continue
             count = limit if self.mode == "draft" else self._model_draft_size(seq, limit, len(decoding))
             if count == 0:
@@ -245,11 +254,23 @@ class SpeculationController:
         agreed = common_prefix_length(emitted, state.unsent)
         if agreed < len(emitted):  # a token it would have guessed wrong: a draft of that length fails there
             self.record(seq, agreed + 1, agreed)
+            if agreed == 0:
+                self._missed(seq, state)
+            else:
+                state.unsent_misses = 0
         elif agreed == len(state.unsent):  # it would have been taken whole
             self.record(seq, agreed, agreed)
+            state.unsent_misses = 0
         else:
             return  # agreeing so far: more tokens to come
         state.unsent = []
+
+    @staticmethod
+    def _missed(seq: Sequence, state: DraftState) -> None:
+        """Free text: each lookup costs the step a few microseconds (2% of a 0.5 ms step) and tells nothing, so
+        they thin out, 1, 2, 4 tokens apart; one that helps brings them back to every token."""
+        state.lookup_at = len(seq.output_ids) + min(1 << state.unsent_misses, UNSENT_BACKOFF)
+        state.unsent_misses += 1
 
     def record(self, seq: Sequence, drafted: int, accepted: int) -> None:
         """The target agreed with the first ``accepted`` of ``drafted`` tokens."""
@@ -265,6 +286,13 @@ class SpeculationController:
         if seq.draft_state is None:
             seq.draft_state = DraftState(NgramIndex())
         return seq.draft_state  # type: ignore[return-value]
+
+
+def _asks_for_the_same_draw(seq: Sequence) -> bool:
+    """A sampled request with a seed expects the same text every time it is sent. Drafts change the pass's shape,
+    and with it llama.cpp's logits in their last bits, which moves near-tie draws; auto leaves it undrafted (the
+    modes asked for by name draft it: the user chose speed)."""
+    return seq.params.seed is not None and seq.params.temperature > 0.0
 
 
 def _tokens_left(seq: Sequence) -> int:
