@@ -155,6 +155,8 @@ def main() -> None:
     parser.add_argument("--max-tokens-16", type=int, default=24)
     parser.add_argument("--temperatures-16", type=float, nargs="*", default=[0.0],
                         help="temperatures of the 16-stream runs (default 0 only: each takes minutes on 2 cores)")
+    parser.add_argument("--workloads", nargs="*", choices=sorted(workloads()), default=sorted(workloads()),
+                        help="the workloads to run (default all)")
     parser.add_argument("--llama-16", action="store_true",
                         help="also run llama-server -np 16 at 16 streams (slow: it prefills every slot's prompt)")
     args = parser.parse_args()
@@ -197,6 +199,8 @@ def main() -> None:
         print(f"{'workload':<11} {'T':>3} {'n':>3} {'auto':>7} {'off':>7} {'llama':>7} {'auto/off':>8} "
               f"{'auto/llama':>10} {'off/llama':>9} {'TTFT ms a/o/l':>16} {'accept':>7}")
         for name, messages in workloads().items():
+            if name not in args.workloads:
+                continue
             for temperature in (0.0, 0.7):
                 for streams, llama in ((1, "llama-np1"), (16, "llama-np16")):
                     if streams == 16 and temperature not in args.temperatures_16:
