@@ -47,6 +47,15 @@ def test_the_step_cost_fit_finds_the_per_token_ratio() -> None:
     assert cost.per_token_ratio() == pytest.approx(0.002 / 0.010, rel=0.05)
 
 
+def test_prices_go_stale_with_every_step_of_a_fitted_line() -> None:
+    cost = StepCostModel()  # no curve measured at start: the line is refitted every step, long after it settled
+    for tokens in [1, 4, 8, 16] * 400:
+        cost.observe(tokens, 0.010 + 0.002 * tokens)
+    before = cost.prices_version()
+    cost.observe(2, 0.050)
+    assert cost.prices_version() != before
+
+
 def sequence(output: list[int], max_tokens: int = 100) -> Sequence:
     seq = Sequence("s", [5, 6, 7, 8, 5, 6, 7, 8, 5, 6], SamplingParams(max_tokens=max_tokens))
     seq.output_ids = output

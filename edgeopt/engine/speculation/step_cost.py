@@ -23,6 +23,7 @@ MIN_SPREAD = 0.5  # variance of token counts needed before the fitted slope is t
 class StepCostModel:
     def __init__(self) -> None:
         self._w = self._n = self._t = self._nn = self._nt = 0.0
+        self._observed = 0  # steps observed
         self.prior_ratio = PRIOR_PER_TOKEN_RATIO
         self.prior_fixed_seconds: float | None = None
         self._curve: PassCurve | None = None  # set_prior's measured curve, corrected by the steps served
@@ -45,11 +46,12 @@ class StepCostModel:
     def prices_version(self) -> tuple[int, int]:
         """Changes whenever :meth:`relative` may answer differently: prices computed from it stand until then."""
         if self._curve is None:
-            return (0, int(self._w * 1e6))  # the line: every observed step moves it
+            return (0, self._observed)  # the line: every observed step moves it
         self._curve.seconds(1)  # draws the curve if it is due
         return (1, self._curve.version)
 
     def observe(self, tokens: int, seconds: float) -> None:
+        self._observed += 1
         d = DECAY
         self._w = self._w * d + 1.0
         self._n = self._n * d + tokens
