@@ -119,10 +119,6 @@ class ReplayedSequence:
     constraint: None = None
     draft_state: object = None
 
-    @property
-    def all_ids(self) -> list[int]:
-        return self.prompt_ids + self.output_ids
-
 
 def replay_controller(prompt: list[int], answer: list[int], cost: dict[int, float],
                       fixed_seconds: float = 0.01) -> tuple[float, float]:
