@@ -157,6 +157,8 @@ def main() -> None:
                         help="temperatures of the 16-stream runs (default 0 only: each takes minutes on 2 cores)")
     parser.add_argument("--workloads", nargs="*", choices=sorted(workloads()), default=sorted(workloads()),
                         help="the workloads to run (default all)")
+    parser.add_argument("--instances", type=int, default=1,
+                        help="servers of each edgeopt mode, started in alternating order; a round's rate is their mean")
     parser.add_argument("--llama-16", action="store_true",
                         help="also run llama-server -np 16 at 16 streams (slow: it prefills every slot's prompt)")
     args = parser.parse_args()
@@ -183,11 +185,18 @@ def main() -> None:
     with launched_server(bundle, threads=args.threads, extra_args=serve, log_path=args.work / "first-server.log"):
         pass
     try:
-        for name, mode in (("edgeopt-auto", "auto"), ("edgeopt-off", "off")):
-            ctx = launched_server(bundle, threads=args.threads, extra_args=[*serve, "--speculative", mode],
-                                  log_path=args.work / f"{name}.log")
-            contexts.append(ctx)
-            servers[name] = ctx.__enter__()
+        # Identical servers differ by up to 3% at one stream on a fast model (an instance effect): with --instances
+        # N each mode gets N servers, started in alternating order, and a round's rate is their mean.
+        instances: dict[str, list[str]] = {"edgeopt-auto": [], "edgeopt-off": []}
+        for i in range(args.instances):
+            modes = (("edgeopt-auto", "auto"), ("edgeopt-off", "off"))
+            for name, mode in modes if i % 2 == 0 else modes[::-1]:
+                key = name if i == 0 else f"{name}-{i + 1}"
+                ctx = launched_server(bundle, threads=args.threads, extra_args=[*serve, "--speculative", mode],
+                                      log_path=args.work / f"{key}.log")
+                contexts.append(ctx)
+                servers[key] = ctx.__enter__()
+                instances[name].append(key)
         servers["llama-np1"] = llama_server(binary, gguf, args.threads, 1, args.work / "llama-np1.log", no_repack)
         if args.llama_16:
             servers["llama-np16"] = llama_server(binary, gguf, args.threads, 16, args.work / "llama-np16.log",
@@ -205,19 +214,24 @@ def main() -> None:
                 for streams, llama in ((1, "llama-np1"), (16, "llama-np16")):
                     if streams == 16 and temperature not in args.temperatures_16:
                         continue
-                    contenders = ["edgeopt-auto", "edgeopt-off", *([llama] if llama in servers else [])]
+                    groups = {**instances, **({llama: [llama]} if llama in servers else {})}
+                    contenders = list(groups)
+                    keys = [key for group in groups.values() for key in group]
                     max_tokens = args.max_tokens if streams == 1 else args.max_tokens_16
-                    rates: dict[str, list[float]] = {c: [] for c in contenders}
+                    by_key: dict[str, list[float]] = {k: [] for k in keys}
                     ttfts: dict[str, list[float]] = {c: [] for c in contenders}
-                    before = speculation_counts(servers["edgeopt-auto"].base_url)
+                    before = [speculation_counts(servers[k].base_url) for k in instances["edgeopt-auto"]]
                     for r in range(args.rounds):
-                        for c in contenders[r % len(contenders):] + contenders[:r % len(contenders)]:
-                            rate, ttft = asyncio.run(measure(servers[c].base_url, messages, temperature, streams,
+                        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+                            rate, ttft = asyncio.run(measure(servers[k].base_url, messages, temperature, streams,
                                                              max_tokens, seed=100 * r))
-                            rates[c].append(rate)
-                            ttfts[c].append(ttft)
-                    after = speculation_counts(servers["edgeopt-auto"].base_url)
-                    drafted, accepted = after[0] - before[0], after[1] - before[1]
+                            by_key[k].append(rate)
+                            ttfts[next(c for c in contenders if k in groups[c])].append(ttft)
+                    rates = {c: [statistics.fmean(by_key[k][r] for k in groups[c]) for r in range(args.rounds)]
+                             for c in contenders}
+                    after = [speculation_counts(servers[k].base_url) for k in instances["edgeopt-auto"]]
+                    drafted = sum(a[0] - b[0] for a, b in zip(after, before))
+                    accepted = sum(a[1] - b[1] for a, b in zip(after, before))
 
                     def ratio(a: str, b: str) -> float:
                         return statistics.median(x / y for x, y in zip(rates[a], rates[b]))
