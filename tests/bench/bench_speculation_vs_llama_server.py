@@ -216,7 +216,8 @@ def main() -> None:
                         continue
                     groups = {**instances, **({llama: [llama]} if llama in servers else {})}
                     contenders = list(groups)
-                    keys = [key for group in groups.values() for key in group]
+                    group_of = {key: c for c, group in groups.items() for key in group}
+                    keys = list(group_of)
                     max_tokens = args.max_tokens if streams == 1 else args.max_tokens_16
                     by_key: dict[str, list[float]] = {k: [] for k in keys}
                     ttfts: dict[str, list[float]] = {c: [] for c in contenders}
@@ -226,7 +227,7 @@ def main() -> None:
                             rate, ttft = asyncio.run(measure(servers[k].base_url, messages, temperature, streams,
                                                              max_tokens, seed=100 * r))
                             by_key[k].append(rate)
-                            ttfts[next(c for c in contenders if k in groups[c])].append(ttft)
+                            ttfts[group_of[k]].append(ttft)
                     rates = {c: [statistics.fmean(by_key[k][r] for k in groups[c]) for r in range(args.rounds)]
                              for c in contenders}
                     after = [speculation_counts(servers[k].base_url) for k in instances["edgeopt-auto"]]

@@ -229,11 +229,7 @@ class SpeculationController:
         if read > READ_BUDGET * _tokens_left(seq) / max(rate, 1e-9):
             state.idle_steps += 1
             return 0
-        best_k, best_net = 0, 0.0
-        for k in range(1, limit + 1):
-            net = expected_gain(state.acceptance, k) - rate * (ratio + draft_units) * k
-            if net > best_net:
-                best_k, best_net = k, net
+        best_k = best_draft_length(state.acceptance, [rate * (ratio + draft_units) * k for k in range(1, limit + 1)])
         probe = min(PROBE_TOKENS, limit)
         probe_cost = read + probe * (ratio + draft_units)
         if best_k == 0 and state.idle_steps >= PROBE_EVERY and probe_cost <= PROBE_SHARE * PROBE_EVERY / max(rate, 1e-9):

@@ -33,8 +33,8 @@ class PassCurve:
                                              for a, b in zip(sizes, sizes[1:])))
         self._served: dict[int, tuple[int, float]] = {}  # tokens -> (steps counted, mean seconds)
         self._points: list[tuple[int, float]] | None = None  # what seconds() reads; remade after a change
-        self._observed_since = 0  # steps observed since the points were made
-        self.version = 0  # counts the curves drawn: prices computed from this one stand until it changes
+        self._observed_since = 0  # steps observed since the curve last changed
+        self.version = 0  # changes with the curve: prices computed from it stand until then
 
     def observe(self, tokens: int, seconds: float) -> None:
         steps, mean = self._served.get(tokens, (0, 0.0))
@@ -43,6 +43,8 @@ class PassCurve:
         self._observed_since += 1
         if steps == MIN_SERVED or (steps > MIN_SERVED and self._observed_since >= REDRAW_EVERY):
             self._points = None  # a size newly priced by its own steps, or the served means moved on
+            self._observed_since = 0
+            self.version += 1
 
     def seconds(self, tokens: int) -> float:
         """A pass of ``tokens``: between known sizes on the line joining them, past the largest on the slope
@@ -67,6 +69,4 @@ class PassCurve:
             floor = points[-1][1] + least * (tokens - points[-1][0]) if points else 0.0
             points.append((tokens, max(floor, merged[tokens])))
         self._points = points
-        self._observed_since = 0
-        self.version += 1
         return points

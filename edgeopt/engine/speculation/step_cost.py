@@ -47,7 +47,6 @@ class StepCostModel:
         """Changes whenever :meth:`relative` may answer differently: prices computed from it stand until then."""
         if self._curve is None:
             return (0, self._observed)  # the line: every observed step moves it
-        self._curve.seconds(1)  # draws the curve if it is due
         return (1, self._curve.version)
 
     def observe(self, tokens: int, seconds: float) -> None:
