@@ -162,6 +162,8 @@ def main() -> None:
     parser.add_argument("--llama-16", action="store_true",
                         help="also run llama-server -np 16 at 16 streams (slow: it prefills every slot's prompt)")
     args = parser.parse_args()
+    if args.instances < 1:
+        parser.error(f"--instances {args.instances}: each mode needs 1 server or more")
 
     from edgeopt.runtimes.llama_cpp.amx_guard import cpu_has_amx
     from edgeopt.demo.smollm2 import ensure_smollm2_checkpoint
