@@ -111,7 +111,7 @@ def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str
     facts = model_kv_facts(entry, vocab_size=spec.vocab_size, intermediate_size=spec.intermediate_size,
                            weights_bytes=weights, kv_elements_per_token=spec.kv_elements_per_token,
                            context_length=spec.max_position_embeddings, hidden_size=spec.hidden_size,
-                           tied_embeddings=spec.tie_word_embeddings)
+                           tied_embeddings=spec.tie_word_embeddings, attention_heads=spec.num_heads)
     pool = memory_pool(profile, memory_bytes)
     if entry.kv_cache_types and not spec.is_encoder:
         kv_type = kv_type or choose_kv_type(spec, profile, facts, pool, entry.kv_cache_types, context, concurrency)

@@ -27,7 +27,7 @@ def plan_gguf_file(path: Path, profile: DeviceProfile, context: int | None = Non
     facts = model_kv_facts(entry, vocab_size=spec.vocab_size, intermediate_size=spec.intermediate_size,
                            weights_bytes=Path(path).stat().st_size,
                            kv_elements_per_token=gguf_kv_elements_per_token(meta),
-                           context_length=spec.max_position_embeddings)
+                           context_length=spec.max_position_embeddings, attention_heads=spec.num_heads)
     context = context or min(spec.max_position_embeddings, DEFAULT_CONTEXT)
     if context < 1 or concurrency < 1:
         raise ConfigError(f"context={context} and concurrency={concurrency} must both be >= 1", "pass positive values")

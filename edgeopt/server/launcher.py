@@ -75,6 +75,7 @@ class ServeOptions:
     prefix_cache: bool = True  # reuse the KV of cached prompt prefixes (--no-prefix-cache turns it off)
     warm_file: Path | None = None  # --warm: a system prompt whose KV is stored and loaded (prompt_store)
     kv_layout: str = AUTO  # llama.cpp (gguf) only: unified, streams, or auto (edgeopt.sizing.layout)
+    flash_attention: str = AUTO  # llama.cpp (gguf) only: auto, on, off (edgeopt.sizing.attention)
     stream_interval_ms: float = 50.0  # streamed text at most this often when tokens come faster (engine.stream)
     responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses.store)
     speculative: str = "off"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto, draft
@@ -92,6 +93,7 @@ class ServeOptions:
     def shape_request(self) -> ShapeRequest:
         return ShapeRequest(context=self.context, max_sequences=self.max_concurrency, kv_type=self.kv_type,
                             kv_layout=self.kv_layout, prefix_cache=self.prefix_cache,
+                            flash_attention=self.flash_attention,
                             prefix_cache_bytes=self.prefix_cache_bytes,
                             draft_rows=longest_draft(self.speculative,
                                                      self.draft_tokens if self.draft is not None else None))

@@ -79,6 +79,7 @@ class KvFacts:
     runtime_bytes_per_sequence: int = 0  # Backend.logits_bytes_per_sequence: counted for every sequence asked for
     kv_copies: float = 1.0  # Backend.kv_resident_copies: resident bytes of a KV cell, in cells
     prompt_kv_copies: float = 0.0  # Backend.prompt_kv_copies: the longest sequence's KV held this many times more
+    attention_heads: int = 0  # query heads: plain attention's score buffer (edgeopt.sizing.attention); 0: unknown
 
     def overhead_bytes(self, sequences: int, context: int = 0, kv_bytes_per_token: int = 0) -> int:
         """The runtime's memory beside weights and KV when ``sequences`` sequences of ``context`` tokens are asked
@@ -89,7 +90,7 @@ class KvFacts:
 
 def model_kv_facts(entry: Backend, *, vocab_size: int, intermediate_size: int, weights_bytes: int,
                    kv_elements_per_token: int, context_length: int, hidden_size: int = 0,
-                   tied_embeddings: bool = False) -> KvFacts:
+                   tied_embeddings: bool = False, attention_heads: int = 0) -> KvFacts:
     """What sizing needs of a model in ``entry``'s format: its weights and KV shape as given, and the
     runtime's memory for the model's vocabulary and feed-forward width, and for what it builds from the file
     (``hidden_size`` and ``tied_embeddings``: the vocabulary table's size and whether the output reads it)."""
@@ -98,7 +99,8 @@ def model_kv_facts(entry: Backend, *, vocab_size: int, intermediate_size: int, w
                    runtime_overhead_bytes=entry.model_overhead_bytes(vocab_size, intermediate_size)
                    + runtime_weights_extra(entry, weights_bytes, vocab_size, hidden_size, tied_embeddings),
                    runtime_bytes_per_sequence=entry.logits_bytes_per_sequence(vocab_size),
-                   kv_copies=entry.kv_resident_copies, prompt_kv_copies=entry.prompt_kv_copies)
+                   kv_copies=entry.kv_resident_copies, prompt_kv_copies=entry.prompt_kv_copies,
+                   attention_heads=attention_heads)
 
 
 def runtime_weights_extra(entry: Backend, weights_bytes: int, vocab_size: int, hidden_size: int,

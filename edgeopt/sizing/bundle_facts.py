@@ -73,7 +73,8 @@ def bundle_kv_facts(bundle_dir: Path, manifest: Manifest) -> KvFacts:
     return model_kv_facts(backends.backend(manifest.format), vocab_size=spec.vocab_size,
                           intermediate_size=spec.intermediate_size, weights_bytes=weights_bytes(bundle_dir, manifest),
                           kv_elements_per_token=section.kv_elements_per_token, context_length=section.context_length,
-                          hidden_size=spec.hidden_size, tied_embeddings=spec.tie_word_embeddings)
+                          hidden_size=spec.hidden_size, tied_embeddings=spec.tie_word_embeddings,
+                          attention_heads=spec.num_heads)
 
 
 def recorded_kv_section(bundle_dir: Path, manifest: Manifest) -> KvSection:

@@ -9,6 +9,8 @@ and handed, frozen, to whoever needs it (``edgeopt serve`` gives it to the runti
               prefixes share its cells; ``--prefix-cache-memory`` adds cells for them); streams, a stream
               per sequence and one per cached prefix, as many as memory (or ``--prefix-cache-memory``) holds
     batch     tokens one runtime step carries: the batch the runtime-overhead estimate assumed
+    attention llama.cpp only: plain attention's score buffer, reserved where auto may take it (streams, f16
+              KV: edgeopt.sizing.attention), and what the runtime is told to run
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from typing import Any
 
 from edgeopt.backends import Backend
 from edgeopt.errors import ConfigError
+from edgeopt.sizing.attention import AUTO as ATTENTION_AUTO
+from edgeopt.sizing.attention import (OFF, check_flash_attention_request, check_plain_attention,
+                                      plain_attention_buffer_bytes, plain_attention_possible, runtime_flash_attention)
 from edgeopt.sizing.budget import KvFacts, KvSizing, MemoryPool, size_kv
 from edgeopt.sizing.kv_types import kv_element_bytes_for, parse_kv_type
 from edgeopt.sizing.layout import (AUTO, STREAM_ALIGN, STREAMS, check_kv_layout_request, chosen_kv_layout, default_cache_slots,
@@ -42,6 +47,7 @@ class ShapeRequest:
     # Logits rows one speculative step may need beyond a row per sequence (the longest draft; 0: speculation
     # off). A runtime with a fixed output buffer (llama.cpp's n_outputs_max) reserves them, counted here.
     draft_rows: int = 0
+    flash_attention: str = ATTENTION_AUTO  # --flash-attention (edgeopt.sizing.attention)
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,9 @@ class ServingShape:
     kv_prefix_cells: int = 0  # of kv_cells, those kept for cached prefixes only (0: they share the live cells)
     cache_slots: int | None = None  # sequence ids for cached prefixes (llama.cpp); None: the runtime's own
     draft_rows: int = 0  # logits rows reserved for speculative steps (ShapeRequest.draft_rows); 0: none needed
+    # llama.cpp: what its runtime is told (edgeopt.sizing.attention.runtime_flash_attention); None: no choice
+    flash_attention: str | None = None
+    attention_buffer_bytes: int = 0  # of the runtime overhead, plain attention's scores (0: not reserved)
 
     @property
     def max_sequences(self) -> int:
@@ -81,6 +90,8 @@ class ServingShape:
             options["cache_slots"] = self.cache_slots
         if self.draft_rows:
             options["draft_rows"] = self.draft_rows
+        if self.flash_attention is not None:
+            options["flash_attention"] = self.flash_attention
         return options
 
 
@@ -88,6 +99,7 @@ def check_shape_request(entry: Backend, request: ShapeRequest) -> str | None:
     """Refuse what ``entry``'s runtime cannot do (``--kv-type`` or ``--kv-layout streams`` on a runtime with one
     fixed dtype or layout) before anything is read or loaded; returns the asked KV type in canonical spelling."""
     check_kv_layout_request(request.kv_layout, entry.kv_layouts, entry.runtime)
+    check_flash_attention_request(request.flash_attention, entry.kv_layouts, entry.runtime)
     return parse_kv_type(request.kv_type, entry.format) if request.kv_type is not None else None
 
 
@@ -116,15 +128,36 @@ def decide_serving_shape(entry: Backend, quant: str, facts: KvFacts, pool: Memor
     if draft_rows:  # the rows in llama.cpp's output buffer and in its graph's logits
         row_bytes = facts.runtime_bytes_per_sequence // entry.logits_rows_per_sequence
         facts = replace(facts, runtime_overhead_bytes=facts.runtime_overhead_bytes + 2 * draft_rows * row_bytes)
-    sizing = size_kv(facts, pool, kv_element_bytes=kv_element_bytes_for(entry.format, quant, kv_type),
-                     context=request.context or min(facts.context_length, DEFAULT_CONTEXT),
-                     max_sequences=request.max_sequences)
-    layout = chosen_kv_layout(request.kv_layout, entry.kv_layouts, sizing.kv_fit_tokens, sizing.max_sequences,
-                              sizing.context_length, request.prefix_cache)
+    sizing, layout = _sized_with_layout(entry, quant, facts, pool, request, kv_type)
+    attention_bytes = 0
+    if entry.kv_layouts and plain_attention_possible(request.flash_attention, kv_type, layout) and facts.attention_heads:
+        # Plain attention's score buffer is memory the runtime may take: sized with it, unless that costs the
+        # streams layout (auto then keeps flash attention and the shape without it).
+        attention_bytes = plain_attention_buffer_bytes(entry.batch_tokens, sizing.context_length, facts.attention_heads)
+        reserved = replace(facts, runtime_overhead_bytes=facts.runtime_overhead_bytes + attention_bytes)
+        with_buffer, layout_with_buffer = _sized_with_layout(entry, quant, reserved, pool, request, kv_type)
+        if layout_with_buffer == layout or request.flash_attention == OFF:
+            sizing, layout = with_buffer, layout_with_buffer
+        else:
+            attention_bytes = 0
+    if entry.kv_layouts:
+        check_plain_attention(request.flash_attention, kv_type, layout)
     live, prefix, cache_slots = cells_by_purpose(layout, sizing, request)
     return ServingShape(sizing=sizing, kv_type=kv_type, kv_layout=layout, kv_cells=live + prefix,
                         batch_tokens=entry.batch_tokens or None, prefix_cache=request.prefix_cache,
-                        kv_live_cells=live, kv_prefix_cells=prefix, cache_slots=cache_slots, draft_rows=draft_rows)
+                        kv_live_cells=live, kv_prefix_cells=prefix, cache_slots=cache_slots, draft_rows=draft_rows,
+                        flash_attention=(runtime_flash_attention(request.flash_attention, attention_bytes > 0)
+                                         if entry.kv_layouts else None),
+                        attention_buffer_bytes=attention_bytes)
+
+
+def _sized_with_layout(entry: Backend, quant: str, facts: KvFacts, pool: MemoryPool, request: ShapeRequest,
+                       kv_type: str | None) -> tuple[KvSizing, str | None]:
+    sizing = size_kv(facts, pool, kv_element_bytes=kv_element_bytes_for(entry.format, quant, kv_type),
+                     context=request.context or min(facts.context_length, DEFAULT_CONTEXT),
+                     max_sequences=request.max_sequences)
+    return sizing, chosen_kv_layout(request.kv_layout, entry.kv_layouts, sizing.kv_fit_tokens, sizing.max_sequences,
+                                    sizing.context_length, request.prefix_cache)
 
 
 def cells_by_purpose(layout: str | None, sizing: KvSizing, request: ShapeRequest) -> tuple[int, int, int | None]:

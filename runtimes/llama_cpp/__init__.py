@@ -23,6 +23,9 @@
   cells (llama.cpp rounds a stream up to STREAM_ALIGN), cache entries get as many more streams as
   remain, up to ``cache_slots``; when not even the slots fit, their streams shrink (and the context
   with them) and the cache is off (:func:`stream_layout`).
+* ``flash_attention``: ``llama-auto`` (default: llama.cpp's choice), ``on``, ``off``, or ``measured``: the
+  faster of flash and plain attention on this device, timed once per model file (runtimes/llama_cpp/attention.py;
+  the caller reserved plain attention's buffer: edgeopt.sizing.attention).
 * ``offload``: an :class:`~edgeopt.runtimes.llama_cpp.rpc.RpcOffload`, the model split across llama.cpp
   RPC workers as edgeopt.sizing.split planned it (``edgeopt serve --workers``); overrides ``n_gpu_layers``.
 """
@@ -39,9 +42,11 @@ from edgeopt.errors import ConfigError
 from edgeopt.file_stamp import file_stamp
 from edgeopt.sizing.layout import (KV_LAYOUTS, MAX_SEQUENCE_IDS, STREAM_ALIGN, STREAMS, UNIFIED,  # noqa: F401
                                    default_cache_slots, stream_layout)
-from edgeopt.sizing.kv_types import check_head_dims
+from edgeopt.sizing.attention import OFF, RUNTIME_LLAMA_AUTO
+from edgeopt.sizing.kv_types import KV_TYPES, check_head_dims
 from edgeopt.profiles import DeviceProfile, load_profile
 from edgeopt.profiles.host import usable_cpu_count
+from edgeopt.runtimes.llama_cpp.attention import resolve_flash_attention
 from edgeopt.runtimes.llama_cpp.context import LlamaCppRuntime
 from edgeopt.runtimes.llama_cpp.kv_type import check_llama_kv_type
 from edgeopt.runtimes.llama_cpp.model import load_model, model_facts
@@ -67,7 +72,8 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
               n_gpu_layers: int | None = None, context_length: int | None = None,
               profile: DeviceProfile | None = None, kv_type: str = "f16",
               cache_slots: int | None = None, kv_layout: str = UNIFIED,
-              offload: RpcOffload | None = None, draft_rows: int = 0) -> LlamaCppRuntime:
+              offload: RpcOffload | None = None, draft_rows: int = 0,
+              flash_attention: str = RUNTIME_LLAMA_AUTO) -> LlamaCppRuntime:
     if kv_capacity_tokens is None or max_slots is None:
         raise ConfigError(f"the llama.cpp runtime needs kv_capacity_tokens and max_slots (got {kv_capacity_tokens}, "
                           f"{max_slots})", "size them with edgeopt.sizing.shape.decide_serving_shape, as edgeopt "
@@ -97,10 +103,17 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
         if kv_layout == STREAMS:
             layout = stream_layout(kv_capacity_tokens, max_slots, cache_slots, context)
             kv_capacity_tokens, cache_slots = layout.total_cells, layout.cache_slots
-        return LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens,
-                               threads or max_default_threads(profile), context, adaptive_threads=threads is None,
-                               kv_type=kv_type, cache_slots=cache_slots, kv_layout=kv_layout,
-                               file_key=file_stamp(Path(path)), draft_rows=draft_rows)
+        n_threads = threads or max_default_threads(profile)
+        file_key = file_stamp(Path(path))
+        if flash_attention == OFF and KV_TYPES[kv_type].quantized:
+            raise ConfigError(f"flash_attention=off with KV type {kv_type}: llama.cpp reads a quantized KV cache only "
+                              "inside flash attention", "use kv_type f16, or flash attention")
+        flash = resolve_flash_attention(flash_attention, model, on_cpu=n_gpu_layers == 0 and offload is None,
+                                        kv_quantized=KV_TYPES[kv_type].quantized, threads=n_threads,
+                                        batch_tokens=max_batch_tokens, model_key=file_key)
+        return LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens, n_threads, context,
+                               adaptive_threads=threads is None, kv_type=kv_type, cache_slots=cache_slots,
+                               kv_layout=kv_layout, file_key=file_key, draft_rows=draft_rows, flash_attention=flash)
     except Exception:
         llama_cpp.llama_model_free(model)
         raise

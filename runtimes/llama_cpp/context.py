@@ -24,8 +24,10 @@ import numpy as np
 import numpy.ctypeslib  # numpy loads it lazily: here, at start, not inside the first step
 
 from edgeopt.errors import ENGINE_BUG_HINT, FEWER_KV_CELLS_HINT, BackendError
+from edgeopt.sizing.attention import OFF, ON
 from edgeopt.sizing.layout import UNIFIED
 from edgeopt.runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id
+from edgeopt.runtimes.llama_cpp.attention import LLAMA_FLASH_TYPES
 from edgeopt.runtimes.llama_cpp.batch import NumpyBatch, split_by_outputs
 from edgeopt.runtimes.llama_cpp.kv_layouts import KV_LAYOUT_CLASSES, SequenceNames
 from edgeopt.runtimes.llama_cpp.kv_type import configure_kv_cache
@@ -42,20 +44,23 @@ class LlamaCppRuntime(Runtime):
     def __init__(self, model: llama_cpp.llama_model_p, facts: ModelFacts, kv_capacity_tokens: int,
                  max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None,
                  adaptive_threads: bool = False, kv_type: str = "f16", cache_slots: int = 0,
-                 kv_layout: str = UNIFIED, file_key: Hashable | None = None, draft_rows: int = 0) -> None:
+                 kv_layout: str = UNIFIED, file_key: Hashable | None = None, draft_rows: int = 0,
+                 flash_attention: bool | None = None) -> None:
         """``file_key``: the GGUF's identity (edgeopt.file_stamp), so that loading the same
-        file again reuses its vocabulary scan. ``draft_rows``: logits rows a speculative step may need beyond
+        file again reuses its vocabulary scan. ``flash_attention``: flash (True) or plain (False) attention,
+        None: llama.cpp's choice (runtimes/llama_cpp/attention.py decides). ``draft_rows``: logits rows a speculative step may need beyond
         one per running sequence (the longest draft); the cached prefixes' rows, never decoded, count towards
         them."""
         self._model = model
         self.facts = facts
         self.kv_type = kv_type  # the KV cache's element type (edgeopt.sizing.kv_types); part of any saved state's identity
         self.kv_layout = kv_layout  # edgeopt.sizing.layout's name of the strategy below
+        self.flash_attention = flash_attention  # None: llama.cpp's choice
         layout_class = KV_LAYOUT_CLASSES[kv_layout]
         # llama.cpp reserves a logits row per sequence id at least; a verification pass needs one per token.
         self._max_outputs = max_slots + max(cache_slots, draft_rows)  # the context's n_outputs_max
         self._ctx = self._create_context(kv_capacity_tokens, max_slots, cache_slots, max_batch_tokens, n_threads,
-                                         layout_class.kv_unified)
+                                         layout_class.kv_unified, flash_attention)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         vocab = llama_cpp.llama_model_get_vocab(model)
         self.tokenizer = LlamaCppTokenizer(vocab, file_key)
@@ -87,7 +92,7 @@ class LlamaCppRuntime(Runtime):
         self.decode_calls = 0
 
     def _create_context(self, n_ctx: int, max_slots: int, cache_slots: int, max_batch: int,
-                        n_threads: int, kv_unified: bool) -> llama_cpp.llama_context_p:
+                        n_threads: int, kv_unified: bool, flash_attention: bool | None) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = max_batch
@@ -104,6 +109,8 @@ class LlamaCppRuntime(Runtime):
         params.n_threads_batch = n_threads
         params.no_perf = True
         configure_kv_cache(params, self.kv_type)
+        if flash_attention is not None:
+            params.flash_attn_type = LLAMA_FLASH_TYPES[ON if flash_attention else OFF]
         ctx = llama_cpp.llama_init_from_model(self._model, params)
         if not ctx:
             raise BackendError(f"llama.cpp could not create a context with n_ctx={n_ctx}, "
