@@ -21,12 +21,26 @@ from typing import Any
 from edgeopt.backends import Backend
 from edgeopt.errors import ConfigError
 from edgeopt.sizing.attention import AUTO as ATTENTION_AUTO
-from edgeopt.sizing.attention import (OFF, check_flash_attention_request, check_plain_attention,
-                                      plain_attention_buffer_bytes, plain_attention_possible, runtime_flash_attention)
+from edgeopt.sizing.attention import (
+    OFF,
+    check_flash_attention_request,
+    check_plain_attention,
+    plain_attention_buffer_bytes,
+    plain_attention_possible,
+    runtime_flash_attention,
+)
 from edgeopt.sizing.budget import KvFacts, KvSizing, MemoryPool, size_kv
 from edgeopt.sizing.kv_types import kv_element_bytes_for, parse_kv_type
-from edgeopt.sizing.layout import (AUTO, STREAM_ALIGN, STREAMS, check_kv_layout_request, chosen_kv_layout, default_cache_slots,
-                                   stream_cells, stream_layout)
+from edgeopt.sizing.layout import (
+    AUTO,
+    STREAM_ALIGN,
+    STREAMS,
+    check_kv_layout_request,
+    chosen_kv_layout,
+    default_cache_slots,
+    stream_cells,
+    stream_layout,
+)
 
 DEFAULT_CONTEXT = 4096  # no --context: the model's own window, capped here
 

@@ -108,7 +108,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
         if flash_attention == OFF and KV_TYPES[kv_type].quantized:
             raise ConfigError(f"flash_attention=off with KV type {kv_type}: llama.cpp reads a quantized KV cache only "
                               "inside flash attention", "use kv_type f16, or flash attention")
-        flash = resolve_flash_attention(flash_attention, model, on_cpu=n_gpu_layers == 0 and offload is None,
+        flash = resolve_flash_attention(flash_attention, Path(path), on_cpu=n_gpu_layers == 0 and offload is None,
                                         kv_quantized=KV_TYPES[kv_type].quantized, threads=n_threads,
                                         batch_tokens=max_batch_tokens, model_key=file_key)
         return LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens, n_threads, context,

@@ -111,7 +111,10 @@ def wait_for_health(base_url: str, status: int, bound_s: float) -> httpx.Respons
 
 def test_split_serving_matches_one_process_survives_a_killed_worker_and_recovers(tmp_path: Path) -> None:
     gguf = smollm2_gguf_path()
-    with launched_server(gguf, threads=1, extra_args=["--context", str(CONTEXT), "--no-verify"]) as alone:
+    # A split keeps llama.cpp's flash attention (runtimes/llama_cpp/attention.py): the one-process load it must
+    # equal runs the same kernel (plain attention ranks tokens alike but moves logits in their last bits).
+    with launched_server(gguf, threads=1, extra_args=["--context", str(CONTEXT), "--no-verify",
+                                                      "--flash-attention", "on"]) as alone:
         expected = greedy_texts(alone.base_url)
     with running_workers(tmp_path) as workers, \
             launched_server(gguf, threads=1, extra_args=split_args(workers_flag(workers)),

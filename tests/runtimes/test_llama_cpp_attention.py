@@ -1,0 +1,106 @@
+"""Flash or plain attention on llama.cpp (runtimes/llama_cpp/attention.py): the real SmolLM2-135M-Instruct
+greedy-decodes the same text with either, ``measured`` takes the faster one as timed (and remembers the
+timing per model file and device, measured by a child process), and keeps llama.cpp's choice where plain attention cannot run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from edgeopt.runtimes.base import StepInput
+from edgeopt.runtimes.llama_cpp import attention, load_gguf
+from edgeopt.runtimes.llama_cpp.attention import AttentionTiming
+
+from edgeopt.demo.smollm2 import smollm2_gguf_path
+from edgeopt.errors import BackendError
+from edgeopt.file_stamp import file_stamp
+from tests.runtimes.test_llama_cpp import THREADS, assert_same_greedy, greedy_alone
+
+
+def open_streams(path: Path, flash_attention: str, kv_type: str = "f16", n_gpu_layers: int = 0):
+    return load_gguf(path, kv_capacity_tokens=2048, max_slots=1, max_batch_tokens=128, threads=THREADS,
+                     n_gpu_layers=n_gpu_layers, cache_slots=0, context_length=1024, kv_layout="streams",
+                     kv_type=kv_type, flash_attention=flash_attention)
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tiny_gguf_factory) -> Path:
+    return tiny_gguf_factory("llama-gqa", "F16")
+
+
+def test_plain_attention_decodes_the_real_models_text_as_flash_attention_does() -> None:
+    path = smollm2_gguf_path()
+    flash, plain = open_streams(path, "on"), open_streams(path, "off")
+    try:
+        assert (flash.flash_attention, plain.flash_attention) == (True, False)
+        prompt = flash.tokenizer.encode("The three primary colours are red, yellow and blue. Mixing red and blue "
+                                        "gives purple; mixing yellow and blue gives")
+        # Every prompt position's logits (scores over up to 30 cells), then 32 greedy tokens
+        rows = [runtime.step([StepInput(0, prompt, 0, True, all_logits=True)]) for runtime in (flash, plain)]
+        for runtime in (flash, plain):
+            runtime.release(0)
+        # Flash attention accumulates in f16 on the CPU, so the two differ by more than a batch layout does
+        # (measured: mean 0.18 on logits whose spread is 5.2), never in the token each position ranks first.
+        assert np.abs(rows[0] - rows[1]).mean() < 0.1 * rows[0].std()
+        assert (rows[0].argmax(axis=1) == rows[1].argmax(axis=1)).all()
+        expected, expected_rows = greedy_alone(flash, prompt, 32)
+        got, _ = greedy_alone(plain, prompt, 32)
+        assert_same_greedy(expected, got, expected_rows)
+    finally:
+        flash.close()
+        plain.close()
+
+
+def test_measured_takes_plain_attention_only_when_clearly_faster(tiny_gguf: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def timings(plain_step: float):
+        return lambda *args: (AttentionTiming(0.5, 0.010), AttentionTiming(0.5, plain_step))
+
+    # A request of 384 + 128 tokens: 0.5 + 128 x 10 ms with flash attention
+    for plain_step, flash in ((0.007, False), (0.0097, True), (0.013, True)):
+        monkeypatch.setattr(attention, "measured_timings", timings(plain_step))
+        runtime = open_streams(tiny_gguf, "measured")
+        assert runtime.flash_attention is flash, plain_step
+        runtime.close()
+
+
+def test_the_timing_is_measured_once_per_model_file_and_device(tiny_gguf: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    first = open_streams(tiny_gguf, "measured")
+    first.close()
+    saved = attention._timing_file(file_stamp(tiny_gguf), THREADS, 128)
+    timings = json.loads(saved.read_text())
+    assert timings["flash"]["step_seconds"] > 0 and timings["plain"]["prefill_seconds"] > 0
+
+    def must_not_time(*args):
+        raise AssertionError("timed again")
+
+    monkeypatch.setattr(attention, "probe", must_not_time)
+    again = open_streams(tiny_gguf, "measured")
+    assert again.flash_attention == first.flash_attention
+    again.close()
+
+
+def test_llama_cpps_choice_stays_where_plain_attention_cannot_run(tiny_gguf: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    def must_not_measure(*args):
+        raise AssertionError("measured")
+
+    monkeypatch.setattr(attention, "measured_timings", must_not_measure)
+    # (the tiny model's 16-wide heads cannot hold a q8_0 cache: SmolLM2's 64 can)
+    for runtime in (open_streams(tiny_gguf, "llama-auto"), open_streams(smollm2_gguf_path(), "measured", kv_type="q8_0")):
+        assert runtime.flash_attention is None
+        runtime.close()
+    assert attention.resolve_flash_attention("measured", tiny_gguf, on_cpu=False, kv_quantized=False, threads=1,
+                                             batch_tokens=128, model_key=()) is None  # a GPU or RPC workers
+
+
+def test_a_file_the_probe_cannot_time_is_a_clear_error(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + bytes(60))
+    with pytest.raises(BackendError) as caught:
+        attention.measured_timings(broken, 1, 128, file_stamp(broken))
+    assert "timing flash against plain attention on" in caught.value.message and str(broken) in caught.value.message
+    assert "--flash-attention on" in caught.value.hint
