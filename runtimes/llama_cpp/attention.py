@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import platform
 import subprocess
 import sys
@@ -85,7 +86,7 @@ def measured_timings(path: Path, threads: int, batch_tokens: int,
     measured = probe(path, threads, batch_tokens)
     flash, plain = _timings(measured)
     saved_at.parent.mkdir(parents=True, exist_ok=True)
-    partial = saved_at.with_suffix(".partial")
+    partial = saved_at.with_suffix(f".{os.getpid()}.partial")  # servers starting together each write their own
     partial.write_text(json.dumps(measured))
     partial.replace(saved_at)
     return flash, plain
