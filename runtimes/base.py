@@ -136,6 +136,9 @@ class Runtime(Protocol):
     # Saved prefix state (``serve --warm``; RuntimeInfo.saves_prefix_state says a runtime has it).
     # The KV cache's element type where the runtime has several (llama.cpp); part of a saved state's identity.
     kv_type: str | None = None
+    # Whether V is stored transposed (llama.cpp without flash attention): a saved state loads only where it is
+    # stored the same way. None where the runtime has one layout.
+    kv_v_transposed: bool | None = None
 
     def save_sequence(self, seq_id: int, path: Path, tokens: list[int]) -> int:
         """Write the KV of ``seq_id``, which holds exactly ``tokens``, to ``path``; returns the bytes written."""

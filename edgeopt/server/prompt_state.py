@@ -62,7 +62,8 @@ def system_prefix_tokens(system_text: str, tokenizer: Tokenizer, template: ChatT
 def fingerprint(manifest: Manifest, runtime: Runtime) -> dict[str, Any]:
     model_hash = manifest.files.get(manifest.model_file, {}).get("sha256")
     return {"format": STATE_FORMAT, "model_file": manifest.model_file, "model_sha256": model_hash,
-            "kv_type": runtime.kv_type, "llama_cpp_python": version("llama-cpp-python")}
+            "kv_type": runtime.kv_type, "llama_cpp_python": version("llama-cpp-python"),
+            "v_transposed": runtime.kv_v_transposed}
 
 
 def warm_prompt_cache(engine: ServingEngine, runtime: Runtime, manifest: Manifest, template: ChatTemplate | None,

@@ -104,3 +104,22 @@ def test_a_file_the_probe_cannot_time_is_a_clear_error(tmp_path: Path) -> None:
         attention.measured_timings(broken, 1, 128, file_stamp(broken))
     assert "timing flash against plain attention on" in caught.value.message and str(broken) in caught.value.message
     assert "--flash-attention on" in caught.value.hint
+
+
+def test_a_saved_kv_state_names_the_v_layout_it_was_saved_in(tiny_gguf: Path) -> None:
+    # Plain attention stores V transposed: llama.cpp reads a sequence state back only into the same layout, so
+    # `--warm` and the swap space refuse (and recompute) a state saved under the other kernel.
+    from types import SimpleNamespace
+
+    from edgeopt.server.models.swap_index import fingerprint_differences
+    from edgeopt.server.prompt_state import fingerprint
+
+    manifest = SimpleNamespace(files={}, model_file=tiny_gguf.name)
+    flash, plain = open_streams(tiny_gguf, "on"), open_streams(tiny_gguf, "off")
+    try:
+        saved, served = fingerprint(manifest, flash), fingerprint(manifest, plain)
+        assert (saved["v_transposed"], served["v_transposed"]) == (False, True)
+        assert fingerprint_differences(saved, served) == ["v_transposed False (this server: True)"]
+    finally:
+        flash.close()
+        plain.close()
