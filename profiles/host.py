@@ -54,13 +54,24 @@ def usable_cpu_count() -> int:
     return len(usable_cpus()) or (os.cpu_count() or 1)
 
 
+def _cpuinfo_lines() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
 def cpu_flags() -> set[str]:
     """The CPU's feature flags from /proc/cpuinfo ("flags" on x86, "Features" on ARM); empty elsewhere."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    return {flag for line in text.splitlines() if line.startswith(("flags", "Features")) for flag in line.split()}
+    return {flag for line in _cpuinfo_lines() if line.startswith(("flags", "Features")) for flag in line.split()}
+
+
+def cpu_model_name() -> str:
+    """The CPU's model from /proc/cpuinfo ("model name" on x86, "Model" or "CPU part" on ARM), else the platform's."""
+    for line in _cpuinfo_lines():
+        if line.startswith(("model name", "Model", "CPU part")):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
 
 
 def _cpu_isa() -> str:

@@ -42,7 +42,7 @@ from edgeopt.errors import ConfigError
 from edgeopt.file_stamp import file_stamp
 from edgeopt.sizing.layout import (KV_LAYOUTS, MAX_SEQUENCE_IDS, STREAM_ALIGN, STREAMS, UNIFIED,  # noqa: F401
                                    default_cache_slots, stream_layout)
-from edgeopt.sizing.attention import OFF, RUNTIME_LLAMA_AUTO
+from edgeopt.sizing.attention import RUNTIME_LLAMA_AUTO
 from edgeopt.sizing.kv_types import KV_TYPES, check_head_dims
 from edgeopt.profiles import DeviceProfile, load_profile
 from edgeopt.profiles.host import usable_cpu_count
@@ -105,9 +105,6 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
             kv_capacity_tokens, cache_slots = layout.total_cells, layout.cache_slots
         n_threads = threads or max_default_threads(profile)
         file_key = file_stamp(Path(path))
-        if flash_attention == OFF and KV_TYPES[kv_type].quantized:
-            raise ConfigError(f"flash_attention=off with KV type {kv_type}: llama.cpp reads a quantized KV cache only "
-                              "inside flash attention", "use kv_type f16, or flash attention")
         flash = resolve_flash_attention(flash_attention, Path(path), on_cpu=n_gpu_layers == 0 and offload is None,
                                         kv_quantized=KV_TYPES[kv_type].quantized, threads=n_threads,
                                         batch_tokens=max_batch_tokens, model_key=file_key)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
+from edgeopt.profiles.host import cpu_model_name
 
 from edgeopt.cache import cache_root
 from edgeopt.errors import BackendError, ConfigError
@@ -62,6 +63,9 @@ def resolve_flash_attention(asked: str, path: Path, *, on_cpu: bool, kv_quantize
     this model's earlier timing on this device) where plain attention can run, else leaves llama.cpp's."""
     if asked not in RUNTIME_CHOICES:
         raise ConfigError(f"flash_attention={asked!r} is not a choice", f"use one of {', '.join(RUNTIME_CHOICES)}")
+    if asked == OFF and kv_quantized:
+        raise ConfigError("flash_attention=off with a quantized KV cache: llama.cpp reads one only inside flash "
+                          "attention", "use kv_type f16, or flash attention")
     if asked in (ON, OFF):
         return asked == ON
     if asked == RUNTIME_LLAMA_AUTO or not on_cpu or kv_quantized:
@@ -116,17 +120,7 @@ def _timings(measured: dict) -> tuple[AttentionTiming, AttentionTiming]:
 
 def _timing_file(model_key: tuple, threads: int, batch_tokens: int) -> Path:
     """One file per model file, CPU, llama.cpp build, thread count and batch."""
-    identity = json.dumps([list(model_key), platform.machine(), _cpu_name(), llama_cpp.__version__,
+    identity = json.dumps([list(model_key), platform.machine(), cpu_model_name(), llama_cpp.__version__,
                            llama_cpp.llama_print_system_info().decode(errors="replace"), threads, batch_tokens],
                           default=str)
     return cache_root() / "attention" / f"{hashlib.sha256(identity.encode()).hexdigest()[:32]}.json"
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "Model", "CPU part")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()

@@ -56,9 +56,6 @@ class LlamaCppRuntime(Runtime):
         self.kv_type = kv_type  # the KV cache's element type (edgeopt.sizing.kv_types); part of any saved state's identity
         self.kv_layout = kv_layout  # edgeopt.sizing.layout's name of the strategy below
         self.flash_attention = flash_attention  # None: llama.cpp's choice
-        # Plain attention stores V transposed; None counts as flash: llama.cpp's auto takes it wherever the
-        # backend has the kernel (a saved state it cannot read is refused by llama.cpp all the same)
-        self.kv_v_transposed = flash_attention is False
         layout_class = KV_LAYOUT_CLASSES[kv_layout]
         # llama.cpp reserves a logits row per sequence id at least; a verification pass needs one per token.
         self._max_outputs = max_slots + max(cache_slots, draft_rows)  # the context's n_outputs_max
@@ -120,6 +117,12 @@ class LlamaCppRuntime(Runtime):
                                f"n_seq_max={max_slots + cache_slots} ({max_slots} slots + {cache_slots} cached-prefix "
                                f"ids), KV cache type {self.kv_type}", FEWER_KV_CELLS_HINT)
         return ctx
+
+    @property
+    def kv_v_transposed(self) -> bool:
+        """Plain attention stores V transposed. None counts as flash: llama.cpp's auto takes it wherever the
+        backend has the kernel (a saved state it cannot read is refused by llama.cpp all the same)."""
+        return self.flash_attention is False
 
     def step(self, batch: list[StepInput]) -> np.ndarray:
         with self._lock:
