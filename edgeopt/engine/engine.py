@@ -241,8 +241,11 @@ class Engine:
         if not out.chunks:
             assert not self._scheduler.running, "running sequences but nothing scheduled"
             return out
-        if out.feeds_several_tokens:
-            self._requests.flush(hold=False)  # a step with prefill is long: send held text before it
+        prefill_tokens = out.prefill_tokens
+        if prefill_tokens:
+            # a step with prefill is long: send held text before it. (Not before a drafted step, barely longer than
+            # a decode's: that woke the event loop every few tokens and cost the demo model 7% at one stream.)
+            self._requests.flush(hold=False)
         sampled = out.sampled
         pending_masks = self._sampler.start(sampled)  # computed beside the forward pass
         self._stepping.set()
@@ -255,15 +258,17 @@ class Engine:
         finally:
             masks = self._sampler.collect(pending_masks)
         self._steps_total += 1
-        self.prefill_tokens_total += out.prefill_tokens
+        self.prefill_tokens_total += prefill_tokens
         rows = sampling_rows(out.chunks, logits)  # (the sampler never writes logits: the verifier reads them after)
+        verifier = self._verifier
+        drafted = verifier is not None and bool(out.drafted)
         with self._sampler.applying(sampled):
             self._scheduler.update_from_output(out, self._sampler.sample(sampled, rows, masks))
-            if self._verifier is not None and out.drafted:
-                self._verifier.verify(out, logits, self._sampler.draw, self._scheduler)
+            if verifier is not None and drafted:
+                verifier.verify(out, logits, self._sampler.draw, self._scheduler)
         self._requests.flush()
-        if self._verifier is not None:  # the whole step: a drafted one also costs its verification and trims
-            self._verifier.observe_step(out, time.perf_counter() - step_started)
+        if verifier is not None:  # the whole step: a drafted one also costs its verification and trims
+            verifier.observe_step(out, time.perf_counter() - step_started, drafted)
         return out
 
     def _drain_inbox(self) -> None:

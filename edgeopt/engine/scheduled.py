@@ -61,11 +61,6 @@ class SchedulerOutput:
         """Every chunk feeds one pending token (plus its draft, if any): a pass the step-cost model learns from."""
         return all(len(c.tokens) - len(c.draft) == 1 for c in self.chunks)
 
-    @property
-    def feeds_several_tokens(self) -> bool:
-        """Some chunk feeds more than one token (a prompt slice, or a draft): a longer pass than a decode's."""
-        return len(self.chunks) < self.num_tokens
-
     def runtime_batch(self) -> list[StepInput]:
         return [StepInput(c.seq.slot, c.tokens, c.start_pos, c.want_logits, c.all_logits) for c in self.chunks]
 

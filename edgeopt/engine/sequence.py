@@ -60,9 +60,12 @@ class Sequence:
         self.constraint = TokenConstraint(params.grammar) if params.grammar is not None else None
         # echo + logprobs: one entry per prompt token, filled from the prefill's logits (the first has none)
         # Speculation: cells past num_computed holding drafted tokens' KV, kept until the target agrees with
-        # them (edgeopt.engine.speculation.verify); and the drafter's state (its n-gram index).
+        # them (edgeopt.engine.speculation.verify); the drafter's state (its n-gram index); and how many tokens
+        # it must have emitted before drafting is considered for it again (speculation.controller: a step
+        # where every sequence sleeps skips drafting at the cost of this comparison).
         self.draft_cells = 0
         self.draft_state: object | None = None
+        self.draft_wake_at = 0
         self.prompt_logprobs: list[TokenLogprob | None] | None = [None] if params.prompt_logprobs is not None else None
 
     @property

@@ -202,3 +202,38 @@ def test_text_that_the_lookup_does_not_predict_keeps_drafting_off() -> None:
     before = controller._state(seq).acceptance
     assert copying_until_drafted(controller, seq, text[:PROBE_EVERY]) is None
     assert controller._state(seq).acceptance < before
+
+
+def test_free_text_is_looked_up_only_now_and_then_and_sleeps_between() -> None:
+    """Text the lookup never predicts: each miss puts the sequence to sleep for a few tokens (nothing that
+    decides its drafting changes meanwhile), so most steps cost the engine a comparison, not a lookup."""
+    controller = SpeculationController("ngram")
+    controller.cost.set_prior(0.006, 0.6, CPU_CURVE)
+    seq = Sequence("s", [7, 8, 9, 7, 8, 10], SamplingParams(max_tokens=200))
+    lookups = 0
+    index = controller._state(seq).index
+    lookup = index.draft_sequence
+
+    def counted(*args: object) -> list[int]:
+        nonlocal lookups
+        lookups += 1
+        return lookup(*args)  # type: ignore[arg-type]
+
+    index.draft_sequence = counted  # type: ignore[method-assign]
+    asleep = 0
+    for token in range(1000, 1060):  # never seen before: every lookup misses
+        asleep += controller.asleep(seq)
+        assert controller.propose([seq], 0, 100, 100, False) == [[]]
+        seq.output_ids.append(token)
+    assert 5 <= lookups <= 60 // 4 + 2  # thinned out, but it keeps looking
+    assert asleep >= 60 - lookups - 2
+
+
+def test_a_request_auto_never_drafts_sleeps_for_good() -> None:
+    def seeded() -> Sequence:
+        return Sequence("s", [5, 6, 7, 8, 5, 6, 7, 8, 5, 6], SamplingParams(max_tokens=100, temperature=0.7, seed=3))
+
+    controller = SpeculationController("auto")
+    assert controller.asleep(seeded())  # decided on first sight, before any lookup
+    assert not SpeculationController("ngram").asleep(seeded())
+    assert not controller.asleep(sequence([]))

@@ -11,10 +11,15 @@ readily, and a full batch, whose pass is already mostly per-token work, does not
 A sequence that stopped drafting (its acceptance fell) keeps learning, so that it notices when it starts quoting
 again: the n-gram draft it was not given is scored against the tokens it emits next, at no pass's cost (with a
 draft model, whose proposals cost passes of their own, a short draft is verified every PROBE_EVERY steps).
+Between two such lookups nothing that decides its drafting changes, so it is not looked at
+(``Sequence.draft_wake_at``): a sequence that does not draft costs a step a comparison, which matters where a
+step is a fraction of a millisecond (the trained demo model, one stream: 20 us of controller work a step was
+4% of its decode; code run right after a pass runs from cold caches, several times slower than in a loop).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -112,7 +117,7 @@ class SpeculationController:
         self.draft_model = draft_model
         self.source = "draft" if draft_model is not None else "ngram"  # /metrics label of the drafting source
         self.cost = StepCostModel()
-        self._costs: dict[tuple[int, float, int], list[float]] = {}  # _draft_costs' answers at _costs_version
+        self._costs: dict[tuple[int, float, int], tuple[list[float], bool]] = {}  # _draft_costs' answers at _costs_version
         self._costs_version: tuple[int, int] | None = None
 
     @property
@@ -132,27 +137,35 @@ class SpeculationController:
             return drafts  # every draft would add a whole pass over the weights
         if self.draft_model is not None:
             return self._propose_from_model(decoding, min(token_room, row_room))
+        awake = [i for i, seq in enumerate(decoding) if not self.asleep(seq)]
+        if not awake:
+            return drafts
         tokens = len(decoding) + other_tokens
         produced = float(len(decoding))
         room = min(token_room, row_room)
-        costs = self._draft_costs(tokens, produced, min(room, MAX_DRAFT_TOKENS))
-        if all(cost >= k for k, cost in enumerate(costs, 1)):
+        costs, pays = self._draft_costs(tokens, produced, min(room, MAX_DRAFT_TOKENS))
+        if not pays:
             return drafts  # not even drafts taken whole would pay (a full batch on a CPU): no lookups either
-        for seq in decoding:
-            self._score_unsent(seq)
-        for i, seq in sorted(enumerate(decoding), key=lambda e: -self._state(e[1]).acceptance):
-            if self.mode == "auto" and _asks_for_the_same_draw(seq):
-                continue
+        for i in awake:
+            self._score_unsent(decoding[i])
+        if len(awake) > 1:
+            awake.sort(key=lambda i: -self._state(decoding[i]).acceptance)
+        for i in awake:
+            seq = decoding[i]
             state = self._state(seq)
             limit = min(room, MAX_DRAFT_TOKENS, _tokens_left(seq))
             best_k = best_draft_length(state.acceptance, costs[:limit]) if limit > 0 else 0
             if best_k == 0:
+                emitted = len(seq.output_ids)
                 # Scored instead of verified (a probe would cost a pass's worth on a full batch and tell the same)
-                if not state.unsent and limit > 0 and len(seq.output_ids) >= state.lookup_at:
+                if not state.unsent and limit > 0 and emitted >= state.lookup_at:
                     state.unsent = state.index.draft_sequence(seq.prompt_ids, seq.output_ids, UNSENT_TOKENS)
-                    state.unsent_at = len(seq.output_ids)
+                    state.unsent_at = emitted
                     if not state.unsent:
                         self._missed(seq, state)
+                # asleep until its unsent draft is all emitted (scored whole then) or its next lookup is due
+                seq.draft_wake_at = (state.unsent_at + len(state.unsent) if state.unsent
+                                     else max(state.lookup_at, emitted + 1))
                 continue
             state.unsent = []  # a verified draft tells the same, and better
             draft = state.index.draft_sequence(seq.prompt_ids, seq.output_ids, best_k)
@@ -164,22 +177,30 @@ class SpeculationController:
             room -= len(draft)
             tokens += len(draft)
             produced += expected_gain(state.acceptance, len(draft))
-            costs = self._draft_costs(tokens, produced, min(room, MAX_DRAFT_TOKENS))
+            costs, _ = self._draft_costs(tokens, produced, min(room, MAX_DRAFT_TOKENS))
         return drafts
 
-    def _draft_costs(self, tokens: int, produced: float, longest: int) -> list[float]:
+    def asleep(self, seq: Sequence) -> bool:
+        """An n-gram sequence that nothing could make draft this step (``Sequence.draft_wake_at``)."""
+        self._state(seq)  # (a new sequence's first look decides whether auto drafts it at all)
+        return self.draft_model is None and len(seq.output_ids) < seq.draft_wake_at
+
+    def _draft_costs(self, tokens: int, produced: float, longest: int) -> tuple[list[float], bool]:
         """costs[k - 1]: what growing a pass of ``tokens`` tokens by k drafted ones costs, in tokens: the step's
-        ``produced`` tokens times the share of time it adds, times COST_MARGIN."""
+        ``produced`` tokens times the share of time it adds, times COST_MARGIN; and whether any k would pay if
+        its whole draft were taken."""
         version = self.cost.prices_version()
         if version != self._costs_version:
             self._costs.clear()
             self._costs_version = version
         key = (tokens, produced, longest)
-        if key not in self._costs:
+        found = self._costs.get(key)
+        if found is None:
             step = self.cost.relative(tokens)
-            self._costs[key] = [COST_MARGIN * produced * (self.cost.relative(tokens + k) / step - 1.0)
-                                for k in range(1, longest + 1)]
-        return self._costs[key]
+            costs = [COST_MARGIN * produced * (self.cost.relative(tokens + k) / step - 1.0)
+                     for k in range(1, longest + 1)]
+            found = self._costs[key] = (costs, any(cost < k for k, cost in enumerate(costs, 1)))
+        return found
 
     def _propose_from_model(self, decoding: list[Sequence], room: int) -> list[list[int]]:
         """The draft model's tokens for each sequence while room lasts: --draft-tokens of them ("draft"), or in
@@ -277,10 +298,11 @@ class SpeculationController:
     def observe_step(self, tokens: int, seconds: float) -> None:
         self.cost.observe(tokens, seconds)
 
-    @staticmethod
-    def _state(seq: Sequence) -> DraftState:
+    def _state(self, seq: Sequence) -> DraftState:
         if seq.draft_state is None:
             seq.draft_state = DraftState(NgramIndex())
+            if self.mode == "auto" and self.draft_model is None and _asks_for_the_same_draw(seq):
+                seq.draft_wake_at = sys.maxsize  # never drafted with n-grams (a draft model's are left out one by one)
         return seq.draft_state  # type: ignore[return-value]
 
 

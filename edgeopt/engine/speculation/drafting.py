@@ -21,13 +21,16 @@ def attach_drafts(spec: Speculation, out: SchedulerOutput, budget: int, free_cel
                   allocate: Callable[[Sequence, int], None]) -> None:
     """Extend ``out``'s decode chunks with the drafts the controller proposes within ``budget`` tokens and
     ``free_cells``; ``allocate(seq, n)`` takes the cells of a sequence's ``n`` drafted tokens."""
+    for chunk in out.chunks:
+        if len(chunk.seq.output_ids) >= chunk.seq.draft_wake_at:
+            break
+    else:
+        return  # every sequence sleeps (controller: the common step where nothing drafts must cost next to nothing)
     decoding = [i for i, c in enumerate(out.chunks) if len(c.tokens) == 1 and c.want_logits and not c.all_logits]
-    if not decoding:
-        return
+    seqs = [out.chunks[i].seq for i in decoding]
     other_tokens = out.num_tokens - len(decoding)
     rows = sum(len(c.tokens) if c.all_logits else int(c.want_logits) for c in out.chunks)
     row_room = spec.max_rows - rows if spec.max_rows is not None else budget
-    seqs = [out.chunks[i].seq for i in decoding]
     drafts = spec.controller.propose(seqs, other_tokens, min(budget, free_cells), row_room, spec.splits_mixed_lengths)
     for i, seq, draft in zip(decoding, seqs, drafts):
         draft = draft[:max(0, spec.context_tokens - seq.num_tokens)]
