@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from edgeopt import backends
+from edgeopt.engine.speculation.controller import DEFAULT_MODE, longest_draft
 from edgeopt.errors import ConfigError, DoesNotFitError, UnsupportedArchitectureError
 from edgeopt.sizing.budget import MIB, KvFacts, MemoryPool, after_margin, memory_pool, model_kv_facts, size_kv
 from edgeopt.sizing.kv_types import check_head_dims, head_dims_fit, kv_element_bytes
@@ -118,7 +119,8 @@ def size_candidate(spec: ModelSpec, profile: DeviceProfile, fmt: str, quant: str
     else:
         kv_type = None
     shape = decide_serving_shape(entry, quant, facts, pool,
-                                 ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type))
+                                 ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type,
+                                              draft_rows=longest_draft(DEFAULT_MODE)))
     return candidate_from_shape(fmt, quant, shape, context, concurrency, spec.is_encoder)
 
 

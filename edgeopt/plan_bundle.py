@@ -15,6 +15,7 @@ from pathlib import Path
 
 from edgeopt import backends
 from edgeopt.bundle import MANIFEST, Manifest, read_manifest
+from edgeopt.engine.speculation.controller import DEFAULT_MODE, longest_draft
 from edgeopt.model_spec import ModelSpec, encoder_input_limit
 from edgeopt.plan import Candidate, Plan, candidate_from_shape
 from edgeopt.profiles import DeviceProfile
@@ -41,7 +42,7 @@ def plan_bundle(bundle_dir: Path, profile: DeviceProfile, context: int | None = 
         return Plan(str(bundle_dir), profile.name, pool.bytes, context, 1, [candidate],
                     candidate if candidate.fits else None)
     request = ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type,
-                           prefix_cache_bytes=prefix_cache_bytes)
+                           prefix_cache_bytes=prefix_cache_bytes, draft_rows=longest_draft(DEFAULT_MODE))
     shape = planned_bundle_shape(bundle_dir, manifest, request, memory_bytes, profile)
     sequences, served_context = shape.max_sequences, context or shape.context_length
     candidate = candidate_from_shape(manifest.format, manifest.quant, shape, served_context, sequences, encoder=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgeopt.engine.speculation.controller import longest_draft
 from edgeopt.engine.speculation.draft_model import DEFAULT_DRAFT_TOKENS
 from edgeopt.model_source import open_model_source
 from edgeopt.plan import Plan, candidate_from_shape
@@ -19,7 +20,8 @@ def plan_beside_draft(model: Path, draft: Path, profile: DeviceProfile, context:
                       concurrency: int | None = None, memory_bytes: int | None = None, kv_type: str | None = None,
                       draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> tuple[Plan, DraftPlan]:
     source, draft_source = open_model_source(model, verify=False), open_model_source(draft, verify=False)
-    request = ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type)
+    request = ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type,
+                           draft_rows=longest_draft("draft", draft_tokens))
     shape, draft_plan = shape_beside_draft(source.bundle_dir, source.manifest, request, draft_source.bundle_dir,
                                            draft_source.manifest, draft_tokens, memory_bytes, profile, refuse=False)
     served_context = context or shape.context_length

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeopt import backends
+from edgeopt.engine.speculation.controller import DEFAULT_MODE, longest_draft
 from edgeopt.errors import ConfigError
 from edgeopt.gguf_model import gguf_kv_elements_per_token, gguf_metadata, gguf_model_spec
 from edgeopt.plan import Plan, candidate_from_shape, choose_kv_type, recommend
@@ -36,7 +37,8 @@ def plan_gguf_file(path: Path, profile: DeviceProfile, context: int | None = Non
         check_head_dims(kv_type, spec.head_dim, spec.head_dim, str(path))
     kv_type = kv_type or choose_kv_type(spec, profile, facts, pool, entry.kv_cache_types, context, concurrency)
     shape = decide_serving_shape(entry, meta.file_type, facts, pool,
-                                 ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type))
+                                 ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type,
+                                              draft_rows=longest_draft(DEFAULT_MODE)))
     candidate = candidate_from_shape("gguf", meta.file_type, shape, context, concurrency, encoder=False)
     # A file's quant is what it is: it is recommended when it fits, whatever the profile would pick.
     return Plan(str(path), profile.name, pool.bytes, context, concurrency, [candidate],

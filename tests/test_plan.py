@@ -50,10 +50,11 @@ def test_mha_f16_gguf_size_and_capacity():
     assert 0 < metadata < 128 * 1024
     usable = 3 * GIB
     # llama.cpp's overhead: 94 MiB fixed, 300 bytes a vocabulary entry, 9,216 per unit of the feed-forward
-    # width, and 4 logits rows (4 bytes x vocabulary) for each of the 2 sequences asked for; in the streams
-    # layout with an f16 KV cache, plain attention's scores too: 128 batch tokens x 1,024 cells x 4 heads x 4 bytes.
+    # width, 4 logits rows (4 bytes x vocabulary) for each of the 2 sequences asked for, and 2 for each of the 10
+    # tokens of serve's default speculation's longest draft; in the streams layout with an f16 KV cache, plain
+    # attention's scores too: 128 batch tokens x 1,024 cells x 4 heads x 4 bytes.
     assert cand.kv_layout == "streams"
-    overhead = 94 * MIB + 1000 * 300 + 512 * 9216 + 2 * 4 * 1000 * 4 + 128 * 1024 * 4 * 4
+    overhead = 94 * MIB + 1000 * 300 + 512 * 9216 + 2 * 4 * 1000 * 4 + 2 * 10 * 1000 * 4 + 128 * 1024 * 4 * 4
     assert cand.overhead_bytes == overhead
     budget = usable - int(usable * 0.05) - cand.weight_bytes - overhead  # the 5% safety margin
     assert cand.kv_budget_bytes == budget

@@ -43,9 +43,9 @@ def parse_prefix_cache_memory(text: str | None, prefix_cache: bool) -> int | Non
 def speculative_mode(asked: str | None, draft: Path | None, several: bool) -> str:
     """The --speculative mode, checked beside --draft: a draft model is the drafting source of "draft" (its
     default) and "auto", and nothing else."""
-    from edgeopt.engine.speculation.controller import check_mode
+    from edgeopt.engine.speculation.controller import DEFAULT_MODE, check_mode
 
-    mode = asked or ("draft" if draft is not None else "off")
+    mode = asked or ("draft" if draft is not None else DEFAULT_MODE)
     check_mode(mode)
     if draft is None and mode == "draft":
         raise ConfigError("--speculative draft needs a draft model", "pass --draft BUNDLE_OR_GGUF")
@@ -138,11 +138,11 @@ def serve(
     speculative: Annotated[Optional[str], typer.Option(
         "--speculative",
         help="Speculative decoding: guessed tokens verified in the same forward pass, the output unchanged "
-             "(docs/speculative_decoding.md). auto: the best drafting source available (today n-gram lookup in "
+             "(docs/speculative_decoding.md). auto (the default): the best drafting source available (today n-gram lookup in "
              "the request's own prompt and output), drafting only where it pays (a lone stream, text that "
              "quotes its prompt) and not when the batch is full; with --draft, the draft model, as many tokens as its "
              "measured cost pays for. ngram: n-gram lookup. draft: the --draft model, --draft-tokens every step (the "
-             "default with --draft). off (the default without): none; see the docs for why.")] = None,
+             "default with --draft). off: none. Default: auto (draft with --draft).")] = None,
     draft: Annotated[Optional[Path], typer.Option(
         "--draft", exists=True,
         help="A small model (bundle or GGUF file) with the target's vocabulary that drafts tokens for the target to "

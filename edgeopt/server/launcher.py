@@ -26,7 +26,7 @@ from edgeopt import backends
 from edgeopt.bundle import Manifest
 from edgeopt.engine import Engine, EngineConfig, engine_config_for
 from edgeopt.engine.api import ServingEngine
-from edgeopt.engine.speculation.controller import longest_draft
+from edgeopt.engine.speculation.controller import DEFAULT_MODE, longest_draft
 from edgeopt.errors import ConfigError
 from edgeopt.model_source import bundle_model_names, model_card, open_model_source
 from edgeopt.rpc.endpoints import Endpoint
@@ -78,7 +78,7 @@ class ServeOptions:
     flash_attention: str = AUTO  # llama.cpp (gguf) only: auto, on, off (edgeopt.sizing.attention)
     stream_interval_ms: float = 50.0  # streamed text at most this often when tokens come faster (engine.stream)
     responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses.store)
-    speculative: str = "off"  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto, draft
+    speculative: str = DEFAULT_MODE  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto, draft
     workers: tuple[Endpoint, ...] = ()  # llama.cpp RPC workers the model is split across (edgeopt.rpc.head)
     worker_timeout_s: float = 60.0  # a worker silent this long is dead (edgeopt.rpc.metrics.WorkerWatch)
     prefix_cache_bytes: int | None = None  # --prefix-cache-memory: KV for cached prefixes (edgeopt.sizing.shape)

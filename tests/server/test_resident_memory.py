@@ -96,7 +96,7 @@ def serve_at_full_load(bundle: Path, memory: str, log: Path) -> Measured:
     resident = candidate.resident
     assert f'edgeopt_kv_cells{{purpose="live"}} {float(resident.kv_live_cells)}' in metrics
     assert f'edgeopt_kv_cells{{purpose="prefix"}} {float(resident.kv_prefix_cells)}' in metrics
-    assert "edgeopt_planned_resident_bytes " in metrics
+    assert f"edgeopt_planned_resident_bytes {float(resident.total_bytes)}" in metrics  # plan and serve: one figure
     return Measured(candidate.resident.total_bytes, peak, candidate.kv_layout)
 
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 # auto: the best source available (a draft model when serve has --draft, else n-gram lookup); draft: --draft's
 SPECULATIVE_MODES = ("off", "ngram", "auto", "draft")
+DEFAULT_MODE = "auto"  # serve's --speculative without --draft (docs/speculative_decoding.md: where it never loses)
 MAX_DRAFT_TOKENS = 10
 ACCEPTANCE_DECAY = 0.8  # weight of past draft outcomes per new verification
 PRIOR_ACCEPTED, PRIOR_REJECTED = 1.0, 1.0  # a new sequence's acceptance starts at 0.5 on little evidence
