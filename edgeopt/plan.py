@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from edgeopt import backends
-from edgeopt.engine.speculation.controller import DEFAULT_MODE, longest_draft
+from edgeopt.speculation_modes import DEFAULT_MODE, longest_draft
 from edgeopt.errors import ConfigError, DoesNotFitError, UnsupportedArchitectureError
 from edgeopt.sizing.budget import MIB, KvFacts, MemoryPool, after_margin, memory_pool, model_kv_facts, size_kv
 from edgeopt.sizing.kv_types import check_head_dims, head_dims_fit, kv_element_bytes

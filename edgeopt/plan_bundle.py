@@ -15,7 +15,7 @@ from pathlib import Path
 
 from edgeopt import backends
 from edgeopt.bundle import MANIFEST, Manifest, read_manifest
-from edgeopt.engine.speculation.controller import DEFAULT_MODE, longest_draft
+from edgeopt.speculation_modes import DEFAULT_MODE, longest_draft
 from edgeopt.model_spec import ModelSpec, encoder_input_limit
 from edgeopt.plan import Candidate, Plan, candidate_from_shape
 from edgeopt.profiles import DeviceProfile

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgeopt.engine.speculation.controller import longest_draft
 from edgeopt.engine.speculation.draft_model import DEFAULT_DRAFT_TOKENS
 from edgeopt.model_source import open_model_source
 from edgeopt.plan import Plan, candidate_from_shape
@@ -14,6 +13,7 @@ from edgeopt.profiles import DeviceProfile
 from edgeopt.sizing.budget import memory_pool
 from edgeopt.sizing.draft import DraftPlan, shape_beside_draft
 from edgeopt.sizing.shape import ShapeRequest
+from edgeopt.speculation_modes import longest_draft
 
 
 def plan_beside_draft(model: Path, draft: Path, profile: DeviceProfile, context: int | None = None,

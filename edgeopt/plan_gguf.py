@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeopt import backends
-from edgeopt.engine.speculation.controller import DEFAULT_MODE, longest_draft
+from edgeopt.speculation_modes import DEFAULT_MODE, longest_draft
 from edgeopt.errors import ConfigError
 from edgeopt.gguf_model import gguf_kv_elements_per_token, gguf_metadata, gguf_model_spec
 from edgeopt.plan import Plan, candidate_from_shape, choose_kv_type, recommend

@@ -5,7 +5,7 @@ The shape reserves the longest draft's rows where the runtime needs them, and co
 from __future__ import annotations
 
 from edgeopt import backends
-from edgeopt.engine.speculation.controller import MAX_DRAFT_TOKENS, longest_draft
+from edgeopt.speculation_modes import MAX_DRAFT_TOKENS, longest_draft
 from edgeopt.sizing.budget import KvFacts, MemoryPool
 from edgeopt.sizing.shape import ShapeRequest, decide_serving_shape
 

@@ -43,7 +43,7 @@ def parse_prefix_cache_memory(text: str | None, prefix_cache: bool) -> int | Non
 def speculative_mode(asked: str | None, draft: Path | None, several: bool) -> str:
     """The --speculative mode, checked beside --draft: a draft model is the drafting source of "draft" (its
     default) and "auto", and nothing else."""
-    from edgeopt.engine.speculation.controller import DEFAULT_MODE, check_mode
+    from edgeopt.speculation_modes import DEFAULT_MODE, check_mode
 
     mode = asked or ("draft" if draft is not None else DEFAULT_MODE)
     check_mode(mode)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from edgeopt.engine.api import DEFAULT_PREFILL_CHUNK, EngineConfig
-from edgeopt.engine.speculation.controller import check_mode
 from edgeopt.errors import ConfigError
 from edgeopt.runtimes.base import Runtime
+from edgeopt.speculation_modes import check_mode
 
 
 def engine_config_for(runtime: Runtime, **overrides: Any) -> EngineConfig:

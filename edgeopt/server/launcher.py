@@ -26,7 +26,7 @@ from edgeopt import backends
 from edgeopt.bundle import Manifest
 from edgeopt.engine import Engine, EngineConfig, engine_config_for
 from edgeopt.engine.api import ServingEngine
-from edgeopt.engine.speculation.controller import DEFAULT_MODE, longest_draft
+from edgeopt.speculation_modes import DEFAULT_MODE, longest_draft
 from edgeopt.errors import ConfigError
 from edgeopt.model_source import bundle_model_names, model_card, open_model_source
 from edgeopt.rpc.endpoints import Endpoint

@@ -133,15 +133,22 @@ def refuse_context_past_window(request: ShapeRequest, model_window: int) -> None
                           f"pass --context {model_window} or less, or leave --context out to use {model_window}")
 
 
+def with_draft_rows(entry: Backend, facts: KvFacts, draft_rows: int) -> KvFacts:
+    """``facts`` whose runtime overhead counts ``draft_rows`` logits rows beyond a row per sequence: in llama.cpp's
+    output buffer and in its graph's logits, two float32 vocabulary rows each (none for other runtimes)."""
+    if not draft_rows or not entry.logits_rows_per_sequence:
+        return facts
+    row_bytes = facts.runtime_bytes_per_sequence // entry.logits_rows_per_sequence
+    return replace(facts, runtime_overhead_bytes=facts.runtime_overhead_bytes + 2 * draft_rows * row_bytes)
+
+
 def decide_serving_shape(entry: Backend, quant: str, facts: KvFacts, pool: MemoryPool, request: ShapeRequest,
                          recorded_kv_type: str | None = None) -> ServingShape:
     """The shape a ``entry``:``quant`` model with ``facts`` is served with in ``pool``. Never refuses for lack of
     room: ``edgeopt plan`` reports it, and a server calls :func:`edgeopt.sizing.budget.require_kv_room`."""
     kv_type = served_kv_type(entry, check_shape_request(entry, request), recorded_kv_type)
     draft_rows = request.draft_rows if entry.logits_rows_per_sequence else 0
-    if draft_rows:  # the rows in llama.cpp's output buffer and in its graph's logits
-        row_bytes = facts.runtime_bytes_per_sequence // entry.logits_rows_per_sequence
-        facts = replace(facts, runtime_overhead_bytes=facts.runtime_overhead_bytes + 2 * draft_rows * row_bytes)
+    facts = with_draft_rows(entry, facts, draft_rows)
     sizing, layout = _sized_with_layout(entry, quant, facts, pool, request, kv_type)
     attention_bytes = 0
     if entry.kv_layouts and plain_attention_possible(request.flash_attention, kv_type, layout) and facts.attention_heads:

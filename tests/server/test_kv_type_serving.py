@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from edgeopt.backends import backend
 from edgeopt.bundle import load_bundle
 from edgeopt.errors import ConfigError
 from edgeopt.pipeline import OptimizeOptions, resolve
@@ -19,6 +20,7 @@ from edgeopt.server.launcher import (
 )
 from edgeopt.sizing.budget import DEFAULT_MAX_SEQUENCES, SAFETY_MARGIN
 from edgeopt.sizing.bundle_facts import bundle_kv_facts
+from edgeopt.sizing.shape import with_draft_rows
 from tests.fixtures.demo_gguf import optimize_demo_gguf
 
 F16_BYTES_PER_TOKEN = 2 * 4 * 2 * 64 * 2  # K and V x 4 layers x 2 KV heads x head_dim 64 x 2 bytes
@@ -32,8 +34,10 @@ def q8_bundle(demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 def memory_for_f16_sequences(bundle: Path, sequences: float, context: int,
                              asked_sequences: int = DEFAULT_MAX_SEQUENCES) -> int:
     """Memory in which an f16 cache holds ``sequences`` full contexts beside the weights and the runtime's
-    overhead for ``asked_sequences`` (--max-concurrency; the server's default when not given)."""
-    facts = bundle_kv_facts(bundle, load_bundle(bundle))
+    overhead for ``asked_sequences`` (--max-concurrency; the server's default when not given), with the logits
+    rows serve's default speculation reserves."""
+    facts = with_draft_rows(backend("gguf"), bundle_kv_facts(bundle, load_bundle(bundle)),
+                            ServeOptions().shape_request().draft_rows)
     kv = int(sequences * context * F16_BYTES_PER_TOKEN)
     return int((facts.weights_bytes + facts.overhead_bytes(asked_sequences) + kv) / (1 - SAFETY_MARGIN))
 

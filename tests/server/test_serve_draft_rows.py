@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeopt.commands.serve_cmd import speculative_mode
-from edgeopt.engine.speculation.controller import MAX_DRAFT_TOKENS
+from edgeopt.speculation_modes import MAX_DRAFT_TOKENS
 from edgeopt.server.launcher import ServeOptions
 
 

@@ -14,7 +14,8 @@ sequences' decode tokens, and only the tokens the target model itself draws are 
 * :mod:`.counters` counts drafted and accepted tokens per drafting source (for /metrics).
 """
 
-from edgeopt.engine.speculation.controller import SPECULATIVE_MODES, SpeculationController
+from edgeopt.engine.speculation.controller import SpeculationController
 from edgeopt.engine.speculation.counters import SpeculationCounters
+from edgeopt.speculation_modes import SPECULATIVE_MODES
 
 __all__ = ["SPECULATIVE_MODES", "SpeculationController", "SpeculationCounters"]

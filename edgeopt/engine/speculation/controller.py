@@ -30,14 +30,11 @@ from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.speculation.ngram import NgramIndex
 from edgeopt.engine.speculation.step_cost import StepCostModel
 from edgeopt.errors import ConfigError
+from edgeopt.speculation_modes import MAX_DRAFT_TOKENS, check_mode
 
 if TYPE_CHECKING:
     from edgeopt.engine.speculation.draft_model import DraftModel
 
-# auto: the best source available (a draft model when serve has --draft, else n-gram lookup); draft: --draft's
-SPECULATIVE_MODES = ("off", "ngram", "auto", "draft")
-DEFAULT_MODE = "auto"  # serve's --speculative without --draft (docs/speculative_decoding.md: where it never loses)
-MAX_DRAFT_TOKENS = 10
 ACCEPTANCE_DECAY = 0.8  # weight of past draft outcomes per new verification
 PRIOR_ACCEPTED, PRIOR_REJECTED = 1.0, 1.0  # a new sequence's acceptance starts at 0.5 on little evidence
 PROBE_EVERY = 16
@@ -51,15 +48,6 @@ UNSENT_BACKOFF = 4  # ... looked up again after at most this many tokens while l
 # priced at their bare cost lost 6% at 16 streams (SmolLM2, 2 x86 cores); replayed at one stream, 1.25 gains as
 # much as 1.0 does or more (copy-heavy 1.41x against 1.33x on this host's curve), 1.5 starts to lose.
 COST_MARGIN = 1.25
-
-
-def longest_draft(mode: str, draft_tokens: int | None = None) -> int:
-    """The most tokens one sequence's draft carries in ``mode`` (0 for off), so the logits rows a verification
-    pass needs beyond the sequence's own: ``draft_tokens`` with a draft model, else n-gram's MAX_DRAFT_TOKENS."""
-    check_mode(mode)
-    if mode == "off":
-        return 0
-    return draft_tokens if draft_tokens is not None else MAX_DRAFT_TOKENS
 
 
 @dataclass
@@ -81,12 +69,6 @@ class DraftState:
     @property
     def acceptance(self) -> float:
         return self.accepted / (self.accepted + self.rejected)
-
-
-def check_mode(mode: str) -> None:
-    if mode not in SPECULATIVE_MODES:
-        raise ConfigError(f"--speculative {mode!r} is not a speculation mode",
-                          f"use one of {', '.join(SPECULATIVE_MODES)}")
 
 
 def expected_gain(acceptance: float, tokens: int) -> float:
