@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeopt.commands.serve_cmd import speculative_mode
-from edgeopt.speculation_modes import MAX_DRAFT_TOKENS
 from edgeopt.server.launcher import ServeOptions
+from edgeopt.speculation_modes import MAX_DRAFT_TOKENS
 
 
 def test_serve_options_ask_for_the_rows_of_the_longest_draft() -> None:
