@@ -28,8 +28,10 @@ RECOVERY_BOUND_S = 90.0
 
 
 def split_args(workers: str) -> list[str]:
+    # (speculation off here and in the one-process reference: greedy text is compared across the two, and a
+    # drafted step moves the logits' last bits)
     return ["--workers", workers, "--memory", f"{HEAD_MEMORY_MIB}MiB", "--context", str(CONTEXT),
-            "--max-concurrency", str(SEQUENCES), "--no-verify"]
+            "--max-concurrency", str(SEQUENCES), "--no-verify", "--speculative", "off"]
 
 
 def completion(base_url: str, prompt: str, **extra: object) -> httpx.Response:
@@ -114,7 +116,7 @@ def test_split_serving_matches_one_process_survives_a_killed_worker_and_recovers
     # A split keeps llama.cpp's flash attention (runtimes/llama_cpp/attention.py): the one-process load it must
     # equal runs the same kernel (plain attention ranks tokens alike but moves logits in their last bits).
     with launched_server(gguf, threads=1, extra_args=["--context", str(CONTEXT), "--no-verify",
-                                                      "--flash-attention", "on"]) as alone:
+                                                      "--flash-attention", "on", "--speculative", "off"]) as alone:
         expected = greedy_texts(alone.base_url)
     with running_workers(tmp_path) as workers, \
             launched_server(gguf, threads=1, extra_args=split_args(workers_flag(workers)),

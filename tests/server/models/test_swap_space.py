@@ -35,7 +35,9 @@ def bundle(smollm2_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -
 
 def load(bundle: Path, kv_layout: str = "unified") -> ServedModel:
     manifest = load_bundle(bundle)
-    options = ServeOptions(memory_bytes=1 << 30, context=1024, max_concurrency=2, threads=1, kv_layout=kv_layout)
+    # (speculation off: answers are compared across loads, and a drafted step moves the logits' last bits)
+    options = ServeOptions(memory_bytes=1 << 30, context=1024, max_concurrency=2, threads=1, kv_layout=kv_layout,
+                           speculative="off")
     return load_served_model(bundle, manifest, serving_shape(bundle, manifest, options), options)
 
 
