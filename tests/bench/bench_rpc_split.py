@@ -133,8 +133,10 @@ def main() -> None:
     gguf = args.gguf or smollm2_gguf_path()
     args.work.mkdir(parents=True, exist_ok=True)
     binary = None if args.without_llama_server else llama_server_binary()
+    # speculation off: llama-server --rpc does not draft, and the bench's repetitive ignore_eos text would make (a)
+    # and (b) a measure of n-gram drafting (serve's default) rather than of the split
     serve_args = ["--context", str(CONTEXT), "--max-concurrency", str(STREAMS), "--no-verify",
-                  "--stream-interval-ms", "0", "--log-level", "info"]
+                  "--stream-interval-ms", "0", "--log-level", "info", "--speculative", "off"]
     rows: dict[str, list[dict[str, float] | None]] = {"a": [], "b": [], "c": []}
     with running_workers(args.work, count=2, memory_mib=args.worker_memory_mib) as workers:
         flag = workers_flag(workers)
