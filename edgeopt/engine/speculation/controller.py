@@ -164,9 +164,10 @@ class SpeculationController:
         return drafts
 
     def asleep(self, seq: Sequence) -> bool:
-        """An n-gram sequence that nothing could make draft this step (``Sequence.draft_wake_at``)."""
+        """An n-gram sequence that nothing could make draft this step (``Sequence.draft_wake_at``; only the n-gram
+        path sets it, so a draft model's sequences never sleep)."""
         self._state(seq)  # (a new sequence's first look decides whether auto drafts it at all)
-        return self.draft_model is None and len(seq.output_ids) < seq.draft_wake_at
+        return len(seq.output_ids) < seq.draft_wake_at
 
     def _draft_costs(self, tokens: int, produced: float, longest: int) -> tuple[list[float], bool]:
         """costs[k - 1]: what growing a pass of ``tokens`` tokens by k drafted ones costs, in tokens: the step's

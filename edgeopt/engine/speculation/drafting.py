@@ -25,7 +25,7 @@ def attach_drafts(spec: Speculation, out: SchedulerOutput, budget: int, free_cel
         if len(chunk.seq.output_ids) >= chunk.seq.draft_wake_at:
             break
     else:
-        return  # every sequence sleeps (controller: the common step where nothing drafts must cost next to nothing)
+        return  # every sequence sleeps: SpeculationController.asleep's test, inline (it runs every step)
     decoding = [i for i, c in enumerate(out.chunks) if len(c.tokens) == 1 and c.want_logits and not c.all_logits]
     seqs = [out.chunks[i].seq for i in decoding]
     other_tokens = out.num_tokens - len(decoding)
