@@ -11,8 +11,8 @@
 #   EDGEOPT_LLAMA_SDIST    an already unpacked sdist directory (skips `pip download`)
 #   EDGEOPT_CACHE          cache root (default: ~/.cache/edgeopt)
 #   EDGEOPT_RPC_CMAKE_ARGS more cmake options; unset, a machine with CUDA's compiler (nvcc on PATH or in
-#                          /usr/local/cuda/bin: a Jetson, an NVIDIA GPU) gets "-DGGML_CUDA=ON", so its worker
-#                          serves the GPU; set it (even empty) to choose yourself
+#                          /usr/local/cuda/bin) and a GPU it can see (nvidia-smi lists one, or a Jetson) gets
+#                          "-DGGML_CUDA=ON", so its worker serves the GPU; set it (even empty) to choose yourself
 #   JOBS                   parallel compile jobs (default: 2)
 # Prints the directory holding the binaries on its last line of stdout.
 set -euo pipefail
@@ -37,19 +37,32 @@ if [[ $built == 1 ]]; then
 fi
 
 # The worker serves the device's accelerator when its backend is built in (scripts/rpc_worker/worker.cpp).
+# A GPU the build can see: CUDA's compiler alone is not enough (a CI or build machine may carry the toolkit
+# without a GPU, and ggml's native architecture detection then fails the configure step).
+gpu_visible() {
+    [[ -e /etc/nv_tegra_release ]] && return 0  # a Jetson (older JetPacks have no nvidia-smi)
+    command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '
+}
 if [[ -z "${EDGEOPT_RPC_CMAKE_ARGS+set}" ]]; then
     EDGEOPT_RPC_CMAKE_ARGS=""
     if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
-        EDGEOPT_RPC_CMAKE_ARGS="-DGGML_CUDA=ON"
-        [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
-        echo "build_rpc_worker: CUDA's compiler found: building the worker with the CUDA backend" \
-             "(EDGEOPT_RPC_CMAKE_ARGS= builds it for the CPU only)" >&2
+        if gpu_visible; then
+            EDGEOPT_RPC_CMAKE_ARGS="-DGGML_CUDA=ON"
+            [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
+            echo "build_rpc_worker: CUDA's compiler and a GPU found: building the worker with the CUDA backend" \
+                 "(EDGEOPT_RPC_CMAKE_ARGS= builds it for the CPU only)" >&2
+        else
+            echo "build_rpc_worker: CUDA's compiler found but no GPU (nvidia-smi -L lists none): building the worker" \
+                 "for the CPU (EDGEOPT_RPC_CMAKE_ARGS=\"-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=<arch>\" builds" \
+                 "it for a GPU elsewhere)" >&2
+        fi
     fi
 fi
 
 mkdir -p "$out_dir"
 llama_src="$(llama_cpp_sources "$python" "$version" "$cache_root")"
-# Release and GGML_NATIVE as llama-cpp-python builds; nothing that reaches the network.
+# Release and GGML_NATIVE as llama-cpp-python builds; nothing that reaches the network. GGML_CUDA=OFF unless the
+# arguments turn it on (a later -D wins): a build directory configured before keeps no stale choice.
 # shellcheck disable=SC2086
 cmake -S "$here/rpc_worker" -B "$out_dir/build" -G Ninja \
     -DLLAMA_SRC="$llama_src" \
@@ -58,6 +71,6 @@ cmake -S "$here/rpc_worker" -B "$out_dir/build" -G Ninja \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_RPC_RDMA=OFF \
-    ${EDGEOPT_RPC_CMAKE_ARGS} >&2
+    -DGGML_CUDA=OFF ${EDGEOPT_RPC_CMAKE_ARGS} >&2
 nice -n 10 cmake --build "$out_dir/build" --target "${targets[@]}" -j "${JOBS:-2}" >&2
 echo "$bin_dir"
