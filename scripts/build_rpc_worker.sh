@@ -37,26 +37,10 @@ if [[ $built == 1 ]]; then
 fi
 
 # The worker serves the device's accelerator when its backend is built in (scripts/rpc_worker/worker.cpp).
-# A GPU the build can see: CUDA's compiler alone is not enough (a CI or build machine may carry the toolkit
-# without a GPU, and ggml's native architecture detection then fails the configure step).
-gpu_visible() {
-    [[ -e /etc/nv_tegra_release ]] && return 0  # a Jetson (older JetPacks have no nvidia-smi)
-    command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '
-}
 if [[ -z "${EDGEOPT_RPC_CMAKE_ARGS+set}" ]]; then
-    EDGEOPT_RPC_CMAKE_ARGS=""
-    if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
-        if gpu_visible; then
-            EDGEOPT_RPC_CMAKE_ARGS="-DGGML_CUDA=ON"
-            [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
-            echo "build_rpc_worker: CUDA's compiler and a GPU found: building the worker with the CUDA backend" \
-                 "(EDGEOPT_RPC_CMAKE_ARGS= builds it for the CPU only)" >&2
-        else
-            echo "build_rpc_worker: CUDA's compiler found but no GPU (nvidia-smi -L lists none): building the worker" \
-                 "for the CPU (EDGEOPT_RPC_CMAKE_ARGS=\"-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=<arch>\" builds" \
-                 "it for a GPU elsewhere)" >&2
-        fi
-    fi
+    source "$here/rpc_backend_args.sh"
+    EDGEOPT_RPC_CMAKE_ARGS="$(rpc_backend_args)"
+    [[ -n "$EDGEOPT_RPC_CMAKE_ARGS" && -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
 fi
 
 mkdir -p "$out_dir"
