@@ -12,6 +12,14 @@ of call_soon_threadsafe, aggregate decode rate +1% to +12% (medians); one stream
 noise. (Waking the loop only right before the next forward pass was measured too and was no better:
 the server's work then contends with the forward pass's own threads from its first operation.)
 
+A request's first output is the exception (``post(..., hand_over_s=...)``): kept to the GIL, the engine
+would go on into the next forward pass and the loop could only send the first token once that pass's C
+call released the GIL, ~0.4-1.2 ms later (schedule, batch fill, then the woken thread's turn), all of it
+added to the request's time to first token. So the engine posts the first token and waits, the GIL
+released, until the loop has run the delivery and the work it woke (the stream's frames and their write:
+one more turn of the loop), at most ``hand_over_s``; the next forward pass starts that much later, once per
+request.
+
 The loop's side is a plain reader callback on a non-blocking pipe (``loop.add_reader``, POSIX selector
 loops); where either half is missing (Windows' proactor loop), :func:`wakeup_for` returns None and the
 caller falls back to ``call_soon_threadsafe``.
@@ -22,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -49,14 +58,25 @@ class LoopWakeup:
         os.set_blocking(self._read_fd, False)
         os.set_blocking(self._write_fd, False)  # a full pipe already holds a wake-up: dropping the byte is fine
         self._calls: deque[Callable[[], None]] = deque()  # append and popleft are atomic
+        self._loop = loop
+        self._loop_thread = threading.get_ident()  # made on the loop's thread (wakeup_for)
         loop.add_reader(self._read_fd, self._run_posted)
         weakref.finalize(loop, _close, self._read_fd, self._write_fd)
 
-    def post(self, call: Callable[[], None]) -> None:
-        """From any thread: run ``call`` on the loop soon."""
+    def post(self, call: Callable[[], None], hand_over_s: float = 0.0) -> None:
+        """From any thread: run ``call`` on the loop soon. ``hand_over_s`` > 0: then wait, the GIL released,
+        until the loop has run ``call`` and what it woke (its next turn), at most that long (see the module
+        docstring); never on the loop's own thread, which would wait for itself."""
         assert _WRITE is not None
         self._calls.append(call)
+        if hand_over_s <= 0 or threading.get_ident() == self._loop_thread:
+            _WRITE(self._write_fd, b"\0", 1)
+            return
+        taken = threading.Event()
+        # scheduled from inside the turn that runs ``call``: it runs in the next turn, after the tasks ``call`` woke
+        self._calls.append(lambda: self._loop.call_soon(taken.set))
         _WRITE(self._write_fd, b"\0", 1)
+        taken.wait(hand_over_s)
 
     def _run_posted(self) -> None:
         try:  # one read: bytes left over (more than 4096 posts) make the reader fire again

@@ -54,8 +54,7 @@ class Sequence:
         self.preemptions = 0
         self.prefix_hit: PrefixHit = NO_HIT  # the cached prefix the slot borrowed when admitted
         self.cached_prompt_tokens: int | None = None  # prompt tokens borrowed at the first admission
-        # Per-request generator: the same seed gives the same samples whatever the batch around it.
-        self.rng = np.random.default_rng(generator_seed(params.seed))
+        self._rng: np.random.Generator | None = None  # made on first draw (see rng)
         # Grammar state, advanced with each output token; kept through preemption (the output is kept too).
         self.constraint = TokenConstraint(params.grammar) if params.grammar is not None else None
         # echo + logprobs: one entry per prompt token, filled from the prefill's logits (the first has none)
@@ -67,6 +66,15 @@ class Sequence:
         self.draft_state: object | None = None
         self.draft_wake_at = 0
         self.prompt_logprobs: list[TokenLogprob | None] | None = [None] if params.prompt_logprobs is not None else None
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The request's own generator: the same seed gives the same samples whatever the batch around it. Made
+        on first use: an unseeded one reads the OS's entropy (~40 us), which a greedy request, drawing nothing,
+        would pay on its way to its first token."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(generator_seed(self.params.seed))
+        return self._rng
 
     @property
     def wants_position_logits(self) -> bool:

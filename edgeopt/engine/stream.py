@@ -25,6 +25,10 @@ from collections.abc import Callable
 from edgeopt.engine.request_output import RequestOutput
 from edgeopt.engine.loop_wakeup import wakeup_for
 
+# The longest the engine waits for its loop to send a step's first tokens (edgeopt.engine.loop_wakeup): the
+# loop's turn takes ~0.3 ms per first token on a 2-core CPU; a loop busier than this is not waited for.
+FIRST_OUTPUT_HAND_OVER_S = 0.002
+
 
 class RequestStream:
     """``async for out in stream`` yields text deltas; the last output has ``finished=True``."""
@@ -103,7 +107,8 @@ class OutputDispatcher:
                 continue
             wakeup = items[0][0].wakeup  # every stream of a loop has the loop's one wake-up
             if wakeup is not None:
-                wakeup.post(functools.partial(_deliver, items))
+                first = any(_first(output) for _, output in items)
+                wakeup.post(functools.partial(_deliver, items), FIRST_OUTPUT_HAND_OVER_S if first else 0.0)
                 continue
             try:
                 loop.call_soon_threadsafe(_deliver, items)
@@ -119,6 +124,11 @@ class OutputDispatcher:
 def _urgent(output: RequestOutput) -> bool:
     """A request's last output, or its first (every token it carries is new: TTFT waits for nothing)."""
     return output.finished or output.completion_tokens <= len(output.token_ids)
+
+
+def _first(output: RequestOutput) -> bool:
+    """An output carrying a request's first token."""
+    return 0 < output.completion_tokens <= len(output.token_ids)
 
 
 def _deliver(items: list[tuple[RequestStream, RequestOutput]]) -> None:
