@@ -9,11 +9,12 @@ with `--rpc A,B` and the -ngl / --tensor-split that place exactly the layers edg
 edgeopt sized and edgeopt's batch (-b/-ub 128), all read from edgeopt's log, so the two heads compute the
 same split of the same cache. Workers offer 128 MiB each and the head's --memory is 170 MiB (the head
 alone cannot hold the model; llama-server's default 512-token ubatch would need more compute buffer on a
-tighter worker than the 70 MiB of tests/rpc). A worker serves one head at a time, so the
-three servers run one after another, freshly started, in a rotating order in each of ``--rounds``
-rounds; ratios are medians of per-round ratios (pairs taken a minute apart cancel the drift of a shared
-host). Figures: TTFT (median) and decode tok/s at 1 and 4 concurrent streamed completions of 64 tokens
-on a 64-token prompt (ignore_eos). Goal: (b)/(c) >= 0.95; (b)/(a) is the split's cost on loopback.
+tighter worker than the 70 MiB of tests/rpc). A worker serves one head at a time, so (b) and (c) each have
+their own pair of workers, and the three servers run side by side: each round runs every level on each
+server in turn, in a rotating order, so that drift on a shared host (single requests here vary by 10-20%)
+falls on all three alike; ratios are medians of per-round ratios. Figures: TTFT (median) and decode tok/s
+at 1 and 4 concurrent streamed completions of 64 tokens on a 64-token prompt (ignore_eos). Goal: (b)/(c)
+>= 0.95 (TTFT: (b)/(c) <= 1.05); (b)/(a) is the split's cost on loopback.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
@@ -95,18 +96,16 @@ def llama_server_rpc(binary: Path, gguf: Path, workers: str, n_gpu_layers: int, 
         stop(process)
 
 
-def measure(server: LaunchedServer, model: str) -> dict[int, LoadResult] | None:
-    """Each level's load; None when a request failed (the server died: the round is dropped, and counted)."""
-    results = {}
-    for level in LEVELS:
-        result = asyncio.run(run_load(server.base_url, model, level, REQUESTS[level], PROMPT_TOKENS, MAX_TOKENS,
-                                      extra_body={"ignore_eos": True}))
-        if result.errors:
-            print(f"{server.base_url} ({server.log_path}, exit status {server.process.poll()}): {result.errors[:2]}; "
-                  "round dropped", file=sys.stderr)
-            return None
-        results[level] = result
-    return results
+def measure(server: LaunchedServer, model: str, level: int,
+            results: dict[int, LoadResult]) -> dict[int, LoadResult] | None:
+    """``results`` with this level's load added; None when a request failed (the round is dropped, and counted)."""
+    result = asyncio.run(run_load(server.base_url, model, level, REQUESTS[level], PROMPT_TOKENS, MAX_TOKENS,
+                                  extra_body={"ignore_eos": True}))
+    if result.errors:
+        print(f"{server.base_url} ({server.log_path}, exit status {server.process.poll()}): {result.errors[:2]}; "
+              "round dropped", file=sys.stderr)
+        return None
+    return {**results, level: result}
 
 
 def figures(results: dict[int, LoadResult] | None) -> dict[str, float] | None:
@@ -138,25 +137,30 @@ def main() -> None:
     serve_args = ["--context", str(CONTEXT), "--max-concurrency", str(STREAMS), "--no-verify",
                   "--stream-interval-ms", "0", "--log-level", "info", "--speculative", "off"]
     rows: dict[str, list[dict[str, float] | None]] = {"a": [], "b": [], "c": []}
-    with running_workers(args.work, count=2, memory_mib=args.worker_memory_mib) as workers:
-        flag = workers_flag(workers)
-        split_args = [*serve_args, "--workers", flag, "--memory", args.head_memory]
-        placement: tuple[int, list[float], int] | None = None
+    with ExitStack() as stack:
+        workers = stack.enter_context(running_workers(args.work, count=4, memory_mib=args.worker_memory_mib))
+        servers = {
+            "a": stack.enter_context(launched_server(gguf, threads=args.threads, log_path=args.work / "a.log",
+                                                     extra_args=serve_args)),
+            "b": stack.enter_context(launched_server(
+                gguf, threads=args.threads, log_path=args.work / "b.log",
+                extra_args=[*serve_args, "--workers", workers_flag(workers[:2]), "--memory", args.head_memory])),
+        }
+        if binary is not None:  # (c) copies (b)'s placement, on workers of its own
+            placement = offload_from_log((args.work / "b.log").read_text())
+            servers["c"] = stack.enter_context(llama_server_rpc(binary, gguf, workers_flag(workers[2:]), *placement,
+                                                                args.threads, args.work / "c.log"))
+        models = {which: _model_id(server) for which, server in servers.items()}
+        order = list(servers)
         for round_index in range(args.rounds):
-            servers = ["a", "b"] if binary is None else ["a", "b", "c"]
-            order = servers[round_index % len(servers):] + servers[:round_index % len(servers)]
-            for which in order:  # round 0 runs (b) before (c): (c) copies (b)'s placement
-                log = args.work / f"{which}-{round_index}.log"
-                if which == "c":
-                    assert placement is not None and binary is not None
-                    context = llama_server_rpc(binary, gguf, flag, *placement, args.threads, log)
-                else:
-                    context = launched_server(gguf, threads=args.threads, log_path=log,
-                                              extra_args=split_args if which == "b" else serve_args)
-                with context as server:
-                    rows[which].append(figures(measure(server, _model_id(server))))
-                if which == "b" and placement is None:
-                    placement = offload_from_log(log.read_text())
+            results: dict[str, dict[int, LoadResult] | None] = {which: {} for which in order}
+            for level in LEVELS:
+                rotated = order[round_index % len(order):] + order[:round_index % len(order)]
+                for which in rotated:
+                    if results[which] is not None:
+                        results[which] = measure(servers[which], models[which], level, results[which])
+            for which in order:
+                rows[which].append(figures(results[which]))
     report(rows, args)
 
 
