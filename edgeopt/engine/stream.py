@@ -24,8 +24,8 @@ import time
 import weakref
 from collections.abc import Callable
 
-from edgeopt.engine.request_output import RequestOutput
 from edgeopt.engine.loop_wakeup import wakeup_for
+from edgeopt.engine.request_output import RequestOutput
 
 # The longest the engine waits for its loop to send a step's first tokens (edgeopt.engine.loop_wakeup): the
 # loop's turn takes ~0.3 ms for one output on a 2-core CPU; a loop busier than this is not waited for.
