@@ -42,12 +42,17 @@ def test_plain_attention_decodes_the_real_models_text_as_flash_attention_does() 
         for runtime in (flash, plain):
             runtime.release(0)
         # Flash attention accumulates in f16 on the CPU, so the two differ by more than a batch layout does
-        # (measured: mean 0.18 on logits whose spread is 5.2), never in the token each position ranks first.
+        # (measured: mean 0.18 on logits whose spread is 5.2), in the token a position ranks first only at a
+        # near-tie (an AMD EPYC: one position of 23, its two tokens 0.29 apart under flash, 0.11 under plain).
         assert np.abs(rows[0] - rows[1]).mean() < 0.1 * rows[0].std()
-        assert (rows[0].argmax(axis=1) == rows[1].argmax(axis=1)).all()
+        near_tie = 0.1 * rows[0].std()
+        for position in np.nonzero(rows[0].argmax(axis=1) != rows[1].argmax(axis=1))[0]:
+            a, b = rows[0][position].argmax(), rows[1][position].argmax()
+            gaps = (rows[0][position, a] - rows[0][position, b], rows[1][position, b] - rows[1][position, a])
+            assert max(gaps) < near_tie, f"position {position}: flash ranks {a} first, plain {b}, gaps {gaps}"
         expected, expected_rows = greedy_alone(flash, prompt, 32)
         got, _ = greedy_alone(plain, prompt, 32)
-        assert_same_greedy(expected, got, expected_rows)
+        assert_same_greedy(expected, got, expected_rows, tolerance=near_tie)
     finally:
         flash.close()
         plain.close()
