@@ -105,12 +105,14 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
             kv_capacity_tokens, cache_slots = layout.total_cells, layout.cache_slots
         n_threads = threads or max_default_threads(profile)
         file_key = file_stamp(Path(path))
-        flash = resolve_flash_attention(flash_attention, Path(path), on_cpu=n_gpu_layers == 0 and offload is None,
+        on_cpu = n_gpu_layers == 0 and offload is None
+        flash = resolve_flash_attention(flash_attention, Path(path), on_cpu=on_cpu,
                                         kv_quantized=KV_TYPES[kv_type].quantized, threads=n_threads,
                                         batch_tokens=max_batch_tokens, model_key=file_key)
         return LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens, n_threads, context,
                                adaptive_threads=threads is None, kv_type=kv_type, cache_slots=cache_slots,
-                               kv_layout=kv_layout, file_key=file_key, draft_rows=draft_rows, flash_attention=flash)
+                               kv_layout=kv_layout, file_key=file_key, draft_rows=draft_rows, flash_attention=flash,
+                               kv_on_host=on_cpu)
     except Exception:
         llama_cpp.llama_model_free(model)
         raise

@@ -32,6 +32,7 @@ from edgeopt.runtimes.llama_cpp.batch import NumpyBatch, split_by_outputs
 from edgeopt.runtimes.llama_cpp.kv_layouts import KV_LAYOUT_CLASSES, SequenceNames
 from edgeopt.runtimes.llama_cpp.kv_type import configure_kv_cache
 from edgeopt.runtimes.llama_cpp.model import ModelFacts
+from edgeopt.runtimes.llama_cpp.state_copy import StateCopy
 from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
 from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
@@ -45,12 +46,13 @@ class LlamaCppRuntime(Runtime):
                  max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None,
                  adaptive_threads: bool = False, kv_type: str = "f16", cache_slots: int = 0,
                  kv_layout: str = UNIFIED, file_key: Hashable | None = None, draft_rows: int = 0,
-                 flash_attention: bool | None = None) -> None:
-        """``file_key``: the GGUF's identity (edgeopt.file_stamp), so that loading the same
-        file again reuses its vocabulary scan. ``flash_attention``: flash (True) or plain (False) attention,
-        None: llama.cpp's choice (runtimes/llama_cpp/attention.py decides). ``draft_rows``: logits rows a speculative step may need beyond
-        one per running sequence (the longest draft); the cached prefixes' rows, never decoded, count towards
-        them."""
+                 flash_attention: bool | None = None, kv_on_host: bool = False) -> None:
+        """``file_key``: the GGUF's identity (edgeopt.file_stamp), so that loading the same file again reuses
+        its vocabulary scan. ``flash_attention``: flash (True) or plain (False) attention, None: llama.cpp's
+        choice (runtimes/llama_cpp/attention.py decides). ``draft_rows``: logits rows a speculative step may
+        need beyond one per running sequence (the longest draft); the cached prefixes' rows, never decoded,
+        count towards them. ``kv_on_host``: no layer is offloaded (to a GPU or an RPC worker), so the KV
+        cache is in this process's memory and short copies between streams may go through it."""
         self._model = model
         self.facts = facts
         self.kv_type = kv_type  # the KV cache's element type (edgeopt.sizing.kv_types); part of any saved state's identity
@@ -68,7 +70,8 @@ class LlamaCppRuntime(Runtime):
         n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(self._ctx))  # = n_ctx when unified, one stream's cells if not
         # Engine sequence id -> llama.cpp sequence id (= its stream when not unified); move_kv swaps entries.
         self._names = SequenceNames(self._memory, max_slots + cache_slots)
-        self._layout = layout_class(self._names, max_slots, n_ctx_seq)
+        self._state_copy = StateCopy(self._ctx) if kv_on_host else None
+        self._layout = layout_class(self._names, max_slots, n_ctx_seq, self._state_copy)
         bos = int(llama_cpp.llama_vocab_bos(vocab))
         self.info = RuntimeInfo(
             # The capacity we were given, not llama.cpp's rounded-up n_ctx, so the memory budget holds.
@@ -273,6 +276,12 @@ class LlamaCppRuntime(Runtime):
     def streams_moved(self) -> int:
         """Cached prefixes the streams layout moved out of the running sequences' way (diagnostics)."""
         return self._layout.streams_moved
+
+    @property
+    def streams_copied_by_state(self) -> int:
+        """Shares the streams layout copied through the state API, not llama.cpp's whole-stream copy
+        (state_copy.py; diagnostics)."""
+        return self._state_copy.copies if self._state_copy is not None else 0
 
     def _held(self, seq_id: int) -> int:
         return self._names.held(seq_id)

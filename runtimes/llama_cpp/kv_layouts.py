@@ -6,7 +6,8 @@
 * :class:`StreamsLayout` (``kv_unified = false``, llama-server's layout): every sequence id, slot or cache
   entry, owns a stream of ``n_ctx / n_seq_max`` cells, so a decode query scans only its own sequence's
   cells. llama.cpp copies between streams only whole (a partial range aborts the process in
-  ``llama_kv_cache::seq_cp``), so sharing copies the whole source stream and trims the copy: the engine
+  ``llama_kv_cache::seq_cp``), so sharing copies the whole source stream and trims the copy (or, for a
+  short source in host memory, copies its held cells through the state API: state_copy.py): the engine
   then runs its copied mode, as on ONNX. A step is laid out over consecutive streams
   (runtimes/llama_cpp/stream_order.py), and a new sequence takes the lowest empty stream, so that
   llama.cpp decodes it in one pass.
@@ -26,6 +27,7 @@ import numpy as np
 from edgeopt.errors import ENGINE_BUG_HINT, BackendError
 from edgeopt.sizing.layout import STREAMS, UNIFIED
 from edgeopt.runtimes.base import StepInput
+from edgeopt.runtimes.llama_cpp.state_copy import StateCopy
 from edgeopt.runtimes.llama_cpp.stream_order import PAD_TOKEN, hole_moves, lay_out, renamed
 
 
@@ -61,8 +63,9 @@ class UnifiedLayout:
     splits_mixed_lengths = False  # RuntimeInfo.splits_mixed_lengths
     streams_moved = 0
 
-    def __init__(self, names: SequenceNames, max_slots: int, stream_cells: int) -> None:
-        self.names = names  # max_slots and stream_cells: only the streams layout has a use for them
+    def __init__(self, names: SequenceNames, max_slots: int, stream_cells: int,
+                 state_copy: StateCopy | None = None) -> None:
+        self.names = names  # the other arguments: only the streams layout has a use for them
 
     def arrange(self, batch: list[StepInput], max_batch_tokens: int) -> Arrangement:
         return Arrangement(renamed(batch, self.names.of))  # one pool: any order decodes in one pass
@@ -83,10 +86,12 @@ class StreamsLayout:
     shares_cells = False
     splits_mixed_lengths = True  # one pass carries the same number of tokens of every stream in it
 
-    def __init__(self, names: SequenceNames, max_slots: int, stream_cells: int) -> None:
+    def __init__(self, names: SequenceNames, max_slots: int, stream_cells: int,
+                 state_copy: StateCopy | None = None) -> None:
         self.names = names
         self.max_slots = max_slots
         self.stream_cells = stream_cells  # llama.cpp's n_ctx_seq
+        self.state_copy = state_copy  # None: KV off the host, every copy is llama.cpp's whole-stream one
         self.pending_copies: set[int] = set()  # copy targets whose data llama.cpp moves at the next decode
         self.streams_moved = 0  # cached prefixes moved out of the running sequences' way (diagnostics)
 
@@ -165,17 +170,27 @@ class StreamsLayout:
             self._move_stream(hole, empty)
 
     def _copy_stream(self, source: int, target: int, end: int) -> None:
-        """The target becomes the source's first ``end`` positions. llama.cpp copies across streams only whole
-        (p0 = p1 = -1; any other range is a GGML_ASSERT abort), replacing the target's stream, so copy it all
-        and trim. The target's ``start`` positions it already held are the source's own (the engine extends a
-        cache entry only with the sequence it came from), so replacing them changes nothing. The data moves
-        at the next llama_decode, before that batch is computed."""
-        into = self.names.of[target]
-        llama_cpp.llama_memory_seq_cp(self.names.memory, self.names.of[source], into, -1, -1)
-        self.pending_copies.add(into)
+        """The target becomes the source's first ``end`` positions: the source's KV copied whole, then trimmed.
+        The target's ``start`` positions it already held are the source's own (the engine extends a cache
+        entry only with the sequence it came from), so replacing them changes nothing. A short source is
+        copied at once through the state API (_copies_by_state); otherwise llama.cpp copies the whole stream
+        (p0 = p1 = -1; any other range is a GGML_ASSERT abort) and moves the data at the next llama_decode,
+        before that batch is computed."""
+        of, into = self.names.of[source], self.names.of[target]
+        if not self._copies_by_state(of, into):
+            llama_cpp.llama_memory_seq_cp(self.names.memory, of, into, -1, -1)
+            self.pending_copies.add(into)
         if not llama_cpp.llama_memory_seq_rm(self.names.memory, into, end, -1):
             raise BackendError(f"llama.cpp refused to trim the copy of sequence {source} in {target} to {end} "
                                "positions", ENGINE_BUG_HINT)
+
+    def _copies_by_state(self, source: int, target: int) -> bool:
+        """Copy through the state API (state_copy.py) when the source holds at most half a stream and no
+        whole-stream copy is pending: one would still read or overwrite these streams at the next decode,
+        after a state copy that happens now."""
+        return (self.state_copy is not None and not self.pending_copies
+                and 2 * self.names.held_stream(source) <= self.stream_cells
+                and self.state_copy.copy(source, target))
 
 
 KV_LAYOUT_CLASSES: dict[str, type[UnifiedLayout] | type[StreamsLayout]] = {UNIFIED: UnifiedLayout,

@@ -1,7 +1,7 @@
 """KV layout ``streams`` on llama.cpp (tiny real GGUF): a stream of cells per sequence id (llama-server's
 layout). Greedy outputs match the unified layout's, with and without the prefix cache (which then copies
-whole streams and trims them: llama.cpp aborts on a partial cross-stream copy), and sizing stays within
-the cells it is given."""
+whole streams and trims them: llama.cpp aborts on a partial cross-stream copy; or copies a short sequence
+through the state API), and sizing stays within the cells it is given."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from edgeopt.errors import ConfigError
 from edgeopt.runtimes.base import StepInput
-from edgeopt.runtimes.llama_cpp import STREAM_ALIGN, LlamaCppRuntime, load_gguf, stream_layout
+from edgeopt.runtimes.llama_cpp import STREAM_ALIGN, LlamaCppRuntime, load_gguf, state_copy, stream_layout
 from tests.runtimes.test_llama_cpp import LOGIT_TOLERANCE, THREADS, assert_same_greedy, greedy_alone
 from tests.runtimes.test_llama_cpp_prefix import (check_shared_prefix_logits, prompt_ids, run_conversations,
                                                   shared_system)
@@ -50,6 +50,12 @@ def test_streams_runtime_reports_its_layout(gguf_path: Path) -> None:
         runtime.close()
 
 
+@pytest.fixture
+def whole_stream_copies_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(state_copy, "STATE_COPY_MAX_BYTES", 0)  # no state fits: every copy is llama.cpp's
+
+
+@pytest.mark.usefixtures("whole_stream_copies_only")
 def test_share_kv_copies_whole_streams_and_trims(gguf_path: Path) -> None:
     """A partial cross-stream seq_cp would abort the process; the copy-then-trim gives the computed logits."""
     runtime = open_streams(gguf_path)
@@ -57,12 +63,49 @@ def test_share_kv_copies_whole_streams_and_trims(gguf_path: Path) -> None:
         cache_id, prompt = check_shared_prefix_logits(runtime)  # a partial range: copied whole, then trimmed
         runtime.trim(cache_id, 5)
         assert runtime.held_tokens(cache_id) == 5 and runtime.held_tokens(1) == len(prompt)
+        assert runtime.streams_copied_by_state == 0
     finally:
         runtime.close()
 
 
-@pytest.mark.parametrize("prefix_cache", [False, True])
-def test_streams_greedy_outputs_match_unified(gguf_path: Path, prefix_cache: bool) -> None:
+def test_a_short_sequence_is_copied_through_the_state_api(gguf_path: Path) -> None:
+    """Both shares (into the cache entry, out of it) copy the held cells at once, and give the computed logits."""
+    runtime = open_streams(gguf_path)
+    try:
+        check_shared_prefix_logits(runtime)
+        assert runtime.streams_copied_by_state == 2
+    finally:
+        runtime.close()
+
+
+def test_a_long_sequence_or_one_behind_a_pending_copy_is_copied_whole(gguf_path: Path) -> None:
+    """Past half a stream llama.cpp's copy is the cheaper one; and while a whole-stream copy is pending
+    (its data moves at the next decode) a state copy, made at once, could be overwritten or read stale."""
+    runtime = open_streams(gguf_path, context=512)
+    try:
+        long_prompt = prompt_ids(runtime, "x = [1, 2, 3]\n" * 60)[:300]  # > 256 = half a 512-cell stream
+        for start in range(0, len(long_prompt), 100):
+            last = runtime.step([StepInput(0, long_prompt[start:start + 100], start, True)])[0]
+        short_prompt = prompt_ids(runtime, "def f():\n    pass\n")
+        runtime.step([StepInput(2, short_prompt, 0, True)])
+        cache_id = runtime.info.max_slots
+        runtime.share_kv(0, cache_id, 0, len(long_prompt))
+        runtime.share_kv(2, cache_id + 1, 0, len(short_prompt))
+        assert runtime.streams_copied_by_state == 0
+        runtime.release(0)
+        runtime.share_kv(cache_id, 1, 0, len(long_prompt) - 1)
+        reused = runtime.step([StepInput(1, long_prompt[-1:], len(long_prompt) - 1, True)])[0]
+        assert float(np.max(np.abs(reused - last))) <= LOGIT_TOLERANCE
+        assert runtime.held_tokens(cache_id + 1) == len(short_prompt)
+    finally:
+        runtime.close()
+
+
+@pytest.mark.parametrize("prefix_cache, state_copies", [(False, True), (True, True), (True, False)])
+def test_streams_greedy_outputs_match_unified(gguf_path: Path, prefix_cache: bool, state_copies: bool,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    if not state_copies:
+        monkeypatch.setattr(state_copy, "STATE_COPY_MAX_BYTES", 0)
     unified = load_gguf(gguf_path, kv_capacity_tokens=2048, max_slots=4, max_batch_tokens=128, threads=THREADS,
                         n_gpu_layers=0, cache_slots=8, context_length=512)
     streams = open_streams(gguf_path)
@@ -78,6 +121,7 @@ def test_streams_greedy_outputs_match_unified(gguf_path: Path, prefix_cache: boo
                                                            + sum(len(p) + len(a) - 1 for p, a in streams_turns[:6]))
         else:
             assert stats.prefix_cache_queries_total == 0
+        assert (streams.streams_copied_by_state > 0) == (prefix_cache and state_copies)
         # Equal prompts give equal answers except at a near-tie (llama.cpp's kernels differ with the batch
         # shape and the cells scanned); a later turn's prompt holds earlier answers, so check every answer
         # of both layouts against the lone greedy answer instead of against each other.
