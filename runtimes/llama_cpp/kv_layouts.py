@@ -176,9 +176,9 @@ class StreamsLayout:
         copied at once through the state API (_copies_by_state); otherwise llama.cpp copies the whole stream
         (p0 = p1 = -1; any other range is a GGML_ASSERT abort) and moves the data at the next llama_decode,
         before that batch is computed."""
-        of, into = self.names.of[source], self.names.of[target]
-        if not self._copies_by_state(of, into):
-            llama_cpp.llama_memory_seq_cp(self.names.memory, of, into, -1, -1)
+        out_of, into = self.names.of[source], self.names.of[target]
+        if not self._copies_by_state(out_of, into):
+            llama_cpp.llama_memory_seq_cp(self.names.memory, out_of, into, -1, -1)
             self.pending_copies.add(into)
         if not llama_cpp.llama_memory_seq_rm(self.names.memory, into, end, -1):
             raise BackendError(f"llama.cpp refused to trim the copy of sequence {source} in {target} to {end} "
