@@ -103,9 +103,9 @@ def test_a_long_sequence_or_one_behind_a_pending_copy_is_copied_whole(gguf_path:
 
 @pytest.mark.parametrize("prefix_cache, state_copies", [(False, True), (True, True), (True, False)])
 def test_streams_greedy_outputs_match_unified(gguf_path: Path, prefix_cache: bool, state_copies: bool,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+                                             request: pytest.FixtureRequest) -> None:
     if not state_copies:
-        monkeypatch.setattr(state_copy, "STATE_COPY_MAX_BYTES", 0)
+        request.getfixturevalue("whole_stream_copies_only")
     unified = load_gguf(gguf_path, kv_capacity_tokens=2048, max_slots=4, max_batch_tokens=128, threads=THREADS,
                         n_gpu_layers=0, cache_slots=8, context_length=512)
     streams = open_streams(gguf_path)
