@@ -26,14 +26,13 @@ STATE_COPY_MAX_BYTES = 16 * 1024 * 1024
 class StateCopy:
     def __init__(self, ctx: llama_cpp.llama_context_p) -> None:
         self._ctx = ctx
-        self.max_bytes = STATE_COPY_MAX_BYTES
         self.copies = 0  # made here rather than by llama.cpp's whole-stream copy (diagnostics, tests)
 
     def copy(self, source: int, target: int) -> bool:
         """Replace llama.cpp sequence ``target``'s KV with ``source``'s; False (nothing done) when the state
-        is above ``max_bytes``. Both sequences' data must be in place (no cross-stream copy pending)."""
+        is above STATE_COPY_MAX_BYTES. Both sequences' data must be in place (no cross-stream copy pending)."""
         size = int(llama_cpp.llama_state_seq_get_size(self._ctx, source))
-        if size > self.max_bytes:
+        if size > STATE_COPY_MAX_BYTES:
             return False
         buffer = np.empty(size, dtype=np.uint8)  # not zero-filled: a ctypes array would clear it first (~2x)
         pointer = buffer.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))

@@ -154,8 +154,8 @@ def main() -> None:
         order = list(servers)
         for round_index in range(args.rounds):
             results: dict[str, dict[int, LoadResult] | None] = {which: {} for which in order}
+            rotated = order[round_index % len(order):] + order[:round_index % len(order)]
             for level in LEVELS:
-                rotated = order[round_index % len(order):] + order[:round_index % len(order)]
                 for which in rotated:
                     if results[which] is not None:
                         results[which] = measure(servers[which], models[which], level, results[which])
