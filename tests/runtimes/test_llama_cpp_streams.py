@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgeopt.demo.smollm2 import smollm2_gguf_path
 from edgeopt.errors import ConfigError
 from edgeopt.runtimes.base import StepInput
 from edgeopt.runtimes.llama_cpp import STREAM_ALIGN, LlamaCppRuntime, load_gguf, state_copy, stream_layout
@@ -71,6 +72,16 @@ def test_share_kv_copies_whole_streams_and_trims(gguf_path: Path) -> None:
 def test_a_short_sequence_is_copied_through_the_state_api(gguf_path: Path) -> None:
     """Both shares (into the cache entry, out of it) copy the held cells at once, and give the computed logits."""
     runtime = open_streams(gguf_path)
+    try:
+        check_shared_prefix_logits(runtime)
+        assert runtime.streams_copied_by_state == 2
+    finally:
+        runtime.close()
+
+
+def test_the_real_models_shared_prefix_copied_through_the_state_api_gives_its_logits() -> None:
+    """SmolLM2-135M-Instruct (real weights, its 49k vocabulary): the state copies reproduce the computed logits."""
+    runtime = open_streams(smollm2_gguf_path())
     try:
         check_shared_prefix_logits(runtime)
         assert runtime.streams_copied_by_state == 2
