@@ -15,8 +15,10 @@ from tests.server.live import LiveServer, start_live_server
 def serve_path_live(path: Path, context: int = 512, max_concurrency: int = 2,
                     chat_template: str | None = None) -> LiveServer:
     source = open_model_source(path)
+    # Flash attention, as tests/fixtures/llama_greedy.py's oracle runs it: auto would time both kernels and
+    # take the faster, which differs between CPUs and rounds differently.
     options = ServeOptions(memory_bytes=1 << 30, context=context, max_concurrency=max_concurrency, threads=2,
-                           chat_template=chat_template)
+                           chat_template=chat_template, flash_attention="on")
     shape = serving_shape(source.bundle_dir, source.manifest, options)
     sizing = shape.sizing
     served = load_served_model(source.bundle_dir, source.manifest, shape, options)

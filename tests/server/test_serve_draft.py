@@ -24,7 +24,8 @@ from tests.fixtures.draft_models import requantized_smollm2
 from tests.fixtures.llama_greedy import llama_cpp_greedy
 
 pytestmark = pytest.mark.timeout(300)
-ARGS = ["--memory", "1GiB", "--context", "1024", "--max-concurrency", "2"]
+# flash attention, as the oracle runs it (tests/fixtures/llama_greedy.py says why the kernel is pinned)
+ARGS = ["--memory", "1GiB", "--context", "1024", "--max-concurrency", "2", "--flash-attention", "on"]
 PROMPT = "<|im_start|>user\nName three colours of the rainbow.<|im_end|>\n<|im_start|>assistant\n"
 
 
