@@ -61,9 +61,13 @@ def test_a_bundle_under_the_floor_is_refused_then_written_with_the_flag(smollm2_
     keeps Q2_K/Q3_K elsewhere, and the model then agrees with its original on about two tokens in three."""
     text = tmp_path / "eval.txt"
     text.write_text(english_texts[1].read_text(encoding="utf-8")[:2500], encoding="utf-8")
+    # A short calibration text for Q2_K's importance matrix: the model writing its own (the default) takes a
+    # minute more, and the verdict is the same (top-1 agreement 72.5% with this text, 71.8% with its own).
+    calibration = tmp_path / "calibration.txt"
+    calibration.write_text(english_texts[0].read_text(encoding="utf-8")[:8000], encoding="utf-8")
     out = tmp_path / "bundle"
     args = ["optimize", str(smollm2_checkpoint), "--format", "gguf", "--quant", "Q2_K", "-o", str(out),
-            "--eval-data", str(text)]
+            "--eval-data", str(text), "--calibration-data", str(calibration)]
     code, output = run_main(args, capsys, monkeypatch)
     assert code != 0
     assert "under the quality floor" in output and "top-1 agreement" in output and "KL" in output
