@@ -20,7 +20,6 @@ def serve_path_live(path: Path, context: int = 512, max_concurrency: int = 2,
     options = ServeOptions(memory_bytes=1 << 30, context=context, max_concurrency=max_concurrency, threads=2,
                            chat_template=chat_template, flash_attention="on")
     shape = serving_shape(source.bundle_dir, source.manifest, options)
-    sizing = shape.sizing
     served = load_served_model(source.bundle_dir, source.manifest, shape, options)
     settings = ServerSettings(model_names=source.names, kind=source.manifest.kind, memory_budget_bytes=1 << 30,
                               model_card=model_card(source.bundle_dir, source.manifest))
