@@ -83,7 +83,7 @@ class EvaluationError(EdgeoptError):
 
 
 class QualityFloorError(EdgeoptError):
-    """The optimized model lost more quality than the floor allows (edgeopt/quality_floor.py)."""
+    """The optimized model lost more quality than the floor allows (edgeopt/evaluation/quality_floor.py)."""
 
 
 # --- request path ----------------------------------------------------------------------------
@@ -129,7 +129,7 @@ class AuthenticationError(RequestError):
 
 
 class PermissionDeniedError(RequestError):
-    """A known caller asked for what its key does not allow (edgeopt.server.callers)."""
+    """A known caller asked for what its key does not allow (edgeopt.server.http.callers)."""
 
     status_code = 403
     error_type = "permission_error"

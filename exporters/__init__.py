@@ -34,7 +34,7 @@ class Exporter:
     # (None keeps the cache keys of exporters that never changed).
     cache_version: ClassVar[int | None] = None
     # The export options this exporter reads, each with the quants that read it (None: every quant). The
-    # pipeline refuses any other option before work (edgeopt.export_options), so none is silently ignored.
+    # pipeline refuses any other option before work (edgeopt.optimize.export_options), so none is silently ignored.
     options: ClassVar[Mapping[str, tuple[str, ...] | None]] = {}
     registry: ClassVar[dict[str, type[Exporter]]] = {}
 

@@ -50,7 +50,7 @@ def chunks(ids: list[int], bos: int | None, chunk_size: int = CHUNK_SIZE, max_ch
 
 def chunk_size_for(model_dir: Path) -> int:
     """The chunk a model's calibration text is cut into: CHUNK_SIZE, or the model's whole context when shorter."""
-    from edgeopt.model_spec import load_model_spec
+    from edgeopt.sources.model_spec import load_model_spec
 
     return min(CHUNK_SIZE, load_model_spec(str(model_dir)).max_position_embeddings)
 
@@ -59,7 +59,7 @@ def text_file_chunks(model_dir: Path, text_path: Path, max_chunks: int, use: str
     """``--calibration-data``'s text read, tokenized and cut into chunks; refused, naming ``use`` (what the chunks
     are for), when it gives no chunk."""
     from edgeopt.errors import ConfigError
-    from edgeopt.textfile import read_text_file
+    from edgeopt.sources.textfile import read_text_file
 
     text = read_text_file(text_path, "calibration data", "--calibration-data", ConfigError)
     ids, bos = tokenize_text(model_dir, text)

@@ -1,4 +1,4 @@
-"""The torch bundle's scorer for :mod:`edgeopt.evaluate`: its checkpoint in transformers, loaded the way
+"""The torch bundle's scorer for :mod:`edgeopt.evaluation.causal_lm`: its checkpoint in transformers, loaded the way
 ``edgeopt.runtimes.torch`` serves it (CUDA when present; on CPU fp16 is upcast, bf16 kept), so the metrics
 measure what the server will compute, not a float32 copy of it."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgeopt.eval_scorers import HFScorer
+from edgeopt.measuring.scorers import HFScorer
 
 
 def load_scorer(bundle_dir: Path, manifest: Any, context: int, threads: int = 2) -> HFScorer:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from edgeopt.model_spec import ModelSpec
+from edgeopt.sources.model_spec import ModelSpec
 
 if TYPE_CHECKING:
     from edgeopt.profiles import DeviceProfile

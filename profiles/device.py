@@ -25,7 +25,7 @@ class DeviceProfile:
     default_quant: str
     default_runtime: str
     gpu_memory_gb: float = 0.0  # discrete GPU memory; 0 when none or when memory is unified
-    # llama.cpp KV cache type when an f16 cache cannot hold the requested sequences (edgeopt.plan.choose_kv_type)
+    # llama.cpp KV cache type when an f16 cache cannot hold the requested sequences (edgeopt.planning.checkpoint.choose_kv_type)
     tight_memory_kv_type: str = "q8_0"
 
     @property

@@ -10,7 +10,7 @@ from edgeopt.errors import ConfigError
 from edgeopt.runtimes.base import EmbeddingRuntime, RerankRuntime, Runtime
 
 if TYPE_CHECKING:
-    from edgeopt.bundle import Manifest
+    from edgeopt.store.bundle import Manifest
 
 
 def runtime_module(name: str) -> Any:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.bundle import Manifest, PassRecord, load_bundle, staged_bundle, write_manifest
+from edgeopt.store.bundle import Manifest, PassRecord, load_bundle, staged_bundle, write_manifest
 from edgeopt.errors import BundleError, OutputExistsError
 from edgeopt.sizing.manifest_section import KvSection
 
@@ -106,11 +106,11 @@ def test_schema_version_mismatch(tmp_path: Path):
 
 
 def _count_hashing(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    import edgeopt.bundle
+    import edgeopt.store.bundle
 
     hashed: list[Path] = []
-    real = edgeopt.bundle.sha256_file
-    monkeypatch.setattr(edgeopt.bundle, "sha256_file", lambda path: hashed.append(path) or real(path))
+    real = edgeopt.store.bundle.sha256_file
+    monkeypatch.setattr(edgeopt.store.bundle, "sha256_file", lambda path: hashed.append(path) or real(path))
     return hashed
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from edgeopt.cli import app, main
+from edgeopt.cli.app import app, main
 
 runner = CliRunner()
 

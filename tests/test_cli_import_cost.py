@@ -1,4 +1,4 @@
-"""`edgeopt --help` stays cheap: the CLI imports every command module by name (cli.py), and each of them
+"""`edgeopt --help` stays cheap: the CLI imports every command module by name (cli/app.py), and each of them
 keeps torch, the runtimes, the engine, the server app and the exporters inside its functions."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ LOADED_ON_USE = ("llama_cpp", "onnxruntime", "onnx", "fastapi", "uvicorn", "text
 
 def test_importing_the_cli_loads_every_command_and_nothing_heavy() -> None:
     banned = banned_modules_after(
-        "import edgeopt.cli", banned_roots=HEAVY + LOADED_ON_USE,
+        "import edgeopt.cli.app", banned_roots=HEAVY + LOADED_ON_USE,
         also_banned_prefix=("edgeopt.engine", "edgeopt.exporters", "edgeopt.runtimes", "edgeopt.server.app"),
-        must_load=tuple(f"edgeopt.commands.{name}_cmd" for name in COMMANDS))
+        must_load=tuple(f"edgeopt.cli.commands.{name}_cmd" for name in COMMANDS))
     assert banned == []

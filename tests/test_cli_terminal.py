@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import typer.main
 
-from edgeopt.cli import app
+from edgeopt.cli.app import app
 from tests.fixtures.terminal import run_in_terminal
 
 SIZES = [(80, 24), (120, 40)]
@@ -21,7 +21,7 @@ CUT = "…"  # rich's mark where it shortened a cell
 # Prints every command's --help in one process, each after a marker line, so one pty run covers all.
 _ALL_HELP = """
 import sys, typer.main
-from edgeopt.cli import app
+from edgeopt.cli.app import app
 root = typer.main.get_command(app)
 def walk(cmd, path):
     yield path
@@ -84,7 +84,7 @@ def test_every_help_shows_every_option_name_whole(columns: int, rows: int):
 
 def test_help_in_a_pipe_is_plain():
     """No rich panels or colour codes where stdout is not a terminal (CI logs, | less, > file)."""
-    out = subprocess.run([sys.executable, "-m", "edgeopt.cli", "serve", "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "edgeopt.cli.app", "serve", "--help"], capture_output=True, text=True,
                          check=True, env={**_env(), "COLUMNS": "200"}).stdout
     assert "\x1b[" not in out and "╭" not in out and "│" not in out
     assert all(shows_whole(name, out) for name in option_names(commands()["serve"]))
@@ -97,7 +97,7 @@ def _env() -> dict[str, str]:
 
 
 def _plan_labels(model: Path, target: str) -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "edgeopt.cli", "plan", str(model), "--target", target, "--json"],
+    out = subprocess.run([sys.executable, "-m", "edgeopt.cli.app", "plan", str(model), "--target", target, "--json"],
                          capture_output=True, text=True, check=True).stdout
     plan = json.loads(out)
     return [f"{c['format']}:{c['quant']}" for c in plan["candidates"]]
@@ -107,7 +107,7 @@ def _plan_labels(model: Path, target: str) -> list[str]:
 def test_plan_shows_every_candidate_whole(demo_model_dir: Path, columns: int, rows: int):
     labels = _plan_labels(demo_model_dir, "raspberry-pi")
     assert len(labels) >= 6
-    code, text = run_in_terminal([sys.executable, "-m", "edgeopt.cli", "plan", str(demo_model_dir),
+    code, text = run_in_terminal([sys.executable, "-m", "edgeopt.cli.app", "plan", str(demo_model_dir),
                                   "--target", "raspberry-pi"], columns, rows)
     assert code == 0, text
     assert CUT not in text, text
@@ -120,7 +120,7 @@ def test_plan_shows_every_candidate_whole(demo_model_dir: Path, columns: int, ro
 
 def test_plan_in_a_pipe_is_one_plain_line_per_candidate(demo_model_dir: Path):
     labels = _plan_labels(demo_model_dir, "jetson")
-    out = subprocess.run([sys.executable, "-m", "edgeopt.cli", "plan", str(demo_model_dir), "--target", "jetson"],
+    out = subprocess.run([sys.executable, "-m", "edgeopt.cli.app", "plan", str(demo_model_dir), "--target", "jetson"],
                          capture_output=True, text=True, check=True, env=_env()).stdout
     lines = out.splitlines()
     assert "\x1b[" not in out and "┃" not in out and "│" not in out

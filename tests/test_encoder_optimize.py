@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from edgeopt.bundle import load_bundle
-from edgeopt.cli import app
+from edgeopt.store.bundle import load_bundle
+from edgeopt.cli.app import app
 from edgeopt.errors import BackendError, UnsupportedArchitectureError
-from edgeopt.model_spec import load_model_spec, spec_from_config
-from edgeopt.pipeline import OptimizeOptions, resolve
-from edgeopt.plan import make_plan
+from edgeopt.sources.model_spec import load_model_spec, spec_from_config
+from edgeopt.optimize.pipeline import OptimizeOptions, resolve
+from edgeopt.planning.checkpoint import make_plan
 from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
 from edgeopt.exporters.onnx.quant_types import estimate_onnx_bytes
@@ -86,7 +86,7 @@ def test_optimize_cli_writes_an_embedding_bundle_that_serves(tiny_encoder_dir: P
     assert manifest.architecture == "BertModel"
     assert manifest.metrics["fp32_min_cosine_vs_torch"] >= 0.9999
     assert 0.9 <= manifest.metrics["probe_min_cosine_vs_fp32"] <= 1.0 + 1e-6
-    # evaluation against the original on the built-in sentence pairs (edgeopt.evaluate_embeddings)
+    # evaluation against the original on the built-in sentence pairs (edgeopt.evaluation.embeddings)
     assert 0.99 <= manifest.metrics["embedding_cosine_mean"] <= 1.0 + 1e-6
     assert manifest.metrics["eval_source"].startswith("builtin")
     assert (out / "model" / "pooling.json").is_file() and (out / "tokenizer" / "tokenizer.json").is_file()
@@ -121,7 +121,7 @@ def _post_embeddings(server, body: dict) -> dict:
 def test_other_encoder_families_plan_optimize_and_match_the_original(model_type: str, tmp_path: Path):
     """RoBERTa and XLM-R (BERT's tensor layout) and MPNet (its own, no token types, a relative-position
     bias) number positions after the padding id."""
-    from edgeopt.evaluate import evaluate_bundle
+    from edgeopt.evaluation.causal_lm import evaluate_bundle
     from tests.fixtures.tiny_encoder import ENCODER_CLASSES, build_tiny_encoder
 
     model_dir = build_tiny_encoder(tmp_path / model_type, model_type=model_type)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from edgeopt.cli import app
+from edgeopt.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("edgeopt", "exporters", "runtimes", "profiles")
@@ -23,8 +23,8 @@ SERVE = ("serve", "bench serve")  # `bench serve` starts the same server
 # Module path prefix -> the commands whose users can see its errors (first match wins; no match: any command).
 ROOMS = (
     ("edgeopt/server/", SERVE), ("edgeopt/engine/", SERVE), ("runtimes/", SERVE),
-    ("exporters/", ("optimize",)), ("edgeopt/passes/", ("optimize",)), ("edgeopt/pipeline.py", ("optimize",)),
-    ("edgeopt/export_options.py", ("optimize",)),
+    ("exporters/", ("optimize",)), ("edgeopt/passes/", ("optimize",)), ("edgeopt/optimize/pipeline.py", ("optimize",)),
+    ("edgeopt/optimize/export_options.py", ("optimize",)),
     ("edgeopt/sizing/", ("plan", "optimize", *SERVE)), ("edgeopt/plan", ("plan", "optimize")),
     ("edgeopt/evaluate", ("eval", "optimize")), ("edgeopt/commands/serve_cmd.py", ("serve",)),
     ("edgeopt/commands/optimize_cmd.py", ("optimize",)), ("edgeopt/commands/plan_cmd.py", ("plan",)),

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.eval_scorers import HFScorer
-from edgeopt.eval_text import SEED_PROMPTS, generated_eval_ids
+from edgeopt.measuring.scorers import HFScorer
+from edgeopt.measuring.eval_text import SEED_PROMPTS, generated_eval_ids
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from edgeopt.errors import EvaluationError
-from edgeopt.eval_metrics import Comparison, mean_nll
-from edgeopt.evaluate import read_eval_text, windows
+from edgeopt.measuring.metrics import Comparison, mean_nll
+from edgeopt.evaluation.causal_lm import read_eval_text, windows
 
 
 def test_identical_logits_have_zero_kl_and_full_agreement() -> None:
@@ -63,7 +63,7 @@ def test_bad_eval_data_names_the_file(tmp_path: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgeopt.cli", *args], capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "edgeopt.cli.app", *args], capture_output=True, text=True, timeout=600)
 
 
 def test_optimize_gguf_q8_0_end_to_end_then_eval(tiny_llama_dir: Path, tmp_path: Path) -> None:
@@ -90,8 +90,8 @@ def test_optimize_gguf_q8_0_end_to_end_then_eval(tiny_llama_dir: Path, tmp_path:
 
 
 def test_evaluate_without_data_generates_text_from_the_original(tiny_model_factory, tiny_gguf_factory) -> None:
-    from edgeopt.bundle import Manifest
-    from edgeopt.evaluate import evaluate_bundle
+    from edgeopt.store.bundle import Manifest
+    from edgeopt.evaluation.causal_lm import evaluate_bundle
 
     gguf_path = tiny_gguf_factory("qwen2", "F32")
     model_dir = tiny_model_factory("qwen2")

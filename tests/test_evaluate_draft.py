@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.evaluate_draft import Replay, held_out_contexts, measure_acceptance, replay, summarize
+from edgeopt.evaluation.draft import Replay, held_out_contexts, measure_acceptance, replay, summarize
 from edgeopt.errors import EvaluationError
-from edgeopt.model_source import open_model_source
+from edgeopt.sources.model_source import open_model_source
 
 
 def test_a_draft_that_predicts_everything_is_accepted_whole() -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.errors import EvaluationError
-from edgeopt.eval_metrics import neighbour_agreement, row_cosines
-from edgeopt.evaluate import evaluate_bundle
-from edgeopt.evaluate_embeddings import BUILTIN_TEXTS
+from edgeopt.measuring.metrics import neighbour_agreement, row_cosines
+from edgeopt.evaluation.causal_lm import evaluate_bundle
+from edgeopt.evaluation.embeddings import BUILTIN_TEXTS
 from tests.fixtures.onnx_bundles import encoder_bundle
 from tests.fixtures.tiny_encoder import build_tiny_encoder
 
@@ -70,7 +70,7 @@ def test_bad_input_is_named(encoder_fp32_bundle: Path, tiny_encoder_dir: Path, t
 
 
 def test_eval_cli_on_an_embedding_bundle(encoder_fp32_bundle: Path, tiny_encoder_dir: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "edgeopt.cli", "eval", str(encoder_fp32_bundle), "--original",
+    run = subprocess.run([sys.executable, "-m", "edgeopt.cli.app", "eval", str(encoder_fp32_bundle), "--original",
                           str(tiny_encoder_dir), "--json"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     metrics = json.loads(run.stdout)
@@ -93,7 +93,7 @@ def test_evaluation_feeds_the_original_as_sentence_transformers_does(encoder_fp3
     agreed with each other while neither matched the model."""
     from sentence_transformers import SentenceTransformer
 
-    from edgeopt.evaluate_embeddings import embedding_pairs
+    from edgeopt.evaluation.embeddings import embedding_pairs
 
     model = SentenceTransformer(str(tiny_encoder_dir), device="cpu")
     texts = _lines_around_the_padding(model)
@@ -113,7 +113,7 @@ def test_optimize_quality_figure_matches_sentence_transformers_on_the_served_vec
     import httpx
     from sentence_transformers import SentenceTransformer
 
-    from edgeopt.pipeline import OptimizeOptions, run_optimize
+    from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
     from edgeopt.server.app import create_app
     from edgeopt.server.state import ServedModel, ServerSettings
     from edgeopt.runtimes import load_embedding_runtime

@@ -1,4 +1,4 @@
-"""Export flags (edgeopt/export_options.py): one dict for every format, and every option given is read by the
+"""Export flags (edgeopt/optimize/export_options.py): one dict for every format, and every option given is read by the
 chosen format and quant or refused before any work, naming where it applies."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError
-from edgeopt.export_options import FLAGS, check_export_options, export_options
+from edgeopt.optimize.export_options import FLAGS, check_export_options, export_options
 from edgeopt.exporters import get_exporter
-from edgeopt.pipeline import OptimizeOptions, resolve
+from edgeopt.optimize.pipeline import OptimizeOptions, resolve
 from tests.test_cli import run_main
 
 

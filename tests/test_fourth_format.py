@@ -10,13 +10,13 @@ import openai
 import pytest
 
 from edgeopt import backends
-from edgeopt.bundle import load_bundle
-from edgeopt.eval_scorers import load_bundle_scorer
-from edgeopt.model_spec import load_model_spec
-from edgeopt.pipeline import OptimizeOptions, run_optimize
-from edgeopt.plan import make_plan
+from edgeopt.store.bundle import load_bundle
+from edgeopt.measuring.scorers import load_bundle_scorer
+from edgeopt.sources.model_spec import load_model_spec
+from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
+from edgeopt.planning.checkpoint import make_plan
 from edgeopt.server.app import create_app
-from edgeopt.server.launcher import ServeOptions, load_served_model, model_names, serving_shape
+from edgeopt.server.startup.launcher import ServeOptions, load_served_model, model_names, serving_shape
 from edgeopt.server.state import ServerSettings
 from edgeopt.profiles import load_profile
 from tests.fourth_format import ENTRY

@@ -1,4 +1,4 @@
-"""edgeopt.gguf_metadata reads a GGUF header as the gguf library does (values, array lengths, tensor shapes)
+"""edgeopt.sources.gguf_metadata reads a GGUF header as the gguf library does (values, array lengths, tensor shapes)
 while skipping the vocabulary, and refuses files that are not GGUF, or cut short, with the fix."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.errors import BundleError
-from edgeopt.gguf_metadata import read_gguf_metadata
+from edgeopt.sources.gguf_metadata import read_gguf_metadata
 from edgeopt.demo.smollm2 import smollm2_gguf_path as smollm2_gguf
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt import hub
+from edgeopt.sources import hub
 
 MODEL = "edgeopt-test/not-downloaded"
 TINY_LLAMA_CONFIG = {
@@ -38,7 +38,7 @@ def hub_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def run_cli(args: list[str], env: dict[str, str]) -> tuple[int, list[str], float]:
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "edgeopt.cli", *args], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, "-m", "edgeopt.cli.app", *args], capture_output=True, text=True, env=env,
                           timeout=60)
     elapsed = time.perf_counter() - started
     return proc.returncode, (proc.stdout + proc.stderr).strip().splitlines(), elapsed
@@ -65,7 +65,7 @@ def test_offline_optimize_fails_fast_in_one_line_with_the_fix(tmp_path: Path, of
 
 def _import_seconds(env: dict[str, str]) -> float:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import edgeopt.cli, huggingface_hub.file_download"], check=True, env=env)
+    subprocess.run([sys.executable, "-c", "import edgeopt.cli.app, huggingface_hub.file_download"], check=True, env=env)
     return time.perf_counter() - started
 
 

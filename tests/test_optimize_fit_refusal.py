@@ -9,7 +9,7 @@ import pytest
 
 from edgeopt.byte_sizes import read_size
 from edgeopt.errors import ConfigError, DoesNotFitError
-from edgeopt.pipeline import OptimizeOptions, resolve
+from edgeopt.optimize.pipeline import OptimizeOptions, resolve
 
 
 def options(model: Path, tmp_path: Path, **kwargs) -> OptimizeOptions:

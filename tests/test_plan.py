@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from edgeopt.errors import DoesNotFitError
-from edgeopt.model_spec import spec_from_config
-from edgeopt.plan import MIB, make_plan, require_fit, size_candidate
+from edgeopt.sources.model_spec import spec_from_config
+from edgeopt.planning.checkpoint import MIB, make_plan, require_fit, size_candidate
 from edgeopt.profiles import DeviceProfile
 
 GIB = 1024**3

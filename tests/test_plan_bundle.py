@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from edgeopt.bundle import load_bundle
-from edgeopt.cli import app
-from edgeopt.server.launcher import ServeOptions, serving_shape
+from edgeopt.store.bundle import load_bundle
+from edgeopt.cli.app import app
+from edgeopt.server.startup.launcher import ServeOptions, serving_shape
 from tests.server.gguf_bundle import make_gguf_bundle
 
 runner = CliRunner()

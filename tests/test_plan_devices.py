@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from edgeopt.cli import app
+from edgeopt.cli.app import app
 from edgeopt.errors import ConfigError
-from edgeopt.model_spec import load_model_spec
-from edgeopt.plan_devices import plan_across_devices, worker_memories
+from edgeopt.sources.model_spec import load_model_spec
+from edgeopt.planning.devices import plan_across_devices, worker_memories
 from edgeopt.profiles import load_profile
 from edgeopt.sizing.budget import after_margin
 

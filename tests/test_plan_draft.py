@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from edgeopt.cli import app
+from edgeopt.cli.app import app
 from edgeopt.demo.smollm2 import smollm2_gguf_path
-from edgeopt.model_source import open_model_source
+from edgeopt.sources.model_source import open_model_source
 from edgeopt.sizing.bundle_facts import bundle_serving_shape
 from edgeopt.sizing.draft import shape_beside_draft
 from edgeopt.sizing.shape import ShapeRequest

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from edgeopt.errors import DoesNotFitError
-from edgeopt.model_spec import spec_from_config
-from edgeopt.plan_fit import fit_prune_ratio, plan_after_passes, plan_fits
+from edgeopt.sources.model_spec import spec_from_config
+from edgeopt.planning.fit import fit_prune_ratio, plan_after_passes, plan_fits
 from edgeopt.passes.prune_shape import PruneRequest, pruned_spec
-from edgeopt.plan import make_plan
+from edgeopt.planning.checkpoint import make_plan
 from edgeopt.profiles import load_profile
 
 
@@ -64,7 +64,7 @@ def test_hopeless_fit_says_so() -> None:
 def test_resolve_with_fit_prunes_and_plans_the_pruned_model(tmp_path) -> None:
     import json
 
-    from edgeopt.pipeline import OptimizeOptions, resolve
+    from edgeopt.optimize.pipeline import OptimizeOptions, resolve
 
     config = {"architectures": ["LlamaForCausalLM"], "vocab_size": 32000, "hidden_size": 4096,
               "intermediate_size": 14336, "num_hidden_layers": 40, "num_attention_heads": 32,

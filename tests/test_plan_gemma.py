@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgeopt.model_spec import spec_from_config
-from edgeopt.plan import weight_bytes
+from edgeopt.sources.model_spec import spec_from_config
+from edgeopt.planning.checkpoint import weight_bytes
 
 GEMMA2_9B = dict(architectures=["Gemma2ForCausalLM"], model_type="gemma2", vocab_size=256000, hidden_size=3584,
                  intermediate_size=14336, num_hidden_layers=42, num_attention_heads=16, num_key_value_heads=8,

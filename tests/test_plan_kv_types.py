@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from edgeopt.cli import app
+from edgeopt.cli.app import app
 from edgeopt.errors import ConfigError
 from edgeopt.sizing.kv_types import kv_element_bytes, parse_kv_type
 from edgeopt.sizing.budget import kv_bytes_per_token
-from edgeopt.model_spec import spec_from_config
-from edgeopt.plan import make_plan, size_candidate
+from edgeopt.sources.model_spec import spec_from_config
+from edgeopt.planning.checkpoint import make_plan, size_candidate
 from edgeopt.profiles import load_profile, profile_from_dict
 from tests.test_plan import QWEN_05B, profile
 

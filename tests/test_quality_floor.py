@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from edgeopt.cli import main
+from edgeopt.cli.app import main
 from edgeopt.errors import ConfigError
-from edgeopt.pipeline import OptimizeOptions, resolve
-from edgeopt.quality_floor import judge, kl_ceiling, nominal_bits
+from edgeopt.optimize.pipeline import OptimizeOptions, resolve
+from edgeopt.evaluation.quality_floor import judge, kl_ceiling, nominal_bits
 
 # Figures of issue 35 (SmolLM2-135M-Instruct, edgeopt's evaluation against the original checkpoint).
 GGUF_Q8_0 = {"kl_divergence": 0.0058, "top1_agreement": 0.949}

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from edgeopt.bundle import load_bundle
-from edgeopt.cli import app
+from edgeopt.store.bundle import load_bundle
+from edgeopt.cli.app import app
 from tests.test_cli import run_main
 
 runner = CliRunner()

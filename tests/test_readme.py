@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import typer.main
 
-from edgeopt.cli import app
+from edgeopt.cli.app import app
 from tests.architectures.catalog import ARCHITECTURES
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
 
-from edgeopt.eval_metrics import row_cosines
-from edgeopt.pipeline import OptimizeOptions, run_optimize
+from edgeopt.measuring.metrics import row_cosines
+from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
 from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
 from edgeopt.runtimes import load_embedding_runtime

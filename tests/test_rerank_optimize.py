@@ -13,13 +13,13 @@ import pytest
 from sentence_transformers import CrossEncoder
 from typer.testing import CliRunner
 
-from edgeopt.bundle import load_bundle
-from edgeopt.cli import app
-from edgeopt.cross_encoder import load_cross_encoder_config
+from edgeopt.store.bundle import load_bundle
+from edgeopt.cli.app import app
+from edgeopt.encoders.cross_encoder import load_cross_encoder_config
 from edgeopt.errors import BundleError, UnsupportedArchitectureError
 from edgeopt.exporters.onnx.quant_types import estimate_onnx_bytes
-from edgeopt.model_spec import RERANK_KIND, load_model_spec, spec_from_config
-from edgeopt.rerank_set import spearman_correlation
+from edgeopt.sources.model_spec import RERANK_KIND, load_model_spec, spec_from_config
+from edgeopt.measuring.rerank_set import spearman_correlation
 from edgeopt.runtimes import load_rerank_runtime
 
 QUERY = "How do I open a file in binary mode in Python?"
@@ -116,7 +116,7 @@ def test_spearman_correlation_of_orders():
 
 
 def test_plan_of_a_rerank_bundle_sizes_it_as_an_encoder(rerank_fp32_bundle: Path):
-    from edgeopt.plan_bundle import plan_bundle
+    from edgeopt.planning.bundle import plan_bundle
     from edgeopt.profiles import load_profile
 
     plan = plan_bundle(rerank_fp32_bundle, load_profile("host"))
@@ -132,7 +132,7 @@ def test_plan_of_a_rerank_bundle_sizes_it_as_an_encoder(rerank_fp32_bundle: Path
     ({"config.json": {"sbert_ce_default_activation_function": None}}, "sigmoid"),  # v3 default: one label, sigmoid
 ])
 def test_activation_of_every_sentence_transformers_generation(tmp_path: Path, files: dict, activation: str):
-    from edgeopt.cross_encoder import read_cross_encoder_config
+    from edgeopt.encoders.cross_encoder import read_cross_encoder_config
 
     for name, content in files.items():
         (tmp_path / name).write_text(json.dumps(content))
@@ -144,7 +144,7 @@ def test_activation_of_every_sentence_transformers_generation(tmp_path: Path, fi
 
 
 def test_an_activation_edgeopt_cannot_apply_is_refused_at_export(tmp_path: Path):
-    from edgeopt.cross_encoder import read_cross_encoder_config
+    from edgeopt.encoders.cross_encoder import read_cross_encoder_config
     from edgeopt.errors import ConfigError
 
     (tmp_path / "config_sentence_transformers.json").write_text(json.dumps({"activation_fn": "torch.nn.Tanh"}))

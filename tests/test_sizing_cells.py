@@ -49,7 +49,7 @@ def test_unified_prefixes_share_the_pool_unless_given_memory_of_their_own() -> N
 def test_serve_refuses_prefix_cache_memory_beside_no_prefix_cache(args: list[str], tmp_path) -> None:
     from typer.testing import CliRunner
 
-    from edgeopt.cli import app
+    from edgeopt.cli.app import app
 
     result = CliRunner().invoke(app, ["serve", str(tmp_path), *args])
     assert "which --no-prefix-cache turns off" in str(result.exception)

@@ -9,8 +9,8 @@ import pytest
 
 from edgeopt.errors import ConfigError
 from edgeopt.sizing.layout import auto_kv_layout
-from edgeopt.model_spec import spec_from_config
-from edgeopt.plan import size_candidate
+from edgeopt.sources.model_spec import spec_from_config
+from edgeopt.planning.checkpoint import size_candidate
 from edgeopt.sizing.layout import stream_layout
 from tests.test_plan import QWEN_05B, profile
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from edgeopt import backends
 from edgeopt.engine.api import DEFAULT_PREFILL_CHUNK
-from edgeopt.server.length_batches import DEFAULT_MAX_TOKENS
+from edgeopt.server.batching.length_batches import DEFAULT_MAX_TOKENS
 from edgeopt.sizing import onnx_memory
 from edgeopt.sizing.budget import MemoryPool, model_kv_facts, size_kv
 from edgeopt.sizing.resident import ResidentMemory

@@ -95,7 +95,7 @@ def test_a_config_estimate_keeps_the_files_bytes() -> None:
 def test_a_split_model_shares_cached_prefixes_by_tags_unless_streams_are_asked_for(asked: str, expected: str) -> None:
     """auto is unified for a split: the streams layout would copy whole streams over RPC (split_kv_layout)."""
     from edgeopt.demo.smollm2 import smollm2_gguf_path
-    from edgeopt.model_source import open_model_source
+    from edgeopt.sources.model_source import open_model_source
     from edgeopt.sizing.shape import ShapeRequest
     from edgeopt.sizing.split_shape import WorkerMemory, split_serving_shape
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.bundle import staged_bundle
-from edgeopt.staging import remove_abandoned, work_dir
+from edgeopt.store.bundle import staged_bundle
+from edgeopt.store.staging import remove_abandoned, work_dir
 from tests.fixtures.tiny_models import build_tiny_model
 
 pytestmark = pytest.mark.timeout(300)
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 HOLD = """
 import sys, time
 from pathlib import Path
-from edgeopt.staging import work_dir
+from edgeopt.store.staging import work_dir
 with work_dir(Path(sys.argv[1]), ".out.partial-") as path:
     (path / "model.gguf").write_bytes(b"x" * 1000)
     print(path, flush=True)
@@ -88,7 +88,7 @@ def test_optimize_killed_with_sigkill_leaves_nothing_after_the_next_run(tmp_path
     env = {**child_env(), "EDGEOPT_CACHE": str(cache)}
 
     def optimize(*extra: str) -> subprocess.Popen:
-        command = [sys.executable, "-m", "edgeopt.cli", "optimize", str(model), "-o", str(out), "--format", "gguf",
+        command = [sys.executable, "-m", "edgeopt.cli.app", "optimize", str(model), "-o", str(out), "--format", "gguf",
                    *extra]
         return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.pipeline import _chat_template as manifest_template
+from edgeopt.optimize.pipeline import _chat_template as manifest_template
 from edgeopt.server.chat.template import ChatTemplate
-from edgeopt.tokenizer_config import chat_template_in
+from edgeopt.sources.tokenizer_config import chat_template_in
 from edgeopt.exporters.gguf.vocab_common import _chat_template as gguf_template
 
 NAMED = [{"name": "tool_use", "template": "TOOLS"}, {"name": "default", "template": "DEF"}]

@@ -20,10 +20,10 @@ import psutil
 
 from edgeopt.bench.loadgen import drive_clients
 from edgeopt.bench.stats import summarize
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.errors import BackendError, ConfigError
-from edgeopt.server.launcher import model_names
-from edgeopt.serve_process import launched_server
+from edgeopt.server.startup.launcher import model_names
+from edgeopt.server.startup.serve_process import launched_server
 
 # Plain words, so a text of N words is about N tokens in any vocabulary (no rare pieces).
 WORDS = ("the file is opened and read line by line while the server keeps a small cache of recent "

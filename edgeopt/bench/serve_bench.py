@@ -15,10 +15,10 @@ from typing import Any
 import psutil
 
 from edgeopt.bench.loadgen import run_load
-from edgeopt.bundle import Manifest, load_bundle
+from edgeopt.store.bundle import Manifest, load_bundle
 from edgeopt.errors import ConfigError
-from edgeopt.server.launcher import model_names
-from edgeopt.serve_process import launched_server
+from edgeopt.server.startup.launcher import model_names
+from edgeopt.server.startup.serve_process import launched_server
 
 
 @dataclass(frozen=True)

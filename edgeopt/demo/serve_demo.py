@@ -16,12 +16,12 @@ from pathlib import Path
 
 import httpx
 
-from edgeopt.bundle import read_manifest
+from edgeopt.store.bundle import read_manifest
 from edgeopt.errors import BackendError
-from edgeopt.serve_process import launched_server
+from edgeopt.server.startup.serve_process import launched_server
 
 DEFAULT_QUESTION = "What does json.dumps do?"
-# The figures that say what quantization cost, against the original model (edgeopt.evaluate).
+# The figures that say what quantization cost, against the original model (edgeopt.evaluation.causal_lm).
 QUALITY_KEYS = ("perplexity", "perplexity_original", "kl_divergence", "top1_agreement")
 
 

@@ -183,7 +183,7 @@ class PrefixCache(ABC):
         parent.children[node.tokens[0]] = node
         return node
 
-    # --- entries that outlive the process (server/prompt_state.py) -----------------------------------------
+    # --- entries that outlive the process (server/startup/prompt_state.py) -----------------------------------------
 
     def adopt(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
         """Insert ``tokens`` as a new entry whose KV ``fill(cache_id)`` writes (a saved state, at start-up);

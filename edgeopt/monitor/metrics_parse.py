@@ -225,7 +225,7 @@ def _request_row(item: Any) -> RequestRow | None:
         return None
     try:
         return RequestRow(
-            # a server with keys shows ids only to its --admin-key (edgeopt.server.callers)
+            # a server with keys shows ids only to its --admin-key (edgeopt.server.http.callers)
             request_id=str(item.get("request_id", "(hidden)")),
             state=str(item.get("state", "?")),
             prompt_tokens=int(item.get("prompt_tokens", 0)),

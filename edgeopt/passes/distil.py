@@ -94,7 +94,7 @@ def evaluate(student_dir: Path, distilled_dir: Path, ctx: PassContext, data: str
     import torch
 
     from edgeopt.passes.distil_data import eval_blocks
-    from edgeopt.passes.measure import compare_models, load_causal_lm
+    from edgeopt.measuring.torch_metrics import compare_models, load_causal_lm
 
     torch.set_num_threads(min(torch.get_num_threads(), 2))
     blocks, source = eval_blocks(student_dir, ctx.data_file, data, eval_tokens)

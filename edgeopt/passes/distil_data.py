@@ -16,7 +16,7 @@ import torch
 
 from edgeopt.errors import PassError
 from edgeopt.passes.options import HOLDOUT_TOKENS
-from edgeopt.textfile import read_text_file
+from edgeopt.sources.textfile import read_text_file
 
 SEQ_LEN = 256
 _ENCODE_CHUNK_CHARS = 1 << 16

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ConfigError
-from edgeopt.model_spec import ModelSpec
+from edgeopt.sources.model_spec import ModelSpec
 from edgeopt.passes.options import HOLDOUT_TOKENS, compression_passes
 from edgeopt.passes.prune_limits import fixed_layers_reason
 from edgeopt.passes.prune_shape import PruneRequest, PruneShape, apply_shape, shape_of, solve_shape

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgeopt.bundle import sha256_file
+from edgeopt.store.bundle import sha256_file
 from edgeopt.errors import ConfigError
 
 # The last this many tokens of a --distil-data file are never trained or calibrated on: the passes measure the

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import PassError
-from edgeopt.model_spec import load_model_spec
+from edgeopt.sources.model_spec import load_model_spec
 from edgeopt.passes import Pass, PassContext
 from edgeopt.passes.options import HOLDOUT_TOKENS
-from edgeopt.plan_fit import request_from_params
+from edgeopt.planning.fit import request_from_params
 from edgeopt.passes.fused import join_fused, split_fused
 from edgeopt.passes.prune_shape import PruneShape, shape_of, solve_shape
 
@@ -38,7 +38,7 @@ class PrunePass(Pass):
         import torch
 
         from edgeopt.passes.distil_data import calibration_blocks, eval_blocks
-        from edgeopt.passes.measure import compare_models, load_causal_lm
+        from edgeopt.measuring.torch_metrics import compare_models, load_causal_lm
 
         started = time.perf_counter()
         unknown = set(self.params) - KNOWN_PARAMS

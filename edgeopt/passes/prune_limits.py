@@ -9,7 +9,7 @@ RATIO`` request takes its reduction from the dimensions that remain.
 from __future__ import annotations
 
 from edgeopt.errors import PassError
-from edgeopt.model_spec import ModelSpec
+from edgeopt.sources.model_spec import ModelSpec
 
 # GGUF arch -> why its attention heads cannot be removed.
 _FIXED_HEADS = {

@@ -21,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from edgeopt.errors import ConfigError, PassError
-from edgeopt.model_spec import ModelSpec
+from edgeopt.sources.model_spec import ModelSpec
 from edgeopt.passes.prune_limits import check_request, fixed_heads_reason, fixed_layers_reason
 
 MAX_RATIO = 0.9

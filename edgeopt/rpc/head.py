@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeopt.bundle import Manifest
+from edgeopt.store.bundle import Manifest
 from edgeopt.errors import ConfigError
 from edgeopt.rpc.binaries import head_protocol_version, rpc_library
 from edgeopt.rpc.endpoints import Endpoint

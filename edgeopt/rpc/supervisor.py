@@ -31,7 +31,7 @@ from edgeopt.rpc.endpoints import Endpoint
 from edgeopt.rpc.protocol import ProtocolVersion, probe_worker, probe_workers
 
 log = logging.getLogger("edgeopt.rpc")
-INHERITED_SOCKET_ENV = "EDGEOPT_SERVE_FD"  # = edgeopt.server.launcher.INHERITED_SOCKET_ENV
+INHERITED_SOCKET_ENV = "EDGEOPT_SERVE_FD"  # = edgeopt.server.startup.launcher.INHERITED_SOCKET_ENV
 POLL_S = 0.5
 RETRY_AFTER_S = 5
 
@@ -161,5 +161,5 @@ def run_supervised(host: str, port: int, endpoints: tuple[Endpoint, ...]) -> int
     """Run ``edgeopt serve`` with these same arguments as a supervised child; returns its exit status."""
     from edgeopt.rpc.binaries import head_protocol_version
 
-    child_argv = [sys.executable, "-m", "edgeopt.cli", *sys.argv[1:]]
+    child_argv = [sys.executable, "-m", "edgeopt.cli.app", *sys.argv[1:]]
     return Supervisor(child_argv, host, port, endpoints, head_protocol_version()).run()

@@ -6,7 +6,7 @@ models (``residency``, edgeopt.server.models): each loads when a request names i
 The API faces (edgeopt/server/faces.py) bring their routes for the bundle's ``manifest.kind``, their error
 shapes, the headers their clients send the key in and their own state; ``extra_routers`` lets a caller add
 more. With an API key every path but /health and /metrics needs it, /openapi.json included
-(edgeopt/server/auth.py); /docs and /redoc are off.
+(edgeopt/server/http/auth.py); /docs and /redoc are off.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from fastapi import APIRouter, FastAPI
 
 from edgeopt.errors import ConfigError
 from edgeopt.server import routes_admin
-from edgeopt.server.auth import ApiKeyGuard
-from edgeopt.server.body_limit import BodySizeLimit
-from edgeopt.server.callers import keyring
+from edgeopt.server.http.auth import ApiKeyGuard
+from edgeopt.server.http.body_limit import BodySizeLimit
+from edgeopt.server.http.callers import keyring
 from edgeopt.server.errors import ErrorShapes, install_error_handlers
 from edgeopt.server.face import Face
 from edgeopt.server.faces import FACES

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgeopt.errors import EdgeoptError, RequestError
 from edgeopt.server.face import Face
-from edgeopt.server.json_body import RefusedBody
+from edgeopt.server.http.json_body import RefusedBody
 
 log = logging.getLogger("edgeopt.server")
 

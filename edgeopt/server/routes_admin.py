@@ -10,8 +10,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from edgeopt.errors import PermissionDeniedError
-from edgeopt.server.callers import caller_of, sees_request_ids
-from edgeopt.server.json_body import CheckedJsonRoute
+from edgeopt.server.http.callers import caller_of, sees_request_ids
+from edgeopt.server.http.json_body import CheckedJsonRoute
 from edgeopt.server.models.listing import model_rows
 from edgeopt.server.state import ServerState, engine_problem
 

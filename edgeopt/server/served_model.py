@@ -13,8 +13,8 @@ from edgeopt.runtimes.base import EmbeddingRuntime, RerankRuntime, Runtime, Toke
 from edgeopt.runtimes.control_text import ControlTextFinder
 from edgeopt.server.chat.reasoning.syntax import ReasoningFormat, reasoning_format
 from edgeopt.server.chat.template import ChatTemplate
-from edgeopt.server.embedding_batcher import EmbeddingBatcher
-from edgeopt.server.rerank_batcher import RerankBatcher
+from edgeopt.server.batching.embedding_batcher import EmbeddingBatcher
+from edgeopt.server.batching.rerank_batcher import RerankBatcher
 
 
 @dataclass

@@ -15,7 +15,7 @@ from edgeopt.server.models.kinds import check_use
 from edgeopt.server.models.leases import hold
 from edgeopt.server.models.residency import Residency
 from edgeopt.server.models.stats import summed_stats
-from edgeopt.server.prompt_worker import PromptWorker
+from edgeopt.server.batching.prompt_worker import PromptWorker
 from edgeopt.server.served_model import ServedModel
 
 __all__ = ["ServedModel", "ServerSettings", "ServerState"]  # ServedModel: where callers have always found it
@@ -30,7 +30,7 @@ class ServerSettings:
     # model_card; a server of several models gives create_app its catalog instead)
     model_names: tuple[str, ...] = ()  # first: the id /v1/models shows; the others are accepted aliases
     kind: str = "causal-lm"  # manifest.kind
-    api_key: str | None = None  # --api-key: one tenant behind a key (edgeopt.server.callers has the rule)
+    api_key: str | None = None  # --api-key: one tenant behind a key (edgeopt.server.http.callers has the rule)
     api_keys: Mapping[str, str] = field(default_factory=dict)  # --api-keys: caller name -> key
     admin_key: str | None = None  # --admin-key: sees request ids, empties the prefix cache
     memory_budget_bytes: int = 0

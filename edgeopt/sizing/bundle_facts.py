@@ -15,16 +15,16 @@ import json
 from pathlib import Path
 
 from edgeopt import backends
-from edgeopt.bundle import Manifest
+from edgeopt.store.bundle import Manifest
 from edgeopt.errors import BundleError, EdgeoptError
-from edgeopt.gguf_model import gguf_metadata, gguf_model_spec, is_gguf_only
+from edgeopt.sources.gguf_model import gguf_metadata, gguf_model_spec, is_gguf_only
 from edgeopt.sizing.budget import KvFacts, kv_bytes_per_token, memory_pool, model_kv_facts, require_kv_room
 from edgeopt.sizing.kv_types import kv_element_bytes_for
 from edgeopt.sizing.manifest_section import KvSection, legacy_kv_type, legacy_partial_facts
 from edgeopt.sizing.shape import (ServingShape, ShapeRequest, check_shape_request, decide_serving_shape,
                                   refuse_context_past_window, served_kv_type)
 from edgeopt.profiles import DeviceProfile, load_profile
-from edgeopt.model_spec import ModelSpec, spec_from_config
+from edgeopt.sources.model_spec import ModelSpec, spec_from_config
 
 
 def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:

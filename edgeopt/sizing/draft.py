@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt import backends
-from edgeopt.bundle import Manifest
+from edgeopt.store.bundle import Manifest
 from edgeopt.errors import ConfigError
 from edgeopt.profiles import DeviceProfile, load_profile
 from edgeopt.sizing.budget import MIB, memory_pool, require_kv_room

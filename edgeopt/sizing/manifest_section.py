@@ -2,9 +2,9 @@
 ``edgeopt optimize`` (and ``edgeopt import``) so that serving never reads the model file for it.
 
 Typed both ways: :class:`KvSection` is written as the manifest's ``kv`` field and read back as the same
-dataclass (``edgeopt.bundle.Manifest.kv``). Bundles written before the section existed kept these numbers
+dataclass (``edgeopt.store.bundle.Manifest.kv``). Bundles written before the section existed kept these numbers
 as loose keys of the manifest's ``export`` section; the ``legacy_*`` functions read them, and they are the
-only place those keys are read by name. Dependency-free: ``edgeopt.bundle`` imports this module.
+only place those keys are read by name. Dependency-free: ``edgeopt.store.bundle`` imports this module.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ PREFILL_CHUNK_TOKENS = 256
 LOGITS_BYTES_PER_VOCAB_ENTRY = PREFILL_CHUNK_TOKENS * 4
 
 # Embedding bundles: the server batches up to this many padded tokens into one run
-# (edgeopt.server.length_batches.DEFAULT_MAX_TOKENS; a test keeps the two equal).
+# (edgeopt.server.batching.length_batches.DEFAULT_MAX_TOKENS; a test keeps the two equal).
 EMBEDDING_BATCH_TOKENS = 2048
 # What one run of such a batch allocates per token, times this: onnxruntime's arena holds the attention scores
 # and probabilities, the feed-forward and a few hidden-state buffers at once and rounds its growth up.

@@ -42,7 +42,7 @@ class LayerWeights:
 
     @classmethod
     def from_tensor_bytes(cls, tensor_bytes: dict[str, int]) -> LayerWeights:
-        """From a GGUF's tensors (edgeopt.gguf_metadata.read_tensor_bytes)."""
+        """From a GGUF's tensors (edgeopt.sources.gguf_metadata.read_tensor_bytes)."""
         per_layer: dict[int, int] = {}
         input_bytes = output_bytes = 0
         for name, size in tensor_bytes.items():

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from edgeopt import backends
 from edgeopt.backends import Backend
-from edgeopt.bundle import Manifest
+from edgeopt.store.bundle import Manifest
 from edgeopt.errors import DoesNotFitError
-from edgeopt.gguf_metadata import read_tensor_bytes
-from edgeopt.model_spec import ModelSpec
+from edgeopt.sources.gguf_metadata import read_tensor_bytes
+from edgeopt.sources.model_spec import ModelSpec
 from edgeopt.profiles import load_profile
 from edgeopt.sizing.budget import DEFAULT_MAX_SEQUENCES, MemoryPool, memory_pool
 from edgeopt.sizing.bundle_facts import bundle_kv_facts, bundle_model_spec, recorded_kv_type

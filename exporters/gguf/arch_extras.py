@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.model_spec import ModelSpec
+from edgeopt.sources.model_spec import ModelSpec
 
 Config = dict[str, Any]
 

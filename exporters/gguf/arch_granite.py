@@ -10,7 +10,7 @@ defaults are 1.0, and an absent attention scale would make llama.cpp fall back t
 
 from __future__ import annotations
 
-from edgeopt.model_spec import ModelSpec
+from edgeopt.sources.model_spec import ModelSpec
 from edgeopt.exporters.gguf.arch_extras import ArchExtras, Config
 
 

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from edgeopt.errors import ExportError
-from edgeopt.model_spec import ModelSpec
+from edgeopt.sources.model_spec import ModelSpec
 from edgeopt.exporters.gguf.arch_extras import ArchExtras, Config
 from edgeopt.exporters.gguf.metadata import rope_scaling
 

@@ -61,7 +61,7 @@ def export_imatrix(model_dir: Path, gguf: Path, out_dir: Path, quant: str, optio
 
 def _store(matrix: ImportanceMatrix, out_dir: Path, token_chunks: list[list[int]], facts: dict[str, Any]) -> dict[str, Any]:
     """Write ``out_dir/imatrix.gguf``; the manifest facts describing it."""
-    from edgeopt.bundle import sha256_file
+    from edgeopt.store.bundle import sha256_file
     from edgeopt.exporters.gguf.imatrix_file import write_imatrix
 
     write_imatrix(out_dir / IMATRIX_FILE, matrix)
@@ -73,7 +73,7 @@ def _store(matrix: ImportanceMatrix, out_dir: Path, token_chunks: list[list[int]
 def compute_imatrix(model_dir: Path, out_dir: Path, options: dict[str, Any],
                     report: Callable[[str], None] = lambda _m: None) -> Calibration:
     """The matrix of ``options['calibration_data']``; writes ``out_dir/imatrix.gguf``."""
-    from edgeopt.bundle import sha256_file
+    from edgeopt.store.bundle import sha256_file
     from edgeopt.exporters.gguf.imatrix_collect import collect_imatrix
     from edgeopt.exporters.input_energy import text_file_chunks
 

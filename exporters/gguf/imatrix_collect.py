@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.errors import ExportError
-from edgeopt.model_spec import load_model_spec
+from edgeopt.sources.model_spec import load_model_spec
 from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
 from edgeopt.exporters.gguf.tensor_names import gguf_name
 from edgeopt.exporters.input_energy import collect_input_energy

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import ExportError
-from edgeopt.model_spec import ModelSpec
+from edgeopt.sources.model_spec import ModelSpec
 from edgeopt.exporters.gguf.arch_extras import extras_for
 
 

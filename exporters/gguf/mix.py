@@ -44,7 +44,7 @@ def export_mix(model_dir: Path, unquantized: Path, dst: Path, calibration: Calib
                options: dict[str, Any]) -> dict[str, Any]:
     """The exporter's ``--quant MIX``: sensitivity measured on the calibration's first chunks, budget
     ``options['mix_size_bytes']`` (default: the planner's Q4_K_M size of the model)."""
-    from edgeopt.model_spec import load_model_spec
+    from edgeopt.sources.model_spec import load_model_spec
     from edgeopt.exporters.gguf.quant_types import MIX_DEFAULT_SIZE_OF, estimate_gguf_bytes
 
     spec = load_model_spec(str(model_dir))

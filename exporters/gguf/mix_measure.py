@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.errors import ExportError
-from edgeopt.eval_scorers import Scorer
+from edgeopt.measuring.scorers import Scorer
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
 

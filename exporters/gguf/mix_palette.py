@@ -15,7 +15,7 @@ own types that fits the size gives it that tensor (exporters/gguf/mix_recipes.py
 
 from __future__ import annotations
 
-from edgeopt.model_spec import ModelSpec
+from edgeopt.sources.model_spec import ModelSpec
 from edgeopt.exporters.gguf.quant_types import metadata_bytes, tensor_bytes, tensor_type, type_bytes
 
 REFERENCE_TYPE = "Q8_0"  # what every tensor but the measured group keeps while sensitivity is measured

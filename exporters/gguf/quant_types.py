@@ -10,8 +10,8 @@ same source assuming an importance matrix is given (edgeopt computes one for the
 
 from __future__ import annotations
 
-from edgeopt.gguf_metadata import FTYPE_IDS as GGUF_FTYPE_IDS
-from edgeopt.model_spec import ModelSpec, TensorInfo
+from edgeopt.sources.gguf_metadata import FTYPE_IDS as GGUF_FTYPE_IDS
+from edgeopt.sources.model_spec import ModelSpec, TensorInfo
 
 # ggml block types: bytes per block and weights per block.
 BLOCK = {

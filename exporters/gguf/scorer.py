@@ -11,7 +11,7 @@ from edgeopt.errors import EvaluationError
 
 
 class GGUFScorer:
-    """Implements edgeopt.eval_scorers.Scorer for a GGUF file."""
+    """Implements edgeopt.measuring.scorers.Scorer for a GGUF file."""
 
     def __init__(self, model_path: Path, context: int = 512, threads: int = 2, kv_type: str = "f32") -> None:
         try:
@@ -24,7 +24,7 @@ class GGUFScorer:
         self.context = context
         # logits_all keeps a logits row per evaluated token, which perplexity and KL need. The KV cache is
         # f32 by default so the numbers measure the model file, not llama.cpp's default f16 cache rounding;
-        # another kv_type measures that cache (edgeopt.evaluate_kv), with the flash attention a quantized
+        # another kv_type measures that cache (edgeopt.evaluation.kv_cache), with the flash attention a quantized
         # cache needs and that its f16 reference then uses too, so that only the cache's type differs.
         guard_amx_buffers()  # Llama has no argument for it; AMX buffers crash decoding on AMX CPUs
         self._llm = Llama(model_path=str(model_path), n_ctx=context, n_batch=context, n_ubatch=context,
@@ -50,5 +50,5 @@ class GGUFScorer:
 def load_scorer(bundle_dir: Path, manifest: Any, context: int = 512, threads: int = 2,
                 kv_type: str = "f32") -> GGUFScorer:
     """``kv_type``: the cache to score with; f32 (the default) for the weights' own quality, another type to
-    measure that cache's cost (edgeopt.evaluate_kv)."""
+    measure that cache's cost (edgeopt.evaluation.kv_cache)."""
     return GGUFScorer(Path(bundle_dir) / manifest.model_file, context=context, threads=threads, kv_type=kv_type)

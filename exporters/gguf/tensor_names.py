@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeopt.errors import ExportError
-from edgeopt.model_spec import SUPPORTED_ARCHITECTURES, ModelSpec
+from edgeopt.sources.model_spec import SUPPORTED_ARCHITECTURES, ModelSpec
 from edgeopt.exporters.gguf.arch_extras import extras_for
 
 # Suffix after "model.layers.{i}." -> suffix after "blk.{i}."

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import ConfigError, ExportError
-from edgeopt.model_spec import load_model_spec
+from edgeopt.sources.model_spec import load_model_spec
 from edgeopt.progress import progress
 from edgeopt.exporters.gguf.arch_extras import extras_for
 from edgeopt.exporters.gguf.metadata import add_hyperparameters, llama3_rope_factors, rope_scaling

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import ConfigError
-from edgeopt.textfile import read_text_file
+from edgeopt.sources.textfile import read_text_file
 
 DEFAULT_SAMPLES = 16
 DEFAULT_WINDOW = 64

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import ExportError
-from edgeopt.eval_metrics import min_cosine
-from edgeopt.pooling import PoolingConfig, pad_batch, pool
-from edgeopt.reference_embeddings import torch_embeddings
+from edgeopt.measuring.metrics import min_cosine
+from edgeopt.encoders.pooling import PoolingConfig, pad_batch, pool
+from edgeopt.measuring.reference_embeddings import torch_embeddings
 
 FP32_COSINE_LIMIT = 0.9999
 PROBE_SENTENCES = (
@@ -70,9 +70,9 @@ def _pad_token_id(model_dir: Path) -> int:
 
 
 def encoder_input_limit(model_dir: Path) -> int:
-    """The input limit the bundle's runtime will apply (edgeopt.model_spec.encoder_input_limit)."""
-    from edgeopt.model_spec import encoder_input_limit as limit_of
-    from edgeopt.pooling import read_sentence_transformers_pooling
+    """The input limit the bundle's runtime will apply (edgeopt.sources.model_spec.encoder_input_limit)."""
+    from edgeopt.sources.model_spec import encoder_input_limit as limit_of
+    from edgeopt.encoders.pooling import read_sentence_transformers_pooling
 
     config = json.loads((model_dir / "config.json").read_text())
     return limit_of(config, read_sentence_transformers_pooling(model_dir).max_seq_length)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ExportError, MissingDependencyError, UnsupportedArchitectureError
-from edgeopt.eval_metrics import mean_kl, top1_agreement
+from edgeopt.measuring.metrics import mean_kl, top1_agreement
 from edgeopt.exporters.onnx.longrope import traceable_longrope
 from edgeopt.exporters.onnx.tied_embedding import share_tied_embedding
 from edgeopt.exporters.onnx.validate import probe_text_ids, probe_token_ids
@@ -22,9 +22,9 @@ MODEL_SIDE_FILES = ("config.json", "generation_config.json")
 
 
 def model_kind(model_dir: Path) -> str:
-    """ "causal-lm", "rerank" (a cross-encoder: edgeopt.model_spec says which ones) or "embedding", from
+    """ "causal-lm", "rerank" (a cross-encoder: edgeopt.sources.model_spec says which ones) or "embedding", from
     config.json (and a sentence-transformers modules.json)."""
-    from edgeopt.model_spec import RERANK_KIND, load_model_spec
+    from edgeopt.sources.model_spec import RERANK_KIND, load_model_spec
 
     config = json.loads((model_dir / "config.json").read_text())
     archs = config.get("architectures") or []
@@ -48,7 +48,7 @@ def optimum_export(model_dir: Path, out_dir: Path, task: str, threads: int = 2) 
         from optimum.exporters.onnx import main_export
     except ImportError as exc:
         raise MissingDependencyError(f"ONNX export needs {exc.name}", "pip install 'edgeopt[optimize]'") from exc
-    from edgeopt.model_spec import reference_attention
+    from edgeopt.sources.model_spec import reference_attention
 
     torch.set_num_threads(threads)
     eager = reference_attention(model_dir) if task == DECODER_TASK else {}
@@ -75,7 +75,7 @@ def optimum_export(model_dir: Path, out_dir: Path, task: str, threads: int = 2) 
 def _export_eager(model_dir: Path, out_dir: Path, task: str) -> None:
     from optimum.exporters.onnx import onnx_export_from_model
 
-    from edgeopt.passes.measure import load_causal_lm  # loads a soft-capped model with eager attention
+    from edgeopt.measuring.torch_metrics import load_causal_lm  # loads a soft-capped model with eager attention
 
     onnx_export_from_model(load_causal_lm(model_dir), str(out_dir), task=task, do_validation=False)
 
@@ -92,7 +92,7 @@ def copy_model_files(src_dir: Path, dst_dir: Path, with_onnx: bool) -> None:
 def torch_logits(model_dir: Path, token_ids: list[int]) -> Any:
     import torch
 
-    from edgeopt.passes.measure import load_causal_lm
+    from edgeopt.measuring.torch_metrics import load_causal_lm
 
     model = load_causal_lm(model_dir)
     with torch.no_grad():

@@ -158,7 +158,7 @@ def _check_sized(options: dict[str, Any]) -> None:
 
 def _encoder_checks(model_dir: Path, fp32: Path, final_dir: Path) -> dict[str, Any]:
     from edgeopt.exporters.onnx.encoder import validate_encoder
-    from edgeopt.pooling import read_sentence_transformers_pooling, save_pooling
+    from edgeopt.encoders.pooling import read_sentence_transformers_pooling, save_pooling
 
     pooling = read_sentence_transformers_pooling(model_dir)
     final_dir.mkdir(parents=True, exist_ok=True)
@@ -191,7 +191,7 @@ def _quant_fidelity(kind: str, model_dir: Path, fp32: Path, quantized: Path, fin
     if kind == "rerank":
         return quantized_scores(model_dir, fp32, quantized, final_dir)
     from edgeopt.exporters.onnx.encoder import quantized_cosine
-    from edgeopt.pooling import load_pooling
+    from edgeopt.encoders.pooling import load_pooling
 
     return quantized_cosine(model_dir, fp32, quantized, load_pooling(final_dir))
 

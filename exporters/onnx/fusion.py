@@ -59,7 +59,7 @@ def _trim_rotary_caches(model: Any, max_positions: int) -> None:
 
 
 def _probe_kl(reference: Path, candidate: Path, threads: int) -> float:
-    from edgeopt.eval_metrics import mean_kl
+    from edgeopt.measuring.metrics import mean_kl
     from edgeopt.exporters.onnx.validate import probe_token_ids
     from edgeopt.runtimes.onnxruntime.decoder_session import DecoderSession
     from edgeopt.runtimes.onnxruntime.session import create_session

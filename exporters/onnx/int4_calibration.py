@@ -40,7 +40,7 @@ def int4_calibration(model_dir: Path, fp32: Path, options: dict[str, Any],
 
 def _from_text(model_dir: Path, text_path: Path, max_chunks: int, report: Callable[[str], None],
                grams: bool) -> Int4Calibration:
-    from edgeopt.bundle import sha256_file
+    from edgeopt.store.bundle import sha256_file
 
     token_chunks = text_file_chunks(model_dir, text_path, max_chunks, "to weigh INT4 blocks")
     energy = collect_input_energy(model_dir, token_chunks, report, grams)

@@ -214,7 +214,7 @@ def quantize_int4_sized(source: Path, dst: Path, model_dir: Path, budget_bytes: 
     import onnx
 
     from edgeopt.exporters.onnx import quantize as q
-    from edgeopt.model_spec import load_model_spec
+    from edgeopt.sources.model_spec import load_model_spec
 
     if block not in q.INT4_BLOCK_SIZES:
         raise ConfigError(f"--int4-block-size {block} is not supported", f"valid: {', '.join(map(str, q.INT4_BLOCK_SIZES))}")
@@ -317,7 +317,7 @@ def measure_group_kl(model_dir: Path, weights: list[Weight], blocks: dict[str, d
     scales (``smoothed``), the checkpoint's norms being unchanged."""
     import torch
 
-    from edgeopt.passes.measure import load_causal_lm
+    from edgeopt.measuring.torch_metrics import load_causal_lm
 
     model = load_causal_lm(model_dir, torch.float32)
     model.eval()

@@ -18,7 +18,7 @@ Measured on optimum exports quantized by onnxruntime (see tests/exporters/test_o
 
 from __future__ import annotations
 
-from edgeopt.model_spec import RERANK_KIND, ModelSpec
+from edgeopt.sources.model_spec import RERANK_KIND, ModelSpec
 
 QUANTS = ("fp32", "int8", "int8-static", "int4")  # what ONNXExporter writes
 INT4_BLOCK = 32

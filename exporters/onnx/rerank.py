@@ -1,7 +1,7 @@
 """Cross-encoders (rerankers): export the sequence classifier with optimum, carry its scoring into the bundle.
 
 optimum exports the classifier (``logits``, one per pair); the activation and the pair limit are read from
-the checkpoint's sentence-transformers configuration (edgeopt.cross_encoder) and written to
+the checkpoint's sentence-transformers configuration (edgeopt.encoders.cross_encoder) and written to
 ``model/rerank.json``, so the device scores pairs as ``CrossEncoder.predict`` does without torch. The
 fp32 graph must give the original's scores within FP32_SCORE_LIMIT on the built-in ranking set.
 """
@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.cross_encoder import CrossEncoderConfig, load_cross_encoder_config, read_cross_encoder_config, \
+from edgeopt.encoders.cross_encoder import CrossEncoderConfig, load_cross_encoder_config, read_cross_encoder_config, \
     save_cross_encoder_config
 from edgeopt.errors import ExportError
-from edgeopt.model_spec import encoder_input_limit
-from edgeopt.rerank_set import BUILTIN_RANKING_SET, compare_rankings
+from edgeopt.sources.model_spec import encoder_input_limit
+from edgeopt.measuring.rerank_set import BUILTIN_RANKING_SET, compare_rankings
 from edgeopt.runtimes.base import EncodedPair
 from edgeopt.runtimes.pair_tokenizer import PairTokenizer
 
@@ -58,7 +58,7 @@ def onnx_scores(onnx_path: Path, pairs: list[EncodedPair], config: CrossEncoderC
 
 def validate_rerank(model_dir: Path, onnx_path: Path, final_dir: Path) -> dict[str, Any]:
     """Write rerank.json into ``final_dir``; refuse an fp32 graph whose scores are not the original's."""
-    from edgeopt.reference_scores import torch_rerank_scores
+    from edgeopt.measuring.reference_scores import torch_rerank_scores
 
     model_config = json.loads((model_dir / "config.json").read_text())
     config = read_cross_encoder_config(model_dir, encoder_input_limit(model_config))

@@ -1,4 +1,4 @@
-"""The ONNX bundle's scorer for :mod:`edgeopt.evaluate`: token ids -> logits at every position."""
+"""The ONNX bundle's scorer for :mod:`edgeopt.evaluation.causal_lm`: token ids -> logits at every position."""
 
 from __future__ import annotations
 

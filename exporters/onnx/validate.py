@@ -1,4 +1,4 @@
-"""Probe inputs for checking an exported model against its source (the metrics are edgeopt.eval_metrics')."""
+"""Probe inputs for checking an exported model against its source (the metrics are edgeopt.measuring.metrics')."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ import llama_cpp
 
 from edgeopt.backends import backend_for_runtime
 from edgeopt.errors import ConfigError
-from edgeopt.file_stamp import file_stamp
+from edgeopt.store.file_stamp import file_stamp
 from edgeopt.sizing.layout import (KV_LAYOUTS, MAX_SEQUENCE_IDS, STREAM_ALIGN, STREAMS, UNIFIED,  # noqa: F401
                                    default_cache_slots, stream_layout)
 from edgeopt.sizing.attention import RUNTIME_LLAMA_AUTO
@@ -53,7 +53,7 @@ from edgeopt.runtimes.llama_cpp.model import load_model, model_facts
 from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 if TYPE_CHECKING:
-    from edgeopt.bundle import Manifest
+    from edgeopt.store.bundle import Manifest
     from edgeopt.runtimes.llama_cpp.rpc import RpcOffload
 
 __all__ = ["LlamaCppRuntime", "LlamaCppTokenizer", "load", "load_gguf"]

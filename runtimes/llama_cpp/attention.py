@@ -30,7 +30,7 @@ from pathlib import Path
 import llama_cpp
 from edgeopt.profiles.host import cpu_model_name
 
-from edgeopt.cache import cache_root
+from edgeopt.store.cache import cache_root
 from edgeopt.errors import BackendError, ConfigError
 from edgeopt.sizing.attention import OFF, ON, RUNTIME_LLAMA_AUTO, RUNTIME_MEASURED
 

@@ -47,7 +47,7 @@ class LlamaCppRuntime(Runtime):
                  adaptive_threads: bool = False, kv_type: str = "f16", cache_slots: int = 0,
                  kv_layout: str = UNIFIED, file_key: Hashable | None = None, draft_rows: int = 0,
                  flash_attention: bool | None = None, kv_on_host: bool = False) -> None:
-        """``file_key``: the GGUF's identity (edgeopt.file_stamp), so that loading the same file again reuses
+        """``file_key``: the GGUF's identity (edgeopt.store.file_stamp), so that loading the same file again reuses
         its vocabulary scan. ``flash_attention``: flash (True) or plain (False) attention, None: llama.cpp's
         choice (runtimes/llama_cpp/attention.py decides). ``draft_rows``: logits rows a speculative step may
         need beyond one per running sequence (the longest draft); the cached prefixes' rows, never decoded,

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import BundleError, ConfigError, UnknownTargetError
-from edgeopt.model_spec import encoder_input_limit
+from edgeopt.sources.model_spec import encoder_input_limit
 from edgeopt.profiles import DeviceProfile
 from edgeopt.profiles.host import usable_cpu_count
 from edgeopt.runtimes.base import EmbeddingRuntime, RerankRuntime, Runtime, RuntimeInfo
 
 if TYPE_CHECKING:
-    from edgeopt.bundle import Manifest
+    from edgeopt.store.bundle import Manifest
     from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 
 DEFAULT_SLOTS = 8
@@ -65,7 +65,7 @@ def load_embedding(bundle_dir: Path, manifest: Manifest, threads: int | None = N
 def load_rerank(bundle_dir: Path, manifest: Manifest, threads: int | None = None,
                 providers: list[str] | None = None, profile: DeviceProfile | str | None = None,
                 **_other_backends_options: Any) -> RerankRuntime:
-    from edgeopt.cross_encoder import load_cross_encoder_config
+    from edgeopt.encoders.cross_encoder import load_cross_encoder_config
     from edgeopt.runtimes.onnxruntime.reranker import OnnxRerankRuntime
 
     _check_kind(manifest, "rerank", "edgeopt.runtimes.load_runtime")
@@ -103,7 +103,7 @@ def _open(bundle_dir: Path, manifest: Manifest, threads: int | None, providers: 
 
 def _embedding_runtime(session: Any, tokenizer: BundleTokenizer, config: dict, model_path: Path) -> EmbeddingRuntime:
     from edgeopt.runtimes.onnxruntime.encoder import OnnxEmbeddingRuntime
-    from edgeopt.pooling import load_pooling
+    from edgeopt.encoders.pooling import load_pooling
 
     pad = config.get("pad_token_id")
     pooling = load_pooling(model_path.parent)

@@ -14,7 +14,7 @@ import numpy as np
 
 from edgeopt.errors import BackendError, ContextOverflowError
 from edgeopt.runtimes.base import EmbeddingRuntime, RuntimeInfo
-from edgeopt.pooling import PoolingConfig, pad_batch, pool
+from edgeopt.encoders.pooling import PoolingConfig, pad_batch, pool
 from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.cross_encoder import CrossEncoderConfig
+from edgeopt.encoders.cross_encoder import CrossEncoderConfig
 from edgeopt.errors import BackendError
 from edgeopt.runtimes.base import EncodedPair, RerankRuntime, RuntimeInfo
 from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer

@@ -21,7 +21,7 @@ from edgeopt.errors import ConfigError
 from edgeopt.runtimes.base import Runtime
 
 if TYPE_CHECKING:
-    from edgeopt.bundle import Manifest
+    from edgeopt.store.bundle import Manifest
 
 KNOWN_OPTIONS = ("kv_capacity_tokens", "max_slots", "context_length", "threads", "device", "dtype", "cuda_graphs")
 NO_PREFIX_CACHE_OPTIONS = ("cache_slots",)  # accepted for every runtime; torch keeps no prefix cache

@@ -12,7 +12,7 @@ from edgeopt.runtimes.base import RuntimeInfo
 from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer, eos_token_ids
 
 if TYPE_CHECKING:
-    from edgeopt.bundle import Manifest
+    from edgeopt.store.bundle import Manifest
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 DEFAULT_CONTEXT = 4096
@@ -71,7 +71,7 @@ def load_checkpoint(bundle_dir: Path, manifest: Manifest, device: str, dtype: st
     import torch
     from transformers import AutoModelForCausalLM
 
-    from edgeopt.model_spec import reference_attention
+    from edgeopt.sources.model_spec import reference_attention
 
     if threads:
         torch.set_num_threads(int(threads))

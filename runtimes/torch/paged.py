@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgeopt.bundle import Manifest
+from edgeopt.store.bundle import Manifest
 from edgeopt.errors import BackendError
 from edgeopt.runtimes.base import RuntimeInfo, Tokenizer
 from edgeopt.runtimes.torch.cpu_runtime import TorchRuntime

@@ -44,7 +44,7 @@ def arch_gguf(tmp_path_factory: pytest.TempPathFactory, arch_dir) -> Callable[[s
 def arch_bundle(tmp_path_factory: pytest.TempPathFactory, arch_dir) -> Callable[[str, str, str], Path]:
     """``arch_bundle(name, format, quant) -> Path`` of a bundle made by the real optimize pipeline
     (planner, exporter, manifest), evaluation off (``edgeopt eval`` is tested on it separately)."""
-    from edgeopt.pipeline import OptimizeOptions, run_optimize
+    from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
 
     built: dict[tuple[str, str, str], Path] = {}
 

@@ -10,10 +10,10 @@ import tempfile
 from pathlib import Path
 
 from edgeopt.errors import EdgeoptError
-from edgeopt.eval_metrics import Comparison
-from edgeopt.eval_scorers import HFScorer
-from edgeopt.model_spec import load_model_spec
-from edgeopt.plan import weight_bytes
+from edgeopt.measuring.metrics import Comparison
+from edgeopt.measuring.scorers import HFScorer
+from edgeopt.sources.model_spec import load_model_spec
+from edgeopt.planning.checkpoint import weight_bytes
 from tests.architectures.catalog import ARCHITECTURES, build_architecture
 from tests.fixtures.parity import gguf_parity, parity_ids
 from tests.fixtures.tiny_models import build_tokenizer

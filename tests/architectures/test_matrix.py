@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.errors import EdgeoptError
-from edgeopt.eval_metrics import Comparison
-from edgeopt.model_spec import load_model_spec
-from edgeopt.plan import weight_bytes
+from edgeopt.measuring.metrics import Comparison
+from edgeopt.sources.model_spec import load_model_spec
+from edgeopt.planning.checkpoint import weight_bytes
 from tests.architectures.catalog import ARCHITECTURES, by_name
 from tests.fixtures.parity import PARITY_TOKENS, gguf_parity, parity_ids
 
@@ -64,7 +64,7 @@ def test_gguf_q8_0_bundle_loads_and_runs(name: str, arch_dir, arch_bundle) -> No
 @pytest.mark.parametrize("name", NAMES)
 def test_onnx_export_logits_match_transformers(name: str, arch_dir, arch_bundle) -> None:
     """Over 300 tokens: past LongRoPE's original window (256) too, where a frozen trace branch shows."""
-    from edgeopt.eval_scorers import HFScorer
+    from edgeopt.measuring.scorers import HFScorer
     from edgeopt.exporters.onnx.scorer import OnnxScorer
 
     bundle = arch_bundle(name, "onnx", "fp32")
@@ -113,7 +113,7 @@ def test_chat_request_is_served_with_the_model_template(name: str, fmt: str, qua
     import httpx
 
     from edgeopt.server.app import create_app
-    from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
+    from edgeopt.server.startup.launcher import ServeOptions, load_served_model, serving_shape
     from edgeopt.server.state import ServerSettings
     from tests.server.live import start_live_server
 
@@ -145,7 +145,7 @@ def test_chat_request_is_served_with_the_model_template(name: str, fmt: str, qua
 def test_edgeopt_eval_scores_the_bundle(name: str, arch_bundle, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from edgeopt.cli import app
+    from edgeopt.cli.app import app
     from edgeopt.demo.corpus import stdlib_text
 
     data = tmp_path / "eval.txt"

@@ -69,7 +69,7 @@ def test_factor_lists_of_the_wrong_length_are_refused(arch_dir, tmp_path: Path) 
 def test_head_pruned_phi3_is_refused_before_writing(arch_dir, tmp_path: Path) -> None:
     """llama.cpp's phi3 graph needs heads x head_dim == hidden: a checkpoint that breaks it is refused
     with the reason (the prune pass refuses to make one; this guards checkpoints pruned elsewhere)."""
-    from edgeopt.model_spec import load_model_spec
+    from edgeopt.sources.model_spec import load_model_spec
     from edgeopt.exporters.gguf.arch_phi3 import check
 
     spec = load_model_spec(str(arch_dir("phi3-mini")))
@@ -89,8 +89,8 @@ def test_catalog_phi_entries_are_the_real_shapes() -> None:
 def test_fused_qkv_gets_llama_cpp_quant_type_and_planned_size(quant: str, tiny_tokenizer_dir, tmp_path: Path) -> None:
     """llama.cpp quantizes attn_qkv by its own rule (Q4_K_M -> Q5_K, Q3_K_M -> Q4_K); the planner must
     assume the same types tensor by tensor, or Phi-3's size estimate drifts."""
-    from edgeopt.model_spec import load_model_spec
-    from edgeopt.plan import weight_bytes
+    from edgeopt.sources.model_spec import load_model_spec
+    from edgeopt.planning.checkpoint import weight_bytes
     from edgeopt.exporters.gguf.exporter import GGUFExporter
     from edgeopt.exporters.gguf.quant_types import tensor_type
     from edgeopt.exporters.gguf.tensor_names import gguf_name
@@ -118,8 +118,8 @@ def test_onnx_longrope_switches_factors_in_graph(name: str, arch_dir, arch_bundl
     import torch
     from transformers import AutoModelForCausalLM
 
-    from edgeopt.bundle import load_bundle
-    from edgeopt.eval_metrics import Comparison
+    from edgeopt.store.bundle import load_bundle
+    from edgeopt.measuring.metrics import Comparison
     from edgeopt.runtimes.onnxruntime.decoder_session import DecoderSession
     from edgeopt.runtimes.onnxruntime.session import create_session
     from tests.fixtures.parity import parity_ids

@@ -39,8 +39,8 @@ _PHASES = """
 import json, sys, time
 from pathlib import Path
 marks = [("start", time.perf_counter())]
-from edgeopt.bundle import load_bundle
-from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
+from edgeopt.store.bundle import load_bundle
+from edgeopt.server.startup.launcher import ServeOptions, load_served_model, serving_shape
 import edgeopt.server.app, uvicorn
 marks.append(("import server", time.perf_counter()))
 bundle = Path(sys.argv[1])
@@ -77,7 +77,7 @@ def build_bundles(work: Path) -> dict[str, Path]:
     """The 151k-vocabulary bundles, built once per work directory: GGUF and ONNX as ``edgeopt optimize``
     writes them now, and the GGUF with the manifest older versions wrote (no kv_bytes_per_token or
     context_length: the server must size it without them, and older servers read the GGUF header)."""
-    from edgeopt.bundle import load_bundle, write_manifest
+    from edgeopt.store.bundle import load_bundle, write_manifest
     from tests.fixtures.big_vocab import build_big_vocab_model, optimize_bundle
 
     bundles = {"gguf": work / "bundle-gguf", "gguf, older manifest": work / "bundle-gguf-older",
@@ -100,7 +100,7 @@ def time_to_health(src: Path, bundle: Path, timeout_s: float = 120.0) -> tuple[f
     seconds (user + system) the server spent until then: the load-independent half of the figure."""
     import psutil
 
-    from edgeopt.serve_process import free_port, serve_command, stop
+    from edgeopt.server.startup.serve_process import free_port, serve_command, stop
 
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(src)}

@@ -26,7 +26,7 @@ from edgeopt.engine import Engine, SamplingParams, engine_config_for
 from edgeopt.engine.speculation.draft_model import DraftModel
 from edgeopt.engine.speculation.draft_vocab import check_same_vocabulary
 from edgeopt.runtimes.llama_cpp import LlamaCppRuntime, load_gguf
-from edgeopt.server.heap_tuning import keep_freed_heap
+from edgeopt.server.startup.heap_tuning import keep_freed_heap
 from tests.bench.bench_speculation import one_round, workloads
 from tests.fixtures.draft_models import requantized_smollm2
 
@@ -38,7 +38,7 @@ def open_runtime(path: Path, threads: int, cache_slots: int) -> LlamaCppRuntime:
 
 def draft_file(path: Path) -> Path:
     """The GGUF file of ``path``: itself, or a bundle's model file."""
-    from edgeopt.model_source import open_model_source
+    from edgeopt.sources.model_source import open_model_source
 
     source = open_model_source(path)
     return source.bundle_dir / source.manifest.model_file

@@ -29,11 +29,11 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.profiles import load_profile
 from edgeopt.profiles.host import cpu_flags
 from edgeopt.runtimes import load_embedding_runtime
-from edgeopt.pooling import pad_batch
+from edgeopt.encoders.pooling import pad_batch
 from tests.fixtures.onnx_bundles import encoder_bundle
 
 THREADS = int(os.environ.get("EDGEOPT_BENCH_THREADS", "2"))
@@ -105,7 +105,7 @@ def _runtime_batches(rt, batches: list[list[list[int]]]) -> Callable[[], None]:
 
 def _concurrent_requests(rt, texts: list[list[int]]) -> Callable[[], None]:
     """Every text as its own request to the server's batcher, all in flight at once."""
-    from edgeopt.server.embedding_batcher import EmbeddingBatcher
+    from edgeopt.server.batching.embedding_batcher import EmbeddingBatcher
 
     async def requests() -> None:
         batcher = EmbeddingBatcher(rt)

@@ -1,5 +1,5 @@
 """Benchmark: reading what `edgeopt serve FILE.gguf` needs from a GGUF with a 262,144-token vocabulary
-(Gemma 3's size): edgeopt.gguf_metadata (walks the header, skips the vocabulary) against the `gguf`
+(Gemma 3's size): edgeopt.sources.gguf_metadata (walks the header, skips the vocabulary) against the `gguf`
 library's GGUFReader (parses every field), side by side in one run.
 
 Run:  .venv/bin/python tests/bench/bench_gguf_metadata.py [--repeat N]
@@ -57,7 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     from gguf import GGUFReader
 
-    from edgeopt.gguf_metadata import read_gguf_metadata
+    from edgeopt.sources.gguf_metadata import read_gguf_metadata
 
     with tempfile.TemporaryDirectory() as work:
         path = write_big_vocab_gguf(Path(work) / "big-vocab.gguf")
@@ -68,13 +68,13 @@ def main() -> None:
             library.append(seconds(lambda: GGUFReader(path)))
         mine, whole, theirs = (statistics.median(x) for x in (ours, manifest, library))
         print(f"{VOCAB} tokens + {VOCAB} merges, {path.stat().st_size / 2**20:.1f} MiB header")
-        print(f"edgeopt.gguf_metadata   {mine * 1000:8.1f} ms")
+        print(f"edgeopt.sources.gguf_metadata   {mine * 1000:8.1f} ms")
         print(f"manifest (+ BOS/EOS)    {whole * 1000:8.1f} ms")
         print(f"gguf.GGUFReader         {theirs * 1000:8.1f} ms   ratio {theirs / mine:.1f}x")
 
 
 def _uncached_manifest(path: Path) -> None:
-    from edgeopt import gguf_model
+    from edgeopt.sources import gguf_model
 
     gguf_model._cached_metadata.cache_clear()
     gguf_model.gguf_manifest(path)

@@ -17,7 +17,7 @@ TYPES = ("IQ4_XS", "IQ3_M", "IQ3_XXS", "IQ2_M", "Q2_K_S")
 
 
 def run(quant: str, work: Path) -> dict:
-    from edgeopt.pipeline import OptimizeOptions, resolve, run_optimize
+    from edgeopt.optimize.pipeline import OptimizeOptions, resolve, run_optimize
     from tests.fixtures.english_texts import write_texts
     from edgeopt.demo.smollm2 import ensure_smollm2_checkpoint
 

@@ -68,7 +68,7 @@ def main() -> None:
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     bundle = build_bundle(args.work, args.model)
-    subprocess.run([sys.executable, "-m", "edgeopt.cli", "bench", "serve", str(bundle), "--concurrency", "16",
+    subprocess.run([sys.executable, "-m", "edgeopt.cli.app", "bench", "serve", str(bundle), "--concurrency", "16",
                     "--requests", str(args.requests), "--max-tokens", str(args.max_tokens), "--prompt-tokens", "32",
                     "--threads", str(args.threads), "--memory", args.memory, "--no-baseline", "--no-raw",
                     "--json-schema", str(ROOT / "tests" / "bench" / "orders_schema.json"),

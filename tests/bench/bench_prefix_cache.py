@@ -29,7 +29,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 
 from edgeopt.bench.loadgen import streamed_chunks  # noqa: E402
-from edgeopt.serve_process import launched_server  # noqa: E402
+from edgeopt.server.startup.serve_process import launched_server  # noqa: E402
 from tests.bench.bench_serve_200m import build_bundle  # noqa: E402
 
 CONVERSATIONS = 8

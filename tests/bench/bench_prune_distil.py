@@ -54,7 +54,7 @@ def run_benchmark(work: Path, steps: int = 480, batch_size: int = 16, seq_len: i
     from edgeopt.passes.distil import DistilPass
     from edgeopt.passes.distil_data import eval_blocks
     from edgeopt.passes.distil_train import DistilConfig, train
-    from edgeopt.passes.measure import load_causal_lm, perplexity
+    from edgeopt.measuring.torch_metrics import load_causal_lm, perplexity
     from edgeopt.passes.prune import PrunePass
 
     tokens = steps * batch_size * seq_len

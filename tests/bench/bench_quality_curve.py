@@ -55,7 +55,7 @@ def curve(work: Path, quants: list[str], calib_chunks: int, eval_chunks: int, th
     from edgeopt.exporters.gguf.mix import MixMaker
     from edgeopt.exporters.gguf.mix_recipes import COMPETING_RECIPES
     from edgeopt.exporters.input_energy import text_file_chunks
-    from edgeopt.model_spec import load_model_spec
+    from edgeopt.sources.model_spec import load_model_spec
 
     tools, checkpoint, calibration, f16, base = prepare(work, eval_chunks, threads)
     imatrix_path = llama_imatrix(tools, f16, calibration, calib_chunks, work / f"llama-imatrix-{calib_chunks}.gguf",

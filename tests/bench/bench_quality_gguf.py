@@ -71,8 +71,8 @@ def llama_f16(checkpoint: Path, out: Path) -> Path:
 
 def edgeopt_gguf(checkpoint: Path, out: Path, quant: str, calibration: Path | None, chunks: int,
                  size: int | None = None) -> Path:
-    from edgeopt.pipeline import OptimizeOptions, run_optimize
-    from edgeopt.export_options import export_options
+    from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
+    from edgeopt.optimize.export_options import export_options
 
     options = export_options(calibration_data=calibration)
     if calibration is not None:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script:
 
 from edgeopt.bench.loadgen import LoadResult, run_load  # noqa: E402
 from edgeopt.runtimes.llama_cpp.amx_guard import cpu_has_amx  # noqa: E402
-from edgeopt.serve_process import LaunchedServer, free_port, launched_server, stop, wait_until_healthy  # noqa: E402
+from edgeopt.server.startup.serve_process import LaunchedServer, free_port, launched_server, stop, wait_until_healthy  # noqa: E402
 from tests.bench.bench_vs_llama_server import cpu_model  # noqa: E402
 from edgeopt.demo.smollm2 import smollm2_gguf_path  # noqa: E402
 from tests.rpc.workers import running_workers, workers_flag  # noqa: E402

@@ -80,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     bundle = build_bundle(args.work, args.shape)
-    subprocess.run([sys.executable, "-m", "edgeopt.cli", "bench", "serve", str(bundle), "--concurrency", "16",
+    subprocess.run([sys.executable, "-m", "edgeopt.cli.app", "bench", "serve", str(bundle), "--concurrency", "16",
                     "--requests", str(args.requests), "--max-tokens", str(args.max_tokens), "--prompt-tokens", "32",
                     "--threads", str(args.threads), "--memory", "2GiB",
                     "--json", str(args.work / f"results-{args.shape}.json")], check=True)

@@ -33,7 +33,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 
-from edgeopt.serve_process import LaunchedServer, launched_server, stop  # noqa: E402
+from edgeopt.server.startup.serve_process import LaunchedServer, launched_server, stop  # noqa: E402
 from tests.bench import bench_speculation_vs_llama_server as spec  # noqa: E402
 from tests.bench.bench_vs_llama_server import cpu_model, llama_server_binary  # noqa: E402
 from tests.server.gguf_bundle import make_gguf_bundle  # noqa: E402

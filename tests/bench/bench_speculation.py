@@ -21,7 +21,7 @@ from pathlib import Path
 
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
 from edgeopt.runtimes.llama_cpp import load_gguf
-from edgeopt.server.heap_tuning import keep_freed_heap
+from edgeopt.server.startup.heap_tuning import keep_freed_heap
 
 
 

@@ -56,7 +56,7 @@ def prepare(work: Path, shape_from: Path, shape: dict) -> None:
 
 
 def gguf_of(bundle_dir: Path) -> Path:
-    from edgeopt.bundle import load_bundle
+    from edgeopt.store.bundle import load_bundle
 
     return bundle_dir / load_bundle(bundle_dir).model_file
 

@@ -37,7 +37,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 
-from edgeopt.serve_process import LaunchedServer, free_port, launched_server, stop, wait_until_healthy  # noqa: E402
+from edgeopt.server.startup.serve_process import LaunchedServer, free_port, launched_server, stop, wait_until_healthy  # noqa: E402
 from tests.bench.bench_vs_llama_server import cpu_model, llama_server_binary  # noqa: E402
 from tests.server.gguf_bundle import make_gguf_bundle  # noqa: E402
 
@@ -127,7 +127,7 @@ def edgeopt_q4_k_m(checkpoint: Path, out: Path) -> Path:
 
 
 def gguf_quant(gguf: Path) -> str:
-    from edgeopt.gguf_metadata import read_gguf_metadata
+    from edgeopt.sources.gguf_metadata import read_gguf_metadata
 
     return read_gguf_metadata(gguf).file_type
 

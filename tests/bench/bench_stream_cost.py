@@ -49,9 +49,9 @@ def measure(bundle: Path, requests: int) -> dict[str, dict[str, float]]:
     """Per case: median over ``requests`` requests of CPU ms per token (runs in the child interpreter)."""
     import llama_cpp
 
-    from edgeopt.bundle import load_bundle
+    from edgeopt.store.bundle import load_bundle
     from edgeopt.engine.api import SamplingParams
-    from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
+    from edgeopt.server.startup.launcher import ServeOptions, load_served_model, serving_shape
     from tests.bench.bench_speculation_vs_llama_server import workloads
 
     manifest = load_bundle(bundle)

@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 
-from edgeopt.bundle import load_bundle  # noqa: E402
+from edgeopt.store.bundle import load_bundle  # noqa: E402
 from edgeopt.engine import SamplingParams  # noqa: E402
-from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape  # noqa: E402
+from edgeopt.server.startup.launcher import ServeOptions, load_served_model, serving_shape  # noqa: E402
 from edgeopt.server.models.swap_space import SwapSpace  # noqa: E402
 from tests.bench.bench_prefix_cache import system_prompt  # noqa: E402
 from tests.server.gguf_bundle import smollm2_bundle  # noqa: E402

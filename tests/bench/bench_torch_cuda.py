@@ -35,10 +35,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from edgeopt.bundle import load_bundle  # noqa: E402
+from edgeopt.store.bundle import load_bundle  # noqa: E402
 from edgeopt.engine import Engine, SamplingParams, engine_config_for  # noqa: E402
 from edgeopt.paged_batching import engine_for  # noqa: E402
-from edgeopt.pipeline import OptimizeOptions, run_optimize  # noqa: E402
+from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize  # noqa: E402
 from edgeopt.runtimes import load_runtime  # noqa: E402
 
 CONTEXT = 512

@@ -55,9 +55,9 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 
 from edgeopt.bench.loadgen import LoadResult, run_load  # noqa: E402
-from edgeopt.bundle import load_bundle  # noqa: E402
-from edgeopt.server.launcher import model_names  # noqa: E402
-from edgeopt.serve_process import LaunchedServer, free_port, launched_server, stop, wait_until_healthy  # noqa: E402
+from edgeopt.store.bundle import load_bundle  # noqa: E402
+from edgeopt.server.startup.launcher import model_names  # noqa: E402
+from edgeopt.server.startup.serve_process import LaunchedServer, free_port, launched_server, stop, wait_until_healthy  # noqa: E402
 from tests.bench.bench_serve_200m import build_bundle  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 
-from edgeopt.serve_process import LaunchedServer, free_port, launched_server, stop, wait_until_healthy  # noqa: E402
+from edgeopt.server.startup.serve_process import LaunchedServer, free_port, launched_server, stop, wait_until_healthy  # noqa: E402
 
 QUESTIONS = ["Name the largest ocean on Earth.", "Write one sentence about cats.", "What is 2 + 2?"]
 MAX_TOKENS = 40

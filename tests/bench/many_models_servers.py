@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from edgeopt.serve_process import LaunchedServer, free_port, stop, wait_until_healthy
+from edgeopt.server.startup.serve_process import LaunchedServer, free_port, stop, wait_until_healthy
 
 LLAMA_LOAD = re.compile(r"spawning server instance with name=(\S+)")
 LLAMA_UNLOAD = re.compile(r"instance name=(\S+) exited with status")
@@ -120,7 +120,7 @@ def llama_router_command(binary: Path, models_dir: Path, port: int, threads: int
 def edgeopt_command(models: Sequence[Path], port: int, threads: int, context: int, slots: int, memory: str,
                     swap_space: str | None, extra: Sequence[str] = ()) -> list[str]:
     """``swap_space`` None leaves --swap-space out (a one-model server, which has nothing to swap)."""
-    return [sys.executable, "-m", "edgeopt.cli", "serve", *map(str, models), "--host", "127.0.0.1",
+    return [sys.executable, "-m", "edgeopt.cli.app", "serve", *map(str, models), "--host", "127.0.0.1",
             "--port", str(port), "--log-level", "warning", "--threads", str(threads), "--context", str(context),
             "--max-concurrency", str(slots), "--memory", memory, "--no-verify",
             *(["--swap-space", swap_space] if swap_space else []), *extra]

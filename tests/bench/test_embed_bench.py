@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgeopt.bench.embed_bench import request_texts
-from edgeopt.cli import app
+from edgeopt.cli.app import app
 from edgeopt.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(300)

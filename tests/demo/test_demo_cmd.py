@@ -7,7 +7,7 @@ import sys
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgeopt.cli", "demo-model", *args],
+    return subprocess.run([sys.executable, "-m", "edgeopt.cli.app", "demo-model", *args],
                           capture_output=True, text=True, timeout=300)
 
 

@@ -9,7 +9,7 @@ from edgeopt.demo import serve_demo
 
 @pytest.fixture(scope="module")
 def tiny_gguf_bundle(tiny_llama_dir, tmp_path_factory):
-    from edgeopt.pipeline import OptimizeOptions, run_optimize
+    from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
 
     out = tmp_path_factory.mktemp("serve-demo") / "bundle"
     run_optimize(OptimizeOptions(model=str(tiny_llama_dir), target="raspberry-pi", format="gguf", quant="Q8_0",
@@ -62,7 +62,7 @@ def test_smollm2_answers_the_demo_question_correctly(smollm2_checkpoint, tmp_pat
     matrix and its evaluation. A 135M model's greedy answers are brittle: "What is the capital of France?" is
     answered in French nonsense by the Q8_0 and the package's Q4_1 under llama.cpp, and right by the Q4_K_M;
     Japan's capital is answered right by every one of them.)"""
-    from edgeopt.pipeline import OptimizeOptions, run_optimize
+    from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
 
     bundle = tmp_path / "smollm2"
     run_optimize(OptimizeOptions(model=str(smollm2_checkpoint), target="raspberry-pi", format="gguf", quant="Q8_0",

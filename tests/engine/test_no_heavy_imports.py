@@ -17,10 +17,10 @@ def test_engine_and_llama_cpp_runtime_import_without_torch_or_transformers() -> 
 def test_server_and_its_runtimes_import_no_exporters_or_passes() -> None:
     """The standard names edgeopt.exporters and edgeopt.passes too: a device serves a bundle without the tooling
     that made it. The KV sizing reads the planner's memory arithmetic, which must come without them."""
-    imports = ("import edgeopt.server.launcher, edgeopt.server.app, edgeopt.server.openai.routes, "
+    imports = ("import edgeopt.server.startup.launcher, edgeopt.server.app, edgeopt.server.openai.routes, "
                "edgeopt.server.openai.embeddings\n"
                "import edgeopt.sizing.budget, edgeopt.backends\n"
                "import edgeopt.runtimes.llama_cpp, edgeopt.runtimes.onnxruntime, edgeopt.runtimes.onnxruntime.encoder")
     loaded = banned_modules_after(imports, HEAVY, also_banned_prefix=("edgeopt.exporters", "edgeopt.passes"),
-                                  must_load=("edgeopt.server.launcher", "edgeopt.runtimes.onnxruntime.encoder"))
+                                  must_load=("edgeopt.server.startup.launcher", "edgeopt.runtimes.onnxruntime.encoder"))
     assert loaded == [], f"serving path imported: {loaded}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.errors import ExportError, UnsupportedArchitectureError
-from edgeopt.eval_metrics import Comparison
+from edgeopt.measuring.metrics import Comparison
 from tests.fixtures.parity import PARITY_TOKENS, gguf_parity
 from tests.fixtures.tiny_models import build_tiny_model, widen_init
 
@@ -92,7 +92,7 @@ def test_unsupported_architecture_lists_supported(tmp_path: Path, tiny_model_fac
 
 def test_unknown_tensor_is_refused(tmp_path: Path, tiny_model_factory) -> None:
     from edgeopt.exporters.gguf.tensor_names import plan_tensors
-    from edgeopt.model_spec import load_model_spec
+    from edgeopt.sources.model_spec import load_model_spec
 
     spec = load_model_spec(str(tiny_model_factory("llama-gqa")))
     names = [t.name for t in spec.tensors()] + ["model.layers.0.mlp.experts.0.weight"]

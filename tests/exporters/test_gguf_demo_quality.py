@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.bundle import Manifest
-from edgeopt.evaluate import evaluate_bundle
+from edgeopt.store.bundle import Manifest
+from edgeopt.evaluation.causal_lm import evaluate_bundle
 
 THRESHOLDS = {"Q8_0": ("kl_divergence", 1e-3), "Q4_K_M": ("top1_agreement", 0.90)}
 

@@ -15,8 +15,8 @@ import pytest
 
 from edgeopt.demo.corpus import stdlib_text
 from edgeopt.errors import ExportError
-from edgeopt.eval_metrics import Comparison
-from edgeopt.model_spec import load_model_spec
+from edgeopt.measuring.metrics import Comparison
+from edgeopt.sources.model_spec import load_model_spec
 from edgeopt.exporters.gguf.scorer import GGUFScorer
 
 PARITY_TOKENS = 300  # > 18 windows of 16 tokens
@@ -37,7 +37,7 @@ _REFERENCE: dict[str, np.ndarray] = {}
 
 def _reference(model_dir: Path) -> np.ndarray:
     """transformers' float32 logits (eager attention where soft-capping needs it), cached per checkpoint."""
-    from edgeopt.eval_scorers import HFScorer
+    from edgeopt.measuring.scorers import HFScorer
 
     key = str(model_dir)
     if key not in _REFERENCE:
@@ -223,7 +223,7 @@ def test_soft_capped_reference_uses_eager_attention(tiny_gemma_factory) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from edgeopt.eval_scorers import HFScorer
+    from edgeopt.measuring.scorers import HFScorer
 
     model_dir = tiny_gemma_factory("gemma2")
     ids = _ids(model_dir)[:64]
@@ -246,7 +246,7 @@ def test_quantized_gemma_loads_runs_and_is_sized_as_planned(variant: str, quant:
     import gguf as gguf_py
     from llama_cpp import Llama
 
-    from edgeopt.plan import weight_bytes
+    from edgeopt.planning.checkpoint import weight_bytes
     from edgeopt.exporters.gguf.quant_types import tensor_type
     from edgeopt.exporters.gguf.tensor_names import gguf_name
 

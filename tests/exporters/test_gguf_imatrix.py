@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeopt.bundle import sha256_file
+from edgeopt.store.bundle import sha256_file
 from edgeopt.errors import ConfigError
-from edgeopt.model_spec import load_model_spec
-from edgeopt.pipeline import OptimizeOptions, run_optimize
+from edgeopt.sources.model_spec import load_model_spec
+from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
 from edgeopt.exporters.gguf.imatrix_collect import collect_imatrix
 from edgeopt.exporters.input_energy import chunks, tokenize_text
 from edgeopt.exporters.gguf.imatrix_file import read_imatrix, write_imatrix
 from edgeopt.exporters.gguf.tensor_names import gguf_name
-from edgeopt.export_options import export_options
+from edgeopt.optimize.export_options import export_options
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeopt.eval_metrics import kl_per_position
+from edgeopt.measuring.metrics import kl_per_position
 from edgeopt.exporters.gguf.imatrix_collect import collect_imatrix
 from edgeopt.exporters.input_energy import chunks, tokenize_text
 from edgeopt.exporters.gguf.quantize import quantize_gguf

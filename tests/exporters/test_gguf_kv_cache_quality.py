@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.bundle import load_bundle
-from edgeopt.pipeline import OptimizeOptions, run_optimize
+from edgeopt.store.bundle import load_bundle
+from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
 
 # Issue 14: q8_0 KV within 2e-3 of f16 KV. q4_0 keeps 16 levels per 32-element block: measured ~1.8e-3
 # here; its bound leaves room for thread-count rounding, and its top-1 says what it costs in answers.

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from edgeopt.errors import ConfigError
-from edgeopt.pipeline import OptimizeOptions, run_optimize
+from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
 from edgeopt.exporters.gguf.mix_palette import palette
 from edgeopt.exporters.gguf.quant_types import type_bytes
-from edgeopt.export_options import export_options
+from edgeopt.optimize.export_options import export_options
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_size_is_refused_where_no_mix_is_made(fmt: str, quant: str | None, needl
 def test_plan_shows_what_a_mix_of_that_size_leaves_for_the_kv_cache(tiny_llama_dir: Path) -> None:
     from typer.testing import CliRunner
 
-    from edgeopt.cli import app
+    from edgeopt.cli.app import app
 
     # The tiny model is ~301 KiB in F16: a size above that is refused (edgeopt.byte_sizes), so plan 200 KiB.
     result = CliRunner().invoke(app, ["plan", str(tiny_llama_dir), "--size", "200KiB", "--json"])

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from edgeopt.errors import ConfigError
-from edgeopt.pipeline import OptimizeOptions, run_optimize
-from edgeopt.export_options import export_options
+from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
+from edgeopt.optimize.export_options import export_options
 
 
 def optimize(model: Path, out: Path, fmt: str, quant: str, options: dict) -> object:

@@ -31,7 +31,7 @@ def wide_rows_model(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir
 
 def optimize(model: Path, out: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "EDGEOPT_CACHE": str(cache), "EDGEOPT_PROGRESS": "0"}
-    return subprocess.run([sys.executable, "-m", "edgeopt.cli", "optimize", str(model), "--target", "raspberry-pi",
+    return subprocess.run([sys.executable, "-m", "edgeopt.cli.app", "optimize", str(model), "--target", "raspberry-pi",
                            "--format", "gguf", "--quant", "Q4_K_M", "-o", str(out), *extra],
                           capture_output=True, text=True, env=env, timeout=600)
 

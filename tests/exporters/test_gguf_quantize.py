@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from edgeopt.errors import ConfigError
-from edgeopt.model_spec import load_model_spec
-from edgeopt.plan import weight_bytes
+from edgeopt.sources.model_spec import load_model_spec
+from edgeopt.planning.checkpoint import weight_bytes
 from edgeopt.exporters.gguf.quant_types import tensor_type
 from edgeopt.exporters.gguf.tensor_names import gguf_name
 from tests.fixtures.tiny_models import build_tiny_model

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeopt.pipeline import OptimizeOptions, run_optimize
+from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
 
 
 def optimize_demo(demo_model_dir, out, quant, **export_options):

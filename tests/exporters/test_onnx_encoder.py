@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.errors import ConfigError
 from edgeopt.runtimes import load_embedding_runtime
-from edgeopt.pooling import PoolingConfig, pool, read_sentence_transformers_pooling
+from edgeopt.encoders.pooling import PoolingConfig, pool, read_sentence_transformers_pooling
 from tests.fixtures.onnx_bundles import encoder_bundle
 from tests.fixtures.tiny_encoder import ST_MAX_SEQ_LENGTH, write_sentence_transformers_config
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.errors import UnsupportedArchitectureError
 from edgeopt.exporters.onnx.export import model_kind
-from edgeopt.eval_metrics import mean_kl
+from edgeopt.measuring.metrics import mean_kl
 from edgeopt.exporters.onnx.validate import probe_token_ids
 from tests.fixtures.onnx_bundles import optimize_onnx
 
@@ -56,7 +56,7 @@ def test_bundle_loads_in_optimum_ort_model(onnx_fp32_bundle, tiny_llama_dir):
 
 
 def test_evaluation_hook_scores_the_onnx_bundle(onnx_fp32_bundle, tiny_llama_dir):
-    from edgeopt.evaluate import evaluate_bundle
+    from edgeopt.evaluation.causal_lm import evaluate_bundle
 
     manifest = load_bundle(onnx_fp32_bundle)
     metrics = evaluate_bundle(onnx_fp32_bundle, manifest, tiny_llama_dir, None, window=64, max_tokens=128)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeopt.model_spec import load_model_spec
+from edgeopt.sources.model_spec import load_model_spec
 from tests.fixtures.onnx_bundles import optimize_onnx
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.errors import ConfigError
 from edgeopt.exporters.onnx.int4_sized import group_of, matmul_bytes
 from edgeopt.exporters.onnx.nbits_blocks import eight_bit_blocks
@@ -58,7 +58,7 @@ def test_a_sized_int4_file_lands_within_one_percent_under_the_size_asked(tiny_ll
                                                                         calibration_text: Path,
                                                                         algorithm: str | None) -> None:
     from edgeopt.exporters.onnx.quant_types import estimate_onnx_bytes
-    from edgeopt.model_spec import load_model_spec
+    from edgeopt.sources.model_spec import load_model_spec
 
     # The planner's size of the fixed mix (v, o, down and the lm_head in 8 bits): between every MatMul in 4 bits
     # and every one in 8, so the widths must be chosen
@@ -127,7 +127,7 @@ def table_ops(bundle: Path) -> dict[str, int]:
 def test_a_tied_table_is_stored_once_in_the_width_the_size_leaves(tiny_model_factory, tmp_path: Path,
                                                                   calibration_text: Path,
                                                                   everything_in_eight_bits: bool) -> None:
-    from edgeopt.model_spec import load_model_spec
+    from edgeopt.sources.model_spec import load_model_spec
     from edgeopt.runtimes.onnxruntime.decoder_session import DecoderSession
     from edgeopt.runtimes.onnxruntime.session import create_session
 
@@ -160,7 +160,7 @@ def test_a_group_measured_after_a_tied_table_does_not_carry_the_tables_rounding(
     """The table's group replaces one parameter read twice (embedding, output layer); what it replaced must all be
     put back, or every group measured after it gains the table's KL."""
     from edgeopt.exporters.onnx.int4_sized import Weight, measure_group_kl
-    from edgeopt.passes.measure import load_causal_lm
+    from edgeopt.measuring.torch_metrics import load_causal_lm
 
     model_dir = tiny_model_factory("llama-tied")
     model = load_causal_lm(model_dir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.errors import ConfigError
 from edgeopt.exporters.onnx.quantize import ISA_PRESETS, isa_preset
 from tests.fixtures.onnx_bundles import optimize_onnx
@@ -89,7 +89,7 @@ def test_int4_keeps_lm_head_in_float_on_request(tiny_llama_dir, tmp_path):
 
 
 def test_int4_weighs_its_blocks_by_the_calibration_text_given(tiny_llama_dir, tmp_path, calibration_text):
-    from edgeopt.bundle import sha256_file
+    from edgeopt.store.bundle import sha256_file
 
     bundle = optimize_onnx(tiny_llama_dir, tmp_path / "b", "int4", calibration_data=str(calibration_text))
     q = load_bundle(bundle).export["quantization"]

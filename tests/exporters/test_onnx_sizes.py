@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeopt.model_spec import load_model_spec
+from edgeopt.sources.model_spec import load_model_spec
 from edgeopt.exporters.onnx.quant_types import estimate_onnx_bytes
 from tests.fixtures.onnx_bundles import optimize_onnx
 from tests.fixtures.tiny_models import build_tiny_model

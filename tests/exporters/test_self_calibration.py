@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.bundle import sha256_file
+from edgeopt.store.bundle import sha256_file
 from edgeopt.errors import ConfigError
 from edgeopt.exporters.gguf import self_calibration
 from edgeopt.exporters.gguf.imatrix_file import read_imatrix
@@ -67,7 +67,7 @@ def test_impossible_budgets_are_refused(tiny_f16: Path):
 
 
 def test_k_quant_without_calibration_text_gets_a_generated_matrix(tiny_llama_dir: Path, tmp_path: Path):
-    from edgeopt.pipeline import OptimizeOptions, run_optimize
+    from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
 
     import torch
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from edgeopt.bundle import load_bundle
-from edgeopt.cli import app
+from edgeopt.store.bundle import load_bundle
+from edgeopt.cli.app import app
 from edgeopt.errors import ExportError
-from edgeopt.model_spec import load_model_spec
-from edgeopt.pipeline import manifest_kv_section
+from edgeopt.sources.model_spec import load_model_spec
+from edgeopt.optimize.pipeline import manifest_kv_section
 from edgeopt.exporters import get_exporter
 from edgeopt.exporters.torch_sizes import torch_candidates
 from edgeopt.profiles import load_profile

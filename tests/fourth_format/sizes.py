@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgeopt.model_spec import ModelSpec
+from edgeopt.sources.model_spec import ModelSpec
 
 QUANTS = ("fp32", "fp16")
 BYTES = {"fp32": 4, "fp16": 2}

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from edgeopt.monitor.app import MonitorApp
-from edgeopt.serve_process import launched_server
+from edgeopt.server.startup.serve_process import launched_server
 from tests.monitor.screen import next_polls
 
 SIZE = (120, 32)

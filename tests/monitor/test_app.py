@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from edgeopt.monitor.app import MonitorApp
-from edgeopt.serve_process import free_port
+from edgeopt.server.startup.serve_process import free_port
 from tests.monitor.fake_server import FakeServer
 from tests.monitor.screen import next_polls, screen_text, wait_until
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.cli import main
-from edgeopt.serve_process import child_env, serve_command
+from edgeopt.cli.app import main
+from edgeopt.server.startup.serve_process import child_env, serve_command
 from tests.fixtures.import_probe import banned_modules_after
 
 
@@ -43,7 +43,7 @@ def test_url_and_bundle_together_are_refused(monkeypatch, capsys, tmp_path: Path
 
 def test_serve_command_passes_port_threads_and_extra_args_and_the_key_out_of_argv(monkeypatch) -> None:
     command = serve_command(Path("b"), 4321, threads=2, extra_args=["--memory", "1GiB"])
-    assert command[1:5] == ["-m", "edgeopt.cli", "serve", "b"]
+    assert command[1:5] == ["-m", "edgeopt.cli.app", "serve", "b"]
     assert command[command.index("--port") + 1] == "4321"
     assert "--api-key" not in command  # argv shows in every user's ps; the environment does not
     monkeypatch.setenv("EDGEOPT_API_KEY", "from-the-parent")
@@ -54,5 +54,5 @@ def test_serve_command_passes_port_threads_and_extra_args_and_the_key_out_of_arg
 
 
 def test_the_monitor_never_imports_torch_or_transformers() -> None:
-    assert banned_modules_after("import edgeopt.cli, edgeopt.commands.monitor_cmd, edgeopt.monitor.app, "
-                                "edgeopt.serve_process", must_load=("edgeopt.monitor.app",)) == []
+    assert banned_modules_after("import edgeopt.cli.app, edgeopt.cli.commands.monitor_cmd, edgeopt.monitor.app, "
+                                "edgeopt.server.startup.serve_process", must_load=("edgeopt.monitor.app",)) == []

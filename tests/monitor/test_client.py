@@ -10,7 +10,7 @@ import pytest
 
 from edgeopt.errors import ConfigError
 from edgeopt.monitor.client import MetricsClient, normalize_server_url
-from edgeopt.serve_process import free_port
+from edgeopt.server.startup.serve_process import free_port
 from tests.monitor.fake_server import FakeServer
 
 

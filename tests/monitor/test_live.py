@@ -1,4 +1,4 @@
-"""The dashboard against a real ``edgeopt serve`` of a tiny GGUF bundle, started by edgeopt.serve_process."""
+"""The dashboard against a real ``edgeopt serve`` of a tiny GGUF bundle, started by edgeopt.server.startup.serve_process."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from edgeopt.monitor.app import MonitorApp
-from edgeopt.serve_process import launched_server
+from edgeopt.server.startup.serve_process import launched_server
 from tests.monitor.screen import next_polls, screen_text
 from tests.server.gguf_bundle import make_gguf_bundle
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from edgeopt.monitor.app import MonitorApp
-from edgeopt.serve_process import launched_server
+from edgeopt.server.startup.serve_process import launched_server
 from tests.monitor.screen import next_polls, screen_text
 
 SERVE_ARGS = ("--memory", "1GiB", "--context", "256")

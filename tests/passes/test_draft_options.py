@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.errors import ConfigError
-from edgeopt.model_spec import spec_from_config
+from edgeopt.sources.model_spec import spec_from_config
 from edgeopt.passes.draft_options import check_draft_flags, draft_recipe
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from edgeopt.cli import app
+from edgeopt.cli.app import app
 
 
 def test_optimize_prunes_distils_and_records_metrics(tiny_model_factory, corpus_file: Path, tmp_path: Path) -> None:

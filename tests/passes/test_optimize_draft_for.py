@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from edgeopt.bundle import load_bundle
-from edgeopt.cli import app
-from edgeopt.model_source import open_model_source
-from edgeopt.server.draft import plan_with_draft
-from edgeopt.server.launcher import ServeOptions, load_served_model
+from edgeopt.store.bundle import load_bundle
+from edgeopt.cli.app import app
+from edgeopt.sources.model_source import open_model_source
+from edgeopt.server.startup.draft import plan_with_draft
+from edgeopt.server.startup.launcher import ServeOptions, load_served_model
 from tests.runtimes.test_llama_cpp_draft import check_greedy_equality, prior_step_cost  # noqa: F401 (fixture)
 
 

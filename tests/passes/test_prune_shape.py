@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edgeopt.errors import ConfigError, PassError
-from edgeopt.model_spec import spec_from_config
+from edgeopt.sources.model_spec import spec_from_config
 from edgeopt.passes.prune_shape import (PruneRequest, feasible_head_counts, mlp_alignment, pruned_spec,
                                         solve_shape)
 

@@ -8,14 +8,14 @@ import json
 import sys
 from pathlib import Path
 
-from edgeopt.gguf_model import gguf_metadata, gguf_model_spec
-from edgeopt.plan_devices import plan_across_devices
+from edgeopt.sources.gguf_model import gguf_metadata, gguf_model_spec
+from edgeopt.planning.devices import plan_across_devices
 from edgeopt.profiles import load_profile
 from edgeopt.rpc.binaries import rpc_library
 from edgeopt.runtimes.llama_cpp import load_gguf
 from edgeopt.runtimes.llama_cpp.rpc import RpcOffload, device_memory, rpc_devices
 from tests.rpc.test_loopback_split import HEAD_MEMORY_MIB, SEQUENCES, CONTEXT
-from edgeopt.commands.plan_devices_cmd import asked_workers
+from edgeopt.cli.commands.plan_devices_cmd import asked_workers
 
 
 def main(gguf: Path, workers: str) -> None:

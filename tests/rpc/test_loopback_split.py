@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from edgeopt.serve_process import free_port, launched_server
+from edgeopt.server.startup.serve_process import free_port, launched_server
 from edgeopt.demo.smollm2 import smollm2_gguf_path
 from tests.rpc.workers import Worker, running_workers, workers_flag
 
@@ -51,7 +51,7 @@ def greedy_texts(base_url: str) -> list[str]:
 
 
 def run_plan(workers: str) -> dict:
-    result = subprocess.run([sys.executable, "-m", "edgeopt.cli", "plan", str(smollm2_gguf_path()), "--workers",
+    result = subprocess.run([sys.executable, "-m", "edgeopt.cli.app", "plan", str(smollm2_gguf_path()), "--workers",
                              workers, "--memory", str(HEAD_MEMORY_MIB), "--context", str(CONTEXT), "--concurrency",
                              str(SEQUENCES), "--json"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -179,7 +179,7 @@ def test_a_head_started_with_a_worker_missing_names_it_and_exits(tmp_path: Path)
     with running_workers(tmp_path, count=1) as (present,):
         missing = f"127.0.0.1:{free_port()}"
         started = time.monotonic()
-        result = subprocess.run([sys.executable, "-m", "edgeopt.cli", "serve", str(smollm2_gguf_path()), "--port",
+        result = subprocess.run([sys.executable, "-m", "edgeopt.cli.app", "serve", str(smollm2_gguf_path()), "--port",
                                  str(free_port()), *split_args(f"{present.endpoint},{missing}")],
                                 capture_output=True, text=True, timeout=60)
     assert result.returncode == 1

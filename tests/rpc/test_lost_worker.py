@@ -17,7 +17,7 @@ from edgeopt.engine import Engine, SamplingParams
 from edgeopt.errors import BackendError
 from edgeopt.rpc.endpoints import Endpoint
 from edgeopt.rpc.lost_worker import LostWorker, refusing
-from edgeopt.serve_process import free_port
+from edgeopt.server.startup.serve_process import free_port
 from tests.engine.helpers import make_engine, run_engine
 from tests.fixtures.fake_runtime import FakeRuntime
 

@@ -14,7 +14,7 @@ from edgeopt.errors import WorkerError
 from edgeopt.rpc.binaries import head_protocol_version
 from edgeopt.rpc.endpoints import Endpoint
 from edgeopt.rpc.protocol import CMD_HELLO, CONN_CAPS_BYTES, ProtocolVersion, probe_worker
-from edgeopt.serve_process import free_port
+from edgeopt.server.startup.serve_process import free_port
 from tests.rpc.workers import running_workers
 
 HEAD = ProtocolVersion(7, 0, 0)
@@ -92,7 +92,7 @@ def test_serve_refuses_a_worker_of_another_version_before_loading_anything() -> 
     from edgeopt.demo.smollm2 import smollm2_gguf_path
 
     endpoint, thread = fake_worker(bytes([6, 1, 0, 0]) + bytes(CONN_CAPS_BYTES))
-    result = subprocess.run([sys.executable, "-m", "edgeopt.cli", "serve", str(smollm2_gguf_path()), "--port",
+    result = subprocess.run([sys.executable, "-m", "edgeopt.cli.app", "serve", str(smollm2_gguf_path()), "--port",
                              str(free_port()), "--workers", str(endpoint), "--no-verify"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1

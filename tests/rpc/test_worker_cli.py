@@ -13,7 +13,7 @@ from edgeopt.rpc.worker import EXPOSURE_WARNING, WorkerOptions, check_exposure, 
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgeopt.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "edgeopt.cli.app", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

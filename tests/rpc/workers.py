@@ -17,7 +17,7 @@ from edgeopt.errors import MissingDependencyError
 from edgeopt.rpc.binaries import rpc_library, worker_binary
 from edgeopt.rpc.endpoints import Endpoint
 from edgeopt.rpc.protocol import answers
-from edgeopt.serve_process import free_port
+from edgeopt.server.startup.serve_process import free_port
 
 WORKER_MEMORY_MIB = 70  # SmolLM2-135M Q4_1: 66 MiB of layers + a 29 MiB tied output copy: fits neither alone
 START_TIMEOUT_S = 20.0
@@ -39,7 +39,7 @@ class Worker:
     process: subprocess.Popen | None = None
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "edgeopt.cli", "worker", "--port", str(self.endpoint.port),
+        command = [sys.executable, "-m", "edgeopt.cli.app", "worker", "--port", str(self.endpoint.port),
                    "--memory", f"{self.memory_mib}MiB", "--threads", "1"]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

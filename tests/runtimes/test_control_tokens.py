@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.runtimes.llama_cpp import load_gguf
 from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 from edgeopt.runtimes.token_bounds import max_input_bytes_per_token

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
 from edgeopt.runtimes import load_embedding_runtime

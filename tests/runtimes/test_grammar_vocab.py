@@ -13,7 +13,7 @@ import llguidance.numpy as llnp
 import numpy as np
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.engine.grammar import JSON_LAYOUT, GrammarCompiler, GrammarSpec
 from edgeopt.engine.grammar_vocab import grammar_tokenizer
 from edgeopt.runtimes import load_runtime

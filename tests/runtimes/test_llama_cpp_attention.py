@@ -15,7 +15,7 @@ from edgeopt.runtimes.llama_cpp.attention import AttentionTiming
 
 from edgeopt.demo.smollm2 import smollm2_gguf_path
 from edgeopt.errors import BackendError
-from edgeopt.file_stamp import file_stamp
+from edgeopt.store.file_stamp import file_stamp
 from tests.runtimes.test_llama_cpp import THREADS, assert_same_greedy, greedy_alone
 
 
@@ -117,7 +117,7 @@ def test_a_saved_kv_state_names_the_v_layout_it_was_saved_in(tiny_gguf: Path) ->
     from types import SimpleNamespace
 
     from edgeopt.server.models.swap_index import fingerprint_differences
-    from edgeopt.server.prompt_state import fingerprint
+    from edgeopt.server.startup.prompt_state import fingerprint
 
     manifest = SimpleNamespace(files={}, model_file=tiny_gguf.name)
     flash, plain = open_streams(tiny_gguf, "on"), open_streams(tiny_gguf, "off")

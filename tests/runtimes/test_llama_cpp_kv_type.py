@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from edgeopt.errors import ConfigError
-from edgeopt.eval_metrics import mean_kl
+from edgeopt.measuring.metrics import mean_kl
 from edgeopt.sizing.kv_types import kv_element_bytes
 from edgeopt.sizing.budget import kv_bytes_per_token
 from edgeopt.runtimes.base import StepInput

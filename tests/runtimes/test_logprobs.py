@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.engine import Engine, SamplingParams
 from edgeopt.engine.api import TokenLogprob
 from edgeopt.engine.engine_config import engine_config_for

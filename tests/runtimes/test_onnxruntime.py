@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.errors import BackendError, ConfigError
 from edgeopt.runtimes import load_runtime
 from edgeopt.runtimes.base import StepInput
@@ -157,7 +157,7 @@ def test_unknown_provider_and_bad_context_are_clear_errors(onnx_fp32_bundle):
 
 
 def test_serving_path_does_not_import_torch(onnx_fp32_bundle):
-    code = ("from edgeopt.bundle import load_bundle; from edgeopt.runtimes import load_runtime; "
+    code = ("from edgeopt.store.bundle import load_bundle; from edgeopt.runtimes import load_runtime; "
             f"b = {str(onnx_fp32_bundle)!r}; rt = load_runtime('onnxruntime', b, load_bundle(b), threads=1); "
             "import edgeopt.server.openai.embeddings")
     assert banned_modules_after(code, must_load=("onnxruntime", "edgeopt.server.openai.embeddings")) == []

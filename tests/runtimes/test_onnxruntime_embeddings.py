@@ -9,7 +9,7 @@ import httpx
 import numpy as np
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.server.app import create_app
 
 from edgeopt.server.state import ServedModel, ServerSettings

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.engine import Engine, EngineConfig, SamplingParams
 from edgeopt.errors import BackendError
 from edgeopt.runtimes import load_runtime

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.backends import backend
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.engine.api import EngineConfig, SamplingParams
 from edgeopt.errors import RequestError
 from edgeopt.paged_batching import engine_for, paged_compat

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.errors import BackendError, ConfigError
 from edgeopt.runtimes import load_runtime
 from edgeopt.runtimes.base import StepInput

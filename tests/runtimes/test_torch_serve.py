@@ -9,9 +9,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.server.app import create_app
-from edgeopt.server.launcher import ServeOptions, load_served_model, model_names, serving_shape
+from edgeopt.server.startup.launcher import ServeOptions, load_served_model, model_names, serving_shape
 from edgeopt.server.state import ServerSettings
 from tests.runtimes.torch_bundles import make_torch_bundle
 from tests.server.live import start_live_server

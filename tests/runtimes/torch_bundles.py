@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgeopt.pipeline import OptimizeOptions, run_optimize
+from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
 
 
 def make_torch_bundle(model_dir: Path, out: Path, quant: str = "fp32") -> Path:

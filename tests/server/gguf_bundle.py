@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from edgeopt.bundle import Manifest, staged_bundle, write_manifest
+from edgeopt.store.bundle import Manifest, staged_bundle, write_manifest
 
 # As edgeopt optimize writes it: config.json beside the tokenizer is what the server sizes the KV cache from
 # when the manifest does not record kv_bytes_per_token and context_length (bundles written before it did).
@@ -30,9 +30,9 @@ def serve_bundle_live(bundle: Path, context: int = 256, speculative: str = "off"
     """An in-process uvicorn serving ``bundle`` (any runtime) with the real launcher's model loading. Speculation
     is off unless asked for: the tests compare greedy answers across faces and streamed or not, and a drafted
     step moves llama.cpp's logits in their last bits, which can flip a near-tie (random-weight models have many)."""
-    from edgeopt.bundle import load_bundle
+    from edgeopt.store.bundle import load_bundle
     from edgeopt.server.app import create_app
-    from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
+    from edgeopt.server.startup.launcher import ServeOptions, load_served_model, serving_shape
     from edgeopt.server.state import ServerSettings
     from tests.server.conftest import MODEL
     from tests.server.live import start_live_server

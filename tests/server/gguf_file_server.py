@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgeopt.model_source import model_card, open_model_source
+from edgeopt.sources.model_source import model_card, open_model_source
 from edgeopt.server.app import create_app
-from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
+from edgeopt.server.startup.launcher import ServeOptions, load_served_model, serving_shape
 from edgeopt.server.state import ServerSettings
 from tests.server.live import LiveServer, start_live_server
 

@@ -12,8 +12,8 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from edgeopt.serve_process import free_port
-from edgeopt.server.launcher import ServeOptions, uvicorn_config
+from edgeopt.server.startup.serve_process import free_port
+from edgeopt.server.startup.launcher import ServeOptions, uvicorn_config
 
 
 @dataclass

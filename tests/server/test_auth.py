@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from edgeopt.errors import ConfigError
-from edgeopt.server.auth import check_exposure, is_loopback
+from edgeopt.server.http.auth import check_exposure, is_loopback
 from tests.server.conftest import MODEL
 from tests.test_cli import run_main
 

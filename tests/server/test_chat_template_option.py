@@ -9,10 +9,10 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from edgeopt.cli import app
+from edgeopt.cli.app import app
 from edgeopt.errors import ConfigError
-from edgeopt.model_source import open_model_source
-from edgeopt.server.launcher import ServeOptions, load_served_model
+from edgeopt.sources.model_source import open_model_source
+from edgeopt.server.startup.launcher import ServeOptions, load_served_model
 from tests.server.gguf_file_server import serve_path_live
 
 TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"

@@ -20,7 +20,7 @@ from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer
 from edgeopt.runtimes.llama_cpp import load_gguf
 from typer.testing import CliRunner
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.demo.tokenizer import CHATML_TEMPLATE
 from edgeopt.server.chat.decisions import decide
 from edgeopt.server.chat.render import chat_prompt_ids as render_prompt_ids
@@ -182,8 +182,8 @@ def test_server_option_restores_parsing_for_a_live_request(tiny_gguf_factory, ti
 
 
 def test_cli_flag_reaches_the_server_options(monkeypatch, tmp_path):
-    import edgeopt.server.launcher as launcher
-    from edgeopt.cli import app
+    import edgeopt.server.startup.launcher as launcher
+    from edgeopt.cli.app import app
 
     seen = []
     monkeypatch.setattr(launcher, "serve_bundle", lambda bundle, options: seen.append(options))
@@ -196,7 +196,7 @@ def test_cli_flag_reaches_the_server_options(monkeypatch, tmp_path):
 def test_serving_with_parsed_content_says_so_in_the_log(tmp_path, caplog):
     """The option turns a protection off: an operator must be able to see that from the log alone."""
     from edgeopt.errors import BundleError
-    from edgeopt.server.launcher import ServeOptions, serve_bundle
+    from edgeopt.server.startup.launcher import ServeOptions, serve_bundle
 
     with caplog.at_level("WARNING"), pytest.raises(BundleError):  # no bundle there: stops after the warning
         serve_bundle(tmp_path / "missing", ServeOptions(parse_special_in_content=True))

@@ -95,9 +95,9 @@ def test_every_route_of_every_face_reads_its_body_with_the_limits() -> None:
     from fastapi.routing import APIRoute
 
     from edgeopt.server import routes_admin
-    from edgeopt.server.json_body import CheckedJsonRoute
+    from edgeopt.server.http.json_body import CheckedJsonRoute
 
     routers = [router for face in FACES for kind in face.routers.values() for router in kind] + [routes_admin.api]
     unchecked = [route.path for router in routers for route in router.routes
                  if isinstance(route, APIRoute) and not isinstance(route, CheckedJsonRoute)]
-    assert unchecked == [], f"routes that parse JSON without edgeopt.server.json_body's limits: {unchecked}"
+    assert unchecked == [], f"routes that parse JSON without edgeopt.server.http.json_body's limits: {unchecked}"

@@ -11,10 +11,10 @@ import pytest
 from edgeopt.runtimes.llama_cpp import attention
 from edgeopt.runtimes.llama_cpp.attention import AttentionTiming
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.engine import SamplingParams
 from edgeopt.errors import ConfigError
-from edgeopt.server.launcher import (
+from edgeopt.server.startup.launcher import (
     ServeOptions,
     load_served_model,
     serve_bundle,

@@ -195,7 +195,7 @@ INF, NAN = float("inf"), float("nan")
     ("min_p", INF, ["min_p=inf"]),
     ("logit_bias", {"\u0661\u0662": 5}, ["'\u0661\u0662'", "ASCII digits"]),  # Arabic-Indic "12"
     ("logit_bias", {"12": INF}, ["logit_bias[12]=inf", "[-100, 100]"]),
-    ("logit_bias", {"9" * 5000: 1}, ["5000 characters", "256"]),  # refused at the door (edgeopt.server.json_body)
+    ("logit_bias", {"9" * 5000: 1}, ["5000 characters", "256"]),  # refused at the door (edgeopt.server.http.json_body)
     ("stop", ["a", "b", "c", "d", "e"], ["at most 4"]),
 ])
 def test_item9_degenerate_values_are_refused_naming_the_range(live: LiveServer, field: str, value: Any,

@@ -232,7 +232,7 @@ def test_request_ids_on_the_monitoring_routes_are_the_admin_s_only(tenants) -> N
 
 def test_a_key_given_to_two_callers_is_refused_at_start() -> None:
     from edgeopt.errors import ConfigError
-    from edgeopt.server.callers import keyring
+    from edgeopt.server.http.callers import keyring
 
     with pytest.raises(ConfigError, match="'bob' is also the key of 'alice'"):
         keyring(None, {"alice": "same-key-1", "bob": "same-key-1"}, None)

@@ -13,8 +13,8 @@ import httpx
 import pytest
 import uvicorn
 
-from edgeopt.server.connection_guard import guarded_protocol
-from edgeopt.server.launcher import INHERITED_SOCKET_ENV, ServeOptions, inherited_sockets, uvicorn_config
+from edgeopt.server.http.connection_guard import guarded_protocol
+from edgeopt.server.startup.launcher import INHERITED_SOCKET_ENV, ServeOptions, inherited_sockets, uvicorn_config
 
 
 async def hello(scope, receive, send) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from edgeopt.server.launcher import (
+from edgeopt.server.startup.launcher import (
     ServeOptions,
     load_served_model,
     serve_bundle,

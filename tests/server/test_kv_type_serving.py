@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from edgeopt.backends import backend
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from edgeopt.pipeline import OptimizeOptions, resolve
-from edgeopt.server.launcher import (
+from edgeopt.optimize.pipeline import OptimizeOptions, resolve
+from edgeopt.server.startup.launcher import (
     ServeOptions,
     load_served_model,
     serve_bundle,
@@ -86,7 +86,7 @@ def test_optimize_refuses_kv_type_for_torch_before_any_work(tiny_llama_dir: Path
 def test_eval_measures_the_kv_type_serve_would_override_with(q8_bundle: Path, demo_model_dir: Path):
     from typer.testing import CliRunner
 
-    from edgeopt.cli import app
+    from edgeopt.cli.app import app
 
     result = CliRunner().invoke(app, ["eval", str(q8_bundle), "--data", str(demo_model_dir / "eval.txt"),
                                       "--no-original", "--max-tokens", "256", "--kv-type", "q4_0", "--json"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeopt.server.length_batches import length_sorted_batches
+from edgeopt.server.batching.length_batches import length_sorted_batches
 
 
 def _padded_and_real(lengths: list[int], batch: list[int]) -> tuple[int, int]:

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from edgeopt.bench.loadgen import run_load
-from edgeopt.serve_process import launched_server
+from edgeopt.server.startup.serve_process import launched_server
 
 MIB = 1 << 20
 MEMORY = 512 * MIB
@@ -28,7 +28,7 @@ def qwen2_vocab_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
     import transformers
 
-    from edgeopt.pipeline import OptimizeOptions, run_optimize
+    from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
     from tests.exporters.conformance_models import build_tokenizer_files
 
     root = tmp_path_factory.mktemp("qwen2-vocab")

@@ -9,7 +9,7 @@ import ollama
 import pytest
 from edgeopt.runtimes import load_embedding_runtime
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
 from tests.server.live import start_live_server

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.bundle import load_bundle
-from edgeopt.model_spec import load_model_spec
-from edgeopt.plan import make_plan
-from edgeopt.server.launcher import ServeOptions, serving_shape
+from edgeopt.store.bundle import load_bundle
+from edgeopt.sources.model_spec import load_model_spec
+from edgeopt.planning.checkpoint import make_plan
+from edgeopt.server.startup.launcher import ServeOptions, serving_shape
 from tests.server.gguf_bundle import make_gguf_bundle
 
 CONTEXT = 256

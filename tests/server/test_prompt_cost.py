@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from edgeopt.server.chat.request import MAX_CHAT_MESSAGES
-from edgeopt.server.prompt_worker import INLINE_PROMPT_CHARS
+from edgeopt.server.batching.prompt_worker import INLINE_PROMPT_CHARS
 from tests.fixtures.fake_runtime import ByteTokenizer
 from tests.server.conftest import MODEL
 from tests.server.gguf_bundle import make_gguf_bundle, serve_bundle_live
@@ -127,7 +127,7 @@ class SlowBatchTokenizer:
 def test_health_answers_while_embedding_inputs_are_tokenized(encoder_fp32_bundle):
     from edgeopt.runtimes import load_embedding_runtime
 
-    from edgeopt.bundle import load_bundle
+    from edgeopt.store.bundle import load_bundle
     from edgeopt.server.app import create_app
     from edgeopt.server.state import ServedModel, ServerSettings
     from tests.server.live import start_live_server

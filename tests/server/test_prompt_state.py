@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.engine import SamplingParams
 from edgeopt.errors import ConfigError
-from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
-from edgeopt.server.prompt_state import state_paths, system_prefix_tokens
+from edgeopt.server.startup.launcher import ServeOptions, load_served_model, serving_shape
+from edgeopt.server.startup.prompt_state import state_paths, system_prefix_tokens
 from tests.server.gguf_bundle import make_gguf_bundle
 
 SYSTEM = "You are the build assistant of a robotics lab. Answer in one short paragraph.\n" * 6

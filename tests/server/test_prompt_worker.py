@@ -12,7 +12,7 @@ from edgeopt.errors import OverloadedError
 from edgeopt.server.chat.prepare import prepare_chat, prepare_raw
 from edgeopt.server.chat.request import ChatRequest, Function, Message, RawRequest
 from edgeopt.server.chat.template import ChatTemplate
-from edgeopt.server.prompt_worker import INLINE_PROMPT_CHARS, PromptWorker
+from edgeopt.server.batching.prompt_worker import INLINE_PROMPT_CHARS, PromptWorker
 from edgeopt.server.served_model import ServedModel
 from tests.fixtures.fake_runtime import FakeRuntime
 

@@ -12,12 +12,12 @@ import httpx
 import numpy as np
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.runtimes import load_rerank_runtime
 from edgeopt.server.app import create_app
 from edgeopt.server.rerank.schema import MAX_DOCUMENTS
 from edgeopt.server.state import ServedModel, ServerSettings
-from edgeopt.serve_process import launched_server
+from edgeopt.server.startup.serve_process import launched_server
 
 MODEL = "minilm-rerank"
 QUERY = "Is the museum open on Mondays?"

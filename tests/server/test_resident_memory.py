@@ -26,10 +26,10 @@ import pytest
 
 from edgeopt.bench.loadgen import run_load
 from edgeopt.byte_sizes import parse_size
-from edgeopt.bundle import read_manifest
-from edgeopt.plan_bundle import embedding_input_tokens, plan_bundle
+from edgeopt.store.bundle import read_manifest
+from edgeopt.planning.bundle import embedding_input_tokens, plan_bundle
 from edgeopt.profiles import load_profile
-from edgeopt.serve_process import launched_server
+from edgeopt.server.startup.serve_process import launched_server
 from tests.conftest import DEMO_CACHE_ROOT
 from tests.fixtures.demo_gguf import optimize_demo_gguf
 from tests.fixtures.real_onnx_bundles import cached_onnx_bundle, minilm_dir

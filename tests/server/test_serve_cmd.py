@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from edgeopt.commands.serve_cmd import parse_memory
+from edgeopt.cli.commands.serve_cmd import parse_memory
 from edgeopt.errors import BundleError, ConfigError
-from edgeopt.server.launcher import ServeOptions, serve_bundle
+from edgeopt.server.startup.launcher import ServeOptions, serve_bundle
 from tests.fixtures.import_probe import banned_modules_after
 
 
@@ -28,19 +28,19 @@ def test_serving_a_missing_bundle_says_how_to_make_one(tmp_path):
 
 
 def test_server_modules_and_cli_import_no_heavy_packages():
-    assert banned_modules_after("import edgeopt.cli, edgeopt.server.app, edgeopt.server.launcher, "
+    assert banned_modules_after("import edgeopt.cli.app, edgeopt.server.app, edgeopt.server.startup.launcher, "
                                 "edgeopt.server.openai.routes, edgeopt.server.responses.routes, "
                                 "edgeopt.bench.serve_bench",
-                                must_load=("edgeopt.server.launcher",)) == []
+                                must_load=("edgeopt.server.startup.launcher",)) == []
 
 
 def test_prefix_cache_switches_reach_the_launcher(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from edgeopt.cli import app
+    from edgeopt.cli.app import app
 
     seen: list[ServeOptions] = []
-    monkeypatch.setattr("edgeopt.server.launcher.serve_bundle", lambda bundle, options: seen.append(options))
+    monkeypatch.setattr("edgeopt.server.startup.launcher.serve_bundle", lambda bundle, options: seen.append(options))
     warm = tmp_path / "system.txt"
     warm.write_text("You are terse.")
     runner = CliRunner()
@@ -54,11 +54,11 @@ def test_prefix_cache_switches_reach_the_launcher(tmp_path, monkeypatch):
 def test_responses_store_size_reaches_the_launcher(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from edgeopt.cli import app
+    from edgeopt.cli.app import app
     from edgeopt.server.state import DEFAULT_STORE_BYTES
 
     seen: list[ServeOptions] = []
-    monkeypatch.setattr("edgeopt.server.launcher.serve_bundle", lambda bundle, options: seen.append(options))
+    monkeypatch.setattr("edgeopt.server.startup.launcher.serve_bundle", lambda bundle, options: seen.append(options))
     runner = CliRunner()
     assert runner.invoke(app, ["serve", str(tmp_path)]).exit_code == 0
     assert runner.invoke(app, ["serve", str(tmp_path), "--responses-store", "1GiB"]).exit_code == 0
@@ -71,10 +71,10 @@ def test_responses_store_size_reaches_the_launcher(tmp_path, monkeypatch):
 def test_several_models_reach_their_launcher_with_their_options(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from edgeopt.cli import app
+    from edgeopt.cli.app import app
 
     seen: list[tuple[list, object, ServeOptions]] = []
-    monkeypatch.setattr("edgeopt.server.launch_many.serve_models", lambda paths, folder, options:
+    monkeypatch.setattr("edgeopt.server.startup.launch_many.serve_models", lambda paths, folder, options:
                         seen.append((paths, folder, options)))
     runner = CliRunner()
     a, b = tmp_path / "a", tmp_path / "b"
@@ -97,10 +97,10 @@ def test_several_models_reach_their_launcher_with_their_options(tmp_path, monkey
 def test_flags_of_one_model_or_of_several_are_refused_where_they_do_not_apply(tmp_path, monkeypatch, args, message):
     from typer.testing import CliRunner
 
-    from edgeopt.cli import app
+    from edgeopt.cli.app import app
 
-    monkeypatch.setattr("edgeopt.server.launcher.serve_bundle", lambda *a: pytest.fail("must not start"))
-    monkeypatch.setattr("edgeopt.server.launch_many.serve_models", lambda *a: pytest.fail("must not start"))
+    monkeypatch.setattr("edgeopt.server.startup.launcher.serve_bundle", lambda *a: pytest.fail("must not start"))
+    monkeypatch.setattr("edgeopt.server.startup.launch_many.serve_models", lambda *a: pytest.fail("must not start"))
     argv = ["serve", *(arg.format(a=tmp_path / "a", b=tmp_path / "b") for arg in args)]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code != 0 and message in str(result.exception) + result.output

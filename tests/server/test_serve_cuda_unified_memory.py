@@ -19,9 +19,9 @@ import httpx
 import pytest
 from edgeopt.profiles import load_profile
 
-from edgeopt.bundle import load_bundle
-from edgeopt.serve_process import launched_server
-from edgeopt.server.launcher import ServeOptions, serving_shape
+from edgeopt.store.bundle import load_bundle
+from edgeopt.server.startup.serve_process import launched_server
+from edgeopt.server.startup.launcher import ServeOptions, serving_shape
 from tests.fixtures.tiny_models import build_tiny_model
 from tests.runtimes.torch_bundles import make_torch_bundle
 

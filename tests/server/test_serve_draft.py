@@ -12,13 +12,13 @@ import openai
 import pytest
 from typer.testing import CliRunner
 
-from edgeopt.cli import app
+from edgeopt.cli.app import app
 from edgeopt.demo.smollm2 import smollm2_gguf_path
 from edgeopt.errors import ConfigError
-from edgeopt.model_source import open_model_source
-from edgeopt.server.draft import plan_with_draft
-from edgeopt.server.launcher import ServeOptions, load_served_model
-from edgeopt.serve_process import launched_server
+from edgeopt.sources.model_source import open_model_source
+from edgeopt.server.startup.draft import plan_with_draft
+from edgeopt.server.startup.launcher import ServeOptions, load_served_model
+from edgeopt.server.startup.serve_process import launched_server
 from edgeopt.runtimes.llama_cpp.tokenizer import gguf_vocabulary
 from tests.fixtures.draft_models import requantized_smollm2
 from tests.fixtures.llama_greedy import llama_cpp_greedy

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgeopt.commands.serve_cmd import speculative_mode
-from edgeopt.server.launcher import ServeOptions
+from edgeopt.cli.commands.serve_cmd import speculative_mode
+from edgeopt.server.startup.launcher import ServeOptions
 from edgeopt.speculation_modes import MAX_DRAFT_TOKENS
 
 

@@ -18,8 +18,8 @@ import openai
 import psutil
 import pytest
 
-from edgeopt.bundle import load_bundle
-from edgeopt.server.launcher import ServeOptions, serving_shape
+from edgeopt.store.bundle import load_bundle
+from edgeopt.server.startup.launcher import ServeOptions, serving_shape
 from tests.server.gguf_bundle import make_gguf_bundle
 from tests.server.live import free_port
 
@@ -34,7 +34,7 @@ WRAPPER = textwrap.dedent("""
     report = sys.argv.pop(1)
     signal.signal(signal.SIGUSR1, lambda *_: open(report, "w").write(json.dumps(sorted(
         m for m in sys.modules if m.split(".")[0] in {heavy!r}))))
-    from edgeopt.cli import main
+    from edgeopt.cli.app import main
     sys.argv[0] = "edgeopt"
     main()
 """).format(heavy=set(HEAVY))
@@ -117,7 +117,7 @@ def test_serve_gguf_bundle_end_to_end_without_torch(gguf_bundle: Path, tmp_path:
 
 
 def test_serve_refuses_a_context_beyond_the_model(gguf_bundle: Path):
-    result = subprocess.run([sys.executable, "-m", "edgeopt.cli", "serve", str(gguf_bundle), "--context", "999999",
+    result = subprocess.run([sys.executable, "-m", "edgeopt.cli.app", "serve", str(gguf_bundle), "--context", "999999",
                              "--memory", "1GiB"], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert "999999" in result.stderr and "training context" in result.stderr, result.stderr

@@ -14,8 +14,8 @@ import openai
 import pytest
 from typer.testing import CliRunner
 
-from edgeopt.cli import app
-from edgeopt.model_source import open_model_source
+from edgeopt.cli.app import app
+from edgeopt.sources.model_source import open_model_source
 from tests.fixtures.llama_greedy import llama_cpp_greedy
 from edgeopt.demo.smollm2 import smollm2_gguf_path as smollm2_gguf
 from tests.server.gguf_file_server import serve_path_live
@@ -106,7 +106,7 @@ def test_import_inspect_and_plan_of_a_gguf_file(reference_gguf: Path, qwen2_chec
 def test_a_file_that_is_not_gguf_is_refused_with_the_fix(tmp_path: Path):
     bogus = tmp_path / "model.gguf"
     bogus.write_bytes(b"not a model at all")
-    result = subprocess.run([sys.executable, "-m", "edgeopt.cli", "serve", str(bogus), "--memory", "1GiB"],
+    result = subprocess.run([sys.executable, "-m", "edgeopt.cli.app", "serve", str(bogus), "--memory", "1GiB"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert "model.gguf" in result.stderr and "fix:" in result.stderr, result.stderr

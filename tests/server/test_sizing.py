@@ -10,10 +10,10 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from edgeopt.bundle import load_bundle, write_manifest
+from edgeopt.store.bundle import load_bundle, write_manifest
 from edgeopt.errors import ConfigError
-from edgeopt.serve_process import launched_server
-from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
+from edgeopt.server.startup.serve_process import launched_server
+from edgeopt.server.startup.launcher import ServeOptions, load_served_model, serving_shape
 from edgeopt.sizing.budget import kv_bytes_per_token
 from edgeopt.sizing.bundle_facts import kv_shape
 from tests.server.gguf_bundle import make_gguf_bundle

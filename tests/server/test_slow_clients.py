@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from edgeopt.server.app import create_app
-from edgeopt.server.connection_guard import guarded_protocol
-from edgeopt.server.launcher import ServeOptions
+from edgeopt.server.http.connection_guard import guarded_protocol
+from edgeopt.server.startup.launcher import ServeOptions
 from edgeopt.server.state import ServerSettings
 from tests.fixtures.fake_runtime import FakeRuntime
 from tests.server.conftest import MODEL, fake_served_model

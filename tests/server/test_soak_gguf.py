@@ -12,9 +12,9 @@ import httpx
 import psutil
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.server.app import create_app
-from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
+from edgeopt.server.startup.launcher import ServeOptions, load_served_model, serving_shape
 from edgeopt.server.state import ServerSettings
 from tests.server.conftest import MODEL
 from tests.server.gguf_bundle import make_gguf_bundle

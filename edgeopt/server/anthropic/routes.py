@@ -21,7 +21,7 @@ from edgeopt.server.anthropic.translate import translate
 from edgeopt.server.chat.prepare import count_chat_tokens, prepare_chat
 from edgeopt.server.chat.reply import ReplyParser
 from edgeopt.server.generation.respond import generate
-from edgeopt.server.json_body import CheckedJsonRoute
+from edgeopt.server.http.json_body import CheckedJsonRoute
 from edgeopt.server.state import ServerState
 
 router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routing (auth.py)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from edgeopt.engine.validation import MAX_STOP_STRINGS
 from edgeopt.server.chat.request import check_message_count
-from edgeopt.server.text_fields import Text
+from edgeopt.server.http.text_fields import Text
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 _MEDIA_BLOCKS = {"image": "images are", "document": "documents are", "search_result": "search results are",

@@ -21,7 +21,7 @@ from edgeopt.server.chat.reply import ReasoningStart
 from edgeopt.server.chat.request import ChatRequest, RawRequest
 from edgeopt.server.chat.sampling import engine_params
 from edgeopt.server.chat.tools.plan import ToolPlan
-from edgeopt.server.prompt_worker import INLINE_PROMPT_CHARS, PromptWorker
+from edgeopt.server.batching.prompt_worker import INLINE_PROMPT_CHARS, PromptWorker
 from edgeopt.server.state import ServedModel
 
 

@@ -17,7 +17,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from edgeopt.errors import BundleError, ChatTemplateError
-from edgeopt.tokenizer_config import chat_template_in
+from edgeopt.sources.tokenizer_config import chat_template_in
 
 
 def _raise_exception(message: str) -> None:

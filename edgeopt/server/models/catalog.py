@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgeopt.bundle import Manifest
+from edgeopt.store.bundle import Manifest
 from edgeopt.errors import ModelNameError
 from edgeopt.server.served_model import ServedModel
-from edgeopt.server.text_fields import quoted
+from edgeopt.server.http.text_fields import quoted
 
 
 @dataclass(frozen=True)

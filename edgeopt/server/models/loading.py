@@ -23,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edgeopt import backends
-from edgeopt.bundle import Manifest
+from edgeopt.store.bundle import Manifest
 from edgeopt.errors import ConfigError, EdgeoptError
-from edgeopt.gguf_metadata import is_gguf_file
-from edgeopt.model_source import ModelSource, model_card, open_model_source
-from edgeopt.plan_bundle import encoder_resident, is_bundle_dir
+from edgeopt.sources.gguf_metadata import is_gguf_file
+from edgeopt.sources.model_source import ModelSource, model_card, open_model_source
+from edgeopt.planning.bundle import encoder_resident, is_bundle_dir
 from edgeopt.server.models.catalog import ModelEntry, ModelNeed
 from edgeopt.server.models.compute_gate import ComputeGate
 from edgeopt.server.served_model import ServedModel
@@ -40,7 +40,7 @@ from edgeopt.sizing.shape import ServingShape, ShapeRequest
 log = logging.getLogger("edgeopt.server")
 SEQUENCES = 4  # a model's concurrent sequences when --max-concurrency is not given
 
-# (bundle dir, manifest, shape or None for an encoder, compute gate) -> the loaded model (edgeopt.server.launcher)
+# (bundle dir, manifest, shape or None for an encoder, compute gate) -> the loaded model (edgeopt.server.startup.launcher)
 LoadModel = Callable[[Path, Manifest, "ServingShape | None", ComputeGate], ServedModel]
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from edgeopt.bundle import sha256_file
+from edgeopt.store.bundle import sha256_file
 
 SWAP_FORMAT = 1  # bump when the layout or what the fingerprint covers changes
 INDEX = "index.json"

@@ -29,16 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeopt.bundle import Manifest, sha256_file
+from edgeopt.store.bundle import Manifest, sha256_file
 from edgeopt.engine.api import ServingEngine
 from edgeopt.errors import ENGINE_BUG_HINT, BackendError, ConfigError
-from edgeopt.file_stamp import file_stamp
-from edgeopt.model_source import open_model_source
+from edgeopt.store.file_stamp import file_stamp
+from edgeopt.sources.model_source import open_model_source
 from edgeopt.runtimes.base import Runtime
 from edgeopt.server.models.swap_index import (INDEX, PARTIAL_SUFFIX, STATE_SUFFIX, ModelIndex, SavedEntry,
                                               fingerprint_differences, folder_bytes, folder_name, read_index,
                                               remove_folder, remove_strays, state_problem, write_index)
-from edgeopt.server.prompt_state import fingerprint as prompt_state_fingerprint
+from edgeopt.server.startup.prompt_state import fingerprint as prompt_state_fingerprint
 
 log = logging.getLogger("edgeopt.server")
 _RESTORED, _SKIPPED, _DROPPED = "restored", "skipped", "dropped"

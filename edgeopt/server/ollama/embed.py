@@ -10,8 +10,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from edgeopt.errors import RequestError
-from edgeopt.server.embedding_batcher import MAX_INPUTS
-from edgeopt.server.json_body import CheckedJsonRoute
+from edgeopt.server.batching.embedding_batcher import MAX_INPUTS
+from edgeopt.server.http.json_body import CheckedJsonRoute
 from edgeopt.server.models.keep_alive import request_keep_alive
 from edgeopt.server.ollama.schema import OllamaEmbeddingsRequest, OllamaEmbedRequest
 from edgeopt.server.state import ServerState

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 
 from edgeopt import __version__
 from edgeopt.errors import NotSupportedHereError
-from edgeopt.server.json_body import CheckedJsonRoute
+from edgeopt.server.http.json_body import CheckedJsonRoute
 from edgeopt.server.models.listing import ModelRow, model_rows
 from edgeopt.server.ollama.schema import OllamaShowRequest
 from edgeopt.server.state import ServerState

@@ -22,7 +22,7 @@ from edgeopt.server.chat.prepare import Prepared, prepare_chat, prepare_raw
 from edgeopt.server.chat.reply import ReplyParser
 from edgeopt.server.chat.request import ChatRequest
 from edgeopt.server.generation.respond import generate
-from edgeopt.server.json_body import CheckedJsonRoute
+from edgeopt.server.http.json_body import CheckedJsonRoute
 from edgeopt.server.ollama.load_calls import load_or_unload
 from edgeopt.server.ollama.reply import OllamaReply, created_at
 from edgeopt.server.ollama.schema import OllamaChatRequest, OllamaGenerateRequest

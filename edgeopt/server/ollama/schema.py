@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from edgeopt.server.chat.request import check_message_count
-from edgeopt.server.text_fields import Text, valid_unicode
+from edgeopt.server.http.text_fields import Text, valid_unicode
 
 # Ollama's "format": "" (none), "json" (any JSON value... an object, in practice), or a JSON schema.
 Format = Literal["", "json"] | dict[str, Any] | None

@@ -1,5 +1,5 @@
 """POST /v1/embeddings for embedding bundles (OpenAI-compatible); concurrent requests share forward
-passes through the model's :class:`~edgeopt.server.embedding_batcher.EmbeddingBatcher`."""
+passes through the model's :class:`~edgeopt.server.batching.embedding_batcher.EmbeddingBatcher`."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgeopt.errors import RequestError
 from edgeopt.runtimes.base import EmbeddingRuntime
-from edgeopt.server.embedding_batcher import MAX_INPUTS
-from edgeopt.server.json_body import CheckedJsonRoute
+from edgeopt.server.batching.embedding_batcher import MAX_INPUTS
+from edgeopt.server.http.json_body import CheckedJsonRoute
 from edgeopt.server.state import ServerState
-from edgeopt.server.text_fields import Text
+from edgeopt.server.http.text_fields import Text
 
 router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routing (auth.py)
 

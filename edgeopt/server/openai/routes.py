@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from edgeopt.server.chat.prepare import prepare_chat
 from edgeopt.server.chat.reply import ReplyParser
 from edgeopt.server.generation.respond import generate
-from edgeopt.server.json_body import CheckedJsonRoute
+from edgeopt.server.http.json_body import CheckedJsonRoute
 from edgeopt.server.openai.chat_output import ChatOutput
 from edgeopt.server.openai.choice import ChoiceFormat
 from edgeopt.server.openai.completions import prepare_completion, respond_batch

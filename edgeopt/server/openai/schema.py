@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from edgeopt.server.chat.request import check_message_count
 from edgeopt.server.openai.tool_schema import MessageToolCall, ToolChoice, ToolDefinition
-from edgeopt.server.text_fields import Text, valid_unicode
+from edgeopt.server.http.text_fields import Text, valid_unicode
 
 
 class StreamOptions(BaseModel):

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgeopt.server.text_fields import Text
+from edgeopt.server.http.text_fields import Text
 
 
 class FunctionDefinition(BaseModel):

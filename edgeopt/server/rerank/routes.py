@@ -3,7 +3,7 @@
 Every document is scored against the query by the bundle's cross-encoder (pairs longer than the model's
 limit are cut as ``CrossEncoder.predict`` cuts them); results come best first, ``top_n`` of them, each with
 the document's ``index`` in the request and its ``relevance_score``. Concurrent requests share forward
-passes through the model's :class:`~edgeopt.server.rerank_batcher.RerankBatcher`.
+passes through the model's :class:`~edgeopt.server.batching.rerank_batcher.RerankBatcher`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 
 from edgeopt.errors import RequestError
-from edgeopt.server.json_body import CheckedJsonRoute
+from edgeopt.server.http.json_body import CheckedJsonRoute
 from edgeopt.server.rerank.schema import RerankRequest
 from edgeopt.server.state import ServerState
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgeopt.server.text_fields import Text
+from edgeopt.server.http.text_fields import Text
 
 # Documents in one request (Cohere's documented maximum); their pairs are scored in one go.
 MAX_DOCUMENTS = 1000

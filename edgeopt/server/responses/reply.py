@@ -29,7 +29,7 @@ class ResponseReply:
     def __init__(self, body: ResponsesRequest, prepared: PreparedChat, store: ResponseStore,
                  conversation: tuple[Message, ...], owner: str | None) -> None:
         """``conversation``: the turns so far (instructions excluded), kept with the answer when ``store``;
-        ``owner``: the caller it is stored for (edgeopt.server.callers)."""
+        ``owner``: the caller it is stored for (edgeopt.server.http.callers)."""
         self._owner = owner
         self._body = body
         self._prompt_len = len(prepared.prompt_ids)

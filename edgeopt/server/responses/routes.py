@@ -11,10 +11,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from edgeopt.server.callers import owner_name
+from edgeopt.server.http.callers import owner_name
 from edgeopt.server.chat.prepare import prepare_chat
 from edgeopt.server.generation.respond import generate
-from edgeopt.server.json_body import CheckedJsonRoute
+from edgeopt.server.http.json_body import CheckedJsonRoute
 from edgeopt.server.responses.reply import ResponseReply
 from edgeopt.server.responses.schema import ResponsesRequest
 from edgeopt.server.responses.store import conversation_before, store_of, stored

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from edgeopt.server.chat.request import OutputFormat, check_message_count
-from edgeopt.server.text_fields import Text
+from edgeopt.server.http.text_fields import Text
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 _MEDIA_PARTS = {"input_image": "images are", "input_file": "files are", "input_audio": "audio is"}

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from edgeopt.errors import RequestError, UnknownResponseError
 from edgeopt.server.chat.request import Message
 from edgeopt.server.state import DEFAULT_STORE_BYTES, ServerState
-from edgeopt.server.text_fields import quoted
+from edgeopt.server.http.text_fields import quoted
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class StoredResponse:
     response: dict[str, Any]  # the response object as returned
     conversation: tuple[Message, ...]  # chat messages, instructions excluded, this response's output included
     size: int
-    owner: str | None = None  # the caller whose key made it (edgeopt.server.callers; None: a keyless server)
+    owner: str | None = None  # the caller whose key made it (edgeopt.server.http.callers; None: a keyless server)
 
 
 class ResponseStore:

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
-from edgeopt.server.json_body import CheckedJsonRoute
+from edgeopt.server.http.json_body import CheckedJsonRoute
 from edgeopt.server.models.listing import model_rows
 from edgeopt.server.state import ServerState
-from edgeopt.server.text_fields import Text
+from edgeopt.server.http.text_fields import Text
 
 router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routing (auth.py)
 STATUS = {"loaded": "loaded", "unloaded": "unloaded", "failed": "failed", "too_large": "failed"}

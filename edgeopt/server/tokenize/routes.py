@@ -12,9 +12,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from edgeopt.errors import RequestError
-from edgeopt.server.json_body import CheckedJsonRoute
+from edgeopt.server.http.json_body import CheckedJsonRoute
 from edgeopt.server.state import ServedModel, ServerState
-from edgeopt.server.text_fields import Text
+from edgeopt.server.http.text_fields import Text
 
 router = APIRouter(route_class=CheckedJsonRoute)  # the key is checked before routing (auth.py)
 MAX_DETOKENIZE = 1 << 20

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from edgeopt.errors import ConfigError
-from edgeopt.server.launch_many import check_several
-from edgeopt.server.launcher import ServeOptions
+from edgeopt.server.startup.launch_many import check_several
+from edgeopt.server.startup.launcher import ServeOptions
 from edgeopt.server.models.catalog import ModelCatalog
 from edgeopt.server.models.loading import SEQUENCES, model_entry, scan_folder, shared_budget
 from edgeopt.sizing.shape import ShapeRequest

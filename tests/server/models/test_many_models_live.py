@@ -20,7 +20,7 @@ import openai
 import psutil
 import pytest
 
-from edgeopt.serve_process import launched_server
+from edgeopt.server.startup.serve_process import launched_server
 from edgeopt.server.models.loading import model_entry, shared_budget
 from edgeopt.sizing.budget import SAFETY_MARGIN
 from edgeopt.sizing.shape import ShapeRequest

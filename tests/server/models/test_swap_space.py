@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.bundle import load_bundle
+from edgeopt.store.bundle import load_bundle
 from edgeopt.engine import SamplingParams
 from edgeopt.errors import ConfigError
-from edgeopt.server.launcher import ServeOptions, load_served_model, serving_shape
+from edgeopt.server.startup.launcher import ServeOptions, load_served_model, serving_shape
 from edgeopt.server.models.swap_index import INDEX, STATE_SUFFIX, folder_name
 from edgeopt.server.models.swap_space import SwapSpace
 from edgeopt.server.state import ServedModel

@@ -1,0 +1,132 @@
+"""How much did optimizing cost? Perplexity, KL divergence and top-1 agreement against the original.
+
+Shared by every bundle format: the bundle's model is reached through a scorer
+(:mod:`edgeopt.measuring.scorers`, chosen by ``manifest.format``), the original checkpoint through
+transformers. Both read the same token ids, cut into windows; each window's next-token distributions
+are compared position by position. Without ``--eval-data`` the held-out text is what the original
+model itself writes from a few seed prompts (edgeopt.measuring.eval_text: generated once per model, then cached), so
+the numbers say how faithfully the optimized model reproduces the original's behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeopt.errors import EvaluationError
+from edgeopt.measuring.metrics import Comparison
+from edgeopt.measuring.scorers import HFScorer, load_bundle_scorer
+from edgeopt.measuring.eval_text import SEED_PROMPTS, generated_eval_ids, threads_following_load
+from edgeopt.evaluation.kv_cache import kv_cache_cost, needs_kv_cache_evaluation
+from edgeopt.progress import progress
+from edgeopt.sources.textfile import read_text_file
+
+if TYPE_CHECKING:
+    from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
+
+DEFAULT_WINDOW = 256
+DEFAULT_MAX_TOKENS = 1024
+
+
+def read_eval_text(path: Path) -> str:
+    return read_text_file(path, "evaluation data", "--eval-data/--data", EvaluationError)
+
+
+def _tokenizer(tokenizer_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    # The whole evaluation text is tokenized at once and then cut into windows, so its length may
+    # exceed the model's context without any window doing so: silence that warning.
+    tokenizer.model_max_length = 1 << 62
+    return tokenizer
+
+
+def windows(token_ids: list[int], window: int, max_tokens: int, bos: int | None) -> list[list[int]]:
+    """Consecutive windows of at most ``window`` tokens (each led by BOS when the model expects one)."""
+    body = window - (1 if bos is not None else 0)
+    ids = token_ids[:max_tokens]
+    out = []
+    for start in range(0, len(ids), body):
+        chunk = ids[start:start + body]
+        if len(chunk) >= 2:
+            out.append(([bos] if bos is not None else []) + chunk)
+    return out
+
+
+def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | None, eval_data: Path | None,
+                    window: int = DEFAULT_WINDOW, max_tokens: int = DEFAULT_MAX_TOKENS, threads: int = 2) -> dict[str, Any]:
+    """Quality metrics of the bundle's model; KL/top-1 need the original checkpoint, perplexity needs text.
+
+    Embedding bundles are measured by edgeopt.evaluation.embeddings instead (cosines, neighbours), rerank
+    bundles by edgeopt.evaluation.rerank (score error and ranking agreement)."""
+    if manifest.kind == "embedding":
+        from edgeopt.evaluation.embeddings import evaluate_embedding_bundle
+
+        return evaluate_embedding_bundle(bundle_dir, manifest, original_model_dir, eval_data, threads=threads)
+    if manifest.kind == "rerank":
+        from edgeopt.evaluation.rerank import evaluate_rerank_bundle
+
+        return evaluate_rerank_bundle(bundle_dir, manifest, original_model_dir, eval_data, threads=threads)
+    # Torch and llama.cpp threads meet at a barrier after every operation: with other processes on the cores, a
+    # fixed 2 threads is many times slower than 1 (edgeopt.measuring.eval_text has the measurement).
+    with threads_following_load(threads) as governor:
+        return _evaluate_causal_lm(Path(bundle_dir), manifest, original_model_dir, eval_data, window, max_tokens,
+                                   governor)
+
+
+def _evaluate_causal_lm(bundle_dir: Path, manifest: Any, original_model_dir: Path | None, eval_data: Path | None,
+                        window: int, max_tokens: int, governor: ThreadGovernor) -> dict[str, Any]:
+    """Perplexity, and KL/top-1 against the original; the scorers get the threads ``governor`` found free, the
+    original's torch follows the load window by window."""
+    threads = governor.threads
+    tokenizer = _tokenizer(bundle_dir / manifest.tokenizer_dir)
+    bos = tokenizer.bos_token_id if getattr(tokenizer, "add_bos_token", False) else None
+    reference = HFScorer(Path(original_model_dir), threads) if original_model_dir is not None else None
+    if eval_data is not None:
+        ids = tokenizer.encode(read_eval_text(eval_data), add_special_tokens=False)
+        source = f"file:{Path(eval_data).name}"
+    elif reference is not None:
+        ids, _cached = generated_eval_ids(Path(original_model_dir), reference, tokenizer, bos, governor.before_decode)
+        source = f"generated:{len(SEED_PROMPTS)} seed prompts"
+    else:
+        raise EvaluationError("nothing to evaluate on: no --data text and no original model to generate text",
+                              "pass --data FILE (and --original MODEL for KL/top-1)")
+    chunks = windows(ids, window, max_tokens, bos)
+    if not chunks:
+        raise EvaluationError(f"evaluation text gave {len(ids)} tokens; at least 2 are needed", "pass a longer text")
+    scorer = load_bundle_scorer(bundle_dir, manifest, context=window, threads=threads)
+    try:
+        metrics = _compare(chunks, scorer, reference, source, governor.before_decode)
+    finally:
+        scorer.close()
+        if reference is not None:
+            reference.close()
+    if needs_kv_cache_evaluation(manifest):  # a quantized KV cache is a step with its own quality cost
+        metrics |= kv_cache_cost(chunks, bundle_dir, manifest, window, threads)
+    return metrics
+
+
+def _compare(chunks: list[list[int]], scorer: Any, reference: HFScorer | None, source: str,
+             before_window: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    candidate_only, against_original, original = Comparison(), Comparison(), Comparison()
+    for chunk in progress(chunks, "evaluating"):
+        before_window()
+        cand = scorer.score(chunk)
+        candidate_only.add(cand, cand, chunk)
+        if reference is None:
+            continue
+        ref = reference.score(chunk)
+        if ref.shape[1] != cand.shape[1]:
+            raise EvaluationError(f"vocabularies differ: original {ref.shape[1]}, bundle {cand.shape[1]} tokens",
+                                  "evaluate against the checkpoint this bundle was made from (--original)")
+        against_original.add(ref, cand)
+        original.add(ref, ref, chunk)
+    metrics: dict[str, Any] = {"perplexity": round(candidate_only.perplexity, 4),
+                               "eval_tokens": candidate_only.nll_count, "eval_source": source}
+    if reference is not None:
+        metrics |= {"perplexity_original": round(original.perplexity, 4),
+                    "kl_divergence": float(f"{against_original.mean_kl:.6g}"),
+                    "top1_agreement": round(against_original.top1_agreement, 4)}
+    return metrics

@@ -1,0 +1,85 @@
+"""The evaluation text the original model writes itself when the user gives none: greedy continuations of a
+few seed prompts, generated once per model and kept in the step cache.
+
+What the text is for: KL divergence and top-1 agreement compare the bundle's next-token distributions with
+the original's on the same tokens; on text the original itself wrote, they say how faithfully the optimized
+model reproduces the original's own behaviour (edgeopt.evaluation.causal_lm). The text depends on the original model
+and the seed prompts only, not on the bundle, so every bundle made from one model (each quant, each
+target, each re-run of ``make demo``) is measured on the same tokens, and they are generated once.
+
+Why it was slow and is not now: transformers' ``generate`` ran one prompt at a time on 2 torch threads. Each
+decode step is a few hundred small operations, each ending at an OpenMP barrier; with other processes on the
+cores, the thread that was descheduled holds every barrier up (the cold ``make demo`` spent 755 s here on a
+host loaded by four other jobs, for 384 tokens). Now the prompts decode as one left-padded batch (one pass
+over the weights per step for all of them), with as many threads as the cores other processes leave free,
+re-measured while decoding (runtimes/llama_cpp/threads.py, the same rule llama.cpp decodes by). Measured side by
+side on SmolLM2-135M, 4 prompts x 32 tokens, load average ~12 on 2 cores: one at a time on 1 thread 52 s, as one
+batch on 1 thread 20 s (the same tokens), one at a time on 2 threads unfinished after 6 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeopt.store.bundle import content_hash
+from edgeopt.store.cache import cached_step, step_key
+
+if TYPE_CHECKING:
+    from edgeopt.measuring.scorers import HFScorer
+    from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
+
+SEED_PROMPTS = (
+    "The function returns",
+    "To open a file in Python,",
+    "Class documentation:",
+    "This module provides",
+)
+GENERATED_TOKENS_PER_PROMPT = 96
+# Bump when the generation changes the tokens it writes for the same model and prompts (part of the cache key).
+GENERATION_VERSION = 2
+IDS_FILE = "eval_ids.json"
+
+
+def generated_eval_ids(original_model_dir: Path, reference: HFScorer, tokenizer: Any, bos: int | None,
+                       on_step: Callable[[], None] = lambda: None, prompts: tuple[str, ...] = SEED_PROMPTS,
+                       tokens_per_prompt: int = GENERATED_TOKENS_PER_PROMPT) -> tuple[list[int], bool]:
+    """(token ids of every prompt and its greedy continuation by ``reference``, one after the other; whether they
+    came from the cache). Each piece starts with ``bos`` when the model expects one; the ids returned leave it
+    out (the windows add it back). ``on_step`` runs after every decode step (a :func:`threads_following_load`
+    governor's ``before_decode``)."""
+    prompt_ids = [([bos] if bos is not None else []) + tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+    params = {"prompts": prompt_ids, "tokens_per_prompt": tokens_per_prompt, "version": GENERATION_VERSION}
+    key = step_key("eval-text", "greedy", params, content_hash(Path(original_model_dir)))
+
+    def generate(out: Path) -> dict[str, Any]:
+        rows = reference.greedy_continuations(prompt_ids, tokens_per_prompt, on_step)
+        (out / IDS_FILE).write_text(json.dumps(rows))
+        return {"tokens": sum(len(r) for r in rows)}
+
+    entry, _meta, cached = cached_step(key, generate)
+    rows = json.loads((entry / IDS_FILE).read_text())
+    skip = 1 if bos is not None else 0
+    return [token for row in rows for token in row[skip:]], cached
+
+
+@contextmanager
+def threads_following_load(max_threads: int) -> Iterator[ThreadGovernor]:
+    """A governor of torch's thread count: the cores other processes leave free (at most ``max_threads``),
+    measured now and again whenever ``before_decode()`` is called after its interval, as llama.cpp's
+    ThreadGovernor does while serving. ``.threads`` is the count measured now (what other runtimes opened in
+    the block are given); torch's own count is restored after the block."""
+    import torch
+
+    from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
+
+    before = torch.get_num_threads()
+    governor = ThreadGovernor(torch.set_num_threads, max_threads)
+    torch.set_num_threads(governor.threads)
+    try:
+        yield governor
+    finally:
+        torch.set_num_threads(before)

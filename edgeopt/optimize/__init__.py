@@ -1,0 +1,1 @@
+"""The model path ``edgeopt optimize`` runs: plan -> passes -> export -> evaluate -> bundle."""

@@ -1,0 +1,34 @@
+"""``edgeopt plan MODEL --draft DRAFT``: the plan of ``edgeopt serve MODEL --draft DRAFT`` with the same flags,
+the draft model's weights, runtime and KV taken from the budget first (edgeopt.sizing.draft), so the target's
+KV capacity shown is what it keeps beside the draft."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgeopt.engine.speculation.draft_model import DEFAULT_DRAFT_TOKENS
+from edgeopt.sources.model_source import open_model_source
+from edgeopt.planning.checkpoint import Plan, candidate_from_shape
+from edgeopt.profiles import DeviceProfile
+from edgeopt.sizing.budget import memory_pool
+from edgeopt.sizing.draft import DraftPlan, shape_beside_draft
+from edgeopt.sizing.shape import ShapeRequest
+from edgeopt.speculation_modes import longest_draft
+
+
+def plan_beside_draft(model: Path, draft: Path, profile: DeviceProfile, context: int | None = None,
+                      concurrency: int | None = None, memory_bytes: int | None = None, kv_type: str | None = None,
+                      draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> tuple[Plan, DraftPlan]:
+    source, draft_source = open_model_source(model, verify=False), open_model_source(draft, verify=False)
+    request = ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type,
+                           draft_rows=longest_draft("draft", draft_tokens))
+    shape, draft_plan = shape_beside_draft(source.bundle_dir, source.manifest, request, draft_source.bundle_dir,
+                                           draft_source.manifest, draft_tokens, memory_bytes, profile, refuse=False)
+    served_context = context or shape.context_length
+    # Fits: -n sequences at full context, or (no -n, serve's default) one, the others sharing the cells.
+    candidate = candidate_from_shape(source.manifest.format, source.manifest.quant, shape, served_context,
+                                     concurrency or 1, encoder=False)
+    pool = memory_pool(None if memory_bytes is not None else profile, memory_bytes)
+    fits = candidate.fits and candidate.resident is not None
+    return (Plan(str(model), profile.name, pool.bytes, served_context, shape.max_sequences, [candidate],
+                 candidate if fits else None), draft_plan)

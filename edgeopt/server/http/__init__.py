@@ -1,0 +1,1 @@
+"""HTTP plumbing every face shares: keys and callers, body limits, JSON bodies, connection guards, text fields."""

@@ -1,0 +1,114 @@
+"""Count the optimize walk: which of edgeopt's files a plain ``edgeopt optimize`` passes through, in order, from the
+command to the exporter's first write, and how often it comes back to a file it had left (issue 59).
+
+How it counts (the same for any version of the code, so two versions compare):
+
+- a profiler hook (``sys.setprofile``) sees every Python call from the ``optimize`` command's function until the GGUF
+  exporter calls ``convert_checkpoint`` (the write; the hook stops the run there);
+- only functions in edgeopt's own files count (``edgeopt/``, and ``exporters/``, ``runtimes/``, ``profiles/``, which
+  install inside it); each function counts once, at its first call, so a loop over tensors or candidates is one
+  stop, not thousands;
+- the walk is that ordered list of first calls, as files; consecutive calls in one file are one *stop*; a stop in a
+  file the walk had already left is a *return*.
+
+Usage: ``python scripts/optimize_walk.py CHECKPOINT_DIR [--show]`` (a fresh ``EDGEOPT_CACHE`` is used, so the export
+runs). Prints stops, distinct files, returns, and the files returned to more than twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+class WalkEnded(Exception):
+    """Raised in place of the exporter's write: the walk ends there."""
+
+
+def edgeopt_roots() -> tuple[str, ...]:
+    import edgeopt
+    import edgeopt.exporters
+    import edgeopt.profiles
+    import edgeopt.runtimes
+    return tuple(str(Path(p).resolve()) + os.sep for m in (edgeopt, edgeopt.exporters, edgeopt.runtimes, edgeopt.profiles)
+                 for p in m.__path__)
+
+
+def record(checkpoint: Path) -> list[tuple[str, str]]:
+    """(file, function) of each edgeopt function in order of its first call, from the command to the write."""
+    from typer.testing import CliRunner
+
+    from edgeopt.exporters.gguf import exporter as gguf_exporter
+    try:
+        from edgeopt.cli.app import app  # after issue 59
+    except ImportError:
+        from edgeopt.cli import app  # type: ignore[no-redef,attr-defined]  # before
+
+    roots = edgeopt_roots()
+    seen: set[object] = set()
+    walk: list[tuple[str, str]] = []
+
+    def hook(frame, event, arg):  # noqa: ANN001 - the profiler's signature
+        if event != "call" or frame.f_code in seen:
+            return
+        seen.add(frame.f_code)
+        path = str(Path(frame.f_code.co_filename).resolve())
+        for root in roots:
+            if path.startswith(root):
+                walk.append((short_name(path, root), frame.f_code.co_name))
+                return
+
+    def stop_at_write(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise WalkEnded
+
+    gguf_exporter.convert_checkpoint = stop_at_write
+    out = Path(tempfile.mkdtemp(prefix="walk-")) / "bundle"
+    sys.setprofile(hook)
+    try:
+        result = CliRunner().invoke(app, ["optimize", str(checkpoint), "--target", "raspberry-pi", "--format", "gguf",
+                                          "--quant", "Q8_0", "--no-eval", "-o", str(out)])
+    finally:
+        sys.setprofile(None)
+    if not isinstance(result.exception, WalkEnded):
+        raise SystemExit(f"the optimize did not reach the exporter's write: {result.output}\n{result.exception!r}")
+    start = next(i for i, (_, name) in enumerate(walk) if name == "optimize")
+    return walk[start:]
+
+
+def short_name(path: str, root: str) -> str:
+    package = Path(root).name
+    rel = path[len(root):]
+    return rel if package == "edgeopt" else f"{package}/{rel}"
+
+
+def count(walk: list[tuple[str, str]]) -> tuple[list[str], int, collections.Counter[str]]:
+    stops: list[str] = []
+    for file, _ in walk:
+        if not stops or stops[-1] != file:
+            stops.append(file)
+    returns: collections.Counter[str] = collections.Counter()
+    for i, file in enumerate(stops):
+        if file in stops[:i]:
+            returns[file] += 1
+    return stops, sum(returns.values()), returns
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint", type=Path)
+    parser.add_argument("--show", action="store_true", help="print the stops in order")
+    args = parser.parse_args()
+    os.environ["EDGEOPT_CACHE"] = tempfile.mkdtemp(prefix="walk-cache-")
+    stops, returns, per_file = count(record(args.checkpoint))
+    if args.show:
+        print("\n".join(stops))
+    print(f"stops {len(stops)}, files {len(set(stops))}, returns {returns}")
+    print("most returned to:", ", ".join(f"{f} {n}" for f, n in per_file.most_common(8)))
+
+
+if __name__ == "__main__":
+    main()
