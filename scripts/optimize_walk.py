@@ -38,8 +38,9 @@ def edgeopt_roots() -> tuple[str, ...]:
                  for p in m.__path__)
 
 
-def record(checkpoint: Path) -> list[tuple[str, str]]:
-    """(file, function) of each edgeopt function in order of its first call, from the command to the write."""
+def record(checkpoint: Path) -> list[tuple[str, str, bool]]:
+    """(file, function, not a leaf) of each edgeopt function in order of its first call, from the command to the
+    write; a leaf is a function whose first call made no further call into edgeopt (a look-up)."""
     from typer.testing import CliRunner
 
     from edgeopt.exporters.gguf import exporter as gguf_exporter
@@ -49,18 +50,37 @@ def record(checkpoint: Path) -> list[tuple[str, str]]:
         from edgeopt.cli import app  # type: ignore[no-redef,attr-defined]  # before
 
     roots = edgeopt_roots()
+    files: dict[object, str | None] = {}  # code object -> its short file name, None when not ours
     seen: set[object] = set()
-    walk: list[tuple[str, str]] = []
+    walk: list[tuple[str, str, bool]] = []  # (file, function, calls further into ours) in order of first call
+    open_calls: list[int | None] = []  # per live frame of ours: its index in walk at its first call, else None
+
+    def ours(code: object) -> str | None:
+        if code not in files:
+            path = str(Path(code.co_filename).resolve())  # type: ignore[attr-defined]
+            files[code] = next((short_name(path, root) for root in roots if path.startswith(root)), None)
+        return files[code]
 
     def hook(frame, event, arg):  # noqa: ANN001 - the profiler's signature
-        if event != "call" or frame.f_code in seen:
+        if event not in ("call", "return"):
+            return
+        file = ours(frame.f_code)
+        if file is None:
+            return
+        if event == "return":
+            if open_calls:
+                open_calls.pop()
+            return
+        for index in reversed(open_calls):  # the nearest caller of ours seen first is not a leaf
+            if index is not None:
+                walk[index] = (*walk[index][:2], True)
+                break
+        if frame.f_code in seen:
+            open_calls.append(None)
             return
         seen.add(frame.f_code)
-        path = str(Path(frame.f_code.co_filename).resolve())
-        for root in roots:
-            if path.startswith(root):
-                walk.append((short_name(path, root), frame.f_code.co_name))
-                return
+        walk.append((file, frame.f_code.co_name, False))
+        open_calls.append(len(walk) - 1)
 
     def stop_at_write(*args, **kwargs):  # noqa: ANN002, ANN003
         raise WalkEnded
@@ -75,7 +95,7 @@ def record(checkpoint: Path) -> list[tuple[str, str]]:
         sys.setprofile(None)
     if not isinstance(result.exception, WalkEnded):
         raise SystemExit(f"the optimize did not reach the exporter's write: {result.output}\n{result.exception!r}")
-    start = next(i for i, (_, name) in enumerate(walk) if name == "optimize")
+    start = next(i for i, (_, name, _) in enumerate(walk) if name == "optimize")
     return walk[start:]
 
 
@@ -85,9 +105,11 @@ def short_name(path: str, root: str) -> str:
     return rel if package == "edgeopt" else f"{package}/{rel}"
 
 
-def count(walk: list[tuple[str, str]]) -> tuple[list[str], int, collections.Counter[str]]:
+def count(walk: list[tuple[str, str, bool]], leaves: bool) -> tuple[list[str], int, collections.Counter[str]]:
     stops: list[str] = []
-    for file, _ in walk:
+    for file, _, calls_on in walk:
+        if not (leaves or calls_on):
+            continue
         if not stops or stops[-1] != file:
             stops.append(file)
     returns: collections.Counter[str] = collections.Counter()
@@ -103,11 +125,13 @@ def main() -> None:
     parser.add_argument("--show", action="store_true", help="print the stops in order")
     args = parser.parse_args()
     os.environ["EDGEOPT_CACHE"] = tempfile.mkdtemp(prefix="walk-cache-")
-    stops, returns, per_file = count(record(args.checkpoint))
-    if args.show:
-        print("\n".join(stops))
-    print(f"stops {len(stops)}, files {len(set(stops))}, returns {returns}")
-    print("most returned to:", ", ".join(f"{f} {n}" for f, n in per_file.most_common(8)))
+    walk = record(args.checkpoint)
+    for title, leaves in (("every function", True), ("without leaves (look-ups that call nothing of ours)", False)):
+        stops, returns, per_file = count(walk, leaves)
+        print(f"{title}: stops {len(stops)}, files {len(set(stops))}, returns {returns}")
+        print("  most returned to:", ", ".join(f"{f} {n}" for f, n in per_file.most_common(8)))
+        if args.show:
+            print("  walk:", " > ".join(stops))
 
 
 if __name__ == "__main__":
