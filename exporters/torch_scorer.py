@@ -16,4 +16,4 @@ def load_scorer(bundle_dir: Path, manifest: Any, context: int, threads: int = 2)
     model_dir = Path(bundle_dir) / manifest.model_file
     device = serving_device()
     dtype = pick_dtype("auto", checkpoint_dtype(read_config(model_dir)), device)
-    return HFScorer(model_dir, threads, dtype=dtype, device=device)
+    return HFScorer(model_dir, threads, dtype=dtype, device=device.name)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 TORCH_DTYPES = ("fp32", "fp16", "bf16")
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+AMPERE_SM = 80  # the first CUDA GPUs with bf16 tensor cores
 
 
 def estimate_torch_bytes(spec: ModelSpec, quant: str) -> int:
@@ -25,7 +26,7 @@ def estimate_torch_bytes(spec: ModelSpec, quant: str) -> int:
 def torch_candidates(profile: DeviceProfile) -> tuple[str, ...]:
     """Torch dtypes to offer: half precision on CUDA (bf16 from Ampere, sm_80, on), else fp32 first
     (CPU half-precision matmuls are slow or missing) with bf16 as the fallback when fp32 does not fit."""
-    if profile.has_cuda:
-        arch = profile.accelerator.partition("sm_")[2]
-        return ("bf16",) if arch.isdigit() and int(arch) >= 80 else ("fp16",)
+    gpu = profile.platform.cuda_device
+    if gpu is not None:
+        return ("bf16",) if gpu.cuda_sm is not None and gpu.cuda_sm >= AMPERE_SM else ("fp16",)
     return ("fp32", "bf16")

@@ -7,7 +7,6 @@ describes this machine (see :mod:`edgeopt.profiles.host`).
 from __future__ import annotations
 
 import sys
-from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,9 @@ from edgeopt import backends
 from edgeopt.errors import ConfigError, UnknownTargetError
 from edgeopt.sizing.kv_types import selectable_kv_types
 from edgeopt.profiles.device import GIB, DeviceProfile  # noqa: F401  (re-exported: the package's public names)
+from edgeopt.profiles.instruction_sets import CPU_ISAS  # noqa: F401  (re-exported)
+from edgeopt.profiles.platform import Platform  # noqa: F401  (re-exported)
+from edgeopt.profiles.platform_fields import OPTIONAL_KEYS, REQUIRED_KEYS, platform_from_fields
 
 PROFILE_DIR = Path(__file__).resolve().parent
 
@@ -31,32 +33,31 @@ FAMILY_DEFAULTS = {
     "x86-64": "x86-64-cpu",
     "cpu": "x86-64-cpu",
 }
-CPU_ISAS = ("arm64", "avx2", "avx512_vnni", "x86_64")
+# The fields the profile record keeps itself; the hardware's are edgeopt.profiles.platform_fields'.
+OWN_REQUIRED = ("name", "description", "family", "os_reserved_gb", "memory_bandwidth_gbps", "preferred_format",
+                "default_quant", "default_runtime")
+OWN_OPTIONAL = ("tight_memory_kv_type",)
 
 
 def profile_from_dict(data: dict[str, Any], source: str) -> DeviceProfile:
     """Validate raw TOML data; every problem names the file and the field."""
-    known = {f.name for f in fields(DeviceProfile)}
-    required = {f.name for f in fields(DeviceProfile) if f.default is MISSING}
+    known = set(OWN_REQUIRED + OWN_OPTIONAL + REQUIRED_KEYS + OPTIONAL_KEYS)
     unknown = set(data) - known
     if unknown:
         raise ConfigError(f"profile {source}: unknown field(s) {sorted(unknown)}", f"valid fields: {sorted(known)}")
-    missing = required - set(data)
+    missing = set(OWN_REQUIRED + REQUIRED_KEYS) - set(data)
     if missing:
         raise ConfigError(f"profile {source}: missing field(s) {sorted(missing)}", "add them to the TOML file")
-    profile = DeviceProfile(**data)
+    own = {key: data[key] for key in OWN_REQUIRED + OWN_OPTIONAL if key in data}
+    profile = DeviceProfile(**own, platform=platform_from_fields(data, source))
     _check(profile.total_memory_gb > profile.os_reserved_gb >= 0, source, "os_reserved_gb",
            profile.os_reserved_gb, "must be >= 0 and below total_memory_gb")
-    _check(profile.cores >= 1, source, "cores", profile.cores, "must be >= 1")
     _check(profile.preferred_format in backends.formats(), source, "preferred_format", profile.preferred_format,
            f"one of {backends.formats()}")
     _check(profile.default_runtime in backends.runtimes(), source, "default_runtime", profile.default_runtime,
            f"one of {backends.runtimes()}")
     _check(profile.tight_memory_kv_type in selectable_kv_types(), source, "tight_memory_kv_type",
            profile.tight_memory_kv_type, f"one of {selectable_kv_types()}")
-    _check(profile.cpu_isa in CPU_ISAS, source, "cpu_isa", profile.cpu_isa, f"one of {CPU_ISAS}")
-    _check(profile.accelerator == "none" or profile.accelerator.startswith("cuda"), source, "accelerator",
-           profile.accelerator, "'none' or 'cuda:sm_XX'")
     return profile
 
 

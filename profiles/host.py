@@ -1,10 +1,10 @@
-"""Describe this machine as a device profile: memory (psutil *and* the cgroup limit), cores, CUDA."""
+"""Describe this machine as a device profile: memory (psutil *and* the cgroup limit), cores (big ones apart),
+instruction set, CUDA GPU (profiles/host_accelerators.py)."""
 
 from __future__ import annotations
 
 import os
 import platform
-import shutil
 import time
 from pathlib import Path
 
@@ -12,9 +12,16 @@ import psutil
 
 from edgeopt import backends
 from edgeopt.profiles.device import GIB, DeviceProfile
+from edgeopt.profiles.host_accelerators import host_accelerators
+from edgeopt.profiles.instruction_sets import detect_instruction_set
+from edgeopt.profiles.platform import CpuCores, Platform
 
 HOST_FORMAT = "gguf"  # llama.cpp runs on any CPU and offloads to any GPU it was built for
 
+# A core below this share of the fastest core's capacity is a little one: an RK3588's Cortex-A55s (about 40% of
+# its A76s), Alder Lake's E-cores (about 75% of its P-cores' clock); turbo-favoured cores of one design differ by
+# a few percent and stay alike.
+BIG_CORE_SHARE = 0.8
 # cgroup v2 then v1: inside a container the limit, not the host's RAM, is what the OOM killer enforces.
 _CGROUP_LIMIT_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
@@ -74,34 +81,37 @@ def cpu_model_name() -> str:
     return platform.processor()
 
 
-def _cpu_isa() -> str:
-    machine = platform.machine().lower()
-    if machine in ("aarch64", "arm64"):
-        return "arm64"
-    flags = cpu_flags()
-    if "avx512_vnni" in flags:
-        return "avx512_vnni"
-    if "avx2" in flags:
-        return "avx2"
-    return "x86_64"
+def big_cpu_count(cpus: list[int], sys_cpu: Path = Path("/sys/devices/system/cpu")) -> int:
+    """How many of ``cpus`` are big cores: those within BIG_CORE_SHARE of the fastest's capacity (the
+    scheduler's cpu_capacity, else cpufreq's cpuinfo_max_freq). All of them when either is unreadable for any
+    (a VM, most x86 machines): cores are then alike as far as anyone can tell."""
+    speeds = [_cpu_speed(sys_cpu / f"cpu{n}") for n in cpus]
+    known = [s for s in speeds if s is not None]
+    if not known or len(known) != len(speeds):
+        return len(cpus)
+    return sum(1 for s in known if s >= BIG_CORE_SHARE * max(known))
 
 
-def cuda_accelerator() -> str:
-    """Detect an NVIDIA GPU without importing torch (the serving path must stay light)."""
-    if shutil.which("nvidia-smi") is None:
-        return "none"
-    try:
-        import subprocess
+def _cpu_speed(cpu_dir: Path) -> int | None:
+    for name in ("cpu_capacity", "cpufreq/cpuinfo_max_freq"):
+        try:
+            return int((cpu_dir / name).read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return None
 
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip().splitlines()
-    except Exception:  # nvidia-smi present but no usable GPU
-        return "none"
-    if not out:
-        return "none"
-    return "cuda:sm_" + out[0].strip().replace(".", "")
+
+def host_platform(memory_bytes: int | None = None) -> Platform:
+    """This machine as a platform: memory, the CPUs this process may use (big ones counted apart), its
+    instruction set from /proc/cpuinfo, and its CUDA GPU (profiles/host_accelerators.py)."""
+    cpus = usable_cpus()
+    cores = len(cpus) or (os.cpu_count() or 1)
+    big = big_cpu_count(cpus) if cpus else cores
+    found = host_accelerators()
+    memory = host_memory_bytes() if memory_bytes is None else memory_bytes
+    return Platform(memory_gb=round(memory / GIB, 3),
+                    cpu=CpuCores(cores, big, detect_instruction_set(platform.machine(), cpu_flags())),
+                    accelerators=found.accelerators, memory_shared_with_accelerator=found.memory_shared)
 
 
 def detect_host_profile() -> DeviceProfile:
@@ -112,13 +122,9 @@ def detect_host_profile() -> DeviceProfile:
         name="host",
         description=f"this machine ({platform.node() or 'unknown'}, {platform.machine()})",
         family="host",
-        total_memory_gb=round(total / GIB, 3),
+        platform=host_platform(total),
         os_reserved_gb=round(reserved / GIB, 3),
-        unified_memory=False,
-        accelerator=cuda_accelerator(),
         memory_bandwidth_gbps=0.0,  # unknown; not needed for sizing
-        cores=usable_cpu_count(),
-        cpu_isa=_cpu_isa(),
         preferred_format=HOST_FORMAT,
         default_quant="Q8_0",
         default_runtime=backends.backend(HOST_FORMAT).runtime,

@@ -98,9 +98,9 @@ def english_texts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``cuda`` are deselected by default; asked for on a machine without an NVIDIA GPU
     (``pytest -m cuda``), they skip with that reason instead of failing on a missing device."""
-    from edgeopt.profiles.host import cuda_accelerator
+    from edgeopt.profiles.host import host_platform
 
-    if not any(item.get_closest_marker("cuda") for item in items) or cuda_accelerator() != "none":
+    if not any(item.get_closest_marker("cuda") for item in items) or host_platform().has_cuda:
         return
     no_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA; nvidia-smi found none on this machine")
     for item in items:

@@ -7,7 +7,7 @@ import pytest
 from edgeopt.errors import DoesNotFitError
 from edgeopt.sources.model_spec import spec_from_config
 from edgeopt.planning.checkpoint import MIB, make_plan, require_fit, size_candidate
-from edgeopt.profiles import DeviceProfile
+from edgeopt.profiles import DeviceProfile, Platform
 
 GIB = 1024**3
 
@@ -22,9 +22,8 @@ QWEN_05B = {"architectures": ["Qwen2ForCausalLM"], "vocab_size": 151936, "hidden
 
 
 def profile(total_gb: float, reserved_gb: float) -> DeviceProfile:
-    return DeviceProfile(name="test", description="", family="test", total_memory_gb=total_gb,
-                         os_reserved_gb=reserved_gb, unified_memory=False, accelerator="none",
-                         memory_bandwidth_gbps=1.0, cores=2, cpu_isa="avx2", preferred_format="gguf",
+    return DeviceProfile(name="test", description="", family="test", platform=Platform.cpu_only(total_gb, 2, "avx2"),
+                         os_reserved_gb=reserved_gb, memory_bandwidth_gbps=1.0, preferred_format="gguf",
                          default_quant="Q8_0", default_runtime="llama_cpp")
 
 

@@ -100,7 +100,7 @@ def test_unknown_kv_type_names_the_valid_ones():
 
 
 def test_a_profile_with_an_unknown_tight_memory_kv_type_is_refused():
-    data = dataclasses.asdict(load_profile("x86-64-cpu")) | {"tight_memory_kv_type": "int8"}
+    data = load_profile("x86-64-cpu").to_fields() | {"tight_memory_kv_type": "int8"}
     with pytest.raises(ConfigError) as err:
         profile_from_dict(data, "custom.toml")
     assert "tight_memory_kv_type='int8'" in err.value.message

@@ -11,6 +11,7 @@ from edgeopt.sizing.budget import (
     MIB, SAFETY_MARGIN, KvFacts, kv_bytes_per_token, memory_pool, require_kv_room, size_kv,
 )
 from edgeopt.profiles import GIB, load_profile
+from edgeopt.profiles.platform import Accelerator, AcceleratorKind
 
 LLAMA_CPP_OVERHEAD = 100 * MIB
 
@@ -47,7 +48,9 @@ def test_unified_jetson_profile_counts_memory_once() -> None:
 
 
 def test_a_discrete_gpu_profile_sizes_in_gpu_memory() -> None:
-    host = dataclasses.replace(load_profile("x86-64-cpu"), name="rtx", accelerator="cuda:sm_89", gpu_memory_gb=8.0)
+    cpu = load_profile("x86-64-cpu")
+    rtx = Accelerator(AcceleratorKind.CUDA_GPU, "RTX 4060", cuda_sm=89, memory_bytes=8 * GIB)
+    host = dataclasses.replace(cpu, name="rtx", platform=dataclasses.replace(cpu.platform, accelerators=(rtx,)))
     pool = memory_pool(host)
     assert pool.bytes == 8 * GIB and pool.source == "profile rtx (GPU memory)"
 

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import ConfigError, DoesNotFitError
-from edgeopt.profiles import GIB, DeviceProfile, load_profile
+from edgeopt.profiles import DeviceProfile, load_profile
 
 if TYPE_CHECKING:  # profiles imports backends (through edgeopt.sizing.kv_types)
     from edgeopt.backends import Backend
@@ -63,8 +63,9 @@ def memory_pool(profile: DeviceProfile | None = None, memory_bytes: int | None =
         return MemoryPool(memory_bytes, "--memory")
     if profile is None:
         return MemoryPool(load_profile("host").usable_memory_bytes, "host")
-    if profile.has_cuda and not profile.unified_memory and profile.gpu_memory_gb > 0:
-        return MemoryPool(int(profile.gpu_memory_gb * GIB), f"profile {profile.name} (GPU memory)")
+    offloaded = profile.platform.offload_memory_bytes  # a discrete CUDA GPU's own memory; 0: the CPU's
+    if offloaded > 0:
+        return MemoryPool(offloaded, f"profile {profile.name} (GPU memory)")
     return MemoryPool(profile.usable_memory_bytes, f"profile {profile.name}")
 
 

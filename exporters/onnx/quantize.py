@@ -26,6 +26,7 @@ from edgeopt.exporters.input_energy import InputEnergy
 from edgeopt.exporters.onnx.embedding_quant import quantize_embedding
 from edgeopt.exporters.onnx.int4_rewrite import float_weights, weigh_int4_blocks
 from edgeopt.exporters.onnx.quant_types import INT4_INT8_ROLES
+from edgeopt.profiles.instruction_sets import CONSERVATIVE_X86, INSTRUCTION_SETS
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 INT8_METHODS = ("weight-only", "dynamic")  # what --quant int8 does (static INT8 is its own quant: int8-static)
@@ -57,17 +58,15 @@ class IsaPreset:
     int4_accuracy_level: int  # MatMulNBits compute type: 1 fp32, 2 fp16, 3 bf16, 4 int8
 
 
-ISA_PRESETS = {
-    "avx2": IsaPreset("avx2", reduce_range=True, per_channel=True, int4_accuracy_level=4),
-    "x86_64": IsaPreset("x86_64", reduce_range=True, per_channel=True, int4_accuracy_level=4),
-    "avx512_vnni": IsaPreset("avx512_vnni", reduce_range=False, per_channel=True, int4_accuracy_level=4),
-    "arm64": IsaPreset("arm64", reduce_range=False, per_channel=True, int4_accuracy_level=4),
-}
+# One preset per entry of the one instruction-set table (edgeopt.profiles.instruction_sets): 7-bit weights
+# (reduce_range) where its int8 products saturate; per-channel scales and int8 MatMulNBits compute on all.
+ISA_PRESETS = {isa.name: IsaPreset(isa.name, reduce_range=isa.int8_products_saturate, per_channel=True,
+                                   int4_accuracy_level=4) for isa in INSTRUCTION_SETS}
 
 
 def isa_preset(cpu_isa: str | None) -> IsaPreset:
     if cpu_isa is None:
-        return ISA_PRESETS["avx2"]  # the conservative choice: correct on every x86-64 CPU
+        return ISA_PRESETS[CONSERVATIVE_X86]  # correct on every x86-64 CPU
     if cpu_isa not in ISA_PRESETS:
         raise ConfigError(f"unknown cpu_isa {cpu_isa!r} for ONNX quantization", f"valid: {', '.join(ISA_PRESETS)}")
     return ISA_PRESETS[cpu_isa]

@@ -9,7 +9,9 @@
   entry's ``batch_tokens`` (the batch its runtime-overhead estimate is per token of);
 * ``threads``: CPU threads; default: the cores other processes leave free, re-measured while decoding
   (runtimes/llama_cpp/threads.py), at most the profile's core count and this host's;
-* ``n_gpu_layers``: default -1 (all) when the profile has CUDA and this build supports offload, else 0;
+* ``n_gpu_layers``: default -1 (all) when the profile's platform has a CUDA GPU and this build supports offload,
+  else 0; left unset on a platform with an accelerator llama.cpp cannot drive (an NPU), a ConfigError says so,
+  and ``n_gpu_layers=0`` runs on its CPU;
 * ``context_length``: longest sequence, default the model's training context;
 * ``kv_type``: the KV cache's element type, f16 (default), q8_0 or q4_0 (runtimes/llama_cpp/kv_type.py);
   the caller sized ``kv_capacity_tokens`` in it;
@@ -46,6 +48,7 @@ from edgeopt.sizing.attention import RUNTIME_LLAMA_AUTO
 from edgeopt.sizing.kv_types import KV_TYPES, check_head_dims
 from edgeopt.profiles import DeviceProfile, load_profile
 from edgeopt.profiles.host import usable_cpu_count
+from edgeopt.profiles.platform import AcceleratorKind
 from edgeopt.runtimes.llama_cpp.attention import resolve_flash_attention
 from edgeopt.runtimes.llama_cpp.context import LlamaCppRuntime
 from edgeopt.runtimes.llama_cpp.kv_type import check_llama_kv_type
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = ["LlamaCppRuntime", "LlamaCppTokenizer", "load", "load_gguf"]
 # The registry's number (edgeopt/backends.py says why 128), so the runtime's batch is the one sizing assumed.
 DEFAULT_MAX_BATCH_TOKENS = backend_for_runtime("llama_cpp").batch_tokens
+DRIVES = frozenset({AcceleratorKind.CUDA_GPU})  # the accelerators this runtime offloads to (a CUDA build's)
 LLAMA_MAX_SEQ = MAX_SEQUENCE_IDS  # the stream arithmetic (StreamLayout, stream_layout) is edgeopt.sizing.layout's
 
 
@@ -91,8 +95,10 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
         raise ConfigError(f"--kv-layout {kv_layout!r} is not a llama.cpp KV layout",
                           f"use one of {', '.join(KV_LAYOUTS)}")
     profile = profile or load_profile("host")
+    if n_gpu_layers is None and offload is None:
+        profile.platform.refuse_unsupported("llama_cpp", profile.name, DRIVES, cpu_option="n_gpu_layers=0")
     if n_gpu_layers is None:
-        n_gpu_layers = -1 if profile.has_cuda and llama_cpp.llama_supports_gpu_offload() else 0
+        n_gpu_layers = -1 if profile.platform.has_cuda and llama_cpp.llama_supports_gpu_offload() else 0
     model = load_model(Path(path), n_gpu_layers, offload)
     facts = model_facts(model, Path(path))
     context = min(context_length or facts.context_train, facts.context_train)
@@ -119,6 +125,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
 
 
 def max_default_threads(profile: DeviceProfile) -> int:
-    """The profile's cores, never more than this machine lets us run on (more threads than cores only spin)."""
+    """The profile's big cores (all its cores where they are alike), never more than this machine lets us run
+    on (more threads than cores only spin)."""
     host = usable_cpu_count()
-    return max(1, min(profile.cores or host, host))
+    return max(1, min(profile.platform.cpu.compute_threads or host, host))

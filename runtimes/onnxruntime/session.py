@@ -1,9 +1,10 @@
 """Create ONNX Runtime sessions: execution providers and thread counts chosen from the device profile.
 
-CPU is always available. CUDA (and TensorRT before it) are used when the profile has a CUDA
-accelerator *and* the installed onnxruntime build carries those providers; asking explicitly for a
+CPU is always available. CUDA (and TensorRT before it) are used when the profile's platform has a CUDA
+GPU *and* the installed onnxruntime build carries those providers; asking explicitly for a
 provider the build lacks is an error rather than a silent fallback, so a Jetson never ends up
-decoding on its CPU without anyone noticing.
+decoding on its CPU without anyone noticing. For the same reason a platform with an accelerator no
+provider here drives (an NPU) is refused unless the caller names the providers (``providers=["cpu"]``).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Any
 from edgeopt.errors import BackendError, ConfigError
 from edgeopt.profiles import DeviceProfile
 from edgeopt.profiles.host import usable_cpu_count
+from edgeopt.profiles.platform import AcceleratorKind
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 TENSORRT = "TensorrtExecutionProvider"
+DRIVES = frozenset({AcceleratorKind.CUDA_GPU})  # the accelerators the providers chosen for a profile drive
 PROVIDER_ALIASES = {"cpu": CPU, "cuda": CUDA, "tensorrt": TENSORRT, "trt": TENSORRT}
 
 
@@ -35,19 +38,22 @@ def resolve_providers(requested: list[str] | None, profile: DeviceProfile | None
             raise BackendError(f"execution provider(s) {missing} are not in this onnxruntime build",
                                f"available: {', '.join(available)}; install onnxruntime-gpu for CUDA/TensorRT")
         return names + ([CPU] if CPU not in names else [])
-    wants_gpu = profile is not None and profile.has_cuda
+    if profile is not None:
+        profile.platform.refuse_unsupported("onnxruntime", profile.name, DRIVES, cpu_option="providers=['cpu']")
+    wants_gpu = profile is not None and profile.platform.has_cuda
     chosen = [p for p in (TENSORRT, CUDA) if wants_gpu and p in available]
     return chosen + [CPU]
 
 
 def resolve_threads(threads: int | None, profile: DeviceProfile | None) -> int:
-    """Intra-op threads: the explicit value, else the profile's core count, else this machine's."""
+    """Intra-op threads: the explicit value, else the profile's big cores (all where they are alike), else this
+    machine's."""
     if threads is not None:
         if threads < 1:
             raise ConfigError(f"threads={threads} must be >= 1", "pass --threads N with N >= 1")
         return threads
-    if profile is not None and profile.cores:
-        return profile.cores
+    if profile is not None and profile.platform.cpu.compute_threads:
+        return profile.platform.cpu.compute_threads
     return usable_cpu_count()
 
 

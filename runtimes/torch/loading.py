@@ -1,50 +1,77 @@
-"""Load a torch bundle: pick the device and dtype, load the checkpoint and tokenizer, size the slots."""
+"""Load a torch bundle: pick the device (the profile's platform decides) and dtype, load the checkpoint and
+tokenizer, size the slots."""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import BundleError, ConfigError
+from edgeopt.profiles import DeviceProfile, load_profile
+from edgeopt.profiles.platform import Accelerator, AcceleratorKind, torch_device_name
 from edgeopt.runtimes.base import RuntimeInfo
 from edgeopt.runtimes.bundle_tokenizer import BundleTokenizer, eos_token_ids
 
 if TYPE_CHECKING:
     from edgeopt.store.bundle import Manifest
 
+AUTO = "auto"  # the device and dtype options' "let the platform and the checkpoint decide"
+DRIVES = frozenset({AcceleratorKind.CUDA_GPU})  # the accelerators torch runs on here
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 DEFAULT_CONTEXT = 4096
 DEFAULT_SLOTS = 16
 
 
-def pick_device(requested: str) -> str:
+@dataclass(frozen=True)
+class TorchDevice:
+    """Where a torch bundle runs, as the platform decided: its accelerator, or None for the CPU."""
+
+    placement: Accelerator | None
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.placement is None
+
+    @property
+    def name(self) -> str:
+        """torch's name for it, what ``model.to`` and tensors take."""
+        return torch_device_name(self.placement)
+
+
+def pick_device(requested: str, profile: DeviceProfile | None = None) -> TorchDevice:
+    """The device ``requested`` (``auto``, ``cpu``, ``cuda``) names on ``profile``'s platform (default: this
+    machine's). ``auto`` takes the CUDA GPU when torch sees it too; on a platform with an accelerator torch
+    cannot drive (an NPU) it refuses rather than pick the CPU unnoticed."""
     import torch
 
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested not in ("cpu", "cuda"):
-        raise ConfigError(f"torch runtime device {requested!r} is not supported", "use auto, cpu or cuda")
-    if requested == "cuda" and not torch.cuda.is_available():
+    profile = profile or load_profile("host")
+    if requested == AUTO:
+        profile.platform.refuse_unsupported("torch", profile.name, DRIVES, cpu_option="device='cpu'")
+    placement = profile.platform.placement(requested)
+    if placement is not None and not torch.cuda.is_available():
+        if requested == AUTO:  # a CPU build of torch on a machine with a GPU: the CPU, as it always was
+            return TorchDevice(None)
         raise ConfigError("device 'cuda' was requested but torch sees no CUDA device",
                           "install a CUDA build of torch, or serve with device=cpu")
-    return requested
+    return TorchDevice(placement)
 
 
-def serving_device(requested: str = "auto") -> str:
+def serving_device(requested: str = AUTO, profile: DeviceProfile | None = None) -> TorchDevice:
     """The device a torch bundle runs on: EDGEOPT_TORCH_DEVICE when set, else ``requested``. The runtime and
     the bundle's scorer both ask here, so evaluation measures the device the server will use."""
-    return pick_device(os.environ.get("EDGEOPT_TORCH_DEVICE", requested))
+    return pick_device(os.environ.get("EDGEOPT_TORCH_DEVICE", requested), profile)
 
 
-def pick_dtype(requested: str, checkpoint_dtype: str, device: str) -> str:
+def pick_dtype(requested: str, checkpoint_dtype: str, device: TorchDevice) -> str:
     """The checkpoint's dtype on CUDA; on CPU fp16 is upcast to fp32 (CPU fp16 kernels are slow or missing)."""
-    if requested != "auto":
+    if requested != AUTO:
         if requested not in DTYPES:
             raise ConfigError(f"torch dtype {requested!r} is not supported", f"valid: auto, {', '.join(DTYPES)}")
         return DTYPES[requested]
-    if device == "cpu" and checkpoint_dtype == "float16":
+    if device.on_cpu and checkpoint_dtype == "float16":
         return "float32"
     return checkpoint_dtype if checkpoint_dtype in DTYPES.values() else "float32"
 
@@ -66,7 +93,7 @@ def checkpoint_dtype(config: dict[str, Any]) -> str:
     return str(config.get("dtype") or config.get("torch_dtype") or "float32")
 
 
-def load_checkpoint(bundle_dir: Path, manifest: Manifest, device: str, dtype: str, threads: int | None,
+def load_checkpoint(bundle_dir: Path, manifest: Manifest, device: TorchDevice, dtype: str, threads: int | None,
                     attn_implementation: str = "sdpa") -> tuple[Any, Any, dict[str, Any]]:
     import torch
     from transformers import AutoModelForCausalLM
@@ -86,7 +113,7 @@ def load_checkpoint(bundle_dir: Path, manifest: Manifest, device: str, dtype: st
     except (OSError, ValueError) as exc:
         raise BundleError(f"cannot load the checkpoint in {model_dir}: {exc}",
                           "re-run edgeopt optimize --format torch") from exc
-    model.to(device).eval()
+    model.to(device.name).eval()
     tokenizer = BundleTokenizer(bundle_dir / manifest.tokenizer_dir / "tokenizer.json")
     return model, tokenizer, config
 

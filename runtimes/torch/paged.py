@@ -23,7 +23,7 @@ from edgeopt.store.bundle import Manifest
 from edgeopt.errors import BackendError
 from edgeopt.runtimes.base import RuntimeInfo, Tokenizer
 from edgeopt.runtimes.torch.cpu_runtime import TorchRuntime
-from edgeopt.runtimes.torch.loading import load_checkpoint, read_config, runtime_info
+from edgeopt.runtimes.torch.loading import TorchDevice, load_checkpoint, read_config, runtime_info
 
 
 class PagedRuntime(TorchRuntime):
@@ -43,7 +43,7 @@ class PagedRuntime(TorchRuntime):
 
 
 def load_paged_runtime(bundle_dir: Path, manifest: Manifest, *, dtype: str, kv_capacity_tokens: int | None,
-                       max_slots: int | None, context_length: int | None, device: str = "cuda",
+                       max_slots: int | None, context_length: int | None, device: TorchDevice,
                        threads: int | None = None, cuda_graphs: bool | None = None) -> PagedRuntime:
     cap = read_config(bundle_dir / manifest.model_file).get("attn_logit_softcapping")
     if cap:  # transformers' paged kernels (sdpa_paged, flash paged) never apply the cap

@@ -27,8 +27,9 @@ def test_every_profile_file_loads_and_validates(name):
 
 def test_jetson_is_unified_cuda_and_pi_is_not():
     jetson, pi = load_profile("jetson"), load_profile("raspberry-pi")
-    assert jetson.unified_memory and jetson.has_cuda and jetson.accelerator == "cuda:sm_87"
-    assert not pi.unified_memory and not pi.has_cuda and pi.cpu_isa == "arm64"
+    assert jetson.platform.memory_shared_with_accelerator and jetson.platform.has_cuda
+    assert jetson.platform.accelerator_label == "cuda:sm_87" and jetson.platform.offload_memory_bytes == 0
+    assert not pi.platform.memory_shared_with_accelerator and not pi.platform.has_cuda and pi.cpu_isa == "arm64"
 
 
 def test_family_aliases_resolve_to_their_default():

@@ -56,7 +56,7 @@ def metric(url: str, name: str) -> float:
 
 def test_serve_for_a_jetson_sizes_kv_from_the_profile_and_stays_inside_it(wide_kv_bundle: Path) -> None:
     profile = load_profile(TARGET)
-    assert profile.unified_memory
+    assert profile.platform.memory_shared_with_accelerator
     shape = serving_shape(wide_kv_bundle, load_bundle(wide_kv_bundle), ServeOptions(target=TARGET))
     sizing = shape.sizing
     host = serving_shape(wide_kv_bundle, load_bundle(wide_kv_bundle), ServeOptions(target="host")).sizing
