@@ -7,7 +7,6 @@ done; heavy libraries (torch, onnx, llama.cpp) are imported inside ``export`` on
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,22 +25,26 @@ class ExportResult:
 
 
 class Exporter:
-    """Base class; subclasses register themselves by ``format`` name."""
+    """Base class; subclasses register themselves by ``format`` name. The options an exporter reads are
+    declared by its format's entry (``ExportSpec.options``), so they are checked without importing it."""
 
     format: ClassVar[str]
-    quants: ClassVar[tuple[str, ...]]
     # Set or bump when the exporter's output changes, so cached exports made by older code are not reused
     # (None keeps the cache keys of exporters that never changed).
     cache_version: ClassVar[int | None] = None
-    # The export options this exporter reads, each with the quants that read it (None: every quant). The
-    # pipeline refuses any other option before work (edgeopt.optimize.export_options), so none is silently ignored.
-    options: ClassVar[Mapping[str, tuple[str, ...] | None]] = {}
     registry: ClassVar[dict[str, type[Exporter]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if getattr(cls, "format", None):
             Exporter.registry[cls.format] = cls
+
+    @property
+    def quants(self) -> tuple[str, ...]:
+        """The quants this format writes: its entry's quant table (what the planner sizes)."""
+        from edgeopt import backends
+
+        return backends.backend(self.format).quants.names
 
     @property
     def runtime(self) -> str:
@@ -71,7 +74,7 @@ def get_exporter(fmt: str) -> Exporter:
     """Import the exporter module of ``fmt``'s backend entry lazily and return an instance."""
     from edgeopt import backends
 
-    module = backends.backend(fmt).exporter_module
+    module = backends.backend(fmt).export.exporter_module
     try:
         backends.load_attr(module)
     except ModuleNotFoundError as exc:

@@ -13,7 +13,6 @@ from typing import Any
 
 from edgeopt.errors import ExportError, MissingDependencyError
 from edgeopt.exporters import Exporter, ExportResult
-from edgeopt.exporters.torch_sizes import TORCH_DTYPES
 
 DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 MODEL_DIR = "model"
@@ -21,7 +20,6 @@ MODEL_DIR = "model"
 
 class TorchExporter(Exporter):
     format = "torch"
-    quants = TORCH_DTYPES
 
     def export(self, model_dir: Path, out_dir: Path, quant: str, options: dict[str, Any]) -> ExportResult:
         if quant not in self.quants:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def runtime_module(name: str) -> Any:
     """The backend module of runtime ``name`` (named by its entry in :mod:`edgeopt.backends`), imported now."""
-    return backends.load_attr(backends.backend_for_runtime(name).runtime_module)
+    return backends.load_attr(backends.backend_for_runtime(name).serving.runtime_module)
 
 
 def load_runtime(name: str, bundle_dir: Path, manifest: Manifest, **options: Any) -> Runtime:
@@ -26,8 +26,8 @@ def load_runtime(name: str, bundle_dir: Path, manifest: Manifest, **options: Any
 def load_embedding_runtime(name: str, bundle_dir: Path, manifest: Manifest, **options: Any) -> EmbeddingRuntime:
     """The embedding model of an embedding bundle: the backend module's ``load_embedding``, for runtimes whose
     backend entry says ``embeddings``."""
-    if not backends.backend_for_runtime(name).embeddings:
-        serving = [b.runtime for b in map(backends.backend, backends.formats()) if b.embeddings]
+    if not backends.backend_for_runtime(name).serving.embeddings:
+        serving = [b.runtime for b in map(backends.backend, backends.formats()) if b.serving.embeddings]
         raise ConfigError(f"runtime {name!r} does not serve embedding models",
                           f"export the encoder for one of: {', '.join(serving)}")
     return runtime_module(name).load_embedding(bundle_dir, manifest, **options)
@@ -36,8 +36,8 @@ def load_embedding_runtime(name: str, bundle_dir: Path, manifest: Manifest, **op
 def load_rerank_runtime(name: str, bundle_dir: Path, manifest: Manifest, **options: Any) -> RerankRuntime:
     """The cross-encoder of a rerank bundle: the backend module's ``load_rerank``, for runtimes that serve
     encoders (their backend entry says ``embeddings``)."""
-    if not backends.backend_for_runtime(name).embeddings:
-        serving = [b.runtime for b in map(backends.backend, backends.formats()) if b.embeddings]
+    if not backends.backend_for_runtime(name).serving.embeddings:
+        serving = [b.runtime for b in map(backends.backend, backends.formats()) if b.serving.embeddings]
         raise ConfigError(f"runtime {name!r} does not serve rerank models",
                           f"export the cross-encoder for one of: {', '.join(serving)}")
     return runtime_module(name).load_rerank(bundle_dir, manifest, **options)

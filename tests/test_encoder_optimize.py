@@ -58,7 +58,7 @@ def test_plan_json_for_an_encoder_offers_onnx_only(tiny_encoder_dir: Path):
 
 def test_encoder_that_exceeds_memory_does_not_fit(tiny_encoder_dir: Path):
     spec = load_model_spec(str(tiny_encoder_dir))
-    # below what ONNX Runtime takes before any weight: the process (120 MiB, edgeopt.sizing.onnx_memory) and buffers
+    # below what ONNX Runtime takes before any weight: the process (120 MiB, edgeopt.formats.onnx.memory) and buffers
     plan = make_plan(spec, load_profile("host"), memory_bytes=100 * 1024**2)
     assert plan.recommended is None and not any(c.fits for c in plan.candidates)
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+
+from edgeopt import backends
 from edgeopt.cli.app import main
 from edgeopt.errors import ConfigError
 from edgeopt.optimize.pipeline import OptimizeOptions, resolve
-from edgeopt.evaluation.quality_floor import judge, kl_ceiling, nominal_bits
+from edgeopt.evaluation.quality_floor import judge, kl_ceiling, nominal_bits, remedies
 
 # Figures of issue 35 (SmolLM2-135M-Instruct, edgeopt's evaluation against the original checkpoint).
 GGUF_Q8_0 = {"kl_divergence": 0.0058, "top1_agreement": 0.949}
@@ -17,24 +20,41 @@ GGUF_Q4_K_M = {"kl_divergence": 0.080, "top1_agreement": 0.872}
 ONNX_DYNAMIC_INT8 = {"kl_divergence": 0.63, "top1_agreement": 0.613}
 
 
-@pytest.mark.parametrize("quant,bits", [("Q4_K_M", 4), ("IQ2_M", 2), ("Q8_0", 8), ("int8-static", 8), ("int4", 4),
-                                        ("F16", 16), ("bf16", 16), ("fp32", 32), ("custom", None)])
-def test_the_bit_width_is_read_from_the_quant_name(quant: str, bits: int | None) -> None:
-    assert nominal_bits(quant) == bits
+@pytest.mark.parametrize("fmt,quant,bits", [("gguf", "Q4_K_M", 4), ("gguf", "IQ2_M", 2), ("gguf", "Q8_0", 8),
+                                            ("onnx", "int8-static", 8), ("onnx", "int4", 4), ("gguf", "F16", 16),
+                                            ("torch", "bf16", 16), ("onnx", "fp32", 32), ("gguf", "MIX", None),
+                                            ("onnx", "custom", None)])
+def test_the_bit_width_is_the_formats_quant_tables(fmt: str, quant: str, bits: int | None) -> None:
+    assert nominal_bits(fmt, quant) == bits
+
+
+def test_the_gguf_table_declares_the_width_each_llama_cpp_name_states() -> None:
+    """The widths once read from the names (the floor's behaviour is unchanged for every built-in quant)."""
+    for quant in backends.backend("gguf").quants.quants:
+        stated = re.search(r"\d+", quant.name)
+        assert quant.weight_bits == (int(stated.group()) if stated else None), quant
 
 
 def test_kl_ceilings_are_five_times_the_anchor_of_the_same_width() -> None:
-    assert kl_ceiling("Q8_0") == pytest.approx(5 * 0.0058)
-    assert kl_ceiling("int4") == pytest.approx(5 * 0.080)
-    assert kl_ceiling("Q4_K_M") < kl_ceiling("Q3_K_M") < kl_ceiling("Q2_K")
-    assert kl_ceiling("F16") is None and kl_ceiling("fp32") is None and kl_ceiling("custom") is None
+    assert kl_ceiling("gguf", "Q8_0") == pytest.approx(5 * 0.0058)
+    assert kl_ceiling("onnx", "int4") == pytest.approx(5 * 0.080)
+    assert kl_ceiling("gguf", "Q4_K_M") < kl_ceiling("gguf", "Q3_K_M") < kl_ceiling("gguf", "Q2_K")
+    assert kl_ceiling("gguf", "F16") is None and kl_ceiling("onnx", "fp32") is None
+    assert kl_ceiling("onnx", "custom") is None
 
 
 def test_llama_cpp_quantization_passes_and_the_dynamic_int8_of_issue_35_does_not() -> None:
-    assert judge(GGUF_Q8_0, "Q8_0").passed and judge(GGUF_Q4_K_M, "Q4_K_M").passed
-    verdict = judge(ONNX_DYNAMIC_INT8, "int8")
+    assert judge(GGUF_Q8_0, "gguf", "Q8_0").passed and judge(GGUF_Q4_K_M, "gguf", "Q4_K_M").passed
+    verdict = judge(ONNX_DYNAMIC_INT8, "onnx", "int8")
     assert not verdict.passed and len(verdict.failures) == 2  # top-1 under 80% and KL over 5x Q8_0's
-    assert judge({"perplexity": 20.0}, "int8") is None  # no original to compare with: nothing to judge
+    assert judge({"perplexity": 20.0}, "onnx", "int8") is None  # no original to compare with: nothing to judge
+
+
+def test_what_loses_less_is_the_quant_tables() -> None:
+    assert remedies("onnx", "int8", pruned=False) == ["use --int8-method weight-only (blocks of 32) instead of dynamic"]
+    assert remedies("gguf", "Q3_K_M", pruned=False) == ["use a quant with more bits (e.g. Q5_K_M, Q6_K, Q8_0)"]
+    assert remedies("gguf", "MIX", pruned=False) == remedies("torch", "fp16", pruned=False) == [
+        "use a higher-precision quant"]
 
 
 def test_accepting_without_an_evaluation_is_refused(tiny_llama_dir: Path) -> None:

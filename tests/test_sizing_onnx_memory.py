@@ -1,4 +1,4 @@
-"""ONNX Runtime's share of the plan (edgeopt.sizing.onnx_memory): what it builds from the file, KV held three
+"""ONNX Runtime's share of the plan (edgeopt.formats.onnx.memory): what it builds from the file, KV held three
 times, a prompt's KV twice more; the constants that mirror the engine's and the server's stay equal to them.
 The figures themselves are held to measurements by tests/server/test_resident_memory.py."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from edgeopt import backends
 from edgeopt.engine.api import DEFAULT_PREFILL_CHUNK
 from edgeopt.server.batching.length_batches import DEFAULT_MAX_TOKENS
-from edgeopt.sizing import onnx_memory
+from edgeopt.formats.onnx import memory as onnx_memory
 from edgeopt.sizing.budget import MemoryPool, model_kv_facts, size_kv
 from edgeopt.sizing.resident import ResidentMemory
 

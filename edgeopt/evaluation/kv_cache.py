@@ -24,7 +24,7 @@ REFERENCE_KV_TYPE = "f16"
 def needs_kv_cache_evaluation(manifest: Any) -> bool:
     """A gguf bundle whose manifest records a quantized KV cache type."""
     kv_type = recorded_kv_type(manifest)
-    return kv_type in backends.backend(manifest.format).kv_cache_types and KV_TYPES[kv_type].quantized
+    return kv_type in backends.backend(manifest.format).serving.kv_cache_types and KV_TYPES[kv_type].quantized
 
 
 def kv_cache_cost(chunks: list[list[int]], bundle_dir: Path, manifest: Any, window: int,

@@ -10,9 +10,10 @@ Two limits, checked on the evaluation of the finished bundle against the origina
 * **KL divergence above 5x what the same bit width costs**: the anchor is llama.cpp's own type of that
   width on SmolLM2-135M-Instruct, measured by edgeopt's evaluation (KL 0.0058 for Q8_0, 0.080 for
   Q4_K_M). Between and beyond those two, each bit removed costs the factor that separates them
-  (1.93x per bit), so a 3-bit bundle may lose about 2x what a 4-bit one may. The bit width is read
-  from the quant's name (Q4_K_M, IQ4_XS, int4 -> 4; Q8_0, int8 -> 8); 16 bits and more, and names
-  without a width, are held to the top-1 floor only.
+  (1.93x per bit), so a 3-bit bundle may lose about 2x what a 4-bit one may. The bit width is what the
+  format's quant table declares (edgeopt.formats.quant_table: Q4_K_M, IQ4_XS, int4 -> 4; Q8_0, int8 -> 8;
+  a quant named like ExecuTorch's 8da4w -> 4, never read from the name); 16 bits and more, and quants
+  without one width (gguf MIX), are held to the top-1 floor only. What loses less is the table's too.
 
 A bundle under the floor is not written unless the user accepts the loss (``--accept-quality-loss``);
 the manifest then records the figures, the limits and that they were accepted.
@@ -20,10 +21,10 @@ the manifest then records the figures, the limits and that they were accepted.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from edgeopt import backends
 from edgeopt.errors import QualityFloorError
 
 MIN_TOP1_AGREEMENT = 0.80
@@ -34,15 +35,15 @@ LOSSLESS_BITS = 16
 ACCEPT_FLAG = "--accept-quality-loss"
 
 
-def nominal_bits(quant: str) -> int | None:
-    """The weight bit width a quant's name states: Q4_K_M -> 4, IQ2_M -> 2, int8-static -> 8, F16 -> 16."""
-    match = re.search(r"\d+", quant)
-    return int(match.group()) if match else None
+def nominal_bits(fmt: str, quant: str) -> int | None:
+    """The weight bit width ``fmt``'s quant table declares for ``quant`` (Q4_K_M -> 4, bf16 -> 16); None for a
+    quant without one width, or one the table does not list."""
+    return backends.backend(fmt).quants.weight_bits(quant)
 
 
-def kl_ceiling(quant: str) -> float | None:
+def kl_ceiling(fmt: str, quant: str) -> float | None:
     """The largest KL divergence a bundle of this quant may show; None: no KL limit for it."""
-    bits = nominal_bits(quant)
+    bits = nominal_bits(fmt, quant)
     if bits is None or bits >= LOSSLESS_BITS or bits < 1:
         return None
     return KL_FACTOR * ANCHOR_KL[8] * KL_PER_BIT ** (8 - bits)
@@ -67,18 +68,18 @@ class FloorVerdict:
                 "failures": list(self.failures)}
 
 
-def judge(metrics: dict[str, Any], quant: str) -> FloorVerdict | None:
+def judge(metrics: dict[str, Any], fmt: str, quant: str) -> FloorVerdict | None:
     """The verdict on an evaluation's metrics; None when there is nothing to judge (no original to compare
     with, or an embedding bundle, whose quality is in cosines)."""
     if "top1_agreement" not in metrics or "kl_divergence" not in metrics:
         return None
     top1, kl = float(metrics["top1_agreement"]), float(metrics["kl_divergence"])
-    limit = kl_ceiling(quant)
+    limit = kl_ceiling(fmt, quant)
     failures = []
     if top1 < MIN_TOP1_AGREEMENT:
         failures.append(f"top-1 agreement {top1:.1%} < {MIN_TOP1_AGREEMENT:.0%}")
     if limit is not None and kl > limit:
-        failures.append(f"KL divergence {kl:.4g} > {limit:.4g} ({KL_FACTOR:g}x what {nominal_bits(quant)}-bit "
+        failures.append(f"KL divergence {kl:.4g} > {limit:.4g} ({KL_FACTOR:g}x what {nominal_bits(fmt, quant)}-bit "
                         "llama.cpp quantization costs)")
     kv_top1 = metrics.get("kv_cache_top1_agreement")  # the quantized KV cache's own step (edgeopt/evaluation/kv_cache.py)
     if kv_top1 is not None and float(kv_top1) < MIN_TOP1_AGREEMENT:
@@ -109,13 +110,10 @@ def remedies(fmt: str, quant: str, pruned: bool, failures: tuple[str, ...] = ())
         out.append("use a wider KV cache (--kv-type q8_0 or f16)")
     if pruned:
         out.append("prune less (--prune) or distil longer (--distil-steps)")
-    bits = nominal_bits(quant)
-    if fmt == "onnx" and quant == "int8":
-        out.append("use --int8-method weight-only (blocks of 32) instead of dynamic")
-    elif fmt == "onnx" and quant == "int4":
-        out.append("use --quant int8, or --int4-mix sensitive-int8 (the default) with --int4-block-size 16")
-    elif fmt == "onnx" and quant == "int8-static":
-        out.append("use --quant int8 (weight-only), or another --calibration-method")
-    elif bits is not None and bits < LOSSLESS_BITS:
-        out.append("use a quant with more bits (e.g. Q5_K_M, Q6_K, Q8_0)")
+    table = backends.backend(fmt).quants
+    listed, bits = table.find(quant), table.weight_bits(quant)
+    if listed is not None and listed.remedy:
+        out.append(listed.remedy)
+    elif bits is not None and bits < LOSSLESS_BITS and table.lower_bits_remedy:
+        out.append(table.lower_bits_remedy)
     return out or ["use a higher-precision quant"]

@@ -31,7 +31,7 @@ class Scorer(Protocol):
 
 def load_bundle_scorer(bundle_dir: Path, manifest: Any, context: int, threads: int = 2, **options: Any) -> Scorer:
     try:
-        target = backends.backend(manifest.format).scorer
+        target = backends.backend(manifest.format).export.scorer
     except ConfigError as exc:
         raise EvaluationError(f"no scorer for bundle format {manifest.format!r}",
                               f"formats with evaluation: {', '.join(backends.formats())}") from exc

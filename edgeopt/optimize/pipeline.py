@@ -225,7 +225,7 @@ def _check_quality_floor(manifest: Manifest, opts: OptimizeOptions, pruned: bool
     """Refuse (inside the staging block, so nothing is published) a bundle under the floor, unless accepted."""
     from edgeopt.evaluation.quality_floor import enforce, judge
 
-    verdict = judge(manifest.metrics, manifest.quant)
+    verdict = judge(manifest.metrics, manifest.format, manifest.quant)
     if verdict is None:
         return
     enforce(verdict, manifest.metrics, opts.accept_quality_loss, manifest.format, pruned)

@@ -82,7 +82,7 @@ class Plan:
 
 def format_quants(fmt: str) -> tuple[str, ...]:
     """Every quant name ``fmt`` knows, in its canonical spelling (the backend's own table)."""
-    return tuple(backends.load_attr(backends.backend(fmt).quants))
+    return backends.backend(fmt).quants.names
 
 
 def canonical_quant(fmt: str, quant: str) -> str:

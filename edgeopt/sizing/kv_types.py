@@ -42,7 +42,7 @@ KV_TYPES: dict[str, KvType] = {kv.name: kv for kv in (KvType("f16", 1, 2), KvTyp
 
 def selectable_kv_types() -> tuple[str, ...]:
     """Every KV type some format's runtime can be asked for (--kv-type, a profile's tight_memory_kv_type)."""
-    return tuple(dict.fromkeys(t for fmt in backends.formats() for t in backends.backend(fmt).kv_cache_types))
+    return tuple(dict.fromkeys(t for fmt in backends.formats() for t in backends.backend(fmt).serving.kv_cache_types))
 
 
 def kv_element_bytes(kv_type: str) -> float:
@@ -63,8 +63,8 @@ def parse_kv_type(text: str, fmt: str, option: str = "--kv-type") -> str:
     if name not in KV_TYPES or name not in valid:
         raise ConfigError(f"unknown KV cache type {option} {text!r}", f"valid: {', '.join(valid)}")
     entry = backends.backend(fmt)
-    if name not in entry.kv_cache_types:
-        which = [f for f in backends.formats() if name in backends.backend(f).kv_cache_types]
+    if name not in entry.serving.kv_cache_types:
+        which = [f for f in backends.formats() if name in backends.backend(f).serving.kv_cache_types]
         raise ConfigError(
             f"{option} {name} applies to {' and '.join(which)} bundles only; {fmt} bundles run on {entry.runtime}, "
             "which keeps its KV cache in one fixed dtype",

@@ -107,7 +107,7 @@ def gguf_manifest(path: Path, model_file: str | None = None) -> Manifest:
         export={"origin": GGUF_ORIGIN, "special_tokens": _special_tokens(meta),
                 "gguf_name": meta.get("general.name") or ""},
         kv=KvSection(kv_elements_per_token=elements, context_length=_require(meta, "context_length"),
-                     kv_bytes_per_token=kv_bytes_per_token(elements, backends.backend("gguf").kv_element_bytes)),
+                     kv_bytes_per_token=kv_bytes_per_token(elements, backends.backend("gguf").memory.kv_element_bytes)),
     )
 
 

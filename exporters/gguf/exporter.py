@@ -11,7 +11,7 @@ from edgeopt.exporters import ExportResult, Exporter
 from edgeopt.exporters.generated_text import self_calibrates
 from edgeopt.exporters.gguf.calibration import calibration_refusal, export_imatrix, uses_imatrix
 from edgeopt.exporters.gguf.mix import export_mix
-from edgeopt.exporters.gguf.quant_types import MIX, QUANTS
+from edgeopt.exporters.gguf.quant_types import MIX
 from edgeopt.exporters.gguf.quant_report import summary_lines
 from edgeopt.exporters.gguf.quantize import check_quant, quantize_gguf
 from edgeopt.exporters.gguf.tokenizer_check import check_gguf_tokenizer
@@ -29,14 +29,11 @@ def _intermediate_type(model_dir: Path) -> str:
 
 class GGUFExporter(Exporter):
     format = "gguf"
-    quants = QUANTS
     # 1: details record the tensor type mix and the quantizer's fallbacks; 2: calibration text becomes an
     # importance matrix (imatrix.gguf in the bundle), and the vocabulary is checked against tokenizer.json;
     # 3: without calibration text, types that use a matrix get one from text the model writes itself;
     # --quant MIX (per-tensor types by measured sensitivity)
     cache_version = 3
-    options = {"calibration_data": None, "calibration_sha256": None, "calibration_chunks": None,
-               "calibration_source": None, "self_calibration": None, "mix_size_bytes": (MIX,), "threads": None}
 
     def calibration_refusal(self, quant: str) -> str | None:
         return calibration_refusal(quant)

@@ -10,6 +10,7 @@ same source assuming an importance matrix is given (edgeopt computes one for the
 
 from __future__ import annotations
 
+from edgeopt.formats.gguf.quants import MIX
 from edgeopt.sources.gguf_metadata import FTYPE_IDS as GGUF_FTYPE_IDS
 from edgeopt.sources.model_spec import ModelSpec, TensorInfo
 
@@ -35,10 +36,9 @@ FILE_TYPES = {
 }
 
 # MIX: per-tensor types chosen by measured sensitivity to fit a size (exporters/gguf/mix.py); without a
-# size it is made at Q4_K_M's, so that is what the planner counts for it.
-MIX = "MIX"
+# size it is made at Q4_K_M's, so that is what the planner counts for it. The quants a GGUF bundle may name
+# are the format's quant table (edgeopt/formats/gguf/quants.py): FILE_TYPES and MIX.
 MIX_DEFAULT_SIZE_OF = "Q4_K_M"
-QUANTS = (*FILE_TYPES, MIX)
 
 # llama_ftype enum values (llama.h): one table, beside the GGUF reader that names a file's type by it.
 FTYPE_IDS = GGUF_FTYPE_IDS

@@ -17,7 +17,6 @@ from edgeopt.exporters import Exporter, ExportResult
 from edgeopt.exporters.onnx import quantize as q
 from edgeopt.exporters.onnx.export import (DECODER_TASK, ENCODER_TASK, compare_with_fp32, copy_model_files, model_kind,
                                    optimum_export, validate_decoder)
-from edgeopt.exporters.onnx.quant_types import QUANTS
 from edgeopt.exporters.onnx.rerank import RERANK_TASK, quantized_scores, validate_rerank
 
 MODEL_SUBDIR = "model"
@@ -25,7 +24,6 @@ MODEL_SUBDIR = "model"
 
 class ONNXExporter(Exporter):
     format = "onnx"
-    quants = QUANTS
     # 2: INT4 decoders are fused (RotaryEmbedding, SkipSimplifiedLayerNorm) first
     # 3: --quant int8 is weight-only (MatMulNBits) for decoders, fused first like INT4
     # 4: INT4 keeps v/o/down projections and an untied lm_head in INT8 (--int4-mix sensitive-int8)
@@ -35,11 +33,6 @@ class ONNXExporter(Exporter):
     # 11: --size with --calibration-data rounds its 4-bit blocks by GPTQ unless --int4-algorithm says otherwise
     # 12: --size moves the norms' channel scales into the weights that read them (exporters/onnx/smooth_scales.py)
     cache_version = 12
-    options = {"calibration_data": None, "calibration_sha256": None, "calibration_chunks": None,
-               "self_calibration": None, "calibration_method": ("int8-static",), "int8_method": ("int8",),
-               "int4_block_size": ("int4",), "int4_mix": ("int4",), "int4_algorithm": ("int4",),
-               "int4_accuracy_level": ("int4",), "keep_fp": tuple(quant for quant in QUANTS if quant != "fp32"),
-               "mix_size_bytes": ("int4",), "int4_smoothing": ("int4",)}
 
     def calibration_refusal(self, quant: str) -> str | None:
         if quant in ("int8-static", "int4"):

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from edgeopt.sources.model_spec import RERANK_KIND, ModelSpec
 
-QUANTS = ("fp32", "int8", "int8-static", "int4")  # what ONNXExporter writes
 INT4_BLOCK = 32
 INT4_INT8_ROLES = ("v_proj", "o_proj", "down_proj", "lm_head")  # why: exporters/onnx/quantize.py
+# One figure per quant of the format's table (edgeopt/formats/onnx/entry.py).
 GRAPH_BYTES_PER_LAYER = {"fp32": 44_000, "int8": 30_000, "int8-static": 75_000, "int4": 30_000}
 # Encoders (BERT layers: biases and LayerNorms, no KV outputs), measured on tiny BERT exports.
 ENCODER_GRAPH_BYTES_PER_LAYER = {"fp32": 15_000, "int8": 30_000, "int8-static": 35_000, "int4": 30_000}

@@ -1,12 +1,11 @@
-"""The fourth format's quants and size estimate (pure Python, as the planner needs them)."""
+"""The fourth format's size estimate (pure Python, as the planner needs it)."""
 
 from __future__ import annotations
 
 from edgeopt.sources.model_spec import ModelSpec
 
-QUANTS = ("fp32", "fp16")
-BYTES = {"fp32": 4, "fp16": 2}
+BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2, "8da4w": 0.5}
 
 
 def estimate_bytes(spec: ModelSpec, quant: str) -> int:
-    return spec.num_parameters * BYTES[quant]
+    return int(spec.num_parameters * BYTES_PER_WEIGHT[quant])

@@ -171,7 +171,7 @@ def test_cuda_kv_memory_is_what_our_budget_asked_for(bundle: Path, monkeypatch: 
     assert cache.num_blocks == config.kv_capacity_tokens // page
     budget_bytes = config.kv_capacity_tokens * per_token
     assert budget_bytes <= kv_bytes <= budget_bytes + 2 * page * per_token, (kv_bytes, budget_bytes)
-    assert kv_bytes <= grown <= kv_bytes + backend("torch").runtime_overhead_bytes, (grown, kv_bytes)
+    assert kv_bytes <= grown <= kv_bytes + backend("torch").memory.runtime_overhead_bytes, (grown, kv_bytes)
 
 
 @pytest.mark.parametrize("params, name", [

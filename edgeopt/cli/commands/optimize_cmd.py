@@ -9,7 +9,7 @@ import typer
 
 from edgeopt import backends
 from edgeopt.byte_sizes import read_size
-from edgeopt.cli.options import Concurrency, Context, KvType, Target
+from edgeopt.cli.options import Concurrency, Context, KvType, Target, quant_examples
 from edgeopt.cli.commands.plan_cmd import print_plan
 from edgeopt.errors import ConfigError
 from edgeopt.optimize.export_options import export_options
@@ -36,7 +36,7 @@ def optimize(
     target: Target = "host",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Bundle directory to write.")] = None,
     fmt: Annotated[Optional[str], typer.Option("--format", "-f", help=f"{', '.join(backends.formats())}. Default: the profile's.")] = None,
-    quant: Annotated[Optional[str], typer.Option("--quant", "-q", help="e.g. Q4_K_M, Q8_0, MIX (gguf); int8, int4 (onnx). Default: planner's pick.")] = None,
+    quant: Annotated[Optional[str], typer.Option("--quant", "-q", help=f"e.g. {quant_examples()}. Default: planner's pick.")] = None,
     kv_type: KvType = None,
     context: Context = None,
     concurrency: Concurrency = 1,

@@ -1,5 +1,5 @@
-"""What ONNX Runtime holds resident when ``edgeopt serve`` serves an ONNX bundle: the onnx backend's figures
-for the plan (edgeopt/backends.py reads them from here; edgeopt.sizing.budget and .resident add them up).
+"""What ONNX Runtime holds resident when ``edgeopt serve`` serves an ONNX bundle: the onnx entry's memory model
+(edgeopt/formats/onnx/entry.py reads it from here; edgeopt.sizing.budget and .resident add it up).
 
 Measured by serving real models at full load and sampling the server's resident set (VmHWM agrees):
 SmolLM2-135M-Instruct fp32 (514 MiB file) and int8 (147 MiB), 4 x 256, 4 x 512 and 2 x 1,024 tokens;

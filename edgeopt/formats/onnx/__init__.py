@@ -1,0 +1,1 @@
+"""ONNX bundles served by ONNX Runtime (exporter: edgeopt.exporters.onnx, runtime: edgeopt.runtimes.onnxruntime)."""

@@ -1,0 +1,2 @@
+"""Torch bundles (the checkpoint in a dtype) served by transformers (exporter: edgeopt.exporters.torch_export,
+runtime: edgeopt.runtimes.torch)."""
