@@ -12,13 +12,13 @@ from edgeopt.engine.step_sampler import StepSampler
 def engine_stats(scheduler: Scheduler, sampler: StepSampler, verifier: DraftVerifier | None,
                  requests: RequestRegistry, waiting: int, steps_total: int, prefill_tokens_total: int) -> EngineStats:
     """A snapshot; ``waiting`` counts the scheduler's queue and the requests still in the engine's inbox."""
-    cache, masks = scheduler.cache_counters, sampler.masks
+    cache, masks = scheduler.cache.counters, sampler.masks
     spec = verifier.counters.snapshot() if verifier is not None else {}
     return EngineStats(
         running=len(scheduler.running), waiting=waiting, kv_used_tokens=scheduler.kv.used,
         kv_capacity_tokens=scheduler.kv.capacity, preemptions_total=scheduler.preemptions_total,
         steps_total=steps_total, prefill_tokens_total=prefill_tokens_total,
-        generated_tokens_total=requests.generated_tokens_total, kv_cached_tokens=scheduler.cached_tokens,
+        generated_tokens_total=requests.generated_tokens_total, kv_cached_tokens=scheduler.cache.cells,
         prefix_cache_queries_total=cache.queries, prefix_cache_hits_total=cache.hits,
         prefix_cache_query_tokens_total=cache.query_tokens, prefix_cache_hit_tokens_total=cache.hit_tokens,
         prefix_cache_evicted_tokens_total=scheduler.cache.evicted_total,

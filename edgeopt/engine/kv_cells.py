@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TypeVar
 
 from edgeopt.engine.kv_budget import KvBudget, SlotPool
-from edgeopt.engine.prefix_cache import NullPrefixCache, PrefixReuse
+from edgeopt.engine.null_prefix_cache import NullPrefixCache
+from edgeopt.engine.prefix_cache import PrefixReuse
 from edgeopt.engine.prefix_tree import NO_HIT
 from edgeopt.engine.sequence import Sequence
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class KvCells:
@@ -113,6 +116,11 @@ class KvCells:
         refuses (False) when the entry cannot fit beside the running sequences' cells."""
         self.evict_cached(len(tokens))
         return self.free >= len(tokens) and self.cache.adopt(tokens, fill)
+
+    def use_entry(self, tokens: list[int], use: Callable[[int], T]) -> T | None:
+        """``use(sequence id)`` of the cache entry holding exactly ``tokens``; None when none holds them."""
+        seq_id = self.cache.entry_holding(tokens)
+        return None if seq_id is None else use(seq_id)
 
     def restore(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
         """Add a cache entry for ``tokens`` whose KV ``fill(slot)`` loads into a free running slot (a saved state

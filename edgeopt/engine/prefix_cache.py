@@ -5,8 +5,8 @@ Storage: each *leaf* owns one runtime sequence id from ``cache_ids`` whose KV is
 from the root; an inner node's KV is reached through any leaf below it. What that KV costs and how it is
 lent depends on how the runtime stores it, one implementation per way, chosen once when the engine starts
 (:mod:`edgeopt.engine.prefix_cache_modes`): shared cells (llama.cpp's unified cache), copies (ONNX,
-llama.cpp's per-sequence streams), or no cache at all (:class:`NullPrefixCache`, so the scheduler never
-asks whether there is one).
+llama.cpp's per-sequence streams), or no cache at all (:mod:`edgeopt.engine.null_prefix_cache`, so the scheduler
+never asks whether there is one).
 
 Eviction removes the least recently used unpinned leaf; its parent inherits the leaf's sequence id
 (trimmed) when it has no other child, so every leaf keeps its KV and every inner node stays reachable.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from edgeopt.engine.prefix_tree import NO_HIT, NO_LOOKUP, Lookup, Match, Node, PrefixHit, RadixTree
+from edgeopt.engine.prefix_tree import Lookup, Match, Node, PrefixHit, RadixTree
 
 
 class PrefixStorage(Protocol):
@@ -277,61 +277,3 @@ class PrefixCache(ABC):
         self._recount()
         self.evicted_total += before - self.cells
         return before - self.cells
-
-
-class NullPrefixCache:
-    """Caching off (``--no-prefix-cache``, or a runtime without cache ids): holds nothing, lends nothing,
-    parks nothing and counts no lookups, so the scheduler treats it as it treats a cache."""
-
-    shares_running_prefixes = False
-    cells = 0
-    evictable = 0
-    evicted_total = 0
-
-    def __init__(self) -> None:
-        self.counters = PrefixCacheCounters()  # stays at zero: no lookup is made
-
-    def record_query(self, tokens: int) -> None:
-        return None
-
-    def record_hit(self, tokens: int) -> None:
-        return None
-
-    def preview(self, tokens: list[int], limit: int) -> Lookup:
-        return NO_LOOKUP
-
-    def borrow(self, tokens: list[int], limit: int, slot: int) -> PrefixHit:
-        return NO_HIT
-
-    def give_back(self, hit: PrefixHit) -> None:
-        return None
-
-    def park(self, slot: int, tokens: list[int]) -> bool:
-        return False
-
-    def snapshot_cells(self, tokens: int) -> int:
-        return 0
-
-    def snapshot(self, slot: int, tokens: list[int], hit: PrefixHit) -> PrefixHit | None:
-        return None
-
-    def adopt(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
-        return False
-
-    def entry_holding(self, tokens: list[int]) -> int | None:
-        return None
-
-    def entry_paths(self) -> list[list[int]]:
-        return []
-
-    def can_restore(self, tokens: list[int]) -> bool:
-        return False
-
-    def restore(self, slot: int, tokens: list[int]) -> bool:
-        return False
-
-    def evict(self, cells: int) -> int:
-        return 0
-
-    def clear(self) -> int:
-        return 0

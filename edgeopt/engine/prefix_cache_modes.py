@@ -16,7 +16,8 @@ made once when the engine builds its scheduler.
 
 from __future__ import annotations
 
-from edgeopt.engine.prefix_cache import NullPrefixCache, PrefixCache, PrefixReuse, PrefixStorage
+from edgeopt.engine.null_prefix_cache import NullPrefixCache
+from edgeopt.engine.prefix_cache import PrefixCache, PrefixReuse, PrefixStorage
 from edgeopt.engine.prefix_tree import NO_HIT, Lookup, Match, PrefixHit
 
 # A chat's next turn re-renders the previous answer, whose last tokens may come out differently (a stop

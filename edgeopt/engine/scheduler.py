@@ -15,7 +15,8 @@ Each step, within ``step_token_budget`` tokens:
 3. then waiting sequences are admitted in arrival order while a slot is free and the KV cells left,
    after what admitted prompts still need, hold the newcomer's whole prompt (admission control). A
    waiting prompt that shares a long prefix with a running sequence's prompt waits until that prefix is
-   computed and then borrows it through the prefix cache (others behind it may go first meanwhile).
+   computed and then borrows it through the prefix cache (:mod:`edgeopt.engine.running_prefix`; others behind
+   it may go first meanwhile).
 4. then, with speculation on (:mod:`edgeopt.engine.speculation.drafting`), decode tokens are extended with
    drafted tokens where the controller finds it pays, within the budget left, the free cells (a draft never
    evicts or preempts) and the logits rows one pass returns; the cells of drafted tokens the model does not
@@ -40,15 +41,15 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from edgeopt.engine.api import EngineConfig, TokenLogprob
 from edgeopt.engine.kv_budget import KvBudget, SlotPool
 from edgeopt.engine.kv_cells import KvCells
 from edgeopt.engine.outputs import RequestTracker, describe_failure
-from edgeopt.engine.prefix_cache import PrefixCacheCounters, PrefixReuse
-from edgeopt.engine.prefix_tree import common_prefix_length
+from edgeopt.engine.prefix_cache import PrefixReuse
 from edgeopt.engine.registry import RequestRegistry
+from edgeopt.engine.running_prefix import waits_for_running_prefix
 from edgeopt.engine.scheduled import Pick, ScheduledChunk, SchedulerOutput
 from edgeopt.engine.sequence import Sequence, SequenceState
 from edgeopt.engine.speculation.drafting import attach_drafts
@@ -56,14 +57,9 @@ from edgeopt.engine.speculation.drafting import attach_drafts
 if TYPE_CHECKING:
     from edgeopt.engine.speculation.setup import Speculation
 
-__all__ = ["MIN_SHARED_TOKENS", "ScheduledChunk", "Scheduler", "SchedulerOutput"]
+__all__ = ["ScheduledChunk", "Scheduler", "SchedulerOutput"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-# A waiting prompt shares a running sequence's prefix when it has at least this many tokens in common with
-# it beyond what the cache holds: fewer are cheaper to compute than a cache entry (on copying runtimes a
-# copy of the whole stream) and a wait for them.
-MIN_SHARED_TOKENS = 32
 
 
 class Scheduler:
@@ -123,7 +119,7 @@ class Scheduler:
         for seq in list(self.waiting):
             if budget == 0 or not self._slot_free():
                 break
-            if self._waits_for_running_prefix(seq):
+            if waits_for_running_prefix(seq, self.running, self.cells):
                 continue  # a running sequence is computing this prompt's prefix: borrow it once computed
             if not self.cells.can_hold(seq, self.running):
                 break
@@ -230,36 +226,6 @@ class Scheduler:
         seq.state = state
         seq.finish_reason = reason
 
-    def clear_cache(self) -> int:
-        """Evict every cached prefix no running sequence borrows; returns the cells freed."""
-        return self.cache.clear()
-
-    def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
-        """Add a cache entry whose KV ``fill(cache_id)`` loads; evicts other entries to make room, and
-        refuses (False) when the entry cannot fit beside the running sequences' cells."""
-        return self.cells.adopt(tokens, fill)
-
-    def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T]) -> T | None:
-        """``use(sequence id)`` of the cache entry holding exactly ``tokens``; None when none holds them."""
-        seq_id = self.cache.entry_holding(tokens)
-        return None if seq_id is None else use(seq_id)
-
-    def cached_prefixes(self) -> list[list[int]]:
-        """Every prefix-cache entry's tokens, most recently used first."""
-        return self.cache.entry_paths()
-
-    def restore_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
-        """Add a cache entry whose KV ``fill(slot)`` loads into a free running slot; evicts nothing."""
-        return self.cells.restore(tokens, fill)
-
-    @property
-    def cached_tokens(self) -> int:
-        return self.cache.cells
-
-    @property
-    def cache_counters(self) -> PrefixCacheCounters:
-        return self.cache.counters
-
     # --- internals -------------------------------------------------------------------------------
 
     def _tracker(self, seq: Sequence) -> RequestTracker:
@@ -302,27 +268,6 @@ class Scheduler:
 
     def _slot_free(self) -> bool:
         return len(self.running) < self.config.max_running and self.slots.available > 0
-
-    def _waits_for_running_prefix(self, seq: Sequence) -> bool:
-        """Share the prefix ``seq`` has in common with a running sequence, beyond what the cache holds (a
-        burst of conversations on one system prompt): True while that sequence is still computing it
-        (``seq`` waits rather than compute it again), else the computed prefix goes into the cache, where
-        ``seq`` borrows it when admitted. llama-server's slots each compute such a prompt in full."""
-        if not self.cache.shares_running_prefixes or seq.wants_position_logits:
-            return False
-        limit = seq.num_tokens - 1  # the last token is always fed
-        cached = self.cache.preview(seq.all_ids, limit).lent
-        owner, shared = None, cached + MIN_SHARED_TOKENS - 1
-        for other in self.running:
-            common = min(common_prefix_length(seq.prompt_ids, other.prompt_ids), limit)
-            if common > shared or (common == shared and owner is not None and other.num_computed > owner.num_computed):
-                owner, shared = other, common
-        if owner is None:
-            return False
-        if owner.num_computed < shared:
-            return True
-        self.cells.cache_running_prefix(owner, shared)
-        return False
 
     def _admit(self, seq: Sequence) -> Sequence:
         seq.slot = self.slots.acquire()

@@ -35,7 +35,8 @@ from pathlib import Path
 from edgeopt.engine import Engine, SamplingParams, engine_config_for
 from edgeopt.engine.prefix_tree import common_prefix_length
 from edgeopt.engine.speculation.calibration import CALIBRATION_SIZES
-from edgeopt.engine.speculation.controller import SpeculationController, expected_gain
+from edgeopt.engine.speculation.controller import SpeculationController
+from edgeopt.engine.speculation.draft_state import expected_gain
 from edgeopt.engine.speculation.ngram import NgramIndex
 from edgeopt.runtimes.base import Runtime, StepInput
 from edgeopt.runtimes.llama_cpp import load_gguf

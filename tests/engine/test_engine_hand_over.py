@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-import edgeopt.engine.engine as engine_module
+import edgeopt.engine.inbox as inbox_module
 from edgeopt.engine import Engine, SamplingParams
 from tests.engine.helpers import make_engine, run_engine
 from tests.fixtures.fake_runtime import FakeRuntime
@@ -31,14 +31,14 @@ class HeldRuntime(FakeRuntime):
 
 async def until_idle(engine: Engine) -> None:
     deadline = time.monotonic() + 10
-    while not engine._idle:  # the hint the hand-over reads
+    while not engine._inbox.idle:  # the hint the hand-over reads
         assert time.monotonic() < deadline, "the engine thread never went idle"
         await asyncio.sleep(0.01)
 
 
 def test_an_idle_engine_is_stepping_when_add_request_returns_and_a_busy_one_is_not_waited_for(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_module, "_HAND_OVER_WAIT_S", 30.0)  # a slow host cannot make it time out
+    monkeypatch.setattr(inbox_module, "HAND_OVER_WAIT_S", 30.0)  # a slow host cannot make it time out
     engine, runtime = make_engine(HeldRuntime())
 
     async def body(e: Engine) -> None:

@@ -7,7 +7,8 @@ import pytest
 from edgeopt.engine import SamplingParams
 from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.speculation import SpeculationController
-from edgeopt.engine.speculation.controller import PROBE_EVERY, expected_gain
+from edgeopt.engine.speculation.controller import PROBE_EVERY
+from edgeopt.engine.speculation.draft_state import expected_gain
 from edgeopt.engine.speculation.ngram import NgramIndex
 from edgeopt.engine.speculation.step_cost import PRIOR_PER_TOKEN_RATIO, StepCostModel
 from edgeopt.errors import ConfigError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import edgeopt.engine.engine as engine_module
+import edgeopt.engine.speculation.calibration as calibration_module
 from edgeopt.demo.smollm2 import smollm2_gguf_path
 from edgeopt.engine import Engine, RequestOutput, SamplingParams, engine_config_for
 from edgeopt.engine.speculation.draft_model import DraftModel
@@ -29,7 +29,7 @@ def prior_step_cost(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests check what verification does with drafts; whether drafting pays on this host is the
     controller's business (tests/engine/test_speculation_controller.py, test_speculation_calibration.py), so
     they keep its prior cost model instead of one timed on a shared CI core."""
-    monkeypatch.setattr(engine_module, "measure_pass_cost", lambda runtime: None)
+    monkeypatch.setattr(calibration_module, "measure_pass_cost", lambda runtime: None)
 
 CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import edgeopt.engine.engine as engine_module
+import edgeopt.engine.speculation.calibration as calibration_module
 from edgeopt.engine import Engine, RequestOutput, SamplingParams, engine_config_for
 from edgeopt.engine.grammar import GrammarCompiler, GrammarSpec
 from edgeopt.runtimes.llama_cpp import LlamaCppRuntime, load_gguf
@@ -27,7 +27,7 @@ def prior_step_cost(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests check what verification does with drafts; whether drafting pays on this host is the
     controller's business (tests/engine/test_speculation_controller.py, test_speculation_calibration.py), so
     they keep its prior cost model instead of one timed on a shared CI core."""
-    monkeypatch.setattr(engine_module, "measure_pass_cost", lambda runtime: None)
+    monkeypatch.setattr(calibration_module, "measure_pass_cost", lambda runtime: None)
 
 TEXTS = [f"def function_{i}(value):\n    return value * {i} + {'1' * (i % 5 + 1)}\n" * 3 for i in range(10)]
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},

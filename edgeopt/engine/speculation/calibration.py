@@ -19,10 +19,14 @@ and a measurement whose fastest two disagree is dropped: the prior stays.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
+from edgeopt.engine.speculation.step_cost import StepCostModel
 from edgeopt.runtimes.base import Runtime, StepInput
+
+log = logging.getLogger(__name__)
 
 CALIBRATION_CONTEXT = 64  # positions the slot holds before the timed passes
 CALIBRATION_DRAFT = 4  # drafted tokens of the pass the line's slope comes from (the controller's usual draft is 2-6)
@@ -69,6 +73,25 @@ def measure_pass_cost(runtime: Runtime, slot: int = 0) -> PassCost | None:
     per_token = max(longer - one, 0.0) / CALIBRATION_DRAFT
     fixed = max(one - per_token, 1e-9)  # a pass of one token = fixed + one token's work
     return PassCost(fixed, per_token / fixed, {tokens: taken[0] for tokens, taken in fastest.items()})
+
+
+def calibrate(cost: StepCostModel, runtime: Runtime) -> None:
+    """Give the controller's step-cost model this device's decode-pass cost before the engine serves (on the
+    engine thread); a measurement that fails or cannot be trusted leaves the prior in place."""
+    try:
+        measured = measure_pass_cost(runtime)
+    except Exception as exc:  # noqa: BLE001 - a measurement, not the service: the prior stays
+        log.warning("speculation: timing the decode pass failed (%s); the controller keeps its prior", exc)
+        return
+    if measured is None:
+        log.info("speculation: the decode pass's timings varied too much to use (a busy device); the "
+                 "controller starts from its prior and learns from the steps it serves")
+        return
+    cost.set_prior(measured.fixed_seconds, measured.per_token_ratio, measured.curve)
+    one = measured.curve[1]
+    log.info("speculation: a decode pass of 1 token takes %.1f ms on this device; of %s tokens %s times that",
+             one * 1000, "/".join(str(n) for n in list(measured.curve)[1:]),
+             "/".join(f"{t / one:.2f}" for t in list(measured.curve.values())[1:]))
 
 
 def _plain_token(runtime: Runtime) -> int:

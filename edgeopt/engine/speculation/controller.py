@@ -20,13 +20,11 @@ step is a fraction of a millisecond (the trained demo model, one stream: 20 us o
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from edgeopt.engine.prefix_tree import common_prefix_length
 from edgeopt.engine.sequence import Sequence
+from edgeopt.engine.speculation.draft_state import DraftState, best_draft_length, expected_gain
 from edgeopt.engine.speculation.ngram import NgramIndex
 from edgeopt.engine.speculation.step_cost import StepCostModel
 from edgeopt.errors import ConfigError
@@ -36,7 +34,6 @@ if TYPE_CHECKING:
     from edgeopt.engine.speculation.draft_model import DraftModel
 
 ACCEPTANCE_DECAY = 0.8  # weight of past draft outcomes per new verification
-PRIOR_ACCEPTED, PRIOR_REJECTED = 1.0, 1.0  # a new sequence's acceptance starts at 0.5 on little evidence
 PROBE_EVERY = 16
 PROBE_TOKENS = 2
 READ_BUDGET = 0.1  # auto with a draft model: the draft's catch-up read may cost this share of the request's rest
@@ -48,43 +45,6 @@ UNSENT_BACKOFF = 4  # ... looked up again after at most this many tokens while l
 # priced at their bare cost lost 6% at 16 streams (SmolLM2, 2 x86 cores); replayed at one stream, 1.25 gains as
 # much as 1.0 does or more (copy-heavy 1.41x against 1.33x on this host's curve), 1.5 starts to lose.
 COST_MARGIN = 1.25
-
-
-@dataclass
-class DraftState:
-    """One sequence's drafting state: its n-gram index and decayed outcome counts."""
-
-    index: NgramIndex
-    accepted: float = PRIOR_ACCEPTED
-    rejected: float = PRIOR_REJECTED
-    idle_steps: int = 0  # decode steps since it last verified a draft model's proposal
-    # n-gram: the draft a sequence was not given, scored against what it emits next (SpeculationController._score_unsent)
-    unsent: list[int] = field(default_factory=list)
-    unsent_at: int = 0  # tokens the sequence had emitted when it was looked up
-    unsent_misses: int = 0  # lookups in a row that found nothing or guessed the first token wrong
-    lookup_at: int = 0  # no lookup for an unsent draft before the sequence has emitted this many tokens
-    # A draft model's sampled proposal: q's row for each drafted token (None: greedy or n-gram drafts)
-    draft_probs: list[np.ndarray] | None = None
-
-    @property
-    def acceptance(self) -> float:
-        return self.accepted / (self.accepted + self.rejected)
-
-
-def expected_gain(acceptance: float, tokens: int) -> float:
-    """Expected drafted tokens emitted out of ``tokens``: a + a^2 + ... + a^tokens."""
-    return sum(acceptance ** i for i in range(1, tokens + 1))
-
-
-def best_draft_length(acceptance: float, costs: list[float]) -> int:
-    """The k whose expected gain most exceeds ``costs[k - 1]`` (0 when none does)."""
-    best_k, best_net, gain, term = 0, 0.0, 0.0, 1.0
-    for k, cost in enumerate(costs, 1):
-        term *= acceptance
-        gain += term
-        if gain - cost > best_net:
-            best_k, best_net = k, gain - cost
-    return best_k
 
 
 class SpeculationController:
