@@ -5,23 +5,26 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from typing import Any
 
 from edgeopt.engine.api import EngineStats
 
 
 def summed_stats(stats: list[EngineStats]) -> EngineStats | None:
+    """Every EngineStats field summed over ``stats``: a count or seconds as a number, a count per label (the
+    speculative-decoding series) label by label; None for no engine at all."""
     if not stats:
         return None
     if len(stats) == 1:
         return stats[0]
-    totals = {}
-    for item in dataclasses.fields(EngineStats):
-        values = [getattr(s, item.name) for s in stats]
-        if isinstance(values[0], dict):
+    rows = [dataclasses.asdict(s) for s in stats]
+    totals: dict[str, Any] = {}
+    for name, first in rows[0].items():
+        if isinstance(first, dict):
             merged: Counter[str] = Counter()
-            for value in values:
-                merged.update(value)
-            totals[item.name] = dict(merged)
+            for row in rows:
+                merged.update(row[name])
+            totals[name] = dict(merged)
         else:
-            totals[item.name] = sum(values)
+            totals[name] = sum(row[name] for row in rows)
     return EngineStats(**totals)

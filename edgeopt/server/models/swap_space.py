@@ -9,7 +9,7 @@ recently saved model's least recently used entries first, and an entry that does
 kept. A save replaces the model's previous one (the live cache is newer); a state is written to a partial
 file and renamed when whole, and the index is written last.
 
-Loaded: only states whose fingerprint (model file sha256, KV element type, KV streams, llama.cpp) is the new
+Loaded (:mod:`edgeopt.server.models.swap_restore`): only states whose fingerprint (model file sha256, KV element type, KV streams, llama.cpp) is the new
 engine's, whose file is whole (its size and sha256 as saved) and whose tokens llama.cpp reads back as saved;
 anything else is ignored with a warning naming the file, and removed. Entries the new engine has no room for
 are skipped and stay on disk. Restoring leaves the files in place: they stay valid for that model file (a
@@ -36,12 +36,12 @@ from edgeopt.store.file_stamp import file_stamp
 from edgeopt.sources.model_source import open_model_source
 from edgeopt.runtimes.base import Runtime
 from edgeopt.server.models.swap_index import (INDEX, PARTIAL_SUFFIX, STATE_SUFFIX, ModelIndex, SavedEntry,
-                                              fingerprint_differences, folder_bytes, folder_name, read_index,
-                                              remove_folder, remove_strays, state_problem, write_index)
+                                              folder_bytes, folder_name, read_index, remove_folder, remove_strays,
+                                              write_index)
+from edgeopt.server.models.swap_restore import DROPPED, RESTORED, matching_index, restore_entries
 from edgeopt.server.startup.prompt_state import fingerprint as prompt_state_fingerprint
 
 log = logging.getLogger("edgeopt.server")
-_RESTORED, _SKIPPED, _DROPPED = "restored", "skipped", "dropped"
 MARKER = ".edgeopt-swap-space"  # a directory without it (and not empty) is not taken over
 
 
@@ -189,11 +189,11 @@ class SwapSpace:
         _require_identity(fingerprint)
         with self._lock:
             folder = self.directory / folder_name(model_key)
-            index = self._matching_index(folder, model_key, fingerprint) if (folder / INDEX).is_file() else None
+            index = matching_index(folder, model_key, fingerprint) if (folder / INDEX).is_file() else None
             if index is None:
                 return 0
-            outcomes = self._restore_entries(folder, index, engine, runtime)
-            dropped = {name for name, outcome in outcomes.items() if outcome == _DROPPED}
+            outcomes = restore_entries(folder, index, engine, runtime)
+            dropped = {name for name, outcome in outcomes.items() if outcome == DROPPED}
             try:
                 if dropped:
                     write_index(folder, index.without(dropped))  # removes the folder when nothing is left
@@ -201,65 +201,11 @@ class SwapSpace:
                         remove_strays(folder, keep=set(outcomes) - dropped)
             except OSError as exc:
                 log.warning("swap space: removing the refused states of %s from %s failed (%s)", model_key, folder, exc)
-        restored = [entry for entry in index.entries if outcomes[entry.file] == _RESTORED]
+        restored = [entry for entry in index.entries if outcomes[entry.file] == RESTORED]
         log.info("swap space: %d of %d saved prefix-cache entries of %s restored (%d tokens) in %.2f s",
                  len(restored), len(index.entries), model_key, sum(len(e.tokens) for e in restored),
                  time.perf_counter() - started)
         return len(restored)
-
-    def _matching_index(self, folder: Path, model_key: str, expected: dict[str, Any]) -> ModelIndex | None:
-        """The folder's index when it is readable and saved for this engine; else warn, remove it, None."""
-        try:
-            index = read_index(folder)
-        except (OSError, ValueError) as exc:
-            log.warning("swap space: %s is unreadable (%s); its saved prefix cache is ignored and removed",
-                        folder / INDEX, exc)
-            remove_folder(folder)
-            return None
-        differences = fingerprint_differences(index.fingerprint | {"model_key": index.model_key},
-                                              expected | {"model_key": model_key})
-        if differences:
-            log.warning("swap space: %s was saved for another model or server (%s); its saved prefix cache is "
-                        "ignored and removed", folder / INDEX, "; ".join(differences))
-            remove_folder(folder)
-            return None
-        return index
-
-    def _restore_entries(self, folder: Path, index: ModelIndex, engine: ServingEngine,
-                         runtime: Runtime) -> dict[str, str]:
-        """Each entry's outcome, by file name (a runtime failure skips the rest: their files stay)."""
-        outcomes = {entry.file: _SKIPPED for entry in index.entries}
-        for entry in index.entries:
-            try:
-                outcomes[entry.file] = self._restore_entry(folder, entry, engine, runtime)
-            except BackendError:
-                log.exception("swap space: restoring %s failed; the model goes on with what was restored",
-                              folder / entry.file)
-                break
-        return outcomes
-
-    def _restore_entry(self, folder: Path, entry: SavedEntry, engine: ServingEngine, runtime: Runtime) -> str:
-        path = folder / entry.file
-        problem = state_problem(folder, entry)
-        if problem is not None:
-            log.warning("swap space: %s %s; ignored and removed", path, problem)
-            return _DROPPED
-        if len(entry.tokens) >= engine.context_tokens:
-            return _SKIPPED  # longer than a request may be here: nothing could continue it
-        refusals: list[str] = []
-
-        def fill(seq_id: int) -> bool:
-            loaded = runtime.load_sequence(seq_id, path, len(entry.tokens))
-            if loaded != entry.tokens:
-                refusals.append("llama.cpp refused it" if not loaded else
-                                f"its {len(loaded)} tokens are not the {len(entry.tokens)} its index names")
-            return not refusals
-
-        restored = engine.restore_prefix(entry.tokens, fill)
-        if refusals:
-            log.warning("swap space: %s: %s; ignored and removed", path, refusals[0])
-            return _DROPPED
-        return _RESTORED if restored else _SKIPPED
 
     # --- the directory ---------------------------------------------------------------------------------------
 
