@@ -21,9 +21,10 @@ from typing import Any
 
 from edgeopt.store.bundle import Manifest
 from edgeopt.errors import BackendError
+from edgeopt.profiles.platform import AcceleratorKind
 from edgeopt.runtimes.base import RuntimeInfo, Tokenizer
 from edgeopt.runtimes.torch.cpu_runtime import TorchRuntime
-from edgeopt.runtimes.torch.loading import TorchDevice, load_checkpoint, read_config, runtime_info
+from edgeopt.runtimes.torch.loading import TorchDevice, load_checkpoint, pick_device, read_config, runtime_info
 
 
 class PagedRuntime(TorchRuntime):
@@ -43,7 +44,7 @@ class PagedRuntime(TorchRuntime):
 
 
 def load_paged_runtime(bundle_dir: Path, manifest: Manifest, *, dtype: str, kv_capacity_tokens: int | None,
-                       max_slots: int | None, context_length: int | None, device: TorchDevice,
+                       max_slots: int | None, context_length: int | None, device: TorchDevice | None = None,
                        threads: int | None = None, cuda_graphs: bool | None = None) -> PagedRuntime:
     cap = read_config(bundle_dir / manifest.model_file).get("attn_logit_softcapping")
     if cap:  # transformers' paged kernels (sdpa_paged, flash paged) never apply the cap
@@ -51,6 +52,7 @@ def load_paged_runtime(bundle_dir: Path, manifest: Manifest, *, dtype: str, kv_c
                            f"(attn_logit_softcapping={cap}, Gemma 2) and transformers' paged attention ignores that",
                            "serve a GGUF bundle of it (edgeopt optimize --format gguf: llama.cpp applies the cap), "
                            "or run the torch bundle on CPU (eager attention)")
+    device = device or pick_device(AcceleratorKind.CUDA_GPU.value)  # the engine this module drives is CUDA's (tests run it on the CPU too)
     model, tokenizer, config = load_checkpoint(bundle_dir, manifest, device, dtype, threads=threads)
     info = runtime_info(bundle_dir / manifest.model_file, config, tokenizer, kv_capacity_tokens, max_slots,
                         context_length)

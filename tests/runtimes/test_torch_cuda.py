@@ -19,6 +19,7 @@ from edgeopt.store.bundle import load_bundle
 from edgeopt.engine.api import EngineConfig, SamplingParams
 from edgeopt.errors import RequestError
 from edgeopt.paged_batching import engine_for, paged_compat
+from edgeopt.runtimes.torch.loading import pick_device
 from edgeopt.runtimes.torch.paged import load_paged_runtime
 from tests.runtimes.torch_bundles import make_torch_bundle
 
@@ -40,7 +41,8 @@ def load_runtime(bundle: Path, device: str, monkeypatch: pytest.MonkeyPatch, con
         monkeypatch.setattr(cb_cache.PagedAttentionMemoryHandler, "get_available_memory",
                             staticmethod(lambda max_memory_percent=1.0: 1 << 30))
     return load_paged_runtime(bundle, load_bundle(bundle), dtype="auto", kv_capacity_tokens=config.kv_capacity_tokens,
-                              max_slots=config.max_running, context_length=config.context_length, device=device,
+                              max_slots=config.max_running, context_length=config.context_length,
+                              device=pick_device(device),
                               threads=2)
 
 
