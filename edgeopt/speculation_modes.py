@@ -9,6 +9,7 @@ from edgeopt.errors import ConfigError
 SPECULATIVE_MODES = ("off", "ngram", "auto", "draft")
 DEFAULT_MODE = "auto"  # serve's --speculative without --draft (docs/speculative_decoding.md: measured not to lose)
 MAX_DRAFT_TOKENS = 10  # an n-gram draft's longest
+DEFAULT_DRAFT_TOKENS = 4  # serve --draft-tokens: tokens a draft model proposes a step
 
 
 def check_mode(mode: str) -> None:

@@ -16,6 +16,7 @@ from edgeopt.cli.app import app
 from edgeopt.errors import BackendError, UnsupportedArchitectureError
 from edgeopt.sources.model_spec import load_model_spec, spec_from_config
 from edgeopt.optimize.pipeline import OptimizeOptions, resolve
+from edgeopt.planning import Compression
 from edgeopt.planning.checkpoint import make_plan
 from edgeopt.server.app import create_app
 from edgeopt.server.state import ServedModel, ServerSettings
@@ -72,7 +73,7 @@ def test_non_onnx_format_for_an_encoder_is_a_clear_error(tiny_encoder_dir: Path,
 
 def test_pruning_an_encoder_is_refused(tiny_encoder_dir: Path):
     with pytest.raises(UnsupportedArchitectureError) as exc:
-        resolve(OptimizeOptions(model=str(tiny_encoder_dir), passes=[("prune", {"ratio": 0.3})], dry_run=True))
+        resolve(OptimizeOptions(model=str(tiny_encoder_dir), compression=Compression(prune=0.3), dry_run=True))
     assert "'prune'" in str(exc.value) and "--quant int8" in exc.value.hint
 
 

@@ -12,7 +12,7 @@ from edgeopt.sizing.layout import auto_kv_layout
 from edgeopt.sources.model_spec import spec_from_config
 from edgeopt.planning.checkpoint import size_candidate
 from edgeopt.sizing.layout import stream_layout
-from tests.test_plan import QWEN_05B, profile
+from tests.planning.test_plan import QWEN_05B, profile
 
 
 def runtime_gives_full_streams(cells: int, sequences: int, context: int, prefix_cache: bool) -> bool:

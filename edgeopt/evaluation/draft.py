@@ -99,7 +99,7 @@ def held_out_contexts(target_dir: Path, eval_file: Path | None, data_file: Path 
     """(up to ``count`` contexts of ``length`` tokens, where they came from): consecutive pieces of --eval-data,
     else of --distil-data's held-out tail (the tokens the prune and distil passes never read)."""
     from edgeopt.passes.distil_data import read_data_file, split_tokens, tokenize
-    from edgeopt.passes.options import HOLDOUT_TOKENS
+    from edgeopt.planning import HOLDOUT_TOKENS
 
     if eval_file is not None:
         ids, source = tokenize(target_dir, read_data_file(eval_file)).tolist(), f"{Path(eval_file).name}"

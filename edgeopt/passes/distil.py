@@ -21,7 +21,7 @@ from typing import Any
 
 from edgeopt.errors import PassError
 from edgeopt.passes import Pass, PassContext
-from edgeopt.passes.options import HOLDOUT_TOKENS
+from edgeopt.planning import HOLDOUT_TOKENS
 
 TRAIN_KEYS = ("steps", "seq_len", "batch_size", "grad_accum", "lr", "min_lr_ratio", "warmup_ratio", "weight_decay",
               "max_grad_norm", "temperature", "kd_weight", "ce_weight", "checkpoint_every", "grad_checkpointing",

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from edgeopt.errors import PassError
-from edgeopt.passes.options import HOLDOUT_TOKENS
+from edgeopt.planning import HOLDOUT_TOKENS
 from edgeopt.sources.textfile import read_text_file
 
 SEQ_LEN = 256

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from edgeopt.passes.checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
 from edgeopt.passes.distil_data import SEQ_LEN, batch_indices, split_tokens, to_blocks
-from edgeopt.passes.options import HOLDOUT_TOKENS
+from edgeopt.planning import HOLDOUT_TOKENS
 
 
 @dataclass

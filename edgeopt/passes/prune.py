@@ -17,10 +17,8 @@ from typing import Any
 from edgeopt.errors import PassError
 from edgeopt.sources.model_spec import load_model_spec
 from edgeopt.passes import Pass, PassContext
-from edgeopt.passes.options import HOLDOUT_TOKENS
-from edgeopt.planning.fit import request_from_params
+from edgeopt.planning import HOLDOUT_TOKENS, PruneShape, request_from_params, shape_of, solve_shape
 from edgeopt.passes.fused import join_fused, split_fused
-from edgeopt.passes.prune_shape import PruneShape, shape_of, solve_shape
 
 KNOWN_PARAMS = {"ratio", "heads", "mlp", "layers", "calib_data", "calib_sha256", "calib_tokens", "sparsity",
                 "eval_tokens", "threads"}

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from edgeopt import backends
-from edgeopt.store.bundle import MANIFEST, Manifest, read_manifest
+from edgeopt.store.bundle import Manifest, read_manifest
 from edgeopt.speculation_modes import DEFAULT_MODE, longest_draft
 from edgeopt.sources.model_spec import ModelSpec, encoder_input_limit
 from edgeopt.planning.checkpoint import Candidate, Plan, candidate_from_shape
@@ -23,10 +23,6 @@ from edgeopt.sizing.budget import after_margin, memory_pool, runtime_weights_ext
 from edgeopt.sizing.resident import ResidentMemory
 from edgeopt.sizing.bundle_facts import bundle_model_spec, planned_bundle_shape, weights_bytes
 from edgeopt.sizing.shape import ShapeRequest
-
-
-def is_bundle_dir(path: Path) -> bool:
-    return Path(path).is_dir() and (Path(path) / MANIFEST).is_file()
 
 
 def plan_bundle(bundle_dir: Path, profile: DeviceProfile, context: int | None = None,

@@ -71,9 +71,11 @@ class Plan:
     concurrency: int
     candidates: list[Candidate]
     recommended: Candidate | None
+    parameters: int = 0  # of the model planned, for the plan's heading (not in its JSON)
 
     def to_dict(self) -> dict:
         data = asdict(self)
+        del data["parameters"]
         data["recommended"] = self.recommended.label if self.recommended else None
         for row, candidate in zip(data["candidates"], self.candidates):  # with the totals asdict leaves out
             row["resident"] = candidate.resident.to_dict() if candidate.resident else None
@@ -172,7 +174,7 @@ def make_plan(spec: ModelSpec, profile: DeviceProfile, context: int | None = Non
                        for q in quants]
     usable = memory_pool(profile, memory_bytes).bytes
     return Plan(spec.source, profile.name, usable, context, concurrency, candidates,
-                recommend(candidates, profile))
+                recommend(candidates, profile), parameters=spec.num_parameters)
 
 
 def default_formats(spec: ModelSpec) -> tuple[str, ...]:

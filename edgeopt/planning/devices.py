@@ -16,11 +16,14 @@ from typing import Any
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError
-from edgeopt.sources.model_spec import ModelSpec
+from edgeopt.sources.gguf_model import gguf_metadata, gguf_model_spec
+from edgeopt.sources.model_spec import load_model_spec
 from edgeopt.planning.checkpoint import format_candidates, weight_bytes
+from edgeopt.planning.sources import CheckpointSource, GgufFileSource
 from edgeopt.profiles import DeviceProfile
 from edgeopt.sizing.budget import kv_bytes_per_token, memory_pool
 from edgeopt.sizing.kv_types import kv_element_bytes
+from edgeopt.sizing.shape import DEFAULT_CONTEXT
 from edgeopt.sizing.split import LayerWeights, SplitPlan, plan_split
 from edgeopt.sizing.split_shape import WorkerMemory, split_devices
 
@@ -68,11 +71,17 @@ def worker_memories(profile: DeviceProfile, devices: int | None, workers: list[W
     return [WorkerMemory(f"{profile.name} #{i + 2}", each) for i in range(devices - 1)]
 
 
-def plan_across_devices(spec: ModelSpec, profile: DeviceProfile, workers: list[WorkerMemory], context: int,
-                        concurrency: int, memory_bytes: int | None = None, kv_type: str | None = None,
-                        gguf_file: Path | None = None, gguf_quant: str | None = None) -> DevicesPlan:
-    """Split every gguf quant of ``spec`` (or only ``gguf_file``, whose tensors are read) over the head
+def plan_across_devices(source: CheckpointSource | GgufFileSource, profile: DeviceProfile,
+                        workers: list[WorkerMemory], context: int | None, concurrency: int,
+                        memory_bytes: int | None = None, kv_type: str | None = None) -> DevicesPlan:
+    """Split every gguf quant of a checkpoint (or the one GGUF file, whose tensors are read) over the head
     (``profile`` / ``memory_bytes``) and ``workers``, each with a KV cache of ``context`` x ``concurrency``."""
+    if isinstance(source, GgufFileSource):
+        spec = gguf_model_spec(gguf_metadata(source.path))
+        gguf_file: Path | None = source.path
+    else:
+        spec, gguf_file = load_model_spec(source.model), None
+    context = context or min(spec.max_position_embeddings, DEFAULT_CONTEXT)
     if context < 1 or concurrency < 1:
         raise ConfigError(f"context={context} and concurrency={concurrency} must both be >= 1", "pass positive values")
     entry = backends.backend(FORMAT)
@@ -87,7 +96,7 @@ def plan_across_devices(spec: ModelSpec, profile: DeviceProfile, workers: list[W
         from edgeopt.sources.gguf_metadata import read_tensor_bytes
 
         layers = LayerWeights.from_tensor_bytes(read_tensor_bytes(gguf_file))
-        quants: list[tuple[str, int, LayerWeights]] = [(gguf_quant or "file", gguf_file.stat().st_size, layers)]
+        quants: list[tuple[str, int, LayerWeights]] = [(gguf_file.name, gguf_file.stat().st_size, layers)]
     else:
         embedding = spec.vocab_size * spec.hidden_size
         quants = []

@@ -4,21 +4,43 @@ KV capacity shown is what it keeps beside the draft."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from edgeopt.engine.speculation.draft_model import DEFAULT_DRAFT_TOKENS
-from edgeopt.sources.model_source import open_model_source
-from edgeopt.planning.checkpoint import Plan, candidate_from_shape
+from edgeopt.planning.checkpoint import MIB, Plan, candidate_from_shape
 from edgeopt.profiles import DeviceProfile
 from edgeopt.sizing.budget import memory_pool
 from edgeopt.sizing.draft import DraftPlan, shape_beside_draft
 from edgeopt.sizing.shape import ShapeRequest
-from edgeopt.speculation_modes import longest_draft
+from edgeopt.sources.gguf_model import gguf_metadata
+from edgeopt.sources.model_source import open_model_source
+from edgeopt.speculation_modes import DEFAULT_DRAFT_TOKENS, longest_draft
+
+
+@dataclass(frozen=True)
+class PlanBesideDraft:
+    plan: Plan  # the target's, in the pool the draft leaves
+    draft: DraftPlan
+
+    @property
+    def total_bytes(self) -> int | None:
+        """What serve holds resident with the draft; None when the target's row has no resident figure."""
+        rows = self.plan.candidates
+        if not rows or rows[0].resident is None:
+            return None
+        return rows[0].resident.total_bytes + self.draft.total_bytes
+
+    def describe_total(self) -> str:
+        return f"serve holds {(self.total_bytes or 0) / MIB:.0f} MiB resident with the draft"
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.plan.to_dict() | {"draft": self.draft.to_dict()}
 
 
 def plan_beside_draft(model: Path, draft: Path, profile: DeviceProfile, context: int | None = None,
                       concurrency: int | None = None, memory_bytes: int | None = None, kv_type: str | None = None,
-                      draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> tuple[Plan, DraftPlan]:
+                      draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> PlanBesideDraft:
     source, draft_source = open_model_source(model, verify=False), open_model_source(draft, verify=False)
     request = ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type,
                            draft_rows=longest_draft("draft", draft_tokens))
@@ -30,5 +52,6 @@ def plan_beside_draft(model: Path, draft: Path, profile: DeviceProfile, context:
                                      concurrency or 1, encoder=False)
     pool = memory_pool(None if memory_bytes is not None else profile, memory_bytes)
     fits = candidate.fits and candidate.resident is not None
-    return (Plan(str(model), profile.name, pool.bytes, served_context, shape.max_sequences, [candidate],
-                 candidate if fits else None), draft_plan)
+    parameters = gguf_metadata(source.bundle_dir / source.manifest.model_file).parameter_count
+    return PlanBesideDraft(Plan(str(model), profile.name, pool.bytes, served_context, shape.max_sequences, [candidate],
+                                candidate if fits else None, parameters=parameters), draft_plan)

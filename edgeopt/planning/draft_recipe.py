@@ -17,9 +17,10 @@ from typing import Any
 
 from edgeopt.errors import ConfigError
 from edgeopt.sources.model_spec import ModelSpec
-from edgeopt.passes.options import HOLDOUT_TOKENS, compression_passes
-from edgeopt.passes.prune_limits import fixed_layers_reason
-from edgeopt.passes.prune_shape import PruneRequest, PruneShape, apply_shape, shape_of, solve_shape
+from edgeopt.planning.pass_list import HOLDOUT_TOKENS, compression_passes
+from edgeopt.planning.requests import Compression
+from edgeopt.planning.prune_limits import fixed_layers_reason
+from edgeopt.planning.prune_shape import PruneRequest, PruneShape, apply_shape, shape_of, solve_shape
 
 KEPT_LAYERS = 0.25  # of the target's, when no --prune* is given
 WIDTH_RATIO = 0.75  # --prune's default where the architecture fixes the depth (SmolLM3)
@@ -72,9 +73,9 @@ def check_draft_flags(model: str | None, target: str, fmt: str | None, fit: bool
                           "drop --eval-data (the held-out tail of --distil-data is used) or pass other text")
 
 
-def draft_recipe(spec: ModelSpec, ratio: float | None, heads: float | None, mlp: float | None, layers: int | None,
-                 distil_data: Path, distil_steps: int) -> DraftRecipe:
+def draft_recipe(spec: ModelSpec, flags: Compression) -> DraftRecipe:
     """The prune + distil passes for a draft of ``spec``; the default size when no prune knob is given."""
+    ratio, heads, mlp, layers = flags.prune, flags.prune_heads, flags.prune_mlp, flags.prune_layers
     given = {"--prune": ratio, "--prune-heads": heads, "--prune-mlp": mlp, "--prune-layers": layers}
     if all(value is None for value in given.values()):
         ratio, layers = default_size(spec)
@@ -82,7 +83,7 @@ def draft_recipe(spec: ModelSpec, ratio: float | None, heads: float | None, mlp:
     knobs = " ".join(f"{flag} {value}" for flag, value in given.items() if value is not None)
     shape = solve_shape(spec, PruneRequest(ratio, heads, mlp, layers))
     _check_smaller(spec, shape, knobs)
-    passes = compression_passes(ratio, heads, mlp, layers, True, distil_data, distil_steps, fit=False)
+    passes = compression_passes(ratio, heads, mlp, layers, True, flags.distil_data, flags.distil_steps, fit=False)
     return DraftRecipe(passes, spec, apply_shape(spec, shape), knobs)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from edgeopt.errors import DoesNotFitError, EdgeoptError
 from edgeopt.sources.model_spec import ModelSpec
-from edgeopt.passes.prune_shape import MAX_RATIO, PruneRequest, pruned_spec
+from edgeopt.planning.prune_shape import MAX_RATIO, PruneRequest, pruned_spec
 from edgeopt.planning.checkpoint import MIB, Plan, make_plan
 from edgeopt.profiles import DeviceProfile
 

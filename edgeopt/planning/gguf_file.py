@@ -42,4 +42,4 @@ def plan_gguf_file(path: Path, profile: DeviceProfile, context: int | None = Non
     candidate = candidate_from_shape("gguf", meta.file_type, shape, context, concurrency, encoder=False)
     # A file's quant is what it is: it is recommended when it fits, whatever the profile would pick.
     return Plan(str(path), profile.name, pool.bytes, context, concurrency, [candidate],
-                candidate if candidate.fits else recommend([], profile))
+                candidate if candidate.fits else recommend([], profile), parameters=meta.parameter_count)

@@ -1,4 +1,4 @@
-"""Turn the optimize command's compression flags into the pipeline's pass list (no torch here).
+"""The optimize command's compression flags as the pipeline's pass list (no torch here).
 
 Data files enter the pass parameters with their sha256, so the pass cache (keyed by parameters and
 input) notices when the *content* of a file changes, not only its path.

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from edgeopt.errors import ConfigError, PassError
 from edgeopt.sources.model_spec import ModelSpec
-from edgeopt.passes.prune_limits import check_request, fixed_heads_reason, fixed_layers_reason
+from edgeopt.planning.prune_limits import check_request, fixed_heads_reason, fixed_layers_reason
 
 MAX_RATIO = 0.9
 DEPTH_SHARE = 0.25  # of the ratio, as a fraction of layers removed

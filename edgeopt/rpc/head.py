@@ -9,13 +9,14 @@ from pathlib import Path
 
 from edgeopt.store.bundle import Manifest
 from edgeopt.errors import ConfigError
+from edgeopt.planning import AcrossDevices, BundleSource, ServeRequest, plan_for
 from edgeopt.rpc.binaries import head_protocol_version, rpc_library
 from edgeopt.rpc.endpoints import Endpoint
 from edgeopt.rpc.protocol import WorkerInfo, probe_workers
 from edgeopt.runtimes.llama_cpp.rpc import RpcOffload
 from edgeopt.sizing.shape import ServingShape, ShapeRequest
 from edgeopt.sizing.split import SplitPlan, describe
-from edgeopt.sizing.split_shape import WorkerMemory, split_serving_shape
+from edgeopt.sizing.split_shape import WorkerMemory
 
 log = logging.getLogger("edgeopt.rpc")
 
@@ -37,7 +38,10 @@ def prepare_split(bundle_dir: Path, manifest: Manifest, request: ShapeRequest, e
                           "leave --workers out, or serve a GGUF bundle (edgeopt optimize --format gguf makes one)")
     workers = probe_workers(endpoints, head_protocol_version())
     memories = [WorkerMemory(str(info.endpoint), info.free_bytes) for info in workers]
-    shape, plan = split_serving_shape(bundle_dir, manifest, request, memories, memory_bytes, target)
+    planned = plan_for(AcrossDevices(BundleSource(bundle_dir, manifest), workers=tuple(memories)), target,
+                       ServeRequest(request, memory_bytes))
+    shape, plan = planned.shape, planned.split
+    assert shape is not None and plan is not None  # a split causal LM: both planned
     for line in describe(plan):
         log.info("split: %s", line)
     n_gpu_layers, tensor_split = plan.offload()

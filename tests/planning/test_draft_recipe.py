@@ -10,7 +10,8 @@ import pytest
 
 from edgeopt.errors import ConfigError
 from edgeopt.sources.model_spec import spec_from_config
-from edgeopt.passes.draft_options import check_draft_flags, draft_recipe
+from edgeopt.planning import Compression, check_draft_flags
+from edgeopt.planning.draft_recipe import draft_recipe
 
 
 def make_spec(layers: int = 30, architecture: str = "LlamaForCausalLM"):
@@ -31,9 +32,9 @@ def data(tmp_path: Path) -> Path:
 def test_the_default_draft_keeps_a_quarter_of_the_layers(layers: int, kept: int, data: Path) -> None:
     if layers == 1:  # nothing to remove: the default cannot make a smaller draft, and says so
         with pytest.raises(ConfigError, match="as large as its target"):
-            draft_recipe(make_spec(layers), None, None, None, None, data, 10)
+            draft_recipe(make_spec(layers), Compression(None, None, None, None, None, data, 10))
         return
-    recipe = draft_recipe(make_spec(layers), None, None, None, None, data, 10)
+    recipe = draft_recipe(make_spec(layers), Compression(None, None, None, None, None, data, 10))
     (prune, prune_params), (distil, distil_params) = recipe.passes
     assert (prune, distil) == ("prune", "distil") and prune_params["layers"] == layers - kept
     assert recipe.draft.num_layers == kept and recipe.draft.intermediate_size == 1536 and recipe.draft.num_heads == 9
@@ -42,29 +43,29 @@ def test_the_default_draft_keeps_a_quarter_of_the_layers(layers: int, kept: int,
 
 
 def test_the_smollm2_default_is_well_under_half_the_target(data: Path) -> None:
-    recipe = draft_recipe(make_spec(), None, None, None, None, data, 10)
+    recipe = draft_recipe(make_spec(), Compression(None, None, None, None, None, data, 10))
     assert recipe.draft.num_parameters < 0.45 * recipe.target.num_parameters
     assert "--prune-layers 22" in recipe.describe() and "42% of the target's 134.5M" in recipe.describe()
 
 
 def test_the_users_prune_knobs_set_the_size(data: Path) -> None:
-    deeper = draft_recipe(make_spec(), None, None, None, 20, data, 10)
+    deeper = draft_recipe(make_spec(), Compression(None, None, None, 20, None, data, 10))
     assert deeper.draft.num_layers == 10 and deeper.passes[0][1]["layers"] == 20
-    narrower = draft_recipe(make_spec(), 0.5, None, None, None, data, 10)
+    narrower = draft_recipe(make_spec(), Compression(0.5, None, None, None, None, data, 10))
     assert narrower.passes[0][1]["ratio"] == 0.5 and "layers" not in narrower.passes[0][1]
     assert narrower.draft.num_non_embedding_parameters == pytest.approx(
         0.5 * narrower.target.num_non_embedding_parameters, rel=0.05)
 
 
 def test_a_model_whose_depth_is_fixed_gets_a_narrower_draft(data: Path) -> None:
-    recipe = draft_recipe(make_spec(architecture="SmolLM3ForCausalLM"), None, None, None, None, data, 10)
+    recipe = draft_recipe(make_spec(architecture="SmolLM3ForCausalLM"), Compression(None, None, None, None, None, data, 10))
     assert recipe.passes[0][1] == {"ratio": 0.75, **{k: v for k, v in recipe.passes[0][1].items() if k != "ratio"}}
     assert recipe.draft.num_layers == 30 and recipe.draft.intermediate_size < 1536
 
 
 def test_a_draft_as_large_as_its_target_is_refused(data: Path) -> None:
     with pytest.raises(ConfigError) as refused:
-        draft_recipe(make_spec(), None, None, None, 0, data, 10)
+        draft_recipe(make_spec(), Compression(None, None, None, 0, None, data, 10))
     assert "--prune-layers 0 leaves the draft as large as its target" in refused.value.message
     assert "--prune-layers 22 (keeps 8" in refused.value.hint
 

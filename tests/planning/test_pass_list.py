@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.errors import ConfigError
-from edgeopt.passes.options import compression_passes
+from edgeopt.planning.pass_list import compression_passes
 
 
 def test_prune_and_distil_with_data(tmp_path: Path) -> None:

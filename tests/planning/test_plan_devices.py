@@ -10,8 +10,7 @@ from typer.testing import CliRunner
 
 from edgeopt.cli.app import app
 from edgeopt.errors import ConfigError
-from edgeopt.sources.model_spec import load_model_spec
-from edgeopt.planning.devices import plan_across_devices, worker_memories
+from edgeopt.planning import AcrossDevices, CheckpointSource, PlanRequest, plan_for
 from edgeopt.profiles import load_profile
 from edgeopt.sizing.budget import after_margin
 
@@ -30,8 +29,8 @@ def llama_7b(tmp_path: Path) -> Path:
 
 def test_a_7b_model_fits_three_pi_boards_but_not_one(llama_7b: Path) -> None:
     profile = load_profile(PI)
-    plan = plan_across_devices(load_model_spec(str(llama_7b)), profile, worker_memories(profile, 3, None, None),
-                               context=2048, concurrency=1)
+    plan = plan_for(AcrossDevices(CheckpointSource(str(llama_7b)), devices=3), profile,
+                    PlanRequest(context=2048, concurrency=1))
     chosen = plan.recommended
     assert chosen is not None and chosen.quant == profile.default_quant
     assert chosen.split.fits and not chosen.split.fits_one_device
@@ -46,8 +45,8 @@ def test_a_7b_model_fits_three_pi_boards_but_not_one(llama_7b: Path) -> None:
 
 def test_two_boards_are_not_enough_and_the_plan_says_so(llama_7b: Path) -> None:
     profile = load_profile(PI)
-    plan = plan_across_devices(load_model_spec(str(llama_7b)), profile, worker_memories(profile, 2, None, None),
-                               context=4096, concurrency=4)
+    plan = plan_for(AcrossDevices(CheckpointSource(str(llama_7b)), devices=2), profile,
+                    PlanRequest(context=4096, concurrency=4))
     assert plan.recommended is None
     assert all(not candidate.split.fits for candidate in plan.candidates)
 
@@ -68,4 +67,4 @@ def test_the_cli_prints_the_split_and_the_same_in_json(llama_7b: Path) -> None:
 def test_devices_and_workers_together_are_refused() -> None:
     profile = load_profile(PI)
     with pytest.raises(ConfigError, match="exactly one of --devices and --workers"):
-        worker_memories(profile, 3, [], None)
+        plan_for(AcrossDevices(CheckpointSource("unread"), devices=3, workers=()), profile, PlanRequest())

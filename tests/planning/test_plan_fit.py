@@ -7,7 +7,7 @@ import pytest
 from edgeopt.errors import DoesNotFitError
 from edgeopt.sources.model_spec import spec_from_config
 from edgeopt.planning.fit import fit_prune_ratio, plan_after_passes, plan_fits
-from edgeopt.passes.prune_shape import PruneRequest, pruned_spec
+from edgeopt.planning.prune_shape import PruneRequest, pruned_spec
 from edgeopt.planning.checkpoint import make_plan
 from edgeopt.profiles import load_profile
 

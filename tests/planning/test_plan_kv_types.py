@@ -16,7 +16,7 @@ from edgeopt.sizing.budget import kv_bytes_per_token
 from edgeopt.sources.model_spec import spec_from_config
 from edgeopt.planning.checkpoint import make_plan, size_candidate
 from edgeopt.profiles import load_profile, profile_from_dict
-from tests.test_plan import QWEN_05B, profile
+from tests.planning.test_plan import QWEN_05B, profile
 
 # Phi-2's attention: head_dim 2560 / 32 = 80, not a whole number of 32-element blocks.
 PHI_LIKE = {**QWEN_05B, "hidden_size": 2560, "num_attention_heads": 32, "num_key_value_heads": 32,

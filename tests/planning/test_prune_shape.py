@@ -6,7 +6,7 @@ import pytest
 
 from edgeopt.errors import ConfigError, PassError
 from edgeopt.sources.model_spec import spec_from_config
-from edgeopt.passes.prune_shape import (PruneRequest, feasible_head_counts, mlp_alignment, pruned_spec,
+from edgeopt.planning.prune_shape import (PruneRequest, feasible_head_counts, mlp_alignment, pruned_spec,
                                         solve_shape)
 
 

@@ -8,8 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from edgeopt.sources.gguf_model import gguf_metadata, gguf_model_spec
-from edgeopt.planning.devices import plan_across_devices
+from edgeopt.planning import AcrossDevices, GgufFileSource, PlanRequest, plan_for
 from edgeopt.profiles import load_profile
 from edgeopt.rpc.binaries import rpc_library
 from edgeopt.runtimes.llama_cpp import load_gguf
@@ -20,9 +19,9 @@ from edgeopt.cli.commands.plan_devices_cmd import asked_workers
 
 def main(gguf: Path, workers: str) -> None:
     memories = asked_workers(workers)
-    spec = gguf_model_spec(gguf_metadata(gguf))
-    plan = plan_across_devices(spec, load_profile("host"), memories, CONTEXT, SEQUENCES,
-                               memory_bytes=HEAD_MEMORY_MIB * 1024**2, gguf_file=gguf).candidates[0].split
+    plan = plan_for(AcrossDevices(GgufFileSource(gguf), workers=tuple(memories)), load_profile("host"),
+                    PlanRequest(context=CONTEXT, concurrency=SEQUENCES,
+                                memory_bytes=HEAD_MEMORY_MIB * 1024**2)).candidates[0].split
     n_gpu_layers, tensor_split = plan.offload()
     offload = RpcOffload(rpc_library(), tuple(w.name for w in memories), n_gpu_layers, tensor_split)
     runtime = load_gguf(gguf, kv_capacity_tokens=CONTEXT * SEQUENCES, max_slots=SEQUENCES, threads=1,

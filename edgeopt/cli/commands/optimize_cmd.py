@@ -10,12 +10,12 @@ import typer
 from edgeopt import backends
 from edgeopt.byte_sizes import read_size
 from edgeopt.cli.options import Concurrency, Context, KvType, Target, quant_examples
-from edgeopt.cli.commands.plan_cmd import print_plan
+from edgeopt.cli.plan_table import print_plan
 from edgeopt.errors import ConfigError
 from edgeopt.optimize.export_options import export_options
-from edgeopt.passes.draft_options import check_draft_flags, draft_recipe
-from edgeopt.passes.options import compression_passes
-from edgeopt.optimize.pipeline import OptimizeOptions, check_format, resolve, run_optimize
+from edgeopt.optimize.options import OptimizeOptions, Resolved, check_format, resolve
+from edgeopt.optimize.pipeline import run_optimize
+from edgeopt.planning import Compression, check_draft_flags
 
 
 def show_llama_log() -> None:
@@ -75,18 +75,16 @@ def optimize(
     written_size = read_size(size, "--size") if size is not None else None
     if draft_for is not None:
         check_draft_flags(model, draft_for, fmt, fit, accept_quality_loss, distil, distil_data, eval_data)
-        assert distil_data is not None  # checked above
-        model, passes = draft_for, draft_passes(draft_for, prune, prune_heads, prune_mlp, prune_layers, distil_data,
-                                                distil_steps)
+        model = draft_for
     elif model is None:
         raise ConfigError("edgeopt optimize needs MODEL", "pass a hub id or checkpoint directory: edgeopt optimize "
                           "MODEL, or make a draft model for one: edgeopt optimize --draft-for TARGET --distil-data FILE")
-    else:
-        passes = compression_passes(prune, prune_heads, prune_mlp, prune_layers, distil, distil_data, distil_steps, fit)
+    compression = Compression(prune=prune, prune_heads=prune_heads, prune_mlp=prune_mlp, prune_layers=prune_layers,
+                              distil=distil, distil_data=distil_data, distil_steps=distil_steps)
     opts = OptimizeOptions(model=model, target=target, output=output, format=fmt, quant=quant, kv_type=kv_type, context=context,
                            concurrency=concurrency, eval_data=eval_data, evaluate=not no_eval, force=force,
                            dry_run=dry_run, fit=fit, accept_quality_loss=accept_quality_loss, ignore_fit=ignore_fit,
-                           size=written_size, passes=passes, draft=draft_for is not None,
+                           size=written_size, compression=compression, draft=draft_for is not None,
                            export_options=export_options(
                                calibration_data=calibration_data, calibration_method=calibration_method,
                                int4_block_size=int4_block_size, int8_method=int8_method, int4_mix=int4_mix,
@@ -94,17 +92,7 @@ def optimize(
                                size_bytes=written_size.bytes if written_size else None,
                                self_calibration=self_calibration))
     resolved = resolve(opts)
-    print_plan(resolved.plan, resolved.source_parameters)
-    if resolved.fit_ratio is not None:
-        typer.echo(f"fit: the model does not fit {resolved.profile.name}; pruning {resolved.fit_ratio:.0%} of its "
-                   "non-embedding parameters makes it fit")
-    chosen = next((c for c in resolved.plan.candidates if c.quant == resolved.quant), None)
-    if chosen is not None and not chosen.fits:
-        typer.echo(f"warning: {chosen.label} does not fit {resolved.profile.name} at {resolved.plan.concurrency} x "
-                   f"{resolved.plan.context} tokens (fits: no above); " +
-                   ("written because --ignore-fit was given" if ignore_fit else "a dry run writes nothing"))
-    kv = f" with a {resolved.kv_type} KV cache" if resolved.kv_type else ""
-    typer.echo(f"will write {resolved.format}:{resolved.quant}{kv} for runtime {resolved.runtime} to {resolved.output}")
+    print_optimize_plan(resolved, ignore_fit)
     if dry_run:
         return
     manifest = run_optimize(opts, report=typer.echo, resolved=resolved)
@@ -122,15 +110,22 @@ def optimize(
         typer.echo("draft: acceptance not measured (--no-eval)")
 
 
-def draft_passes(target: str, prune: float | None, prune_heads: float | None, prune_mlp: float | None,
-                 prune_layers: int | None, distil_data: Path, distil_steps: int) -> list[tuple[str, dict[str, Any]]]:
-    """The prune + distil passes that make a draft of ``target`` (edgeopt.passes.draft_options), its size printed."""
-    from edgeopt.sources.model_spec import load_model_spec
-
-    recipe = draft_recipe(load_model_spec(target), prune, prune_heads, prune_mlp, prune_layers, distil_data,
-                          distil_steps)
-    typer.echo(recipe.describe())
-    return recipe.passes
+def print_optimize_plan(resolved: Resolved, ignore_fit: bool) -> None:
+    """What optimize will write: the draft's shape (--draft-for), the plan, --fit's prune, a warning for a row
+    that does not fit, and the bundle it writes."""
+    if resolved.draft_recipe is not None:
+        typer.echo(resolved.draft_recipe.describe())
+    print_plan(resolved.plan, resolved.source_parameters)
+    if resolved.fit_ratio is not None:
+        typer.echo(f"fit: the model does not fit {resolved.profile.name}; pruning {resolved.fit_ratio:.0%} of its "
+                   "non-embedding parameters makes it fit")
+    chosen = resolved.chosen
+    if chosen is not None and not chosen.fits:
+        typer.echo(f"warning: {chosen.label} does not fit {resolved.profile.name} at {resolved.plan.concurrency} x "
+                   f"{resolved.plan.context} tokens (fits: no above); " +
+                   ("written because --ignore-fit was given" if ignore_fit else "a dry run writes nothing"))
+    kv = f" with a {resolved.kv_type} KV cache" if resolved.kv_type else ""
+    typer.echo(f"will write {resolved.format}:{resolved.quant}{kv} for runtime {resolved.runtime} to {resolved.output}")
 
 
 def describe_acceptance(draft: dict[str, Any]) -> str:

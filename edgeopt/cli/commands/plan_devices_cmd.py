@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from rich.console import Console
 from rich.text import Text
 
 from edgeopt.cli.table import Column, print_line, print_table
-from edgeopt.sources.gguf_metadata import is_gguf_file
-from edgeopt.planning.checkpoint import MIB
-from edgeopt.planning.devices import DevicesPlan, plan_across_devices, worker_memories
+from edgeopt.planning import MIB, AcrossDevices, DevicesPlan, ModelSource, PlanRequest, plan_for
 from edgeopt.profiles import DeviceProfile
-from edgeopt.sizing.kv_types import parse_kv_type
-from edgeopt.sizing.shape import DEFAULT_CONTEXT
 from edgeopt.sizing.split import describe
 from edgeopt.sizing.split_shape import WorkerMemory
 
@@ -29,22 +24,10 @@ def asked_workers(text: str) -> list[WorkerMemory]:
     return [WorkerMemory(str(info.endpoint), info.free_bytes) for info in infos]
 
 
-def plan_devices(model: str, profile: DeviceProfile, context: int | None, concurrency: int, memory_bytes: int | None,
-                 kv_type: str | None, devices: int | None, workers: str | None, as_json: bool) -> None:
-    memories = worker_memories(profile, devices, asked_workers(workers) if workers else None, memory_bytes)
-    parsed_kv = parse_kv_type(kv_type, "gguf") if kv_type else None
-    if is_gguf_file(Path(model)):
-        from edgeopt.sources.gguf_model import gguf_metadata, gguf_model_spec
-
-        spec = gguf_model_spec(gguf_metadata(Path(model)))
-        gguf_file: Path | None = Path(model)
-    else:
-        from edgeopt.sources.model_spec import load_model_spec
-
-        spec, gguf_file = load_model_spec(model), None
-    context = context or min(spec.max_position_embeddings, DEFAULT_CONTEXT)
-    result = plan_across_devices(spec, profile, memories, context, concurrency, memory_bytes, parsed_kv,
-                                 gguf_file=gguf_file, gguf_quant=Path(model).name if gguf_file else None)
+def plan_devices(model: ModelSource, profile: DeviceProfile, request: PlanRequest, devices: int | None,
+                 workers: str | None, as_json: bool) -> None:
+    across = AcrossDevices(model, devices, tuple(asked_workers(workers)) if workers else None)
+    result = plan_for(across, profile, request)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return

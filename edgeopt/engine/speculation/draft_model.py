@@ -26,10 +26,10 @@ from edgeopt.engine.sampler import greedy
 from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.speculation.distribution import draw_from, truncated_softmax
 from edgeopt.errors import ConfigError
+from edgeopt.speculation_modes import DEFAULT_DRAFT_TOKENS
 from edgeopt.runtimes.base import Runtime, StepInput
 
 log = logging.getLogger(__name__)
-DEFAULT_DRAFT_TOKENS = 4
 MAX_DRAFT_TOKENS = 16
 PASS_COST_DECAY = 0.9  # weight of past draft passes in the measured cost of one
 

@@ -27,14 +27,13 @@ from edgeopt.store.bundle import Manifest
 from edgeopt.errors import ConfigError, EdgeoptError
 from edgeopt.sources.gguf_metadata import is_gguf_file
 from edgeopt.sources.model_source import ModelSource, model_card, open_model_source
-from edgeopt.planning.bundle import encoder_resident, is_bundle_dir
+from edgeopt.planning import BundleSource, ServeRequest, is_bundle_dir, plan_for
 from edgeopt.server.models.catalog import ModelEntry, ModelNeed
 from edgeopt.server.models.compute_gate import ComputeGate
 from edgeopt.server.served_model import ServedModel
 from edgeopt.sizing.budget import MIB, SAFETY_MARGIN
-from edgeopt.sizing.bundle_facts import bundle_serving_shape, planned_bundle_shape
 from edgeopt.sizing.layout import AUTO, UNIFIED
-from edgeopt.sizing.resident import resident_memory
+from edgeopt.sizing.resident import ResidentMemory
 from edgeopt.sizing.shape import ServingShape, ShapeRequest
 
 log = logging.getLogger("edgeopt.server")
@@ -84,7 +83,7 @@ def model_entry(path: Path, budget: SharedBudget, load: LoadModel, source: Model
     name, aliases = source.names[0], source.names[1:]
     card = model_card(bundle_dir, manifest)
     if manifest.kind in ("embedding", "rerank"):
-        resident = encoder_resident(bundle_dir, manifest)
+        resident = plan_for(BundleSource(bundle_dir, manifest), "host", ServeRequest(refuse=False)).resident
         bytes_ = resident.total_bytes - resident.process_bytes
         need, labels = ModelNeed(bytes_, bytes_), {}
 
@@ -93,12 +92,12 @@ def model_entry(path: Path, budget: SharedBudget, load: LoadModel, source: Model
 
         loader = load_encoder
     elif manifest.kind == "causal-lm":
-        full = _shape_in(bundle_dir, manifest, budget, budget.bytes)
-        need = _need(manifest, full)
+        full, resident = _planned_in(bundle_dir, manifest, budget, budget.bytes)
+        need = _need(full, resident)
         labels = {k: v for k, v in (("kv_type", full.kv_type), ("layout", full.kv_layout)) if v}
 
         def load_causal(room: int) -> ServedModel:
-            shape = _shape_in(bundle_dir, manifest, budget, room, refuse=True)
+            shape, _ = _planned_in(bundle_dir, manifest, budget, room, refuse=True)
             return load(bundle_dir, manifest, shape, budget.gate)
 
         loader = load_causal
@@ -134,17 +133,18 @@ def scan_folder(folder: Path, budget: SharedBudget, load: LoadModel) -> Callable
     return scan
 
 
-def _shape_in(bundle_dir: Path, manifest: Manifest, budget: SharedBudget, room: int,
-              refuse: bool = False) -> ServingShape:
-    """The shape of a causal LM given ``room`` bytes of the budget: the sizing package's own decision in a pool
-    that, less its margin, is ``room`` plus the process's share (counted once, by the budget)."""
+def _planned_in(bundle_dir: Path, manifest: Manifest, budget: SharedBudget, room: int,
+                refuse: bool = False) -> tuple[ServingShape, ResidentMemory]:
+    """The shape of a causal LM given ``room`` bytes of the budget, and what it holds resident: the planner's own
+    decision in a pool that, less its margin, is ``room`` plus the process's share (counted once, by the budget)."""
     pool = math.ceil((room + budget.process_bytes) / (1 - SAFETY_MARGIN))
-    decide = bundle_serving_shape if refuse else planned_bundle_shape
-    return decide(bundle_dir, manifest, shared_request(budget.request, manifest.format), pool)
+    planned = plan_for(BundleSource(bundle_dir, manifest), "host",
+                       ServeRequest(shared_request(budget.request, manifest.format), pool, refuse=refuse))
+    assert planned.shape is not None  # a causal LM has a KV cache
+    return planned.shape, planned.resident
 
 
-def _need(manifest: Manifest, full: ServingShape) -> ModelNeed:
-    resident = resident_memory(backends.backend(manifest.format), full)
+def _need(full: ServingShape, resident: ResidentMemory) -> ModelNeed:
     full_bytes = resident.total_bytes - resident.process_bytes
     beyond_one = max(0, resident.kv_live_cells - full.context_length) + resident.kv_prefix_cells
     return ModelNeed(full_bytes, full_bytes - beyond_one * resident.kv_bytes_per_token)

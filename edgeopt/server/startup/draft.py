@@ -1,5 +1,5 @@
-"""``edgeopt serve BUNDLE --draft DRAFT``: the draft model's plan (its memory taken from the budget first,
-edgeopt.sizing.draft) and its runtime, checked against the target's vocabulary before the engine starts."""
+"""``edgeopt serve BUNDLE --draft DRAFT``: the draft model's plan (edgeopt.planning: its memory taken from the budget
+first) and its runtime, checked against the target's vocabulary before the engine starts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from edgeopt.engine.speculation.draft_model import DraftModel
 from edgeopt.engine.speculation.draft_vocab import check_same_vocabulary
 from edgeopt.sources.model_source import open_model_source
 from edgeopt.runtimes.base import Runtime
-from edgeopt.sizing.draft import DraftPlan, shape_beside_draft
+from edgeopt.planning import BesideDraft, BundleSource, ServeRequest, plan_for
+from edgeopt.sizing.draft import DraftPlan
 from edgeopt.sizing.shape import ServingShape, ShapeRequest
 
 log = logging.getLogger("edgeopt.server")
@@ -36,10 +37,11 @@ def plan_with_draft(bundle_dir: Path, manifest: Manifest, request: ShapeRequest,
         from edgeopt.errors import ConfigError
 
         raise ConfigError(f"--draft {draft} is a {source.manifest.kind} model", "pass a causal LM (GGUF) as the draft")
-    shape, plan = shape_beside_draft(bundle_dir, manifest, request, source.bundle_dir, source.manifest, draft_tokens,
-                                     memory_bytes, target)
-    log.info("%s", plan.describe())
-    return shape, DraftSetup(Path(draft), source.bundle_dir, source.manifest, plan, draft_tokens)
+    planned = plan_for(BesideDraft(BundleSource(bundle_dir, manifest), BundleSource(source.bundle_dir, source.manifest)),
+                       target, ServeRequest(request, memory_bytes, draft_tokens))
+    assert planned.shape is not None and planned.draft is not None  # a causal LM beside a draft: both planned
+    log.info("%s", planned.draft.describe())
+    return planned.shape, DraftSetup(Path(draft), source.bundle_dir, source.manifest, planned.draft, draft_tokens)
 
 
 def load_draft(setup: DraftSetup, target: Runtime, target_file: Path | None, threads: int | None) -> DraftModel:

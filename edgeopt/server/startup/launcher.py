@@ -17,8 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,23 +24,19 @@ from edgeopt import backends
 from edgeopt.store.bundle import Manifest
 from edgeopt.engine import Engine, EngineConfig, engine_config_for
 from edgeopt.engine.api import ServingEngine
-from edgeopt.speculation_modes import DEFAULT_MODE, longest_draft
 from edgeopt.errors import ConfigError
+from edgeopt.planning import BundleSource, ServePlan, ServeRequest, plan_for
 from edgeopt.sources.model_source import bundle_model_names, model_card, open_model_source
-from edgeopt.rpc.endpoints import Endpoint
 from edgeopt.runtimes.base import Runtime
-from edgeopt.server.http.auth import check_exposure
 from edgeopt.server.chat.template import ChatTemplate
 from edgeopt.server.startup.draft import DraftSetup, load_draft, plan_with_draft
-from edgeopt.server.http.connection_guard import DEFAULT_HEADER_TIMEOUT_S, guarded_protocol
+from edgeopt.server.http.connection_guard import guarded_protocol
 from edgeopt.server.models.compute_gate import ComputeGate
-from edgeopt.server.models.keep_alive import DEFAULT_KEEP_ALIVE_S
-from edgeopt.server.state import DEFAULT_STORE_BYTES, ServedModel, ServerSettings
-from edgeopt.sizing.bundle_facts import bundle_serving_shape
+from edgeopt.server.state import ServedModel, ServerSettings
+from edgeopt.server.startup.serve_options import ServeOptions, server_keys
 from edgeopt.sizing.budget import MIB
-from edgeopt.sizing.layout import AUTO
-from edgeopt.sizing.resident import resident_memory
-from edgeopt.sizing.shape import ServingShape, ShapeRequest, check_shape_request
+from edgeopt.sizing.resident import ResidentMemory, resident_memory
+from edgeopt.sizing.shape import ServingShape, check_shape_request
 
 if TYPE_CHECKING:
     from edgeopt.runtimes.llama_cpp.rpc import RpcOffload
@@ -52,56 +46,16 @@ INHERITED_SOCKET_ENV = "EDGEOPT_SERVE_FD"  # set by edgeopt.rpc.supervisor for t
 KEEP_ALIVE_S = 5  # uvicorn's default: an idle keep-alive connection is closed 5 s after its last response
 
 
-@dataclass(frozen=True)
-class ServeOptions:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_key: str | None = None
-    api_keys: Mapping[str, str] = field(default_factory=dict)  # --api-keys: a key per caller (server.callers)
-    admin_key: str | None = None  # --admin-key: the operator's (request ids, emptying the prefix cache)
-    max_concurrency: int | None = None  # concurrent sequences; default: what the KV budget affords
-    context: int | None = None  # tokens per sequence (prompt + output)
-    memory_bytes: int | None = None  # overrides the profile's / host's usable memory
-    target: str = "host"  # device profile whose memory the server may use
-    threads: int | None = None
-    max_waiting: int = 256
-    verify: bool = True
-    log_level: str = "info"
-    insecure_no_auth: bool = False  # allow a non-loopback --host without an API key (auth.check_exposure)
-    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S  # connection_guard: request headers must arrive by then
-    max_connections: int | None = None  # connection_guard: default min(512, half the descriptor limit)
-    parse_special_in_content: bool = False  # chat text may contain control tokens (see ServerSettings)
-    kv_type: str | None = None  # llama.cpp KV cache type (gguf only); None: the bundle's (edgeopt.sizing.shape)
-    prefix_cache: bool = True  # reuse the KV of cached prompt prefixes (--no-prefix-cache turns it off)
-    warm_file: Path | None = None  # --warm: a system prompt whose KV is stored and loaded (prompt_store)
-    kv_layout: str = AUTO  # llama.cpp (gguf) only: unified, streams, or auto (edgeopt.sizing.layout)
-    flash_attention: str = AUTO  # llama.cpp (gguf) only: auto, on, off (edgeopt.sizing.attention)
-    stream_interval_ms: float = 50.0  # streamed text at most this often when tokens come faster (engine.stream)
-    responses_store_bytes: int = DEFAULT_STORE_BYTES  # stored /v1/responses (edgeopt.server.responses.store)
-    speculative: str = DEFAULT_MODE  # speculative decoding mode (edgeopt.engine.speculation): off, ngram, auto, draft
-    workers: tuple[Endpoint, ...] = ()  # llama.cpp RPC workers the model is split across (edgeopt.rpc.head)
-    worker_timeout_s: float = 60.0  # a worker silent this long is dead (edgeopt.rpc.metrics.WorkerWatch)
-    prefix_cache_bytes: int | None = None  # --prefix-cache-memory: KV for cached prefixes (edgeopt.sizing.shape)
-    # Several models (edgeopt.server.startup.launch_many): idle unload, models kept loaded, prefix caches on disk
-    keep_alive_s: float = DEFAULT_KEEP_ALIVE_S
-    pins: tuple[str, ...] = ()
-    swap_space_bytes: int = 0
-    draft: Path | None = None  # --draft: a draft model for speculative decoding (edgeopt.server.startup.draft)
-    draft_tokens: int = 4  # --draft-tokens: tokens it drafts a step
-    chat_template: str | None = None  # --chat-template: a Jinja chat template's text, used instead of the model's
-
-    def shape_request(self) -> ShapeRequest:
-        return ShapeRequest(context=self.context, max_sequences=self.max_concurrency, kv_type=self.kv_type,
-                            kv_layout=self.kv_layout, prefix_cache=self.prefix_cache,
-                            flash_attention=self.flash_attention,
-                            prefix_cache_bytes=self.prefix_cache_bytes,
-                            draft_rows=longest_draft(self.speculative,
-                                                     self.draft_tokens if self.draft is not None else None))
-
-
 def serving_shape(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> ServingShape:
-    """The bundle's serving shape for these options (edgeopt.sizing.bundle_facts.bundle_serving_shape)."""
-    return bundle_serving_shape(bundle_dir, manifest, options.shape_request(), options.memory_bytes, options.target)
+    """The bundle's serving shape for these options (the planner's, edgeopt.planning)."""
+    shape = served_plan(bundle_dir, manifest, options).shape
+    assert shape is not None, f"{manifest.kind} bundles have no serving shape"
+    return shape
+
+
+def served_plan(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> ServePlan:
+    return plan_for(BundleSource(bundle_dir, manifest), options.target,
+                    ServeRequest(options.shape_request(), options.memory_bytes))
 
 
 def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape | None,
@@ -207,29 +161,13 @@ def inherited_sockets() -> list[socket.socket] | None:
     return [socket.socket(fileno=int(inherited_fd))] if inherited_fd else None
 
 
-def shape_line(manifest: Manifest, shape: ServingShape) -> str:
+def shape_line(shape: ServingShape, resident: ResidentMemory) -> str:
     """The start line: KV cells by purpose and the resident memory `edgeopt plan` promises for this shape."""
-    resident = resident_memory(backends.backend(manifest.format), shape)
     per_token = shape.sizing.kv_bytes_per_token
     return (f"KV cells: {shape.kv_live_cells} for {shape.max_sequences} live sequences of {shape.context_length} "
             f"tokens ({shape.kv_live_cells * per_token / MIB:.0f} MiB), {shape.kv_prefix_cells} for cached prefixes "
             f"only ({shape.kv_prefix_cells * per_token / MIB:.0f} MiB; --prefix-cache-memory sets it); planned "
             f"resident {resident.total_bytes / MIB:.0f} MiB (edgeopt plan)")
-
-
-def server_keys(options: ServeOptions) -> tuple[str | None, str | None]:
-    """(API key, admin key), from the flags or the environment, once the exposure they allow is checked."""
-    api_key = options.api_key or os.environ.get("EDGEOPT_API_KEY") or None
-    admin_key = options.admin_key or os.environ.get("EDGEOPT_ADMIN_KEY") or None
-    check_exposure(options.host, options.port, api_key or admin_key or next(iter(options.api_keys.values()), None),
-                   options.insecure_no_auth)
-    if not (api_key or admin_key or options.api_keys):
-        log.info("no API key: one tenant. Every client shares the stored responses and sees every request id on "
-                 "/v1/edgeopt/requests (--api-keys FILE gives each caller its own; docs/api.md)")
-    if options.parse_special_in_content:  # an operator must be able to see from the log that this is off
-        log.warning("--parse-special-in-content: control-token text in chat messages becomes control tokens, "
-                    "so a user message can forge a system turn")
-    return api_key, admin_key
 
 
 def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
@@ -250,23 +188,28 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
     if options.draft is not None and (manifest.kind != "causal-lm" or options.workers):
         raise ConfigError(f"--draft drafts for one causal LM served alone; this is a {manifest.kind} bundle"
                           f"{' split across --workers' if options.workers else ''}", "leave --draft out")
+    resident: ResidentMemory | None = None
     if manifest.kind == "causal-lm" and options.workers:  # split across llama.cpp RPC workers
         from edgeopt.rpc.head import prepare_split
 
         split = prepare_split(bundle_dir, manifest, options.shape_request(), options.workers, options.memory_bytes,
                               options.target)
         shape, offload = split.shape, split.offload
+        resident = resident_memory(backends.backend(manifest.format), shape)
         kv_type, kv_layout, budget = shape.kv_type, shape.kv_layout, shape.sizing.usable_memory_bytes
     elif manifest.kind == "causal-lm":
         if options.draft is not None:
             shape, draft = plan_with_draft(bundle_dir, manifest, options.shape_request(), options.draft,
                                            options.draft_tokens, options.memory_bytes, options.target, options.verify)
+            resident = resident_memory(backends.backend(manifest.format), shape)
         else:
-            shape = serving_shape(bundle_dir, manifest, options)
+            planned = served_plan(bundle_dir, manifest, options)
+            shape, resident = planned.shape, planned.resident
+            assert shape is not None  # a causal LM has a KV cache
         kv_type, kv_layout, budget = shape.kv_type, shape.kv_layout, shape.sizing.usable_memory_bytes
         log.info("KV sizing (%s KV cache, %s layout): %s", kv_type, kv_layout or "the runtime's",
                  shape.sizing.to_dict())
-        log.info(shape_line(manifest, shape))
+        log.info(shape_line(shape, resident))
     elif manifest.kind in ("embedding", "rerank") and options.workers:
         raise ConfigError("--workers splits a causal LM across llama.cpp RPC workers; this bundle is an encoder",
                           "leave --workers out")
@@ -294,9 +237,8 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
 
     app = create_app(settings, loader=lambda: load_served_model(bundle_dir, manifest, shape, options, offload, draft=draft),
                      on_load_error=stop_on_load_error)
-    if shape is not None:
-        app.state.server.metrics.describe_shape(shape.kv_live_cells, shape.kv_prefix_cells,
-                                                resident_memory(backends.backend(manifest.format), shape).total_bytes)
+    if shape is not None and resident is not None:
+        app.state.server.metrics.describe_shape(shape.kv_live_cells, shape.kv_prefix_cells, resident.total_bytes)
     if offload is not None:  # each worker's memory and round trip on /metrics, and a heartbeat
         from edgeopt.rpc.lost_worker import LostWorker
         from edgeopt.rpc.metrics import WorkerWatch
