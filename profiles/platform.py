@@ -144,8 +144,8 @@ class Platform:
         raise ConfigError(
             f"device {device!r} has an {named}, which the {runtime} runtime cannot use: edgeopt runs models on "
             f"the CPU{' or a ' + usable if usable else ''} only",
-            f"run on the CPU: pass {cpu_option}, or serve with a profile that names no {first.kind.description} "
-            "(drop its [[accelerators]] entry, or --target a CPU profile such as x86-64-cpu or raspberry-pi)")
+            f"run on the CPU: pass {cpu_option}, or give the runtime a profile that names no "
+            f"{first.kind.description} (this one without its [[accelerators]] entry)")
 
     def placement(self, requested: str) -> Accelerator | None:
         """The accelerator a runtime option such as torch's ``device`` names (``auto``, ``cpu``, ``cuda``) on
