@@ -14,57 +14,16 @@ from typing import Any
 
 from edgeopt.errors import ModelNotFoundError, UnsupportedArchitectureError
 from edgeopt.sizing.budget import kv_bytes_per_token, kv_elements_per_token
+# The families edgeopt reads, and how they differ; imported from here by the rooms that read a spec as well.
+from edgeopt.sources.architectures import (EMBEDDING_KIND, ENCODER_LAYER_NAMES, ENCODER_MODEL_TYPES,
+                                           FUSED_PROJECTIONS, POSITIONS_AFTER_PADDING, RERANK_KIND,
+                                           RERANK_MODEL_TYPES, SANDWICH_NORM_ARCHS, SUPPORTED_ARCHITECTURES,
+                                           TIED_BY_DEFAULT, encoder_input_limit)
 
-# HF architecture class -> the short name used in GGUF metadata and our registries.
-SUPPORTED_ARCHITECTURES = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "llama",  # same graph as Llama; GGUF stores Mistral as llama
-    "Qwen2ForCausalLM": "qwen2",
-    "Qwen3ForCausalLM": "qwen3",
-    "Phi3ForCausalLM": "phi3",  # Phi-3, Phi-3.5, Phi-4-mini: fused qkv / gate_up, LongRoPE, partial rotary
-    "GraniteForCausalLM": "granite",  # Granite 3.x: Llama layout plus four scalar multipliers
-    "SmolLM3ForCausalLM": "smollm3",  # Llama layout; every 4th layer without RoPE (NoPE)
-    "Gemma2ForCausalLM": "gemma2",
-    "Gemma3ForCausalLM": "gemma3",  # text-only Gemma 3 (model_type gemma3_text)
-}
-# Config classes that leave tie_word_embeddings at transformers' base default (True), so a config.json
-# saved without the key ties; the others (Llama, Qwen2, Phi-3, Granite, ...) default to untied.
-TIED_BY_DEFAULT = ("smollm3", "gemma2", "gemma3")
-# Architectures whose checkpoints store q/k/v as one qkv_proj and gate/up as one gate_up_proj.
-FUSED_PROJECTIONS = ("phi3",)
-# Gemma 2/3 wrap attention and MLP in "sandwich" norms: post-attention, pre- and post-feed-forward.
-SANDWICH_NORM_ARCHS = ("gemma2", "gemma3")
-# Encoders (sentence embeddings), exported to ONNX only. Keyed by config model_type, since a
-# feature-extractor checkpoint may list BertModel, BertForMaskedLM, ... or no architectures at all;
-# the value is the base model class, which keeps a pooler layer (the *For* heads drop it). RoBERTa
-# and XLM-R (multilingual-e5, many multilingual sentence-transformers) share BERT's tensor layout.
-ENCODER_MODEL_TYPES = {"bert": "BertModel", "roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel",
-                       "mpnet": "MPNetModel"}
-# Per layer: the four attention projections and the two LayerNorms (BERT naming unless listed).
-_ENCODER_LAYER_NAMES = {
-    "bert": (("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"),
-             ("attention.output.LayerNorm", "output.LayerNorm")),
-    "mpnet": (("attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o"),
-              ("attention.LayerNorm", "output.LayerNorm")),
-}
-# These number positions after the padding id (pad + 1, pad + 2, ...), so pad + 1 position rows are
-# never a token's: the usable context is max_position_embeddings - pad_token_id - 1.
-POSITIONS_AFTER_PADDING = ("roberta", "xlm-roberta", "mpnet")
-EMBEDDING_KIND = "embedding"
-# A cross-encoder (sentence-transformers' CrossEncoder): a BERT with a one-logit classification head over a
-# (query, document) pair, served on /v1/rerank. BERT's layout only: other families' heads are named otherwise.
-RERANK_KIND = "rerank"
-RERANK_MODEL_TYPES = ("bert",)
-
-
-def encoder_input_limit(config: dict[str, Any], max_seq_length: int | None = None) -> int:
-    """Most tokens (special tokens included) one encoder input may have: the rows of the position table
-    a token can use, or sentence-transformers' ``max_seq_length`` when that is smaller."""
-    limit = int(config.get("max_position_embeddings", 512))
-    if config.get("model_type") in POSITIONS_AFTER_PADDING:
-        limit -= int(config.get("pad_token_id") or 0) + 1
-    return min(limit, max_seq_length or limit)
-
+__all__ = ["EMBEDDING_KIND", "ENCODER_MODEL_TYPES", "FUSED_PROJECTIONS", "POSITIONS_AFTER_PADDING", "RERANK_KIND",
+           "RERANK_MODEL_TYPES", "SANDWICH_NORM_ARCHS", "SUPPORTED_ARCHITECTURES", "TIED_BY_DEFAULT", "ModelSpec",
+           "TensorInfo", "encoder_input_limit", "load_model_spec", "reference_attention", "resolve_config_path",
+           "spec_from_config"]
 
 @dataclass(frozen=True)
 class TensorInfo:
@@ -173,7 +132,7 @@ class ModelSpec:
         if self.type_vocab_size:
             out.append(TensorInfo("embeddings.token_type_embeddings.weight", (self.type_vocab_size, h)))
         out += [TensorInfo("embeddings.LayerNorm.weight", (h,)), TensorInfo("embeddings.LayerNorm.bias", (h,))]
-        projections, norms = _ENCODER_LAYER_NAMES.get(self.arch, _ENCODER_LAYER_NAMES["bert"])
+        projections, norms = ENCODER_LAYER_NAMES.get(self.arch, ENCODER_LAYER_NAMES["bert"])
         for i in range(self.num_layers):
             p = f"encoder.layer.{i}."
             layer = []

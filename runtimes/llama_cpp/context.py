@@ -23,14 +23,12 @@ import llama_cpp
 import numpy as np
 import numpy.ctypeslib  # numpy loads it lazily: here, at start, not inside the first step
 
-from edgeopt.errors import ENGINE_BUG_HINT, FEWER_KV_CELLS_HINT, BackendError
-from edgeopt.sizing.attention import OFF, ON
+from edgeopt.errors import ENGINE_BUG_HINT, BackendError
 from edgeopt.sizing.layout import UNIFIED
 from edgeopt.runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequence_id
-from edgeopt.runtimes.llama_cpp.attention import LLAMA_FLASH_TYPES
 from edgeopt.runtimes.llama_cpp.batch import NumpyBatch, split_by_outputs
+from edgeopt.runtimes.llama_cpp.context_params import ContextShape, create_context
 from edgeopt.runtimes.llama_cpp.kv_layouts import KV_LAYOUT_CLASSES, SequenceNames
-from edgeopt.runtimes.llama_cpp.kv_type import configure_kv_cache
 from edgeopt.runtimes.llama_cpp.model import ModelFacts
 from edgeopt.runtimes.llama_cpp.state_copy import StateCopy
 from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
@@ -61,8 +59,9 @@ class LlamaCppRuntime(Runtime):
         layout_class = KV_LAYOUT_CLASSES[kv_layout]
         # llama.cpp reserves a logits row per sequence id at least; a verification pass needs one per token.
         self._max_outputs = max_slots + max(cache_slots, draft_rows)  # the context's n_outputs_max
-        self._ctx = self._create_context(kv_capacity_tokens, max_slots, cache_slots, max_batch_tokens, n_threads,
-                                         layout_class.kv_unified, flash_attention)
+        self._ctx = create_context(model, ContextShape(kv_capacity_tokens, max_slots, cache_slots, self._max_outputs,
+                                                      max_batch_tokens, layout_class.kv_unified),
+                                   n_threads, kv_type, flash_attention)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         vocab = llama_cpp.llama_model_get_vocab(model)
         self.tokenizer = LlamaCppTokenizer(vocab, file_key)
@@ -93,33 +92,6 @@ class LlamaCppRuntime(Runtime):
         # n_threads is then the most threads; the governor lowers it while other processes use our cores.
         self._governor = ThreadGovernor(self._set_threads, n_threads) if adaptive_threads else None
         self.decode_calls = 0
-
-    def _create_context(self, n_ctx: int, max_slots: int, cache_slots: int, max_batch: int,
-                        n_threads: int, kv_unified: bool, flash_attention: bool | None) -> llama_cpp.llama_context_p:
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = n_ctx
-        params.n_batch = max_batch
-        params.n_ubatch = max_batch  # one physical pass per step: the whole batch shares the weight reads
-        params.n_seq_max = max_slots + cache_slots  # cache entries are sequences that are never decoded
-        # At most one logits row per sequence per step: without this llama.cpp reserves n_batch rows
-        # (512 x a 150k vocabulary x 4 bytes = 300 MB on a device that has none to spare).
-        # llama.cpp reserves at least n_seq_max rows, so each cache sequence id costs one row (vocab x 4 bytes).
-        # Prompt logprobs (all_logits) are decoded in pieces of at most that many rows (split_by_outputs).
-        params.n_outputs_max = self._max_outputs
-        # unified: one shared pool of n_ctx cells; streams: n_ctx / n_seq_max cells per sequence id
-        params.kv_unified = kv_unified
-        params.n_threads = n_threads
-        params.n_threads_batch = n_threads
-        params.no_perf = True
-        configure_kv_cache(params, self.kv_type)
-        if flash_attention is not None:
-            params.flash_attn_type = LLAMA_FLASH_TYPES[ON if flash_attention else OFF]
-        ctx = llama_cpp.llama_init_from_model(self._model, params)
-        if not ctx:
-            raise BackendError(f"llama.cpp could not create a context with n_ctx={n_ctx}, "
-                               f"n_seq_max={max_slots + cache_slots} ({max_slots} slots + {cache_slots} cached-prefix "
-                               f"ids), KV cache type {self.kv_type}", FEWER_KV_CELLS_HINT)
-        return ctx
 
     @property
     def kv_v_transposed(self) -> bool:

@@ -11,7 +11,8 @@ import pytest
 
 from edgeopt.store.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from edgeopt.exporters.onnx.int4_sized import group_of, matmul_bytes
+from edgeopt.exporters.onnx.int4_sized import matmul_bytes
+from edgeopt.exporters.onnx.int4_weights import group_of
 from edgeopt.exporters.onnx.nbits_blocks import eight_bit_blocks
 from edgeopt.exporters.onnx.int4_search import search_int4_blocks
 from tests.fixtures.onnx_bundles import optimize_onnx
@@ -159,7 +160,8 @@ def test_a_tied_table_is_stored_once_in_the_width_the_size_leaves(tiny_model_fac
 def test_a_group_measured_after_a_tied_table_does_not_carry_the_tables_rounding(tiny_model_factory) -> None:
     """The table's group replaces one parameter read twice (embedding, output layer); what it replaced must all be
     put back, or every group measured after it gains the table's KL."""
-    from edgeopt.exporters.onnx.int4_sized import Weight, measure_group_kl
+    from edgeopt.exporters.onnx.int4_costs import measure_group_kl
+    from edgeopt.exporters.onnx.int4_weights import Weight
     from edgeopt.measuring.torch_metrics import load_causal_lm
 
     model_dir = tiny_model_factory("llama-tied")
