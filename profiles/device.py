@@ -30,7 +30,7 @@ class DeviceProfile:
     preferred_format: str
     default_quant: str
     default_runtime: str
-    # llama.cpp KV cache type when an f16 cache cannot hold the requested sequences (edgeopt.planning.checkpoint.choose_kv_type)
+    # llama.cpp KV cache type when an f16 cache cannot hold the requested sequences (edgeopt.sizing.kv_choice)
     tight_memory_kv_type: str = "q8_0"
 
     @property

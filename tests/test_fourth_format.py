@@ -17,7 +17,7 @@ from edgeopt.errors import ConfigError
 from edgeopt.evaluation.quality_floor import judge, kl_ceiling, nominal_bits, remedies
 from edgeopt.exporters import get_exporter
 from edgeopt.optimize.export_options import check_export_options
-from edgeopt.planning.checkpoint import canonical_quant
+from edgeopt.planning import canonical_quant
 from edgeopt.runtimes import runtime_module
 from edgeopt.sizing.budget import runtime_weights_extra
 from edgeopt.store.bundle import load_bundle

@@ -11,10 +11,11 @@ import json
 import shutil
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from edgeopt.optimize.export_step import export_in_cache
+from edgeopt.optimize.export_step import run_exporter
 from edgeopt.optimize.options import OptimizeOptions, Resolved, resolve
 from edgeopt.sizing.budget import kv_bytes_per_token
 from edgeopt.sizing.kv_types import kv_element_bytes_for
@@ -43,8 +44,21 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Reso
         current, record = _run_pass(name, params, current, model_dir, opts, res, report)
         records.append(record)
 
-    export_dir, export_meta = export_in_cache(current, res.format, res.quant,
-                                              {**opts.export_options, "cpu_isa": res.profile.cpu_isa}, report)
+    from edgeopt.exporters import get_exporter
+
+    exporter = get_exporter(res.format)
+    export_params = {"quant": res.quant, **opts.export_options, "cpu_isa": res.profile.cpu_isa}
+    input_hash = content_hash(current)
+    version = exporter.cache_version
+    key_params = export_params if version is None else {**export_params, "exporter_version": version}
+    key = step_key("export", res.format, key_params, input_hash)
+    report(f"export: {res.format} {res.quant}")
+    started = time.perf_counter()
+    export_dir, export_meta, cached = cached_step(key, partial(run_exporter, exporter, current, quant=res.quant,
+                                                               params=export_params))
+    report(f"export: {'reused cached output' if cached else f'done in {time.perf_counter() - started:.1f}s'}")
+    for line in exporter.summary(export_meta):
+        report(line)
 
     with staged_bundle(res.output, force=opts.force) as stage:
         for path in export_dir.iterdir():

@@ -1,6 +1,6 @@
 """The ``prune`` pass: structured pruning to a smaller *standard* HF checkpoint.
 
-Shape (how many heads, channels, layers stay) comes from :mod:`edgeopt.passes.prune_shape`; which
+Shape (how many heads, channels, layers stay) comes from :mod:`edgeopt.planning.prune_shape`; which
 ones stay comes from :mod:`edgeopt.passes.importance`. The pruned weights are loaded into a fresh
 model built from the new config with ``strict=True``, so a slicing mistake fails here, not in an
 exporter. Optional unstructured magnitude sparsity zeroes weights but shrinks nothing: dense

@@ -21,7 +21,9 @@ from __future__ import annotations
 from typing import Union, overload
 
 from edgeopt.errors import ConfigError
-from edgeopt.planning.checkpoint import MIB, Candidate, Plan, canonical_quant, weight_bytes
+from edgeopt.planning.checkpoint import weight_bytes
+from edgeopt.planning.plan import Candidate, Plan
+from edgeopt.planning.quants import canonical_quant
 from edgeopt.planning.devices import DevicesPlan
 from edgeopt.planning.draft import PlanBesideDraft
 from edgeopt.planning.draft_recipe import DraftRecipe, check_draft_flags
@@ -35,6 +37,7 @@ from edgeopt.planning.serve_plan import ServePlan, plan_serving
 from edgeopt.planning.sources import (AcrossDevices, BesideDraft, BundleSource, CheckpointSource, GgufFileSource,
                                       ModelSource, Source, is_bundle_dir, source_of)
 from edgeopt.profiles import DeviceProfile, load_profile
+from edgeopt.sizing.budget import MIB
 
 Request = Union[PlanRequest, OptimizeRequest, ServeRequest]
 

@@ -4,7 +4,7 @@ Each gguf quantization is split over the devices by :func:`edgeopt.sizing.split.
 ``edgeopt serve --workers`` loads with): the head is the ``--target`` profile (or ``--memory``), the other
 devices are N-1 more of that profile, or the running workers with the memory each advertises. A
 checkpoint's layers are estimated from its config (equal layers, the embedding apart); a GGUF file's are
-its own tensors. The recommendation follows the one-device rule (edgeopt.planning.checkpoint.recommend): the profile's
+its own tensors. The recommendation follows the one-device rule (edgeopt.planning.recommend): the profile's
 default quant when it fits across the devices, else the largest that does.
 """
 

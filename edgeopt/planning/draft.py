@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeopt.planning.checkpoint import MIB, Plan, candidate_from_shape
+from edgeopt.planning.plan import Plan, candidate_from_shape
 from edgeopt.profiles import DeviceProfile
-from edgeopt.sizing.budget import memory_pool
+from edgeopt.sizing.budget import MIB, memory_pool
 from edgeopt.sizing.draft import DraftPlan, shape_beside_draft
 from edgeopt.sizing.shape import ShapeRequest
 from edgeopt.sources.gguf_model import gguf_metadata

@@ -17,7 +17,9 @@ from typing import Any
 from edgeopt.errors import DoesNotFitError, EdgeoptError
 from edgeopt.sources.model_spec import ModelSpec
 from edgeopt.planning.prune_shape import MAX_RATIO, PruneRequest, pruned_spec
-from edgeopt.planning.checkpoint import MIB, Plan, make_plan
+from edgeopt.planning.checkpoint import make_plan
+from edgeopt.planning.plan import Plan
+from edgeopt.sizing.budget import MIB
 from edgeopt.profiles import DeviceProfile
 
 RATIO_STEP = 0.01

@@ -1,8 +1,8 @@
 """``edgeopt plan FILE.gguf``: the planner's sizing for a GGUF file as it is (its quantization is fixed, its
 weights are the file's bytes), with the KV shape and context from its metadata (edgeopt.sources.gguf_model).
 
-One candidate, sized by the same functions as every other plan (edgeopt.planning.checkpoint.choose_kv_type,
-edgeopt.sizing.shape.decide_serving_shape) and as ``edgeopt serve FILE.gguf``, so a plan that fits also serves.
+One candidate, sized by the same function as every other plan (edgeopt.sizing.shape.decide_serving_shape, with
+the profile's tight KV type where memory is tight) and as ``edgeopt serve FILE.gguf``, so a plan that fits also serves.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from edgeopt import backends
 from edgeopt.speculation_modes import DEFAULT_MODE, longest_draft
 from edgeopt.errors import ConfigError
 from edgeopt.sources.gguf_model import gguf_kv_elements_per_token, gguf_metadata, gguf_model_spec
-from edgeopt.planning.checkpoint import Plan, candidate_from_shape, choose_kv_type, recommend
+from edgeopt.planning.plan import Plan, candidate_from_shape
+from edgeopt.planning.recommend import recommend
 from edgeopt.sizing.budget import memory_pool, model_kv_facts
-from edgeopt.sizing.kv_types import check_head_dims
+from edgeopt.sizing.kv_types import check_head_dims, head_dims_fit
 from edgeopt.sizing.shape import DEFAULT_CONTEXT, ShapeRequest, decide_serving_shape
 from edgeopt.profiles import DeviceProfile
 
@@ -35,10 +36,12 @@ def plan_gguf_file(path: Path, profile: DeviceProfile, context: int | None = Non
     pool = memory_pool(profile, memory_bytes)
     if kv_type is not None:
         check_head_dims(kv_type, spec.head_dim, spec.head_dim, str(path))
-    kv_type = kv_type or choose_kv_type(spec, profile, facts, pool, entry.kv_cache_types, context, concurrency)
+    tight = profile.tight_memory_kv_type
+    fits_tight = tight in entry.kv_cache_types and head_dims_fit(tight, spec.head_dim, spec.head_dim)
     shape = decide_serving_shape(entry, meta.file_type, facts, pool,
                                  ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type,
-                                              draft_rows=longest_draft(DEFAULT_MODE)))
+                                              draft_rows=longest_draft(DEFAULT_MODE),
+                                              tight_kv_type=tight if fits_tight else None))
     candidate = candidate_from_shape("gguf", meta.file_type, shape, context, concurrency, encoder=False)
     # A file's quant is what it is: it is recommended when it fits, whatever the profile would pick.
     return Plan(str(path), profile.name, pool.bytes, context, concurrency, [candidate],

@@ -10,7 +10,8 @@ from dataclasses import replace
 from edgeopt.byte_sizes import parse_size, read_size
 from edgeopt.errors import ConfigError
 from edgeopt.planning.bundle import bundle_parameters, plan_bundle
-from edgeopt.planning.checkpoint import Plan, make_plan, size_candidate
+from edgeopt.planning.checkpoint import make_plan, size_candidate
+from edgeopt.planning.plan import Plan
 from edgeopt.planning.devices import DevicesPlan, plan_across_devices, worker_memories
 from edgeopt.planning.draft import PlanBesideDraft, plan_beside_draft
 from edgeopt.planning.gguf_file import plan_gguf_file

@@ -11,8 +11,10 @@ from typing import Any
 from edgeopt import backends
 from edgeopt.byte_sizes import Size, refuse_above
 from edgeopt.errors import ConfigError, UnsupportedArchitectureError
-from edgeopt.planning.checkpoint import (Candidate, Plan, canonical_quant, check_encoder_formats, encoder_formats,
-                                         refuse_unfit, require_fit, size_candidate, weight_bytes)
+from edgeopt.planning.checkpoint import check_encoder_formats, encoder_formats, size_candidate, weight_bytes
+from edgeopt.planning.plan import Candidate, Plan
+from edgeopt.planning.recommend import refuse_unfit, require_fit
+from edgeopt.planning.quants import canonical_quant
 from edgeopt.planning.draft_recipe import DraftRecipe, draft_recipe
 from edgeopt.planning.fit import plan_after_passes
 from edgeopt.planning.pass_list import compression_passes
@@ -32,20 +34,18 @@ class OptimizePlan:
     quant: str
     runtime: str
     output: Path  # the bundle directory to write
+    chosen: Candidate  # the plan's row for format:quant (fits or not: --ignore-fit, --dry-run)
     passes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # in order, --fit's prune included
     fit_ratio: float | None = None  # the prune ratio --fit chose, None when it was not needed
     kv_type: str | None = None  # the gguf bundle's KV cache type, recorded in its manifest; None: other formats
     source_parameters: int = 0  # parameters of the model as given, before any pass (what the plan prints beside it)
     draft_recipe: DraftRecipe | None = None  # --draft-for: the draft's shape against its target's
 
-    @property
-    def chosen(self) -> Candidate | None:
-        return next((c for c in self.plan.candidates if c.quant == self.quant), None)
-
 
 def plan_optimize(model: str, profile: DeviceProfile, request: OptimizeRequest) -> OptimizePlan:
     flagged = None if request.draft else flagged_passes(request.compression, request.fit)
     spec = load_model_spec(model)
+    parameters = spec.num_parameters  # the model as given, before any pass
     recipe = draft_recipe(spec, request.compression) if request.draft else None
     passes = recipe.passes if recipe else flagged or []
     fmt = request.format or (encoder_formats()[0] if spec.is_encoder else "gguf" if request.draft
@@ -74,9 +74,9 @@ def plan_optimize(model: str, profile: DeviceProfile, request: OptimizeRequest) 
     entry = backends.backend(fmt)
     name = Path(model.rstrip("/")).name
     output = request.output or Path(f"{name}{'-draft' if request.draft else ''}-{profile.name}-{chosen.quant.lower()}")
-    return OptimizePlan(profile, plan, fmt, chosen.quant, entry.runtime, output, fitted.passes, fitted.fit_ratio,
+    return OptimizePlan(profile, plan, fmt, chosen.quant, entry.runtime, output, chosen, fitted.passes, fitted.fit_ratio,
                         kv_type=chosen.kv_type if entry.kv_cache_types else None,
-                        source_parameters=spec.num_parameters, draft_recipe=recipe)
+                        source_parameters=parameters, draft_recipe=recipe)
 
 
 def flagged_passes(flags: Compression, fit: bool) -> list[tuple[str, dict[str, Any]]]:

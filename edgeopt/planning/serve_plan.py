@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeopt import backends
-from edgeopt.errors import ConfigError
 from edgeopt.planning.bundle import encoder_resident
+from edgeopt.planning.requests import ServeRequest
 from edgeopt.planning.sources import AcrossDevices, BesideDraft, BundleSource, ModelSource, Source, path_of
 from edgeopt.profiles import DeviceProfile
 from edgeopt.sizing.bundle_facts import bundle_serving_shape, planned_bundle_shape
@@ -20,7 +20,6 @@ from edgeopt.sizing.resident import ResidentMemory, resident_memory
 from edgeopt.sizing.shape import ServingShape
 from edgeopt.sizing.split import SplitPlan
 from edgeopt.sizing.split_shape import split_serving_shape
-from edgeopt.planning.requests import ServeRequest
 from edgeopt.sources.model_source import open_model_source
 from edgeopt.speculation_modes import DEFAULT_DRAFT_TOKENS
 from edgeopt.store.bundle import Manifest
@@ -39,9 +38,7 @@ def plan_serving(source: Source, target: str | DeviceProfile, request: ServeRequ
         return _beside_draft(source, target, request)
     if isinstance(source, AcrossDevices):
         return _across_workers(source, target, request)
-    if not isinstance(source, BundleSource) or source.manifest is None:
-        raise ConfigError(f"serve plans an opened bundle, not {source!r}", "open it with edgeopt.sources.model_source")
-    bundle_dir, manifest = source.path, source.manifest
+    bundle_dir, manifest = _opened(source)
     if manifest.kind in ("embedding", "rerank"):
         return ServePlan(None, encoder_resident(bundle_dir, manifest))
     decide = bundle_serving_shape if request.refuse else planned_bundle_shape

@@ -95,10 +95,10 @@ def model_kv_facts(entry: Backend, *, vocab_size: int, intermediate_size: int, w
     """What sizing needs of a model in ``entry``'s format: its weights and KV shape as given, and the
     runtime's memory for the model's vocabulary and feed-forward width, and for what it builds from the file
     (``hidden_size`` and ``tied_embeddings``: the vocabulary table's size and whether the output reads it)."""
+    built = runtime_weights_extra(entry, weights_bytes, vocab_size, hidden_size, tied_embeddings)
     return KvFacts(weights_bytes=weights_bytes, kv_elements_per_token=kv_elements_per_token,
                    context_length=context_length,
-                   runtime_overhead_bytes=entry.model_overhead_bytes(vocab_size, intermediate_size)
-                   + runtime_weights_extra(entry, weights_bytes, vocab_size, hidden_size, tied_embeddings),
+                   runtime_overhead_bytes=entry.model_overhead_bytes(vocab_size, intermediate_size) + built,
                    runtime_bytes_per_sequence=entry.logits_bytes_per_sequence(vocab_size),
                    kv_copies=entry.kv_resident_copies, prompt_kv_copies=entry.prompt_kv_copies,
                    attention_heads=attention_heads)

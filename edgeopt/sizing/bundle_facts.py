@@ -40,7 +40,7 @@ def weights_bytes(bundle_dir: Path, manifest: Manifest) -> int:
 
 
 def bundle_serving_shape(bundle_dir: Path, manifest: Manifest, request: ShapeRequest, memory_bytes: int | None = None,
-                         target: str = "host") -> ServingShape:
+                         target: str | DeviceProfile = "host") -> ServingShape:
     """The shape ``edgeopt serve`` starts a causal-LM bundle with: :func:`edgeopt.sizing.shape.decide_serving_shape`
     (the planner's function) on the planner's memory pool (``memory_bytes``, else profile ``target``'s), from
     the manifest's recorded facts. What serving refuses and planning only reports is refused here: a flag the

@@ -30,17 +30,10 @@ from edgeopt.sizing.attention import (
     runtime_flash_attention,
 )
 from edgeopt.sizing.budget import KvFacts, KvSizing, MemoryPool, size_kv
-from edgeopt.sizing.kv_types import kv_element_bytes_for, parse_kv_type
-from edgeopt.sizing.layout import (
-    AUTO,
-    STREAM_ALIGN,
-    STREAMS,
-    check_kv_layout_request,
-    chosen_kv_layout,
-    default_cache_slots,
-    stream_cells,
-    stream_layout,
-)
+from edgeopt.sizing.cells import cells_by_purpose
+from edgeopt.sizing.kv_choice import kv_type_in_memory
+from edgeopt.sizing.kv_types import parse_kv_type
+from edgeopt.sizing.layout import AUTO, check_kv_layout_request, chosen_kv_layout
 
 DEFAULT_CONTEXT = 4096  # no --context: the model's own window, capped here
 
@@ -62,6 +55,9 @@ class ShapeRequest:
     # off). A runtime with a fixed output buffer (llama.cpp's n_outputs_max) reserves them, counted here.
     draft_rows: int = 0
     flash_attention: str = ATTENTION_AUTO  # --flash-attention (edgeopt.sizing.attention)
+    # A plan's rule where no KV type is asked for or recorded: this type when the default's cache cannot hold
+    # max_sequences x context tokens (the profile's tight_memory_kv_type; edgeopt.sizing.kv_choice). None: none.
+    tight_kv_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -145,63 +141,42 @@ def with_draft_rows(entry: Backend, facts: KvFacts, draft_rows: int) -> KvFacts:
 def decide_serving_shape(entry: Backend, quant: str, facts: KvFacts, pool: MemoryPool, request: ShapeRequest,
                          recorded_kv_type: str | None = None) -> ServingShape:
     """The shape a ``entry``:``quant`` model with ``facts`` is served with in ``pool``. Never refuses for lack of
-    room: ``edgeopt plan`` reports it, and a server calls :func:`edgeopt.sizing.budget.require_kv_room`."""
-    kv_type = served_kv_type(entry, check_shape_request(entry, request), recorded_kv_type)
+    room: ``edgeopt plan`` reports it, and a server calls :func:`edgeopt.sizing.budget.require_kv_room`.
+
+    Each piece is decided once, in order: the KV type and its element size, the sizing and the layout, plain
+    attention's buffer (sized again with it when that keeps the layout), the cells by purpose."""
+    asked = check_shape_request(entry, request)
+    context = request.context or min(facts.context_length, DEFAULT_CONTEXT)
     draft_rows = request.draft_rows if entry.logits_rows_per_sequence else 0
-    facts = with_draft_rows(entry, facts, draft_rows)
-    sizing, layout = _sized_with_layout(entry, quant, facts, pool, request, kv_type)
+    drafted = with_draft_rows(entry, facts, draft_rows)
+    tight = request.tight_kv_type if asked is None and recorded_kv_type is None else None
+    kv_type, element_bytes = kv_type_in_memory(entry, quant, served_kv_type(entry, asked, recorded_kv_type), tight,
+                                               facts, pool, context, request.max_sequences)
+    sizing = size_kv(drafted, pool, kv_element_bytes=element_bytes, context=context,
+                     max_sequences=request.max_sequences)
+    layout = chosen_kv_layout(request.kv_layout, entry.kv_layouts, sizing.kv_fit_tokens, sizing.max_sequences,
+                              sizing.context_length, request.prefix_cache)
     attention_bytes = 0
     if entry.kv_layouts and plain_attention_possible(request.flash_attention, kv_type, layout) and facts.attention_heads:
         # Plain attention's score buffer is memory the runtime may take: sized with it, unless that costs the
         # streams layout (auto then keeps flash attention and the shape without it).
         attention_bytes = plain_attention_buffer_bytes(entry.batch_tokens, sizing.context_length, facts.attention_heads)
-        reserved = replace(facts, runtime_overhead_bytes=facts.runtime_overhead_bytes + attention_bytes)
-        with_buffer, layout_with_buffer = _sized_with_layout(entry, quant, reserved, pool, request, kv_type)
+        reserved = replace(drafted, runtime_overhead_bytes=drafted.runtime_overhead_bytes + attention_bytes)
+        with_buffer = size_kv(reserved, pool, kv_element_bytes=element_bytes, context=context,
+                              max_sequences=request.max_sequences)
+        layout_with_buffer = chosen_kv_layout(request.kv_layout, entry.kv_layouts, with_buffer.kv_fit_tokens,
+                                              with_buffer.max_sequences, with_buffer.context_length,
+                                              request.prefix_cache)
         if layout_with_buffer == layout or request.flash_attention == OFF:
             sizing, layout = with_buffer, layout_with_buffer
         else:
             attention_bytes = 0
     if entry.kv_layouts:
         check_plain_attention(request.flash_attention, kv_type, layout)
-    live, prefix, cache_slots = cells_by_purpose(layout, sizing, request)
+    live, prefix, cache_slots = cells_by_purpose(layout, sizing, request.prefix_cache, request.prefix_cache_bytes)
     return ServingShape(sizing=sizing, kv_type=kv_type, kv_layout=layout, kv_cells=live + prefix,
                         batch_tokens=entry.batch_tokens or None, prefix_cache=request.prefix_cache,
                         kv_live_cells=live, kv_prefix_cells=prefix, cache_slots=cache_slots, draft_rows=draft_rows,
                         flash_attention=(runtime_flash_attention(request.flash_attention, attention_bytes > 0)
                                          if entry.kv_layouts else None),
                         attention_buffer_bytes=attention_bytes)
-
-
-def _sized_with_layout(entry: Backend, quant: str, facts: KvFacts, pool: MemoryPool, request: ShapeRequest,
-                       kv_type: str | None) -> tuple[KvSizing, str | None]:
-    sizing = size_kv(facts, pool, kv_element_bytes=kv_element_bytes_for(entry.format, quant, kv_type),
-                     context=request.context or min(facts.context_length, DEFAULT_CONTEXT),
-                     max_sequences=request.max_sequences)
-    return sizing, chosen_kv_layout(request.kv_layout, entry.kv_layouts, sizing.kv_fit_tokens, sizing.max_sequences,
-                                    sizing.context_length, request.prefix_cache)
-
-
-def cells_by_purpose(layout: str | None, sizing: KvSizing, request: ShapeRequest) -> tuple[int, int, int | None]:
-    """(cells for running sequences, cells kept for cached prefixes only, cache sequence ids or None).
-
-    Streams: a stream per running sequence, then a stream per cache id while memory holds one (as many
-    as ``request.prefix_cache_bytes`` pays for when given). Unified and runtimes with one layout: the sized
-    pool is the live sequences'; cached prefixes keep cells they leave free, plus the cells
-    ``request.prefix_cache_bytes`` pays for (within what memory holds)."""
-    wanted_cache = default_cache_slots(sizing.max_sequences) if request.prefix_cache and layout else 0
-    per_token = sizing.kv_bytes_per_token
-    if layout == STREAMS and sizing.kv_fit_tokens < STREAM_ALIGN * sizing.max_sequences:
-        # Not a stream each: nothing to split (a plan reports "fits: no"; the runtime refuses the layout).
-        return sizing.kv_fit_tokens, 0, 0
-    if layout == STREAMS:
-        if request.prefix_cache_bytes is not None and per_token:
-            stream_bytes = stream_cells(sizing.context_length) * per_token
-            wanted_cache = min(wanted_cache, request.prefix_cache_bytes // stream_bytes)
-        streams = stream_layout(sizing.kv_fit_tokens, sizing.max_sequences, wanted_cache, sizing.context_length)
-        return (streams.stream_cells * sizing.max_sequences, streams.stream_cells * streams.cache_slots,
-                streams.cache_slots)
-    live = sizing.kv_capacity_tokens
-    extra = 0
-    if request.prefix_cache and request.prefix_cache_bytes and per_token:
-        extra = min(request.prefix_cache_bytes // per_token, max(sizing.kv_fit_tokens - live, 0))
-    return live, extra, (wanted_cache if layout else None)

@@ -16,7 +16,7 @@ from edgeopt.store.bundle import Manifest
 from edgeopt.errors import DoesNotFitError
 from edgeopt.sources.gguf_metadata import read_tensor_bytes
 from edgeopt.sources.model_spec import ModelSpec
-from edgeopt.profiles import load_profile
+from edgeopt.profiles import DeviceProfile, load_profile
 from edgeopt.sizing.budget import DEFAULT_MAX_SEQUENCES, MemoryPool, memory_pool
 from edgeopt.sizing.bundle_facts import bundle_kv_facts, bundle_model_spec, recorded_kv_type
 from edgeopt.sizing.layout import AUTO, UNIFIED
@@ -59,7 +59,8 @@ def split_devices(entry: Backend, spec: ModelSpec, head: MemoryPool, head_runtim
 
 
 def split_serving_shape(bundle_dir: Path, manifest: Manifest, request: ShapeRequest, workers: list[WorkerMemory],
-                        memory_bytes: int | None = None, target: str = "host") -> tuple[ServingShape, SplitPlan]:
+                        memory_bytes: int | None = None,
+                        target: str | DeviceProfile = "host") -> tuple[ServingShape, SplitPlan]:
     """The shape and the split ``edgeopt serve --workers`` loads; DoesNotFitError, per device, when even two
     KV cells do not fit."""
     entry = backends.backend(manifest.format)
@@ -68,7 +69,8 @@ def split_serving_shape(bundle_dir: Path, manifest: Manifest, request: ShapeRequ
     facts = bundle_kv_facts(bundle_dir, manifest)
     refuse_context_past_window(request, facts.context_length)
     spec = bundle_model_spec(bundle_dir, manifest)
-    head = memory_pool(None if memory_bytes is not None else load_profile(target), memory_bytes)
+    profile = None if memory_bytes is not None else target if isinstance(target, DeviceProfile) else load_profile(target)
+    head = memory_pool(profile, memory_bytes)
     devices = split_devices(entry, spec, head, facts.overhead_bytes(request.max_sequences or DEFAULT_MAX_SEQUENCES),
                             workers)
     weights = LayerWeights.from_tensor_bytes(read_tensor_bytes(Path(bundle_dir) / manifest.model_file))

@@ -6,7 +6,9 @@ import pytest
 
 from edgeopt.errors import DoesNotFitError
 from edgeopt.sources.model_spec import spec_from_config
-from edgeopt.planning.checkpoint import MIB, make_plan, require_fit, size_candidate
+from edgeopt.planning.checkpoint import make_plan, size_candidate
+from edgeopt.planning.recommend import require_fit
+from edgeopt.sizing.budget import MIB
 from edgeopt.profiles import DeviceProfile, Platform
 
 GIB = 1024**3

@@ -10,10 +10,10 @@ import typer
 from edgeopt import backends
 from edgeopt.byte_sizes import read_size
 from edgeopt.cli.options import Concurrency, Context, KvType, Target, quant_examples
-from edgeopt.cli.plan_table import print_plan
+from edgeopt.cli.plan_table import print_optimize_plan
 from edgeopt.errors import ConfigError
 from edgeopt.optimize.export_options import export_options
-from edgeopt.optimize.options import OptimizeOptions, Resolved, check_format, resolve
+from edgeopt.optimize.options import OptimizeOptions, check_format, resolve
 from edgeopt.optimize.pipeline import run_optimize
 from edgeopt.planning import Compression, check_draft_flags
 
@@ -71,8 +71,12 @@ def optimize(
     With --draft-for TARGET: make a small draft model of TARGET's vocabulary for `edgeopt serve TARGET_BUNDLE --draft`."""
     if verbose:
         show_llama_log()
-    check_format(fmt)
     written_size = read_size(size, "--size") if size is not None else None
+    exports = export_options(calibration_data=calibration_data, calibration_method=calibration_method,
+                             int4_block_size=int4_block_size, int8_method=int8_method, int4_mix=int4_mix,
+                             int4_algorithm=int4_algorithm, keep_fp=keep_fp,
+                             size_bytes=written_size.bytes if written_size else None, self_calibration=self_calibration)
+    check_format(fmt)
     if draft_for is not None:
         check_draft_flags(model, draft_for, fmt, fit, accept_quality_loss, distil, distil_data, eval_data)
         model = draft_for
@@ -85,14 +89,9 @@ def optimize(
                            concurrency=concurrency, eval_data=eval_data, evaluate=not no_eval, force=force,
                            dry_run=dry_run, fit=fit, accept_quality_loss=accept_quality_loss, ignore_fit=ignore_fit,
                            size=written_size, compression=compression, draft=draft_for is not None,
-                           export_options=export_options(
-                               calibration_data=calibration_data, calibration_method=calibration_method,
-                               int4_block_size=int4_block_size, int8_method=int8_method, int4_mix=int4_mix,
-                               int4_algorithm=int4_algorithm, keep_fp=keep_fp,
-                               size_bytes=written_size.bytes if written_size else None,
-                               self_calibration=self_calibration))
+                           export_options=exports)
     resolved = resolve(opts)
-    print_optimize_plan(resolved, ignore_fit)
+    print_optimize_plan(resolved, ignore_fit, typer.echo)
     if dry_run:
         return
     manifest = run_optimize(opts, report=typer.echo, resolved=resolved)
@@ -108,24 +107,6 @@ def optimize(
         typer.echo(describe_acceptance(manifest.metrics["draft"]))
     elif manifest and draft_for is not None:
         typer.echo("draft: acceptance not measured (--no-eval)")
-
-
-def print_optimize_plan(resolved: Resolved, ignore_fit: bool) -> None:
-    """What optimize will write: the draft's shape (--draft-for), the plan, --fit's prune, a warning for a row
-    that does not fit, and the bundle it writes."""
-    if resolved.draft_recipe is not None:
-        typer.echo(resolved.draft_recipe.describe())
-    print_plan(resolved.plan, resolved.source_parameters)
-    if resolved.fit_ratio is not None:
-        typer.echo(f"fit: the model does not fit {resolved.profile.name}; pruning {resolved.fit_ratio:.0%} of its "
-                   "non-embedding parameters makes it fit")
-    chosen = resolved.chosen
-    if chosen is not None and not chosen.fits:
-        typer.echo(f"warning: {chosen.label} does not fit {resolved.profile.name} at {resolved.plan.concurrency} x "
-                   f"{resolved.plan.context} tokens (fits: no above); " +
-                   ("written because --ignore-fit was given" if ignore_fit else "a dry run writes nothing"))
-    kv = f" with a {resolved.kv_type} KV cache" if resolved.kv_type else ""
-    typer.echo(f"will write {resolved.format}:{resolved.quant}{kv} for runtime {resolved.runtime} to {resolved.output}")
 
 
 def describe_acceptance(draft: dict[str, Any]) -> str:
