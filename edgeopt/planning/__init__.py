@@ -12,8 +12,13 @@
     BundleSource / BesideDraft /         ServeRequest           ServePlan        (serve_plan.py: the serving shape)
       AcrossDevices
 
+A checkpoint's plan is decided a piece at a time (checkpoint.py): the quant names (quants.py), every row's weights,
+the memory pool, each row's serving shape (edgeopt.sizing.shape), the rows (plan.py), the recommendation
+(recommend.py). Pruning's arithmetic on a config (prune_shape.py, prune_limits.py) is the passes' too: they import
+it from here. model_plan.py answers the plan command's request per source.
+
 Other packages import this package only, never its modules (tests/planning/test_one_entry.py); it imports
-neither the optimize pipeline nor the engine.
+neither the optimize pipeline nor the engine, and reaches no torch, exporter or pass, so serve plans through it.
 """
 
 from __future__ import annotations
