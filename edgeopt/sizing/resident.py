@@ -3,7 +3,7 @@
     weights          the model file(s): llama.cpp maps the GGUF, and every page is read while decoding
     KV, live         cells for running sequences (llama.cpp zero-fills its whole cache when it creates it,
                      so allocated cells are resident from the start, used or not; ONNX Runtime holds each
-                     cell three times at a step's peak: edgeopt.sizing.onnx_memory)
+                     cell three times at a step's peak: edgeopt.formats.onnx.memory)
     KV, prefixes     cells kept only for cached prefixes (streams of their own, or --prefix-cache-memory)
     runtime buffers  the runtime's compute buffer, vocabulary tables and logits rows, and what it builds from
                      the model file beyond the file (edgeopt.backends)

@@ -12,7 +12,7 @@ weight that reads that norm by ``s`` computes the same function in floats (Smoot
 columns go up. A tied token table is also the embedding: its rows are stored smoothed and multiplied back by
 ``1 / s`` after the lookup (one Mul of the hidden width per token).
 
-Which norms: exporters/onnx/int4_sized.output_layers (the output layer's only: its weights are 8-bit, where the
+Which norms: exporters/onnx/int4_weights.output_layers (the output layer's only: its weights are 8-bit, where the
 larger columns cost little; the 4-bit q/k/v and gate/up measured worse with it). The rest of ``--size`` sees the
 smoothed weights and inputs (calibration statistics divided by ``s``), so its errors are the same functions of the
 rounding as before; torch's group KL divides each weight's blocks by ``s`` again.
@@ -139,7 +139,7 @@ def apply_to_graph(model: Any, planned: list[NormScales], table_output: str | No
 
 def smooth(model: Any, weights: list[Any], table_head: str | None, energy: InputEnergy, alpha: float = ALPHA,
            eligible: set[str] | None = None) -> tuple[list[NormScales], list[Any], InputEnergy]:
-    """Plan the smoothing of ``model``'s norms over ``weights`` (exporters/onnx/int4_sized.Weight; ``table_head``: the
+    """Plan the smoothing of ``model``'s norms over ``weights`` (exporters/onnx/int4_weights.Weight; ``table_head``: the
     MatMul node of a tied output layer, which reads the table's weight; ``eligible``: the weights whose norms may be
     smoothed, all when None) and return the plan, the weights with their columns scaled and the statistics of the
     scaled inputs."""

@@ -84,7 +84,7 @@ def return_freed_heap() -> bool:
     The freed blocks stay in glibc's heaps (the server raises the thresholds under which it keeps them:
     edgeopt/server/startup/heap_tuning.py), and a worker thread's heap is never trimmed on its own: SmolLM2-135M fp32
     (a 514 MiB file) idled at 993 MiB in `edgeopt serve`, 809 MiB with this call, and peaked 183 MiB lower
-    under load (edgeopt/sizing/onnx_memory.py)."""
+    under load (edgeopt/formats/onnx/memory.py)."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     try:

@@ -39,17 +39,6 @@ class ComputeGate:
         """``reranker`` whose ``score_pairs`` takes the lock."""
         return GatedReranker(reranker, self.lock)
 
-    def wrap(self, model: Runtime | EmbeddingRuntime | RerankRuntime) -> Runtime | EmbeddingRuntime | RerankRuntime:
-        """Any of the three kinds, told apart by the protocol its class declares (runtimes/base.py: every runtime
-        class subclasses its protocol). Kept for edgeopt.server.startup.launcher's one call for every kind; a caller
-        that knows the kind calls :meth:`runtime`, :meth:`embedder` or :meth:`reranker`."""
-        kinds = type(model).__mro__
-        if EmbeddingRuntime in kinds:
-            return self.embedder(model)  # type: ignore[arg-type]
-        if RerankRuntime in kinds:
-            return self.reranker(model)  # type: ignore[arg-type]
-        return self.runtime(model)  # type: ignore[arg-type]
-
 
 class GatedRuntime(Runtime):
     def __init__(self, runtime: Runtime, lock: threading.Lock) -> None:

@@ -67,7 +67,6 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
     ``gate``: a server of several models computes one model at a time (edgeopt.server.models.compute_gate).
     ``draft``: the draft model (--draft) the engine speculates with.
     """
-    gated = gate.wrap if gate is not None else (lambda runtime: runtime)
     from edgeopt.runtimes import load_embedding_runtime, load_rerank_runtime, load_runtime
 
     if shape is None and options.chat_template is not None:
@@ -76,11 +75,11 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
     if shape is None and manifest.kind == "rerank":
         reranker = load_rerank_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
         return ServedModel(context_length=reranker.info.context_length, tokenizer=reranker.tokenizer,
-                           reranker=gated(reranker))
+                           reranker=gate.reranker(reranker) if gate is not None else reranker)
     if shape is None:
         embedder = load_embedding_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads)
         return ServedModel(context_length=embedder.info.context_length, tokenizer=embedder.tokenizer,
-                           embedder=gated(embedder))
+                           embedder=gate.embedder(embedder) if gate is not None else embedder)
     split = {"offload": offload} if offload is not None else {}
     runtime = load_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads,
                            **shape.runtime_options(), **split)
@@ -88,7 +87,8 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
         config = engine_config(runtime, shape, options)
         draft_model = (load_draft(draft, runtime, bundle_dir / manifest.model_file, options.threads)
                        if draft is not None else None)
-        engine = own_engine(manifest.format, runtime, config) or Engine(gated(runtime), config, draft_model)
+        stepped = gate.runtime(runtime) if gate is not None else runtime
+        engine = own_engine(manifest.format, runtime, config) or Engine(stepped, config, draft_model)
         template = ChatTemplate.from_bundle(bundle_dir, options.chat_template or manifest.chat_template,
                                             manifest.tokenizer_dir,
                                             manifest.export.get("special_tokens"))

@@ -64,7 +64,7 @@ class Reranker(RerankRuntime):
 
 def test_each_kind_is_wrapped_by_its_own_class_and_computes_under_the_lock() -> None:
     gate = ComputeGate()
-    embedder, reranker = gate.wrap(Embedder(gate.lock)), gate.wrap(Reranker(gate.lock))
+    embedder, reranker = gate.embedder(Embedder(gate.lock)), gate.reranker(Reranker(gate.lock))
     assert isinstance(embedder, GatedEmbedder) and isinstance(reranker, GatedReranker)
     assert embedder.embed_ids([[1], [2]]).shape == (2, 3) and embedder.dimensions == 3
     assert embedder.tokenize(["ab"]) == [[97, 98]] and embedder.info is INFO
@@ -75,7 +75,7 @@ def test_each_kind_is_wrapped_by_its_own_class_and_computes_under_the_lock() -> 
 def test_an_engine_over_a_gated_runtime_steps_under_the_lock_and_answers_as_over_the_runtime() -> None:
     gate = ComputeGate()
     runtime = LockCheckingRuntime(gate.lock)
-    gated = gate.wrap(runtime)
+    gated = gate.runtime(runtime)
     assert isinstance(gated, GatedRuntime)
     assert gated.info is runtime.info and gated.tokenizer is runtime.tokenizer
     assert gated.max_batch_tokens == runtime.max_batch_tokens and gated.kv_type == runtime.kv_type
