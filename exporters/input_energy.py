@@ -4,7 +4,7 @@ hooks, float32 on the CPU).
 
 Format-neutral: the GGUF exporter names the sums after llama.cpp's tensors (its importance matrix,
 exporters/gguf/imatrix_collect.py), the ONNX exporter weighs its 4-bit blocks with them
-(exporters/onnx/int4_search.py). Text is cut as llama-imatrix cuts it: independent chunks of ``chunk_size``
+(exporters/onnx/int4/search.py). Text is cut as llama-imatrix cuts it: independent chunks of ``chunk_size``
 tokens, the first token of each replaced by BOS when the tokenizer adds one.
 """
 
@@ -96,7 +96,7 @@ class InputEnergy:
 def collect_input_energy(model_dir: Path, token_chunks: list[list[int]],
                          report: Callable[[str], None] = lambda _m: None, grams: bool = False) -> InputEnergy:
     """Run the chunks through the checkpoint in ``model_dir`` and sum the input energy of every linear module (and,
-    with ``grams``, its inputs' x x^T: what GPTQ rounding needs, exporters/onnx/int4_gptq.py)."""
+    with ``grams``, its inputs' x x^T: what GPTQ rounding needs, exporters/onnx/int4/gptq.py)."""
     import torch
     from transformers import AutoModelForCausalLM
 

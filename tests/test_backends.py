@@ -37,7 +37,7 @@ def test_the_exporters_size_tables_cover_exactly_their_formats_quants() -> None:
     """The quant tables (edgeopt/formats/<format>/) list the quants; the exporters' size rules must know each one."""
     from edgeopt.exporters.gguf.quant_types import FILE_TYPES, MIX
     from edgeopt.exporters.onnx.quant_types import ENCODER_GRAPH_BYTES_PER_LAYER, GRAPH_BYTES_PER_LAYER
-    from edgeopt.exporters.torch_sizes import DTYPE_BYTES
+    from edgeopt.exporters.torch.sizes import DTYPE_BYTES
 
     assert backends.backend("gguf").quants.names == (*FILE_TYPES, MIX)
     assert set(backends.backend("onnx").quants.names) == set(GRAPH_BYTES_PER_LAYER) == set(ENCODER_GRAPH_BYTES_PER_LAYER)

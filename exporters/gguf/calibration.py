@@ -40,7 +40,7 @@ def calibration_refusal(quant: str) -> str | None:
 @dataclass(frozen=True)
 class Calibration:
     """An export's importance matrix, its manifest facts, and the token chunks it was computed from (which
-    a mix, exporters/gguf/mix.py, also measures sensitivity on)."""
+    a mix, exporters/gguf/mix/build.py, also measures sensitivity on)."""
 
     matrix: ImportanceMatrix
     facts: dict[str, Any]

@@ -10,7 +10,7 @@ from edgeopt.errors import ConfigError
 from edgeopt.exporters import ExportResult, Exporter
 from edgeopt.exporters.generated_text import self_calibrates
 from edgeopt.exporters.gguf.calibration import calibration_refusal, export_imatrix, uses_imatrix
-from edgeopt.exporters.gguf.mix import export_mix
+from edgeopt.exporters.gguf.mix.build import export_mix
 from edgeopt.exporters.gguf.quant_types import MIX
 from edgeopt.exporters.gguf.quant_report import summary_lines
 from edgeopt.exporters.gguf.quantize import check_quant, quantize_gguf

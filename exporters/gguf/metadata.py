@@ -14,7 +14,7 @@ import numpy as np
 
 from edgeopt.errors import ExportError
 from edgeopt.sources.model_spec import ModelSpec
-from edgeopt.exporters.gguf.arch_extras import extras_for
+from edgeopt.exporters.gguf.architectures.extras import extras_for
 
 
 def rope_scaling(config: dict[str, Any]) -> dict[str, Any] | None:

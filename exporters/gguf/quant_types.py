@@ -35,7 +35,7 @@ FILE_TYPES = {
     "IQ1_M": "IQ1_M", "IQ1_S": "IQ1_S", "TQ1_0": "TQ1_0", "TQ2_0": "TQ2_0",
 }
 
-# MIX: per-tensor types chosen by measured sensitivity to fit a size (exporters/gguf/mix.py); without a
+# MIX: per-tensor types chosen by measured sensitivity to fit a size (exporters/gguf/mix/build.py); without a
 # size it is made at Q4_K_M's, so that is what the planner counts for it. The quants a GGUF bundle may name
 # are the format's quant table (edgeopt/formats/gguf/quants.py): FILE_TYPES and MIX.
 MIX_DEFAULT_SIZE_OF = "Q4_K_M"

@@ -60,7 +60,7 @@ def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2, imatrix: I
     """Write ``dst`` quantized to ``quant`` from the unquantized GGUF ``src``; return facts for the manifest.
 
     ``types`` ({tensor name: ggml type}) fixes those tensors' types and makes every other quantized tensor
-    ``quant``'s base type (no mix rules): how a per-tensor mix (exporters/gguf/mix.py) is written. A type
+    ``quant``'s base type (no mix rules): how a per-tensor mix (exporters/gguf/mix/build.py) is written. A type
     whose block does not divide a tensor's rows still falls back as llama.cpp decides."""
     ftype = check_quant(quant, imatrix is not None)
     import llama_cpp

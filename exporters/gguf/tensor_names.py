@@ -18,7 +18,7 @@ import numpy as np
 
 from edgeopt.errors import ExportError
 from edgeopt.sources.model_spec import SUPPORTED_ARCHITECTURES, ModelSpec
-from edgeopt.exporters.gguf.arch_extras import extras_for
+from edgeopt.exporters.gguf.architectures.extras import extras_for
 
 # Suffix after "model.layers.{i}." -> suffix after "blk.{i}."
 _LAYER_NAMES = {

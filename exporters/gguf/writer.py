@@ -17,7 +17,7 @@ import numpy as np
 from edgeopt.errors import ConfigError, ExportError
 from edgeopt.sources.model_spec import load_model_spec
 from edgeopt.progress import progress
-from edgeopt.exporters.gguf.arch_extras import extras_for
+from edgeopt.exporters.gguf.architectures.extras import extras_for
 from edgeopt.exporters.gguf.metadata import add_hyperparameters, llama3_rope_factors, rope_scaling
 from edgeopt.exporters.gguf.model_name import gguf_model_name
 from edgeopt.exporters.gguf.safetensors_reader import SafetensorsCheckpoint, f32_to_bf16

@@ -9,7 +9,7 @@ MatMulNBits over the *same* blocks, stored once.
 - 8 bits (the default of every INT4/INT8 path): uint8 blocks of 32 with one fp32 scale each (symmetric, stored
   + 128: the layout weight-only INT8 gives the MatMuls). MatMulNBits wants them as N x blocks x 32 and its scales
   two-dimensional, GatherBlockQuantized scales of the data's rank: a Reshape of the 2-D scales bridges the two.
-- 4 bits (``--size`` chooses it when the bytes buy more elsewhere, exporters/onnx/int4_sized.py): the weighted
+- 4 bits (``--size`` chooses it when the bytes buy more elsewhere, exporters/onnx/int4/sized.py): the weighted
   search's blocks (levels packed two to a byte, fp32 scales, 4-bit zero points packed two to a byte), which
   GatherBlockQuantized reads in MatMulNBits' own layout when the data is viewed as rows x width/2: one Reshape
   of the data, and scales and zero points shared as they are.
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.exporters.onnx.int4_search import Int4Blocks
+from edgeopt.exporters.onnx.int4.search import Int4Blocks
 from edgeopt.exporters.onnx.nbits_blocks import Int8Blocks, eight_bit_blocks
 
 BLOCK = 32

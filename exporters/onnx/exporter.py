@@ -100,7 +100,7 @@ CALIBRATED_ALGORITHMS = ("weighted", "gptq")  # the --int4-algorithm values that
 
 
 def int4_algorithm(options: dict[str, Any]) -> str:
-    """How 4-bit blocks are rounded: --int4-algorithm, else GPTQ (exporters/onnx/int4_gptq.py) for --size with
+    """How 4-bit blocks are rounded: --int4-algorithm, else GPTQ (exporters/onnx/int4/gptq.py) for --size with
     --calibration-data, else the weighted search.
 
     GPTQ compensates each rounding error through the inputs' x x^T, so it is only as good as the text that
@@ -136,7 +136,7 @@ def _check_smoothing(options: dict[str, Any]) -> None:
 def _check_sized(options: dict[str, Any]) -> None:
     """``--size`` chooses each MatMul's width itself, from blocks rounded by GPTQ or the weighted search and
     measured on text."""
-    from edgeopt.exporters.onnx.int4_sized import ALGORITHMS
+    from edgeopt.exporters.onnx.int4.sized import ALGORITHMS
 
     for key, flag, allowed in (("int4_mix", "--int4-mix", (None, "weighted")),
                                ("int4_algorithm", "--int4-algorithm", (None, *ALGORITHMS))):
@@ -210,7 +210,7 @@ def _int4(source: Path, fp32: Path, dst: Path, kind: str, model_dir: Path, prese
           options: dict[str, Any]) -> dict[str, Any]:
     """INT4; the weighted search first measures a decoder's activations on calibration text (or generated text,
     sampled from the ``fp32`` export)."""
-    from edgeopt.exporters.onnx.int4_calibration import int4_calibration
+    from edgeopt.exporters.onnx.int4.calibration import int4_calibration
 
     algorithm = int4_algorithm(options)
     calibration = None
@@ -220,7 +220,7 @@ def _int4(source: Path, fp32: Path, dst: Path, kind: str, model_dir: Path, prese
         raise ConfigError(f"--calibration-data is not used for an encoder's INT4 ({kind})",
                           "drop --calibration-data: an encoder's blocks are weighted by their own weights")
     if options.get("mix_size_bytes") is not None:
-        from edgeopt.exporters.onnx.int4_sized import quantize_int4_sized
+        from edgeopt.exporters.onnx.int4.sized import quantize_int4_sized
 
         if calibration is None:
             raise ConfigError(f"--size for ONNX INT4 chooses a decoder's MatMul widths; this model is a {kind}",

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from edgeopt.exporters.gguf.arch_phi3 import longrope_scaling
+from edgeopt.exporters.gguf.architectures.phi3 import longrope_scaling
 
 
 def _switching_forward(self: Any, x: Any, position_ids: Any) -> tuple[Any, Any]:

@@ -1,6 +1,6 @@
 """Weight-only 8-bit blocks, and MatMulNBits nodes written straight from blocks already computed.
 
-``--size`` (exporters/onnx/int4_sized.py) measures every MatMul's 4-bit and 8-bit blocks before choosing; writing
+``--size`` (exporters/onnx/int4/sized.py) measures every MatMul's 4-bit and 8-bit blocks before choosing; writing
 those same blocks into the graph, instead of running onnxruntime's quantizer and searching the 4-bit blocks a
 second time, is what makes the file exactly what was measured (and halves the work).
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.exporters.onnx.int4_search import Int4Blocks
+from edgeopt.exporters.onnx.int4.search import Int4Blocks
 
 LEVELS_8 = 127  # symmetric -127..127, stored as uint8 + 128: the zero point MatMulNBits assumes for 8 bits
 

@@ -24,7 +24,7 @@ from typing import Any
 from edgeopt.errors import ConfigError, ExportError, MissingDependencyError
 from edgeopt.exporters.input_energy import InputEnergy
 from edgeopt.exporters.onnx.embedding_quant import quantize_embedding
-from edgeopt.exporters.onnx.int4_rewrite import float_weights, weigh_int4_blocks
+from edgeopt.exporters.onnx.int4.rewrite import float_weights, weigh_int4_blocks
 from edgeopt.exporters.onnx.quant_types import INT4_INT8_ROLES
 from edgeopt.profiles.instruction_sets import CONSERVATIVE_X86, INSTRUCTION_SETS
 
@@ -32,12 +32,12 @@ CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 INT8_METHODS = ("weight-only", "dynamic")  # what --quant int8 does (static INT8 is its own quant: int8-static)
 INT4_MIXES = ("sensitive-int8", "uniform")
 # weighted (default): each block's scale and integer zero point searched for the least squared error weighted by
-# the calibration text's activations (exporters/onnx/int4_search.py), int8 compute. rtn: onnxruntime's round to
+# the calibration text's activations (exporters/onnx/int4/search.py), int8 compute. rtn: onnxruntime's round to
 # nearest, symmetric, int8 compute. hqq: half-quadratic optimisation of each block's scale and float zero point
 # (onnxruntime's HQQ; torch, minutes per 100M weights on 2 cores); its MatMulNBits computes in fp32. On the
 # SmolLM2 fixture hqq is near exact (KL 0.0001) because that checkpoint's weights sit on Q4_1's grid, which a
 # float zero point represents: an upper bound, not a forecast.
-# gptq (only with --size): exporters/onnx/int4_gptq.py.
+# gptq (only with --size): exporters/onnx/int4/gptq.py.
 INT4_ALGORITHMS = ("weighted", "gptq", "rtn", "hqq")
 # INT4_INT8_ROLES (the MatMuls --int4-mix sensitive-int8 keeps in 8 bits) lives in quant_types, which the planner
 # sizes the same mix with. llama.cpp's Q4_K_M gives attn_v, ffn_down and the output layer more bits for the same
@@ -151,7 +151,7 @@ def quantize_int4(src: Path, dst: Path, preset: IsaPreset, keep_fp: list[str], b
                   energy: InputEnergy | None = None, table: bool = False) -> dict[str, Any]:
     """4-bit MatMulNBits (``mix``: some roles in 8 bits). ``energy``: the calibration text's statistics the
     weighted search weighs blocks by (None: each weight by its own square). ``table``: the token embedding in
-    8 bits too (exporters/onnx/embedding_quant.py). A mix chosen for a size: exporters/onnx/int4_sized.py."""
+    8 bits too (exporters/onnx/embedding_quant.py). A mix chosen for a size: exporters/onnx/int4/sized.py."""
     if block_size not in INT4_BLOCK_SIZES:
         raise ConfigError(f"--int4-block-size {block_size} is not supported",
                           f"valid: {', '.join(map(str, INT4_BLOCK_SIZES))}")

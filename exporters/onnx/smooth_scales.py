@@ -38,7 +38,7 @@ FLOOR = 1e-4  # the quietest channel's rms counted as at least this fraction of 
 @dataclass(frozen=True)
 class NormScales:
     """One norm's smoothing: its gamma divided by ``scales`` (written as an initializer of its own), the columns of
-    the weights ``readers`` (Weight names of exporters/onnx/int4_sized.py) multiplied by them."""
+    the weights ``readers`` (Weight names of exporters/onnx/int4/sized.py) multiplied by them."""
 
     norm: str
     gamma: str

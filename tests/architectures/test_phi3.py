@@ -70,7 +70,7 @@ def test_head_pruned_phi3_is_refused_before_writing(arch_dir, tmp_path: Path) ->
     """llama.cpp's phi3 graph needs heads x head_dim == hidden: a checkpoint that breaks it is refused
     with the reason (the prune pass refuses to make one; this guards checkpoints pruned elsewhere)."""
     from edgeopt.sources.model_spec import load_model_spec
-    from edgeopt.exporters.gguf.arch_phi3 import check
+    from edgeopt.exporters.gguf.architectures.phi3 import check
 
     spec = load_model_spec(str(arch_dir("phi3-mini")))
     with pytest.raises(ExportError, match="llama.cpp's phi3 graph requires them equal"):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.errors import ExportError
-from edgeopt.exporters.gguf.arch_smollm3 import llama_cpp_rope_layers
+from edgeopt.exporters.gguf.architectures.smollm3 import llama_cpp_rope_layers
 
 
 def test_the_nope_layer_is_real_and_honoured(arch_dir, arch_gguf) -> None:

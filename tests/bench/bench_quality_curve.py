@@ -5,7 +5,7 @@ For each of llama.cpp's types (default Q3_K_M, Q4_K_M, Q5_K_M, Q6_K) the file ``
 writes, and edgeopt's mix made to that file's exact size. Both start from the same F16 (llama.cpp's converter)
 and the same importance matrix (``llama-imatrix`` on the calibration text, the even sections of CPython's
 language reference), so only the tensor types differ. The mix's costs are measured once
-(exporters/gguf/mix.py's MixMaker: rounding errors, group sensitivities on the calibration text's first 2
+(exporters/gguf/mix/build.py's MixMaker: rounding errors, group sensitivities on the calibration text's first 2
 chunks) and a mix is chosen for every size; each row says whether the mix or a llama.cpp type it fell back to
 was written, and the KL the mix predicted and measured on the calibration text. Every file is then scored on the
 disjoint evaluation text (the odd sections) against llama.cpp's F16.
@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 
 from tests.bench.bench_quality_gguf import cpu_model, kld_stats, prepare, run  # noqa: E402
 
-SENSITIVITY_CHUNKS = 2  # what edgeopt optimize --quant MIX measures groups on (exporters/gguf/mix.py)
+SENSITIVITY_CHUNKS = 2  # what edgeopt optimize --quant MIX measures groups on (exporters/gguf/mix/build.py)
 
 
 def llama_imatrix(tools: Path, f16: Path, calibration: Path, chunks: int, out: Path, threads: int) -> Path:
@@ -52,8 +52,8 @@ def llama_quant(tools: Path, f16: Path, imatrix: Path, quant: str, out: Path, th
 
 def curve(work: Path, quants: list[str], calib_chunks: int, eval_chunks: int, threads: int) -> list[dict[str, Any]]:
     from edgeopt.exporters.gguf.imatrix_file import read_imatrix
-    from edgeopt.exporters.gguf.mix import MixMaker
-    from edgeopt.exporters.gguf.mix_recipes import COMPETING_RECIPES
+    from edgeopt.exporters.gguf.mix.build import MixMaker
+    from edgeopt.exporters.gguf.mix.recipes import COMPETING_RECIPES
     from edgeopt.exporters.input_energy import text_file_chunks
     from edgeopt.sources.model_spec import load_model_spec
 

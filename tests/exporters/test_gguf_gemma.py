@@ -130,7 +130,7 @@ def test_norms_without_the_plus_one_fold_are_wrong(variant: str, tiny_gemma_fact
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
-    import edgeopt.exporters.gguf.arch_gemma as arch_gemma
+    import edgeopt.exporters.gguf.architectures.gemma as arch_gemma
 
     original = arch_gemma.gemma_transform
     no_fold = dataclasses.replace(arch_gemma.EXTRAS, tensor_transform=lambda name, spec, config: (

@@ -1,5 +1,5 @@
 """``--quant MIX`` / ``--size``: a GGUF whose per-tensor types were chosen by measured sensitivity to fit a
-size (exporters/gguf/mix.py), written by llama.cpp's quantizer and readable by it; refused, before any
+size (exporters/gguf/mix/build.py), written by llama.cpp's quantizer and readable by it; refused, before any
 work, where it cannot be made."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from edgeopt.errors import ConfigError
 from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
-from edgeopt.exporters.gguf.mix_palette import palette
+from edgeopt.exporters.gguf.mix.palette import palette
 from edgeopt.exporters.gguf.quant_types import type_bytes
 from edgeopt.optimize.export_options import export_options
 

@@ -1,4 +1,4 @@
-"""The budgeted type choice of a GGUF mix (exporters/gguf/mix_choose.py): pure arithmetic, checked against
+"""The budgeted type choice of a GGUF mix (exporters/gguf/mix/choose.py): pure arithmetic, checked against
 exhaustive search on small cases."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 import pytest
 
 from edgeopt.errors import ConfigError
-from edgeopt.exporters.gguf.mix_choose import Option, choose_types
+from edgeopt.exporters.gguf.mix.choose import Option, choose_types
 
 
 def options(costs: dict[str, float], sizes: dict[str, int]) -> list[Option]:

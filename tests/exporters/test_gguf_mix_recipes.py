@@ -1,4 +1,4 @@
-"""The mix against llama.cpp's own types of the same size (exporters/gguf/mix_recipes.py): their types are among
+"""The mix against llama.cpp's own types of the same size (exporters/gguf/mix/recipes.py): their types are among
 the mix's choices, the lower measured KL decides what is written, and a written file never measures above the
 best fitting recipe."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.exporters.gguf.mix_recipes import Recipe, candidate_recipes, decide, extra_types, fitting
+from edgeopt.exporters.gguf.mix.recipes import Recipe, candidate_recipes, decide, extra_types, fitting
 
 
 def recipe(name: str, size: int, types: dict[str, str] | None = None) -> Recipe:
@@ -53,7 +53,7 @@ def maker(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path):
     measured on 2 chunks of calibration text."""
     from edgeopt.demo.corpus import stdlib_text
     from edgeopt.exporters.gguf.calibration import compute_imatrix
-    from edgeopt.exporters.gguf.mix import MixMaker
+    from edgeopt.exporters.gguf.mix.build import MixMaker
     from edgeopt.exporters.gguf.writer import convert_checkpoint
     from tests.fixtures.tiny_models import build_tiny_model
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeopt.exporters.onnx.int4_gptq import gptq_int4_blocks, output_error
-from edgeopt.exporters.onnx.int4_search import search_int4_blocks
+from edgeopt.exporters.onnx.int4.gptq import gptq_int4_blocks, output_error
+from edgeopt.exporters.onnx.int4.search import search_int4_blocks
 from tests.exporters.test_onnx_int4_search import _matmul_nbits
 
 

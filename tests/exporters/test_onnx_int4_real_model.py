@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.exporters.input_energy import chunks, collect_input_energy, tokenize_text
-from edgeopt.exporters.onnx.int4_search import Int4Blocks, search_int4_blocks
+from edgeopt.exporters.onnx.int4.search import Int4Blocks, search_int4_blocks
 from tests.exporters.test_onnx_int4_search import _ort_rtn
 from tests.fixtures.english_texts import calibration_text, evaluation_text
 

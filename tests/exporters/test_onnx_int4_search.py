@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeopt.exporters.onnx.int4_search import Int4Blocks, search_int4_blocks
+from edgeopt.exporters.onnx.int4.search import Int4Blocks, search_int4_blocks
 
 
 def _matmul_nbits(blocks: Int4Blocks, k: int, n: int, block: int, accuracy_level: int):

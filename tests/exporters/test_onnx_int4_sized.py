@@ -1,5 +1,5 @@
 """``--format onnx --quant int4 --size``: the MatMuls that keep 8 bits are chosen by measured sensitivity so the
-file lands within 1% under the size asked (exporters/onnx/int4_sized.py)."""
+file lands within 1% under the size asked (exporters/onnx/int4/sized.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 
 from edgeopt.store.bundle import load_bundle
 from edgeopt.errors import ConfigError
-from edgeopt.exporters.onnx.int4_sized import matmul_bytes
-from edgeopt.exporters.onnx.int4_weights import group_of
+from edgeopt.exporters.onnx.int4.sized import matmul_bytes
+from edgeopt.exporters.onnx.int4.weights import group_of
 from edgeopt.exporters.onnx.nbits_blocks import eight_bit_blocks
-from edgeopt.exporters.onnx.int4_search import search_int4_blocks
+from edgeopt.exporters.onnx.int4.search import search_int4_blocks
 from tests.fixtures.onnx_bundles import optimize_onnx
 
 
@@ -160,8 +160,8 @@ def test_a_tied_table_is_stored_once_in_the_width_the_size_leaves(tiny_model_fac
 def test_a_group_measured_after_a_tied_table_does_not_carry_the_tables_rounding(tiny_model_factory) -> None:
     """The table's group replaces one parameter read twice (embedding, output layer); what it replaced must all be
     put back, or every group measured after it gains the table's KL."""
-    from edgeopt.exporters.onnx.int4_costs import measure_group_kl
-    from edgeopt.exporters.onnx.int4_weights import Weight
+    from edgeopt.exporters.onnx.int4.costs import measure_group_kl
+    from edgeopt.exporters.onnx.int4.weights import Weight
     from edgeopt.measuring.torch_metrics import load_causal_lm
 
     model_dir = tiny_model_factory("llama-tied")

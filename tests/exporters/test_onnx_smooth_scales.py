@@ -39,7 +39,7 @@ def test_smoothing_changes_the_graph_but_not_what_it_computes(tiny_model_factory
     as floats the logits are the original's (the table's rows multiplied back after the lookup)."""
     from edgeopt.exporters.onnx.embedding_quant import find_table
     from edgeopt.exporters.onnx.fusion import fuse_decoder
-    from edgeopt.exporters.onnx.int4_weights import find_weights
+    from edgeopt.exporters.onnx.int4.weights import find_weights
     from edgeopt.exporters.onnx.quantize import weight_matmuls
 
     model_dir = tiny_model_factory("llama-tied")

@@ -15,7 +15,7 @@ from edgeopt.errors import ExportError
 from edgeopt.sources.model_spec import load_model_spec
 from edgeopt.optimize.pipeline import manifest_kv_section
 from edgeopt.exporters import get_exporter
-from edgeopt.exporters.torch_sizes import torch_candidates
+from edgeopt.exporters.torch.sizes import torch_candidates
 from edgeopt.profiles import load_profile
 from edgeopt.runtimes import load_runtime
 from edgeopt.runtimes.base import StepInput

@@ -52,7 +52,7 @@ def test_gemma_parameter_count_includes_sandwich_norms_and_tied_output() -> None
 
 def test_transformers5_per_layer_type_rope_block_is_read() -> None:
     """transformers 5 nests Gemma 3's rope as {"full_attention": ..., "sliding_attention": ...}."""
-    from edgeopt.exporters.gguf.arch_gemma import rope_blocks
+    from edgeopt.exporters.gguf.architectures.gemma import rope_blocks
     from edgeopt.exporters.gguf.metadata import rope_scaling
 
     config = dict(GEMMA3_1B, rope_parameters={

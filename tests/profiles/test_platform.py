@@ -42,7 +42,7 @@ def test_the_npu_board_loads_with_its_npu_and_big_cores(npu_board) -> None:
 
 
 def test_the_npu_board_plans_on_its_cpu_and_memory(npu_board) -> None:
-    from edgeopt.exporters.torch_sizes import torch_candidates
+    from edgeopt.exporters.torch.sizes import torch_candidates
 
     pool = memory_pool(npu_board)
     assert pool.bytes == npu_board.usable_memory_bytes and pool.source == "profile rock-5b-npu"

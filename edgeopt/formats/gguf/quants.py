@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from edgeopt.formats.quant_table import Quant, QuantTable, quants_of_width
 
-MIX = "MIX"  # per-tensor types chosen by measured sensitivity to fit a size (exporters/gguf/mix.py)
+MIX = "MIX"  # per-tensor types chosen by measured sensitivity to fit a size (exporters/gguf/mix/build.py)
 
 QUANT_TABLE = QuantTable(
     quants=(

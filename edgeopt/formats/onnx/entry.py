@@ -18,7 +18,7 @@ QUANT_TABLE = QuantTable(
     candidates=("fp32", "int8", "int4"),
     encoder_candidates=("fp32", "int8"),  # encoders are small: INT4 MatMulNBits buys them little
     size_estimate="edgeopt.exporters.onnx.quant_types:estimate_onnx_bytes",
-    sized="int4",  # --size: which MatMuls keep 8 bits, measured (exporters/onnx/int4_sized.py)
+    sized="int4",  # --size: which MatMuls keep 8 bits, measured (exporters/onnx/int4/sized.py)
     help_examples=("int8", "int4"),
 )
 _QUANTIZED = tuple(name for name in QUANT_TABLE.names if name != "fp32")

@@ -1,2 +1,2 @@
-"""Torch bundles (the checkpoint in a dtype) served by transformers (exporter: edgeopt.exporters.torch_export,
+"""Torch bundles (the checkpoint in a dtype) served by transformers (exporter: edgeopt.exporters.torch.exporter,
 runtime: edgeopt.runtimes.torch)."""

@@ -14,8 +14,8 @@ ENTRY = Backend(
     format="torch", runtime="torch",
     quants=QuantTable(
         quants=(*quants_of_width(32, "fp32"), *quants_of_width(16, "fp16", "bf16")),
-        device_candidates="edgeopt.exporters.torch_sizes:torch_candidates",  # half precision on CUDA, else fp32
-        size_estimate="edgeopt.exporters.torch_sizes:estimate_torch_bytes",
+        device_candidates="edgeopt.exporters.torch.sizes:torch_candidates",  # half precision on CUDA, else fp32
+        size_estimate="edgeopt.exporters.torch.sizes:estimate_torch_bytes",
         help_examples=("fp16", "bf16"),
     ),
     # Measured on an H100 (torch 2.11, transformers 5.17, paged engine): besides weights and KV the server's GPU
@@ -25,7 +25,7 @@ ENTRY = Backend(
                        kv_element_bytes_by_quant=MappingProxyType({"fp32": 4})),  # KV in the checkpoint's dtype
     serving=ServingSpec(runtime_module="edgeopt.runtimes.torch",
                         own_engine="edgeopt.paged_batching:engine_for"),  # on CUDA; on CPU our Engine drives it
-    export=ExportSpec(exporter_module="edgeopt.exporters.torch_export",
-                      scorer="edgeopt.exporters.torch_scorer:load_scorer"),
+    export=ExportSpec(exporter_module="edgeopt.exporters.torch.exporter",
+                      scorer="edgeopt.exporters.torch.scorer:load_scorer"),
     planned_by_default=False,  # planned only when asked for: it is the GPU targets' format
 )

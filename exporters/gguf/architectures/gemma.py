@@ -26,7 +26,7 @@ import numpy as np
 
 from edgeopt.errors import ExportError
 from edgeopt.sources.model_spec import ModelSpec
-from edgeopt.exporters.gguf.arch_extras import ArchExtras
+from edgeopt.exporters.gguf.architectures.extras import ArchExtras
 
 
 # Suffix after "model.layers.{i}." -> suffix after "blk.{i}." where Gemma differs from Llama.

@@ -1,6 +1,6 @@
 """What every tensor's type costs, measured once per model and calibration, whatever the size asked.
 
-Two measurements (exporters/gguf/mix_measure.py says how each is made): every tensor's weighted rounding error
+Two measurements (exporters/gguf/mix/measure.py says how each is made): every tensor's weighted rounding error
 at every type of its palette, and every group's KL per unit of that error. Neither depends on the budget, so
 a curve of sizes (tests/bench/bench_quality_curve.py) measures them once and chooses many times.
 """
@@ -12,10 +12,10 @@ from pathlib import Path
 
 from edgeopt.errors import ExportError
 from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
-from edgeopt.exporters.gguf.mix_choose import Option
-from edgeopt.exporters.gguf.mix_measure import (QuantizedTensor, ReferenceDistribution, group_of, quantized_tensors,
+from edgeopt.exporters.gguf.mix.choose import Option
+from edgeopt.exporters.gguf.mix.measure import (QuantizedTensor, ReferenceDistribution, group_of, quantized_tensors,
                                                 weighted_errors)
-from edgeopt.exporters.gguf.mix_palette import PALETTE_TYPES, REFERENCE_TYPE, palette
+from edgeopt.exporters.gguf.mix.palette import PALETTE_TYPES, REFERENCE_TYPE, palette
 from edgeopt.exporters.gguf.quant_types import type_bytes
 from edgeopt.exporters.gguf.quantize import quantize_gguf
 from edgeopt.progress import progress

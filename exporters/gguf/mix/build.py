@@ -2,11 +2,11 @@
 
 llama.cpp's mixes (Q4_K_M, ...) are fixed recipes: attn_v and ffn_down get more bits in some layers,
 whatever the model. Here the model says where bits matter: every tensor's rounding error at every type
-of its palette (exporters/gguf/mix_palette.py) is computed, each group of tensors' effect on the output
-is measured as KL on the calibration text (exporters/gguf/mix_costs.py), and the types that fit the
-budget at the lowest predicted KL are chosen (exporters/gguf/mix_choose.py). llama.cpp's own recipes that
+of its palette (exporters/gguf/mix/palette.py) is computed, each group of tensors' effect on the output
+is measured as KL on the calibration text (exporters/gguf/mix/costs.py), and the types that fit the
+budget at the lowest predicted KL are chosen (exporters/gguf/mix/choose.py). llama.cpp's own recipes that
 fit the budget lend their types to the choice and are measured against it; one that measures lower is
-written instead (exporters/gguf/mix_recipes.py). llama.cpp's quantizer writes the file with the types and
+written instead (exporters/gguf/mix/recipes.py). llama.cpp's quantizer writes the file with the types and
 the importance matrix, so any llama.cpp reads it.
 
 Cost: one quantization per palette type and per fitting recipe, and per group (22 for a 30-layer model: 7
@@ -24,10 +24,10 @@ from typing import Any
 from edgeopt.errors import ConfigError
 from edgeopt.exporters.gguf.calibration import Calibration
 from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
-from edgeopt.exporters.gguf.mix_choose import choose_types
-from edgeopt.exporters.gguf.mix_costs import KLMeter, MixCosts, measure_costs
-from edgeopt.exporters.gguf.mix_palette import smallest_mix_bytes
-from edgeopt.exporters.gguf.mix_recipes import (COMPETING_RECIPES, MEASURED_RECIPES, Recipe, candidate_recipes,
+from edgeopt.exporters.gguf.mix.choose import choose_types
+from edgeopt.exporters.gguf.mix.costs import KLMeter, MixCosts, measure_costs
+from edgeopt.exporters.gguf.mix.palette import smallest_mix_bytes
+from edgeopt.exporters.gguf.mix.recipes import (COMPETING_RECIPES, MEASURED_RECIPES, Recipe, candidate_recipes,
                                                 decide, extra_types, fitting, quantize_recipes)
 from edgeopt.exporters.gguf.quantize import quantize_gguf
 

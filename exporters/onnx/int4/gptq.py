@@ -1,6 +1,6 @@
 """4-bit blocks rounded with error compensation (GPTQ, Frantar et al. 2022) in MatMulNBits' own layout.
 
-The weighted search (exporters/onnx/int4_search.py) rounds every weight to its nearest level: each weight's error
+The weighted search (exporters/onnx/int4/search.py) rounds every weight to its nearest level: each weight's error
 is as small as its block's grid allows, but the errors of one output row add up in the dot product with the
 input, and a trained decoder's inputs are correlated. What a layer loses is the change of its output,
 ``E X`` for the error ``E`` and the inputs ``X`` of the calibration text, whose mean square is
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgeopt.exporters.onnx.int4_search import LEVELS, Int4Blocks, _pack, _search
+from edgeopt.exporters.onnx.int4.search import LEVELS, Int4Blocks, _pack, _search
 
 DAMPING = 0.01  # added to H's diagonal, as a fraction of its mean: GPTQ's default, keeps H invertible
 

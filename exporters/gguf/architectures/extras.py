@@ -1,6 +1,6 @@
 """What one architecture adds to the GGUF conversion beyond the Llama layout every family shares.
 
-Each family with quirks has its own small module (``arch_phi3``, ``arch_granite``, ...) exposing an
+Each family with quirks has its own small module (``phi3``, ``granite``, ... in this package) exposing an
 ``EXTRAS`` instance; the writer, the metadata and the tensor naming ask :func:`extras_for` instead of
 testing architecture names. Modules are imported lazily, only when that architecture is converted.
 """
@@ -43,11 +43,11 @@ class ArchExtras:
 
 _PLAIN = ArchExtras()
 _MODULES = {
-    "phi3": "edgeopt.exporters.gguf.arch_phi3",
-    "granite": "edgeopt.exporters.gguf.arch_granite",
-    "smollm3": "edgeopt.exporters.gguf.arch_smollm3",
-    "gemma2": "edgeopt.exporters.gguf.arch_gemma",
-    "gemma3": "edgeopt.exporters.gguf.arch_gemma",
+    "phi3": "edgeopt.exporters.gguf.architectures.phi3",
+    "granite": "edgeopt.exporters.gguf.architectures.granite",
+    "smollm3": "edgeopt.exporters.gguf.architectures.smollm3",
+    "gemma2": "edgeopt.exporters.gguf.architectures.gemma",
+    "gemma3": "edgeopt.exporters.gguf.architectures.gemma",
 }
 _INLINE = {"llama": ArchExtras(rope_pairs_interleaved=True)}
 

@@ -2,13 +2,13 @@
 sensitivity to fit a size.
 
 ``--int4-mix sensitive-int8`` keeps fixed roles (v, o, down) in 8 bits whatever the model. Here, as the GGUF mix
-does (exporters/gguf/mix.py), the model says where bits matter:
+does (exporters/gguf/mix/build.py), the model says where bits matter:
 
 1. **Blocks and weighted error at every width**, for every MatMul and for the token table (stored once for a
    tied output layer, exporters/onnx/embedding_quant.py): 4-bit blocks rounded by GPTQ (``--int4-algorithm gptq``,
-   exporters/onnx/int4_gptq.py: each column's rounding error compensated on the columns after it, given the
+   exporters/onnx/int4/gptq.py: each column's rounding error compensated on the columns after it, given the
    calibration inputs' x x^T; its error the mean squared change of the layer's output) or by the weighted search
-   (the default, exporters/onnx/int4_search.py: each weight to its nearest level; its error
+   (the default, exporters/onnx/int4/search.py: each weight to its nearest level; its error
    weighted per column by the mean squared input; a tied table weighed by the output layer's inputs) in blocks of
    --int4-block-size and of twice that, and symmetric 8-bit blocks of 64 (32 where 64 does not divide the row: at
    8 bits a larger block's coarser scale costs next to nothing and saves half a bit a weight), each compared with
@@ -18,7 +18,7 @@ does (exporters/gguf/mix.py), the model says where bits matter:
    against the unchanged checkpoint. The KL it adds over the error it added turns each weight's errors into
    predicted KL.
 3. **The choice**: one width per weight, the lowest predicted KL within the budget (the GGUF mix's exact
-   multiple-choice knapsack, exporters/gguf/mix_choose.py), each option's bytes those of its blocks.
+   multiple-choice knapsack, exporters/gguf/mix/choose.py), each option's bytes those of its blocks.
 4. **The file**: the measured blocks written as MatMulNBits / GatherBlockQuantized (exporters/onnx/nbits_blocks.py),
    not searched again. The bytes that are no weight's (graph, norms, rotary tables) are estimated from the float
    source, then taken from the written file, and the choice made again when the file misses the size.
@@ -36,9 +36,9 @@ from edgeopt.errors import ConfigError
 from edgeopt.exporters.input_energy import InputEnergy
 from edgeopt.exporters.onnx.embedding_quant import find_table, write_table
 # ALGORITHMS: exporters/onnx/exporter.py reads --int4-algorithm's choices from here
-from edgeopt.exporters.onnx.int4_costs import (ALGORITHMS, EIGHT_BIT_BLOCKS, INT4_BLOCK_LIMITS, WIDE_FACTOR, Blocks,
+from edgeopt.exporters.onnx.int4.costs import (ALGORITHMS, EIGHT_BIT_BLOCKS, INT4_BLOCK_LIMITS, WIDE_FACTOR, Blocks,
                                                Costs, measure_costs)
-from edgeopt.exporters.onnx.int4_weights import Weight, find_weights, output_layers
+from edgeopt.exporters.onnx.int4.weights import Weight, find_weights, output_layers
 from edgeopt.exporters.onnx.nbits_blocks import ensure_microsoft_opset, write_matmul_nbits
 from edgeopt.exporters.onnx.smooth_scales import NormScales, apply_to_graph, column_scales, smooth
 
@@ -66,7 +66,7 @@ def _refuse(budget_bytes: int, smallest: int) -> None:
 def choose_widths(costs: Costs, budget_bytes: int, fixed_bytes: int) -> dict[str, Any]:
     """The width of every weight so the file fits ``budget_bytes``, given the bytes that are no weight's
     (``fixed_bytes``); facts for the manifest (``eight_bit``: the MatMuls kept in 8 bits)."""
-    from edgeopt.exporters.gguf.mix_choose import choose_types
+    from edgeopt.exporters.gguf.mix.choose import choose_types
 
     _refuse(budget_bytes, fixed_bytes + sum(min(o.bytes for o in opts) for opts in costs.options.values()))
     choice = choose_types(costs.options, budget_bytes - fixed_bytes)

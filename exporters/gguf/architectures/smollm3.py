@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from edgeopt.errors import ExportError
 from edgeopt.sources.model_spec import ModelSpec
-from edgeopt.exporters.gguf.arch_extras import ArchExtras, Config
+from edgeopt.exporters.gguf.architectures.extras import ArchExtras, Config
 
 LLAMA_CPP_NOPE_INTERVAL = 4  # hard-coded in llama.cpp's smollm3 graph (n_no_rope_layer_step)
 

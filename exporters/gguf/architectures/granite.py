@@ -11,7 +11,7 @@ defaults are 1.0, and an absent attention scale would make llama.cpp fall back t
 from __future__ import annotations
 
 from edgeopt.sources.model_spec import ModelSpec
-from edgeopt.exporters.gguf.arch_extras import ArchExtras, Config
+from edgeopt.exporters.gguf.architectures.extras import ArchExtras, Config
 
 
 def add_metadata(writer, spec: ModelSpec, config: Config) -> None:

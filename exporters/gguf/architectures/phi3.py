@@ -22,7 +22,7 @@ import numpy as np
 
 from edgeopt.errors import ExportError
 from edgeopt.sources.model_spec import ModelSpec
-from edgeopt.exporters.gguf.arch_extras import ArchExtras, Config
+from edgeopt.exporters.gguf.architectures.extras import ArchExtras, Config
 from edgeopt.exporters.gguf.metadata import rope_scaling
 
 LONGROPE_KINDS = ("longrope", "su")

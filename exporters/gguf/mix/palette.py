@@ -10,7 +10,7 @@ Q4_1 grid, which these asymmetric types reproduce exactly (Q4_1 at the same scal
 measured on it, a mix of them lost a quarter of what Q4_K_M loses, a win of the test model's history,
 not of the method. On full-precision weights Q5_1 would add a 6-bit step for 32-weight rows; add it
 back once a full-precision real model can be measured. It still reaches a tensor where one of llama.cpp's
-own types that fits the size gives it that tensor (exporters/gguf/mix_recipes.py).
+own types that fits the size gives it that tensor (exporters/gguf/mix/recipes.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ make sure of it:
    quantized with the same importance matrix, so the mix could reproduce any of them exactly; the rounding
    error of those types is read from the files themselves. Why it matters: for rows that 256 does not divide
    (SmolLM2's 576) llama.cpp's Q5_K_M falls back to Q5_1, which the palette leaves out
-   (exporters/gguf/mix_palette.py); without it the mix lost 2.26x at Q5_K_M's size.
+   (exporters/gguf/mix/palette.py); without it the mix lost 2.26x at Q5_K_M's size.
 2. **Measured, not predicted, decides.** The written mix and the largest fitting recipes are scored on the
    calibration chunks against the unquantized model; when a recipe measures lower, the recipe is written
    instead, and the manifest says so (``export.mix.written``).

@@ -1,4 +1,4 @@
-"""The activation statistics INT4's weighted search (exporters/onnx/int4_search.py) weighs its blocks by: each
+"""The activation statistics INT4's weighted search (exporters/onnx/int4/search.py) weighs its blocks by: each
 linear layer's mean squared input per column, from ``--calibration-data``, or, without it, from text the model
 writes itself (sampled from the fp32 ONNX graph the exporter already made, through the ONNX Runtime decoder's
 batched step, as the GGUF exporter samples from its F16 file). ``--no-self-calibration`` measures nothing: each

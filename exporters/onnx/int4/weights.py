@@ -1,4 +1,4 @@
-"""The weights ``--size`` chooses a width for (exporters/onnx/int4_sized.py): each MatMul's, and the token table's
+"""The weights ``--size`` chooses a width for (exporters/onnx/int4/sized.py): each MatMul's, and the token table's
 (with its tied output layer), with the torch modules they come from and the group (a role in a band of layers)
 whose sensitivity is measured for them."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.exporters.onnx.embedding_quant import Table, table_weight
-from edgeopt.exporters.onnx.int4_rewrite import module_of
+from edgeopt.exporters.onnx.int4.rewrite import module_of
 
 BANDS = 3  # layer bands per role whose sensitivity is measured, as the GGUF mix
 _LAYER = re.compile(r"^(.*?layers)\.(\d+)\.(.+)$")

@@ -1,4 +1,4 @@
-"""Put the weighted search's 4-bit blocks (exporters/onnx/int4_search.py) into the MatMulNBits nodes onnxruntime's
+"""Put the weighted search's 4-bit blocks (exporters/onnx/int4/search.py) into the MatMulNBits nodes onnxruntime's
 quantizer made with asymmetric round-to-nearest: same node, same tensor names and shapes, better levels, scales
 and zero points. The quantizer keeps doing what it does well (graph surgery, shapes, the reshape chains it adds
 for N-D weights); only the numbers change.
@@ -12,7 +12,7 @@ import numpy as np
 
 from edgeopt.errors import ExportError
 from edgeopt.exporters.input_energy import InputEnergy
-from edgeopt.exporters.onnx.int4_search import search_int4_blocks
+from edgeopt.exporters.onnx.int4.search import search_int4_blocks
 
 
 def float_weights(model: Any, skip: set[str]) -> dict[str, np.ndarray]:

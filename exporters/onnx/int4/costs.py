@@ -1,4 +1,4 @@
-"""What each width of each weight costs, for ``--size`` (exporters/onnx/int4_sized.py, steps 1 and 2): its blocks at
+"""What each width of each weight costs, for ``--size`` (exporters/onnx/int4/sized.py, steps 1 and 2): its blocks at
 4 bits (two block sizes) and at 8 bits, their bytes, and their predicted KL: each width's weighted error, turned into
 KL by the KL its group's 4-bit blocks add in torch over the error they add."""
 
@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from edgeopt.exporters.input_energy import InputEnergy
-from edgeopt.exporters.onnx.int4_gptq import gptq_int4_blocks, output_error
-from edgeopt.exporters.onnx.int4_search import Int4Blocks, search_int4_blocks
-from edgeopt.exporters.onnx.int4_weights import Weight
+from edgeopt.exporters.onnx.int4.gptq import gptq_int4_blocks, output_error
+from edgeopt.exporters.onnx.int4.search import Int4Blocks, search_int4_blocks
+from edgeopt.exporters.onnx.int4.weights import Weight
 from edgeopt.exporters.onnx.nbits_blocks import Int8Blocks, eight_bit_blocks, four_bit_nbytes
 
 EIGHT_BIT_BLOCKS = (64, 32)  # 8-bit blocks: the largest of these that divides the row
@@ -38,7 +38,7 @@ def weighted_error(weight: np.ndarray, approximation: np.ndarray, importance: np
 
 @dataclass(frozen=True)
 class Costs:
-    options: dict[str, list[Any]]  # weight -> an Option per width (exporters/gguf/mix_choose.Option)
+    options: dict[str, list[Any]]  # weight -> an Option per width (exporters/gguf/mix/choose.Option)
     group_kl: dict[str, float]  # group -> KL its 4-bit blocks add to the float checkpoint
     blocks: dict[str, dict[str, Blocks]]  # weight -> {"int4": ..., "int4-wide": ..., "int8": ...}: what is written
 
@@ -64,7 +64,7 @@ def measure_costs(weights: list[Weight], model_dir: Path, energy: InputEnergy | 
                   smoothed: dict[str, np.ndarray] | None = None) -> Costs:
     """Every weight's blocks, bytes and predicted KL at 4 and at 8 bits; ``smoothed``: weight name -> the scales
     its columns were multiplied by (exporters/onnx/smooth_scales.py), divided out again for torch's group KL."""
-    from edgeopt.exporters.gguf.mix_choose import Option
+    from edgeopt.exporters.gguf.mix.choose import Option
     from edgeopt.exporters.input_energy import torch_threads_left_free
 
     import torch

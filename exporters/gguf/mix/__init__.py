@@ -1,0 +1,1 @@
+"""``--quant MIX``: a GGUF whose tensor types are chosen by measured sensitivity to fit a byte budget (build.py), from the types a tensor may take (palette.py), what each costs (measure.py, costs.py), the choice (choose.py) and llama.cpp's own recipes it competes with (recipes.py)."""

@@ -1,0 +1,1 @@
+"""ONNX INT4: 4-bit blocks searched for (search.py), rounded with error compensation (gptq.py), weighted by activations (calibration.py), written into MatMulNBits (rewrite.py), and ``--size``'s per-MatMul widths (sized.py over weights.py and costs.py)."""
