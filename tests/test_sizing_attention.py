@@ -16,7 +16,7 @@ HEADS = 8
 # 20 KiB of f16 KV a token, a 4,096-token window, 100 MiB of weights, 8 query heads.
 FACTS = KvFacts(weights_bytes=100 * MIB, kv_elements_per_token=5120, context_length=4096,
                 runtime_overhead_bytes=100 * MIB, attention_heads=HEADS)
-BUFFER = plain_attention_buffer_bytes(backends.backend("gguf").batch_tokens, 1024, HEADS)
+BUFFER = plain_attention_buffer_bytes(backends.backend("gguf").serving.batch_tokens, 1024, HEADS)
 
 
 def shape(memory_mib: int, fmt: str = "gguf", quant: str = "Q8_0", **request):

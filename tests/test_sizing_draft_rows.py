@@ -38,5 +38,5 @@ def test_llama_cpp_gets_the_rows_and_the_budget_pays_for_them() -> None:
 
 def test_a_runtime_without_a_fixed_output_buffer_reserves_nothing() -> None:
     onnx = backends.backend("onnx")
-    assert onnx.logits_rows_per_sequence == 0
+    assert onnx.memory.logits_rows_per_sequence == 0
     assert shape(onnx, 10).draft_rows == 0 and "draft_rows" not in shape(onnx, 10).runtime_options()

@@ -57,9 +57,9 @@ def candidate_context(bundle_dir: Path, manifest: Manifest) -> int:
 
 def _embedding_run_bytes(entry: backends.Backend, bundle_dir: Path, manifest: Manifest, spec: ModelSpec) -> int:
     """Activations of the largest batch the embedding server runs, in sequences as long as it accepts."""
-    if not entry.embedding_run:
+    if not entry.memory.embedding_run:
         return 0
-    return int(backends.load_attr(entry.embedding_run)(spec.hidden_size, spec.num_heads, spec.intermediate_size,
+    return int(backends.load_attr(entry.memory.embedding_run)(spec.hidden_size, spec.num_heads, spec.intermediate_size,
                                                         embedding_input_tokens(bundle_dir, manifest)))
 
 
@@ -96,6 +96,6 @@ def encoder_resident(bundle_dir: Path, manifest: Manifest) -> ResidentMemory:
     overhead = (entry.model_overhead_bytes(0, spec.intermediate_size)
                 + runtime_weights_extra(entry, weights, spec.vocab_size, spec.hidden_size, tied_embeddings=False)
                 + _embedding_run_bytes(entry, bundle_dir, manifest, spec))
-    process = min(entry.process_bytes, overhead)
+    process = min(entry.memory.process_bytes, overhead)
     return ResidentMemory(weights_bytes=weights, kv_live_cells=0, kv_prefix_cells=0, kv_bytes_per_token=0,
                           runtime_buffer_bytes=overhead - process, process_bytes=process)

@@ -40,7 +40,7 @@ from edgeopt.speculation_modes import DEFAULT_MODE, longest_draft
 
 def weight_bytes(spec: ModelSpec, fmt: str, quant: str) -> int:
     quant = canonical_quant(fmt, quant)
-    return int(backends.load_attr(backends.backend(fmt).size_estimate)(spec, quant))
+    return int(backends.load_attr(backends.backend(fmt).quants.size_estimate)(spec, quant))
 
 
 def make_plan(spec: ModelSpec, profile: DeviceProfile, context: int | None = None, concurrency: int = 1,
@@ -90,10 +90,10 @@ def size_rows(spec: ModelSpec, profile: DeviceProfile, rows: list[tuple[str, str
                                weights_bytes=weight, kv_elements_per_token=spec.kv_elements_per_token,
                                context_length=spec.max_position_embeddings, hidden_size=spec.hidden_size,
                                tied_embeddings=spec.tie_word_embeddings, attention_heads=spec.num_heads)
-        kv_cache = bool(entry.kv_cache_types) and not spec.is_encoder
+        kv_cache = bool(entry.serving.kv_cache_types) and not spec.is_encoder
         request = ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type if kv_cache else None,
                                draft_rows=longest_draft(DEFAULT_MODE),
-                               tight_kv_type=tight if kv_cache and tight in entry.kv_cache_types else None)
+                               tight_kv_type=tight if kv_cache and tight in entry.serving.kv_cache_types else None)
         shape = decide_serving_shape(entry, quant, facts, pool, request)
         candidates.append(candidate_from_shape(fmt, quant, shape, context, concurrency, spec.is_encoder))
     return candidates
@@ -123,9 +123,9 @@ def check_encoder_formats(spec: ModelSpec, formats: tuple[str, ...]) -> None:
 def format_candidates(spec: ModelSpec, profile: DeviceProfile, fmt: str) -> tuple[str, ...]:
     entry = backends.backend(fmt)
     if spec.is_encoder:
-        return entry.encoder_quant_candidates
-    if entry.profile_candidates:
-        return tuple(backends.load_attr(entry.profile_candidates)(profile))
-    return entry.quant_candidates
+        return entry.quants.encoder_candidates
+    if entry.quants.device_candidates:
+        return tuple(backends.load_attr(entry.quants.device_candidates)(profile))
+    return entry.quants.candidates
 
 

@@ -85,7 +85,7 @@ def plan_across_devices(source: CheckpointSource | GgufFileSource, profile: Devi
     if context < 1 or concurrency < 1:
         raise ConfigError(f"context={context} and concurrency={concurrency} must both be >= 1", "pass positive values")
     entry = backends.backend(FORMAT)
-    kv_type = kv_type or entry.kv_cache_types[0]
+    kv_type = kv_type or entry.serving.kv_cache_types[0]
     per_token = kv_bytes_per_token(spec.kv_elements_per_token, kv_element_bytes(kv_type))
     head_runtime = (entry.model_overhead_bytes(spec.vocab_size, spec.intermediate_size)
                     + concurrency * entry.logits_bytes_per_sequence(spec.vocab_size))

@@ -37,7 +37,7 @@ def plan_gguf_file(path: Path, profile: DeviceProfile, context: int | None = Non
     if kv_type is not None:
         check_head_dims(kv_type, spec.head_dim, spec.head_dim, str(path))
     tight = profile.tight_memory_kv_type
-    fits_tight = tight in entry.kv_cache_types and head_dims_fit(tight, spec.head_dim, spec.head_dim)
+    fits_tight = tight in entry.serving.kv_cache_types and head_dims_fit(tight, spec.head_dim, spec.head_dim)
     shape = decide_serving_shape(entry, meta.file_type, facts, pool,
                                  ShapeRequest(context=context, max_sequences=concurrency, kv_type=kv_type,
                                               draft_rows=longest_draft(DEFAULT_MODE),

@@ -75,7 +75,7 @@ def plan_optimize(model: str, profile: DeviceProfile, request: OptimizeRequest) 
     name = Path(model.rstrip("/")).name
     output = request.output or Path(f"{name}{'-draft' if request.draft else ''}-{profile.name}-{chosen.quant.lower()}")
     return OptimizePlan(profile, plan, fmt, chosen.quant, entry.runtime, output, chosen, fitted.passes, fitted.fit_ratio,
-                        kv_type=chosen.kv_type if entry.kv_cache_types else None,
+                        kv_type=chosen.kv_type if entry.serving.kv_cache_types else None,
                         source_parameters=parameters, draft_recipe=recipe)
 
 
@@ -87,11 +87,11 @@ def flagged_passes(flags: Compression, fit: bool) -> list[tuple[str, dict[str, A
 def sized_quant(fmt: str, asked_quant: str | None, size_bytes: int) -> str:
     """The quant ``--size`` makes (each tensor's type chosen to fit it), refused with a format that has
     none or beside another ``--quant``."""
-    sized = backends.backend(fmt).sized_quant
+    sized = backends.backend(fmt).quants.sized
     size = f"--size {size_bytes / 2**20:.0f}MiB"
     if not sized:
         raise ConfigError(f"{size}: --format {fmt} has no per-tensor mix made to a size",
-                          f"use --format {next(f for f in backends.formats() if backends.backend(f).sized_quant)}, "
+                          f"use --format {next(f for f in backends.formats() if backends.backend(f).quants.sized)}, "
                           "or drop --size and pick a --quant")
     if asked_quant not in (None, sized):
         raise ConfigError(f"{size} chooses every tensor's type itself; it cannot be combined with --quant {asked_quant}",

@@ -68,5 +68,5 @@ def _shortfall(plan: Plan, candidate: Candidate) -> str:
 def _kv_hint(candidate: Candidate) -> str:
     """Suggest the smallest KV type when the candidate's runtime has it and does not use it yet."""
     smallest = "q4_0"
-    usable = smallest in backends.backend(candidate.format).kv_cache_types and candidate.kv_type != smallest
+    usable = smallest in backends.backend(candidate.format).serving.kv_cache_types and candidate.kv_type != smallest
     return f"store the KV cache in 4 bits (--kv-type {smallest}), " if usable else ""

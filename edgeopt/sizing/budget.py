@@ -100,18 +100,18 @@ def model_kv_facts(entry: Backend, *, vocab_size: int, intermediate_size: int, w
                    context_length=context_length,
                    runtime_overhead_bytes=entry.model_overhead_bytes(vocab_size, intermediate_size) + built,
                    runtime_bytes_per_sequence=entry.logits_bytes_per_sequence(vocab_size),
-                   kv_copies=entry.kv_resident_copies, prompt_kv_copies=entry.prompt_kv_copies,
+                   kv_copies=entry.memory.kv_resident_copies, prompt_kv_copies=entry.memory.prompt_kv_copies,
                    attention_heads=attention_heads)
 
 
 def runtime_weights_extra(entry: Backend, weights_bytes: int, vocab_size: int, hidden_size: int,
                           tied_embeddings: bool) -> int:
     """Bytes ``entry``'s runtime builds from the model file beyond the file's own (0 for a runtime that maps it)."""
-    if not entry.weights_extra:
+    if not entry.memory.weights_extra:
         return 0
     from edgeopt.backends import load_attr
 
-    return int(load_attr(entry.weights_extra)(weights_bytes, vocab_size, hidden_size, tied_embeddings))
+    return int(load_attr(entry.memory.weights_extra)(weights_bytes, vocab_size, hidden_size, tied_embeddings))
 
 
 @dataclass(frozen=True)

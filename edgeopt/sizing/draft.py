@@ -78,7 +78,7 @@ def shape_beside_draft(bundle_dir: Path, manifest: Manifest, request: ShapeReque
     facts = bundle_kv_facts(draft_dir, draft_manifest)
     per_token, window = kv_shape(draft_dir, draft_manifest)
     sequences = request.max_sequences or 16
-    fixed = facts.weights_bytes + max(facts.overhead_bytes(sequences) - entry.process_bytes, 0)
+    fixed = facts.weights_bytes + max(facts.overhead_bytes(sequences) - entry.memory.process_bytes, 0)
     first = planned_bundle_shape(bundle_dir, manifest, request, pool - fixed, profile)
     shape = planned_bundle_shape(bundle_dir, manifest, request, pool - fixed - _cells(first, draft_tokens) * per_token,
                                  profile)

@@ -57,7 +57,7 @@ class ResidentMemory:
 def resident_memory(entry: Backend, shape: ServingShape) -> ResidentMemory:
     """What serving ``shape`` with ``entry``'s runtime holds resident once every cell and buffer is in use."""
     sizing = shape.sizing
-    process = min(entry.process_bytes, sizing.overhead_bytes)
+    process = min(entry.memory.process_bytes, sizing.overhead_bytes)
     return ResidentMemory(weights_bytes=sizing.weights_bytes, kv_live_cells=shape.kv_live_cells,
                           kv_prefix_cells=shape.kv_prefix_cells, kv_bytes_per_token=sizing.kv_bytes_per_token,
                           runtime_buffer_bytes=sizing.overhead_bytes - process, process_bytes=process,

@@ -108,17 +108,17 @@ class ServingShape:
 def check_shape_request(entry: Backend, request: ShapeRequest) -> str | None:
     """Refuse what ``entry``'s runtime cannot do (``--kv-type`` or ``--kv-layout streams`` on a runtime with one
     fixed dtype or layout) before anything is read or loaded; returns the asked KV type in canonical spelling."""
-    check_kv_layout_request(request.kv_layout, entry.kv_layouts, entry.runtime)
-    check_flash_attention_request(request.flash_attention, entry.kv_layouts, entry.runtime)
+    check_kv_layout_request(request.kv_layout, entry.serving.kv_layouts, entry.runtime)
+    check_flash_attention_request(request.flash_attention, entry.serving.kv_layouts, entry.runtime)
     return parse_kv_type(request.kv_type, entry.format) if request.kv_type is not None else None
 
 
 def served_kv_type(entry: Backend, asked: str | None, recorded: str | None) -> str | None:
     """``asked`` (already checked), else the type the bundle recorded, else the format's default; None for a
     format whose runtime has no choice (ONNX, torch)."""
-    if not entry.kv_cache_types:
+    if not entry.serving.kv_cache_types:
         return None
-    return asked or recorded or entry.kv_cache_types[0]
+    return asked or recorded or entry.serving.kv_cache_types[0]
 
 
 def refuse_context_past_window(request: ShapeRequest, model_window: int) -> None:
@@ -132,9 +132,9 @@ def refuse_context_past_window(request: ShapeRequest, model_window: int) -> None
 def with_draft_rows(entry: Backend, facts: KvFacts, draft_rows: int) -> KvFacts:
     """``facts`` whose runtime overhead counts ``draft_rows`` logits rows beyond a row per sequence: in llama.cpp's
     output buffer and in its graph's logits, two float32 vocabulary rows each (none for other runtimes)."""
-    if not draft_rows or not entry.logits_rows_per_sequence:
+    if not draft_rows or not entry.memory.logits_rows_per_sequence:
         return facts
-    row_bytes = facts.runtime_bytes_per_sequence // entry.logits_rows_per_sequence
+    row_bytes = facts.runtime_bytes_per_sequence // entry.memory.logits_rows_per_sequence
     return replace(facts, runtime_overhead_bytes=facts.runtime_overhead_bytes + 2 * draft_rows * row_bytes)
 
 
@@ -147,36 +147,37 @@ def decide_serving_shape(entry: Backend, quant: str, facts: KvFacts, pool: Memor
     attention's buffer (sized again with it when that keeps the layout), the cells by purpose."""
     asked = check_shape_request(entry, request)
     context = request.context or min(facts.context_length, DEFAULT_CONTEXT)
-    draft_rows = request.draft_rows if entry.logits_rows_per_sequence else 0
+    draft_rows = request.draft_rows if entry.memory.logits_rows_per_sequence else 0
     drafted = with_draft_rows(entry, facts, draft_rows)
     tight = request.tight_kv_type if asked is None and recorded_kv_type is None else None
     kv_type, element_bytes = kv_type_in_memory(entry, quant, served_kv_type(entry, asked, recorded_kv_type), tight,
                                                facts, pool, context, request.max_sequences)
     sizing = size_kv(drafted, pool, kv_element_bytes=element_bytes, context=context,
                      max_sequences=request.max_sequences)
-    layout = chosen_kv_layout(request.kv_layout, entry.kv_layouts, sizing.kv_fit_tokens, sizing.max_sequences,
+    layout = chosen_kv_layout(request.kv_layout, entry.serving.kv_layouts, sizing.kv_fit_tokens, sizing.max_sequences,
                               sizing.context_length, request.prefix_cache)
     attention_bytes = 0
-    if entry.kv_layouts and plain_attention_possible(request.flash_attention, kv_type, layout) and facts.attention_heads:
+    serving = entry.serving
+    if serving.kv_layouts and plain_attention_possible(request.flash_attention, kv_type, layout) and facts.attention_heads:
         # Plain attention's score buffer is memory the runtime may take: sized with it, unless that costs the
         # streams layout (auto then keeps flash attention and the shape without it).
-        attention_bytes = plain_attention_buffer_bytes(entry.batch_tokens, sizing.context_length, facts.attention_heads)
+        attention_bytes = plain_attention_buffer_bytes(serving.batch_tokens, sizing.context_length, facts.attention_heads)
         reserved = replace(drafted, runtime_overhead_bytes=drafted.runtime_overhead_bytes + attention_bytes)
         with_buffer = size_kv(reserved, pool, kv_element_bytes=element_bytes, context=context,
                               max_sequences=request.max_sequences)
-        layout_with_buffer = chosen_kv_layout(request.kv_layout, entry.kv_layouts, with_buffer.kv_fit_tokens,
+        layout_with_buffer = chosen_kv_layout(request.kv_layout, entry.serving.kv_layouts, with_buffer.kv_fit_tokens,
                                               with_buffer.max_sequences, with_buffer.context_length,
                                               request.prefix_cache)
         if layout_with_buffer == layout or request.flash_attention == OFF:
             sizing, layout = with_buffer, layout_with_buffer
         else:
             attention_bytes = 0
-    if entry.kv_layouts:
+    if entry.serving.kv_layouts:
         check_plain_attention(request.flash_attention, kv_type, layout)
     live, prefix, cache_slots = cells_by_purpose(layout, sizing, request.prefix_cache, request.prefix_cache_bytes)
     return ServingShape(sizing=sizing, kv_type=kv_type, kv_layout=layout, kv_cells=live + prefix,
-                        batch_tokens=entry.batch_tokens or None, prefix_cache=request.prefix_cache,
+                        batch_tokens=entry.serving.batch_tokens or None, prefix_cache=request.prefix_cache,
                         kv_live_cells=live, kv_prefix_cells=prefix, cache_slots=cache_slots, draft_rows=draft_rows,
                         flash_attention=(runtime_flash_attention(request.flash_attention, attention_bytes > 0)
-                                         if entry.kv_layouts else None),
+                                         if entry.serving.kv_layouts else None),
                         attention_buffer_bytes=attention_bytes)

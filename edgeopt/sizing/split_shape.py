@@ -42,7 +42,7 @@ def split_kv_layout(asked: str) -> str:
 
 
 def worker_compute_bytes(entry: Backend, spec: ModelSpec) -> int:
-    batch = entry.batch_tokens or 128
+    batch = entry.serving.batch_tokens or 128
     return batch * 4 * (ACTIVATIONS_PER_HIDDEN_UNIT * spec.hidden_size + spec.intermediate_size)
 
 

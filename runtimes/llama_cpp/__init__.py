@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LlamaCppRuntime", "LlamaCppTokenizer", "load", "load_gguf"]
 # The registry's number (edgeopt/backends.py says why 128), so the runtime's batch is the one sizing assumed.
-DEFAULT_MAX_BATCH_TOKENS = backend_for_runtime("llama_cpp").batch_tokens
+DEFAULT_MAX_BATCH_TOKENS = backend_for_runtime("llama_cpp").serving.batch_tokens
 DRIVES = frozenset({AcceleratorKind.CUDA_GPU})  # the accelerators this runtime offloads to (a CUDA build's)
 LLAMA_MAX_SEQ = MAX_SEQUENCE_IDS  # the stream arithmetic (StreamLayout, stream_layout) is edgeopt.sizing.layout's
 

@@ -21,7 +21,7 @@ GGML_KV_TYPES = {"f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16,
 
 
 def check_llama_kv_type(kv_type: str) -> None:
-    valid = backends.backend_for_runtime("llama_cpp").kv_cache_types
+    valid = backends.backend_for_runtime("llama_cpp").serving.kv_cache_types
     if kv_type not in valid:
         raise ConfigError(f"KV cache type {kv_type!r} is not one llama.cpp serves", f"valid: {', '.join(valid)}")
 

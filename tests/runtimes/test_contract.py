@@ -80,8 +80,8 @@ def test_only_the_torch_format_brings_an_engine_and_only_over_the_paged_runtime(
     from edgeopt import backends
     from edgeopt.paged_batching import engine_for
 
-    assert [fmt for fmt in backends.formats() if backends.backend(fmt).own_engine] == ["torch"]
-    assert backends.load_attr(backends.backend("torch").own_engine) is engine_for
+    assert [fmt for fmt in backends.formats() if backends.backend(fmt).serving.own_engine] == ["torch"]
+    assert backends.load_attr(backends.backend("torch").serving.own_engine) is engine_for
     fake = FakeRuntime()
     assert fake.max_batch_tokens is None
     assert engine_for(fake, EngineConfig(kv_capacity_tokens=64, max_running=1)) is None

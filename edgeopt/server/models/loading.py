@@ -57,12 +57,12 @@ class SharedBudget:
 def shared_request(request: ShapeRequest, fmt: str) -> ShapeRequest:
     """The operator's shape flags with the defaults of a shared budget: SEQUENCES sequences, and the unified KV
     layout where the runtime has a choice (streams would set a stream aside per cached prefix)."""
-    layout = UNIFIED if request.kv_layout == AUTO and backends.backend(fmt).kv_layouts else request.kv_layout
+    layout = UNIFIED if request.kv_layout == AUTO and backends.backend(fmt).serving.kv_layouts else request.kv_layout
     return dataclasses.replace(request, max_sequences=request.max_sequences or SEQUENCES, kv_layout=layout)
 
 
 def shared_budget(memory_bytes: int, request: ShapeRequest, formats: set[str], verify: bool = True) -> SharedBudget:
-    process = max((backends.backend(fmt).process_bytes for fmt in formats), default=0)
+    process = max((backends.backend(fmt).memory.process_bytes for fmt in formats), default=0)
     room = memory_bytes - int(memory_bytes * SAFETY_MARGIN) - process
     if room <= 0:
         raise ConfigError(f"--memory {memory_bytes / MIB:.0f} MiB leaves nothing for models once the process's "

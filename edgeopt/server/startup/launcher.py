@@ -107,7 +107,7 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
 def own_engine(fmt: str, runtime: Runtime, config: EngineConfig) -> ServingEngine | None:
     """The engine a runtime brings with its own scheduler (torch on CUDA: transformers' paged continuous
     batching, with our Engine's API), named by the format's backend entry; None: our Engine drives it."""
-    target = backends.backend(fmt).own_engine
+    target = backends.backend(fmt).serving.own_engine
     return backends.load_attr(target)(runtime, config) if target else None
 
 
