@@ -11,7 +11,7 @@ import sys
 import typer
 
 # Every command module keeps its heavy imports (torch, transformers, the server) inside its functions, so
-# importing them all here costs `edgeopt --help` nothing it would notice (tests/test_cli_import_cost.py).
+# importing them all here costs `edgeopt --help` nothing it would notice (tests/cli/test_import_cost.py).
 from edgeopt.cli.commands import (bench_cmd, demo_cmd, eval_cmd, import_cmd, inspect_cmd, monitor_cmd, optimize_cmd,
                               plan_cmd, profiles_cmd, serve_cmd, worker_cmd)
 from edgeopt.errors import EdgeoptError

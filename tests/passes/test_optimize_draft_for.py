@@ -65,7 +65,7 @@ def test_greedy_output_with_the_draft_is_the_targets(draft_bundle: tuple[Path, s
 
 def test_optimize_without_model_or_draft_for_says_both(capsys: pytest.CaptureFixture[str],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.test_cli import run_main
+    from tests.cli.test_cli import run_main
 
     code, output = run_main(["optimize"], capsys, monkeypatch)
     assert code != 0 and "edgeopt optimize needs MODEL" in output and "--draft-for TARGET" in output

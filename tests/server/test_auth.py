@@ -11,7 +11,7 @@ import pytest
 from edgeopt.errors import ConfigError
 from edgeopt.server.http.auth import check_exposure, is_loopback
 from tests.server.conftest import MODEL
-from tests.test_cli import run_main
+from tests.cli.test_cli import run_main
 
 pytestmark = pytest.mark.timeout(120)
 KEY = "clé-secrète"  # non-ASCII on purpose

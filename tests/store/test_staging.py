@@ -21,7 +21,7 @@ from edgeopt.store.staging import remove_abandoned, work_dir
 from tests.fixtures.tiny_models import build_tiny_model
 
 pytestmark = pytest.mark.timeout(300)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HOLD = """
 import sys, time
 from pathlib import Path

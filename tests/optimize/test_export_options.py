@@ -10,7 +10,7 @@ import pytest
 from edgeopt.errors import ConfigError
 from edgeopt.optimize.export_options import check_export_options, declared_options, export_options
 from edgeopt.optimize.pipeline import OptimizeOptions, resolve
-from tests.test_cli import run_main
+from tests.cli.test_cli import run_main
 
 
 def test_only_the_flags_given_become_options(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from edgeopt.store.bundle import load_bundle
 from edgeopt.cli.app import app
-from tests.test_cli import run_main
+from tests.cli.test_cli import run_main
 
 runner = CliRunner()
 
