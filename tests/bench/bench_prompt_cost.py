@@ -21,7 +21,8 @@ from typing import Any
 from edgeopt.demo.tokenizer import CHATML_TEMPLATE
 from edgeopt.errors import RequestError
 from edgeopt.server.chat.template import ChatTemplate
-from edgeopt.server.chat.prompt import output_budget, raw_prompt_ids
+from edgeopt.server.chat.render import raw_prompt_ids
+from edgeopt.server.chat.sampling import output_budget
 from edgeopt.server.openai.schema import ChatCompletionRequest, CompletionRequest
 from edgeopt.server.state import ServedModel
 from edgeopt.runtimes.llama_cpp import load_gguf
