@@ -24,8 +24,14 @@ GREEDY_TEMPERATURE = 1e-5  # 5.x: do_sample is global; this temperature makes sa
 # 5.x builds a per-request processor only when the creation-time value is not neutral, so top-p starts a
 # hair below 1 (it cuts no token with probability above ~1e-7) and top-k at the vocabulary size.
 NEAR_ONE_TOP_P = 1.0 - 1e-7
-UNSUPPORTED = {"seed": None, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-               "min_p": 0.0, "logprobs": None, "prompt_logprobs": None}
+def unsupported_settings(params: SamplingParams) -> dict[str, object]:
+    """What a request asks of the sampler that transformers' manager cannot do, by parameter name: every value
+    here must stay at its neutral default (listed beside it)."""
+    asked = {"seed": (params.seed, None), "repetition_penalty": (params.repetition_penalty, 1.0),
+             "presence_penalty": (params.presence_penalty, 0.0), "frequency_penalty": (params.frequency_penalty, 0.0),
+             "min_p": (params.min_p, 0.0), "logprobs": (params.logprobs, None),
+             "prompt_logprobs": (params.prompt_logprobs, None)}
+    return {name: value for name, (value, neutral) in asked.items() if value != neutral}
 
 
 class TransformersManager:
@@ -151,10 +157,9 @@ def is_finished(result: Any) -> bool:
 
 
 def check_unsupported(params: SamplingParams) -> None:
-    for name, neutral in UNSUPPORTED.items():
-        if getattr(params, name) != neutral:
-            raise RequestError(f"{name}={getattr(params, name)!r} is not supported by the CUDA paged engine",
-                               "leave it at its default, or serve on CPU / with llama.cpp", param=name)
+    for name, value in unsupported_settings(params).items():
+        raise RequestError(f"{name}={value!r} is not supported by the CUDA paged engine",
+                           "leave it at its default, or serve on CPU / with llama.cpp", param=name)
     if params.logit_bias:
         raise RequestError("logit_bias is not supported by the CUDA paged engine", "leave it empty",
                            param="logit_bias")

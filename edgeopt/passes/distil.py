@@ -80,10 +80,10 @@ def launch(cfg: Any, processes: int) -> dict[str, Any]:
 
 def config_to_argv(cfg: Any) -> list[str]:
     argv: list[str] = []
-    for f in dataclasses.fields(cfg):
-        value, flag = getattr(cfg, f.name), "--" + f.name.replace("_", "-")
+    for name, value in dataclasses.asdict(cfg).items():
+        flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
-            argv.append(flag if value else "--no-" + f.name.replace("_", "-"))
+            argv.append(flag if value else "--no-" + name.replace("_", "-"))
         else:
             argv += [flag, str(value)]
     return argv
