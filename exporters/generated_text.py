@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import ConfigError
+from edgeopt.progress import progress
 from edgeopt.runtimes.base import Runtime, StepInput
 
 # Plain-text openings of different kinds of writing (the instruct models edgeopt targets see all of them).
@@ -95,7 +96,7 @@ def sample_text(runtime: Runtime, chunks: int = DEFAULT_CHUNKS, chunk_size: int 
     banned = np.array(sorted(runtime.info.eos_token_ids), dtype=np.int64)
     rng = np.random.default_rng(seed)
     out: list[list[int]] = []
-    for first in range(0, chunks, parallel):
+    for first in progress(range(0, chunks, parallel), f"self-calibration: writing {chunks} sequences"):
         group = [list(starts[i % len(starts)]) for i in range(first, min(first + parallel, chunks))]
         out += _sample_group(runtime, group, chunk_size, rng, banned, temperature, min_p)
         report(f"self-calibration: {len(out)}/{chunks} sequences of {chunk_size} tokens")

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.errors import ExportError
+from edgeopt.progress import progress
 
 CHUNK_SIZE = 512  # llama-imatrix's default context: one chunk is one independent sequence
 MIN_CHUNK_TOKENS = 16  # llama-imatrix ignores smaller batches
@@ -122,7 +123,7 @@ def collect_input_energy(model_dir: Path, token_chunks: list[list[int]],
     handles = [module.register_forward_pre_hook(hook_for(name)) for name, module in linears.items()]
     try:
         with torch.no_grad(), torch_threads_left_free():
-            for i, chunk in enumerate(token_chunks):
+            for i, chunk in enumerate(progress(token_chunks, "importance matrix: calibration chunks")):
                 model(input_ids=torch.tensor([chunk]), use_cache=False)
                 report(f"calibration: chunk {i + 1}/{len(token_chunks)}")
     finally:
