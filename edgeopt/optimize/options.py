@@ -14,8 +14,6 @@ from edgeopt.errors import ConfigError, OutputExistsError
 from edgeopt.optimize.export_options import check_export_options
 from edgeopt.planning import CheckpointSource, Compression, OptimizePlan, OptimizeRequest, plan_for
 
-Resolved = OptimizePlan  # every default filled in from the profile and the planner
-
 
 @dataclass
 class OptimizeOptions:
@@ -55,7 +53,7 @@ class OptimizeOptions:
                                dry_run=self.dry_run, output=self.output)
 
 
-def resolve(opts: OptimizeOptions) -> Resolved:
+def resolve(opts: OptimizeOptions) -> OptimizePlan:
     if opts.accept_quality_loss and not opts.evaluate:
         raise ConfigError("--accept-quality-loss with --no-eval: without an evaluation there is no loss to accept",
                           "drop --no-eval (the quality floor is checked on the evaluation), or drop --accept-quality-loss")

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.optimize.export_step import run_exporter
-from edgeopt.optimize.options import OptimizeOptions, Resolved, resolve
+from edgeopt.optimize.options import OptimizeOptions, resolve
+from edgeopt.planning import OptimizePlan
 from edgeopt.sizing.budget import kv_bytes_per_token
 from edgeopt.sizing.kv_types import kv_element_bytes_for
 from edgeopt.sizing.manifest_section import KvSection, exporter_kv_elements
@@ -32,7 +33,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 Reporter = Callable[[str], None]
 
 
-def run_optimize(opts: OptimizeOptions, report: Reporter = print, resolved: Resolved | None = None) -> Manifest | None:
+def run_optimize(opts: OptimizeOptions, report: Reporter = print,
+                 resolved: OptimizePlan | None = None) -> Manifest | None:
     """Run the model path; ``resolved`` is ``resolve(opts)`` when the caller already computed it."""
     res = resolved or resolve(opts)
     if opts.dry_run:
@@ -107,7 +109,7 @@ def _check_quality_floor(manifest: Manifest, opts: OptimizeOptions, pruned: bool
 
 
 def _draft_report(stage: Path, manifest: Manifest, target_dir: Path, draft: ModelSpec, opts: OptimizeOptions,
-                  res: Resolved, report: Reporter) -> dict[str, Any]:
+                  res: OptimizePlan, report: Reporter) -> dict[str, Any]:
     """The draft's size against its target's, and how often the target accepts its tokens on text the passes held
     out (edgeopt.evaluation.draft): metrics.draft of the manifest."""
     from edgeopt.evaluation.draft import measure_acceptance
@@ -129,7 +131,7 @@ def _export_probe_metrics(export_meta: dict[str, Any]) -> dict[str, float]:
 
 
 def _run_pass(name: str, params: dict[str, Any], current: Path, original: Path, opts: OptimizeOptions,
-              res: Resolved, report: Reporter) -> tuple[Path, PassRecord]:
+              res: OptimizePlan, report: Reporter) -> tuple[Path, PassRecord]:
     from edgeopt.passes import PassContext, get_pass
 
     the_pass = get_pass(name, **params)

@@ -136,7 +136,7 @@ def _check_smoothing(options: dict[str, Any]) -> None:
 def _check_sized(options: dict[str, Any]) -> None:
     """``--size`` chooses each MatMul's width itself, from blocks rounded by GPTQ or the weighted search and
     measured on text."""
-    from edgeopt.exporters.onnx.int4.sized import ALGORITHMS
+    from edgeopt.exporters.onnx.int4.costs import ALGORITHMS
 
     for key, flag, allowed in (("int4_mix", "--int4-mix", (None, "weighted")),
                                ("int4_algorithm", "--int4-algorithm", (None, *ALGORITHMS))):

@@ -35,14 +35,13 @@ from typing import Any
 from edgeopt.errors import ConfigError
 from edgeopt.exporters.input_energy import InputEnergy
 from edgeopt.exporters.onnx.embedding_quant import find_table, write_table
-# ALGORITHMS: exporters/onnx/exporter.py reads --int4-algorithm's choices from here
 from edgeopt.exporters.onnx.int4.costs import (ALGORITHMS, EIGHT_BIT_BLOCKS, INT4_BLOCK_LIMITS, WIDE_FACTOR, Blocks,
                                                Costs, measure_costs)
 from edgeopt.exporters.onnx.int4.weights import Weight, find_weights, output_layers
 from edgeopt.exporters.onnx.nbits_blocks import ensure_microsoft_opset, write_matmul_nbits
 from edgeopt.exporters.onnx.smooth_scales import NormScales, apply_to_graph, column_scales, smooth
 
-__all__ = ["ALGORITHMS", "SIZE_TOLERANCE", "choose_widths", "matmul_bytes", "quantize_int4_sized", "write_sized"]
+__all__ = ["SIZE_TOLERANCE", "choose_widths", "matmul_bytes", "quantize_int4_sized", "write_sized"]
 
 SIZE_TOLERANCE = 0.01  # a file within 1% under the size asked, never over it
 
