@@ -47,7 +47,7 @@ class CrossEncoderConfig:
 def read_cross_encoder_config(model_dir: Path, position_limit: int) -> CrossEncoderConfig:
     """The checkpoint's activation (sentence-transformers v5, v4 or older) and input limit.
 
-    ``position_limit`` is what the position table allows (edgeopt.sources.model_spec.encoder_input_limit)."""
+    ``position_limit`` is what the position table allows (edgeopt.sources.architectures.encoder_input_limit)."""
     activation, source = _activation(model_dir)
     return CrossEncoderConfig(activation=activation, max_length=_max_length(model_dir, position_limit), source=source)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeopt.sources.model_spec import FUSED_PROJECTIONS  # GGUF arch names, which are these models' model_type
+from edgeopt.sources.architectures import FUSED_PROJECTIONS  # GGUF arch names, which are these models' model_type
 
 QKV, GATE_UP = "self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight"
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from edgeopt import backends
 from edgeopt.store.bundle import Manifest, read_manifest
 from edgeopt.speculation_modes import DEFAULT_MODE, longest_draft
-from edgeopt.sources.model_spec import ModelSpec, encoder_input_limit
+from edgeopt.sources.architectures import encoder_input_limit
+from edgeopt.sources.model_spec import ModelSpec
 from edgeopt.planning.plan import Candidate, Plan, candidate_from_shape
 from edgeopt.profiles import DeviceProfile
 from edgeopt.sizing.budget import after_margin, memory_pool, runtime_weights_extra

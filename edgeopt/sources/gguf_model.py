@@ -21,7 +21,8 @@ from edgeopt.store.file_stamp import file_stamp
 from edgeopt.sources.gguf_metadata import GgufMetadata, read_gguf_metadata
 from edgeopt.sizing.budget import kv_bytes_per_token, kv_elements_per_token
 from edgeopt.sizing.manifest_section import KvSection
-from edgeopt.sources.model_spec import SUPPORTED_ARCHITECTURES, ModelSpec
+from edgeopt.sources.architectures import SUPPORTED_ARCHITECTURES
+from edgeopt.sources.model_spec import ModelSpec
 
 GGUF_ORIGIN = "gguf-file"  # manifest.export["origin"] of a model made from a bare GGUF file
 # GGUF architectures llama.cpp runs as sentence encoders (pooled embeddings, no KV cache, no generation).

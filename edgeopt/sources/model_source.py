@@ -11,7 +11,7 @@ from edgeopt.store.bundle import Manifest, load_bundle
 from edgeopt.errors import BundleError
 from edgeopt.sources.gguf_metadata import is_gguf_file
 from edgeopt.sources.gguf_model import gguf_manifest, gguf_metadata
-from edgeopt.sources.model_spec import SUPPORTED_ARCHITECTURES
+from edgeopt.sources.architectures import SUPPORTED_ARCHITECTURES
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,9 @@ from typing import Any
 
 from edgeopt.errors import ModelNotFoundError, UnsupportedArchitectureError
 from edgeopt.sizing.budget import kv_bytes_per_token, kv_elements_per_token
-# The families edgeopt reads, and how they differ; imported from here by the rooms that read a spec as well.
 from edgeopt.sources.architectures import (EMBEDDING_KIND, ENCODER_LAYER_NAMES, ENCODER_MODEL_TYPES,
-                                           FUSED_PROJECTIONS, POSITIONS_AFTER_PADDING, RERANK_KIND,
-                                           RERANK_MODEL_TYPES, SANDWICH_NORM_ARCHS, SUPPORTED_ARCHITECTURES,
-                                           TIED_BY_DEFAULT, encoder_input_limit)
-
-__all__ = ["EMBEDDING_KIND", "ENCODER_MODEL_TYPES", "FUSED_PROJECTIONS", "POSITIONS_AFTER_PADDING", "RERANK_KIND",
-           "RERANK_MODEL_TYPES", "SANDWICH_NORM_ARCHS", "SUPPORTED_ARCHITECTURES", "TIED_BY_DEFAULT", "ModelSpec",
-           "TensorInfo", "encoder_input_limit", "load_model_spec", "reference_attention", "resolve_config_path",
-           "spec_from_config"]
+                                           FUSED_PROJECTIONS, RERANK_KIND, RERANK_MODEL_TYPES, SANDWICH_NORM_ARCHS,
+                                           SUPPORTED_ARCHITECTURES, TIED_BY_DEFAULT)
 
 @dataclass(frozen=True)
 class TensorInfo:

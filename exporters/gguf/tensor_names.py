@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeopt.errors import ExportError
-from edgeopt.sources.model_spec import SUPPORTED_ARCHITECTURES, ModelSpec
+from edgeopt.sources.architectures import SUPPORTED_ARCHITECTURES
+from edgeopt.sources.model_spec import ModelSpec
 from edgeopt.exporters.gguf.architectures.extras import extras_for
 
 # Suffix after "model.layers.{i}." -> suffix after "blk.{i}."

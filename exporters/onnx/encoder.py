@@ -70,8 +70,8 @@ def _pad_token_id(model_dir: Path) -> int:
 
 
 def encoder_input_limit(model_dir: Path) -> int:
-    """The input limit the bundle's runtime will apply (edgeopt.sources.model_spec.encoder_input_limit)."""
-    from edgeopt.sources.model_spec import encoder_input_limit as limit_of
+    """The input limit the bundle's runtime will apply (edgeopt.sources.architectures.encoder_input_limit)."""
+    from edgeopt.sources.architectures import encoder_input_limit as limit_of
     from edgeopt.encoders.pooling import read_sentence_transformers_pooling
 
     config = json.loads((model_dir / "config.json").read_text())

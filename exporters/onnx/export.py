@@ -24,7 +24,8 @@ MODEL_SIDE_FILES = ("config.json", "generation_config.json")
 def model_kind(model_dir: Path) -> str:
     """ "causal-lm", "rerank" (a cross-encoder: edgeopt.sources.model_spec says which ones) or "embedding", from
     config.json (and a sentence-transformers modules.json)."""
-    from edgeopt.sources.model_spec import RERANK_KIND, load_model_spec
+    from edgeopt.sources.architectures import RERANK_KIND
+    from edgeopt.sources.model_spec import load_model_spec
 
     config = json.loads((model_dir / "config.json").read_text())
     archs = config.get("architectures") or []

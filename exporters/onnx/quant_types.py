@@ -18,7 +18,9 @@ Measured on optimum exports quantized by onnxruntime (see tests/exporters/test_o
 
 from __future__ import annotations
 
-from edgeopt.sources.model_spec import RERANK_KIND, ModelSpec
+from edgeopt.sources.architectures import RERANK_KIND
+
+from edgeopt.sources.model_spec import ModelSpec
 
 INT4_BLOCK = 32
 INT4_INT8_ROLES = ("v_proj", "o_proj", "down_proj", "lm_head")  # why: exporters/onnx/quantize.py

@@ -17,7 +17,7 @@ import numpy as np
 from edgeopt.encoders.cross_encoder import CrossEncoderConfig, load_cross_encoder_config, read_cross_encoder_config, \
     save_cross_encoder_config
 from edgeopt.errors import ExportError
-from edgeopt.sources.model_spec import encoder_input_limit
+from edgeopt.sources.architectures import encoder_input_limit
 from edgeopt.measuring.rerank_set import BUILTIN_RANKING_SET, compare_rankings
 from edgeopt.runtimes.base import EncodedPair
 from edgeopt.runtimes.pair_tokenizer import PairTokenizer

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import BundleError, ConfigError, UnknownTargetError
-from edgeopt.sources.model_spec import encoder_input_limit
+from edgeopt.sources.architectures import encoder_input_limit
 from edgeopt.profiles import DeviceProfile
 from edgeopt.profiles.host import usable_cpu_count
 from edgeopt.runtimes.base import EmbeddingRuntime, RerankRuntime, Runtime, RuntimeInfo

@@ -18,7 +18,8 @@ from edgeopt.cli.app import app
 from edgeopt.encoders.cross_encoder import load_cross_encoder_config
 from edgeopt.errors import BundleError, UnsupportedArchitectureError
 from edgeopt.exporters.onnx.quant_types import estimate_onnx_bytes
-from edgeopt.sources.model_spec import RERANK_KIND, load_model_spec, spec_from_config
+from edgeopt.sources.architectures import RERANK_KIND
+from edgeopt.sources.model_spec import load_model_spec, spec_from_config
 from edgeopt.measuring.rerank_set import spearman_correlation
 from edgeopt.runtimes import load_rerank_runtime
 
