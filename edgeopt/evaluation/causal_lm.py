@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import EvaluationError
 from edgeopt.measuring.metrics import Comparison
-from edgeopt.measuring.scorers import HFScorer, load_bundle_scorer
+from edgeopt.measuring.scorers import Reference, load_bundle_scorer, load_reference
 from edgeopt.measuring.eval_text import SEED_PROMPTS, generated_eval_ids, threads_following_load
 from edgeopt.evaluation.kv_cache import kv_cache_cost, needs_kv_cache_evaluation
 from edgeopt.progress import progress
@@ -56,8 +56,11 @@ def windows(token_ids: list[int], window: int, max_tokens: int, bos: int | None)
 
 
 def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | None, eval_data: Path | None,
-                    window: int = DEFAULT_WINDOW, max_tokens: int = DEFAULT_MAX_TOKENS, threads: int = 2) -> dict[str, Any]:
+                    workbench: Path | None = None, window: int = DEFAULT_WINDOW, max_tokens: int = DEFAULT_MAX_TOKENS,
+                    threads: int = 2) -> dict[str, Any]:
     """Quality metrics of the bundle's model; KL/top-1 need the original checkpoint, perplexity needs text.
+    ``workbench``: the optimize run's working directory, where a format with a reference of its own (GGUF: the
+    unquantized file the export wrote) finds it; without one the original is loaded with transformers.
 
     Embedding bundles are measured by edgeopt.evaluation.embeddings instead (cosines, neighbours), rerank
     bundles by edgeopt.evaluation.rerank (score error and ranking agreement)."""
@@ -72,18 +75,19 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
     # Torch and llama.cpp threads meet at a barrier after every operation: with other processes on the cores, a
     # fixed 2 threads is many times slower than 1 (edgeopt.measuring.eval_text has the measurement).
     with threads_following_load(threads) as governor:
-        return _evaluate_causal_lm(Path(bundle_dir), manifest, original_model_dir, eval_data, window, max_tokens,
-                                   governor)
+        return _evaluate_causal_lm(Path(bundle_dir), manifest, original_model_dir, eval_data, workbench, window,
+                                   max_tokens, governor)
 
 
 def _evaluate_causal_lm(bundle_dir: Path, manifest: Any, original_model_dir: Path | None, eval_data: Path | None,
-                        window: int, max_tokens: int, governor: ThreadGovernor) -> dict[str, Any]:
+                        workbench: Path | None, window: int, max_tokens: int, governor: ThreadGovernor) -> dict[str, Any]:
     """Perplexity, and KL/top-1 against the original; the scorers get the threads ``governor`` found free, the
     original's torch follows the load window by window."""
     threads = governor.threads
     tokenizer = _tokenizer(bundle_dir / manifest.tokenizer_dir)
     bos = tokenizer.bos_token_id if getattr(tokenizer, "add_bos_token", False) else None
-    reference = HFScorer(Path(original_model_dir), threads) if original_model_dir is not None else None
+    reference = (load_reference(manifest.format, Path(original_model_dir), workbench, window, threads)
+                 if original_model_dir is not None else None)
     if eval_data is not None:
         ids = tokenizer.encode(read_eval_text(eval_data), add_special_tokens=False)
         source = f"file:{Path(eval_data).name}"
@@ -108,7 +112,7 @@ def _evaluate_causal_lm(bundle_dir: Path, manifest: Any, original_model_dir: Pat
     return metrics
 
 
-def _compare(chunks: list[list[int]], scorer: Any, reference: HFScorer | None, source: str,
+def _compare(chunks: list[list[int]], scorer: Any, reference: Reference | None, source: str,
              before_window: Callable[[], None] = lambda: None) -> dict[str, Any]:
     candidate_only, against_original, original = Comparison(), Comparison(), Comparison()
     for chunk in progress(chunks, "evaluating"):

@@ -58,6 +58,10 @@ CALIBRATION_OPTIONS: Mapping[str, ExportOption] = {
 class ExportSpec:
     exporter_module: str  # imported before export; its Exporter subclass registers the format
     scorer: str  # "module:function": load_scorer(bundle_dir, manifest, context=..., threads=...)
+    # "module:function": load_reference(original_model_dir, workbench, context=..., threads=...), the original scored
+    # in this format's own runtime from a file the export leaves in the run's workbench (GGUF: the unquantized file,
+    # memory-mapped); None: the evaluation loads the original with transformers in float32.
+    reference: str | None = None
     # Every option the exporter reads; the pipeline refuses any other before work (edgeopt.optimize.export_options),
     # so none is silently ignored.
     options: Mapping[str, ExportOption] = field(default_factory=dict)

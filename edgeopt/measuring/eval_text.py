@@ -29,7 +29,7 @@ from edgeopt.store.bundle import content_hash
 from edgeopt.store.cache import cached_step, step_key
 
 if TYPE_CHECKING:
-    from edgeopt.measuring.scorers import HFScorer
+    from edgeopt.measuring.scorers import Reference
     from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
 
 SEED_PROMPTS = (
@@ -44,7 +44,7 @@ GENERATION_VERSION = 2
 IDS_FILE = "eval_ids.json"
 
 
-def generated_eval_ids(original_model_dir: Path, reference: HFScorer, tokenizer: Any, bos: int | None,
+def generated_eval_ids(original_model_dir: Path, reference: Reference, tokenizer: Any, bos: int | None,
                        on_step: Callable[[], None] = lambda: None, prompts: tuple[str, ...] = SEED_PROMPTS,
                        tokens_per_prompt: int = GENERATED_TOKENS_PER_PROMPT) -> tuple[list[int], bool]:
     """(token ids of every prompt and its greedy continuation by ``reference``, one after the other; whether they
@@ -52,7 +52,8 @@ def generated_eval_ids(original_model_dir: Path, reference: HFScorer, tokenizer:
     out (the windows add it back). ``on_step`` runs after every decode step (a :func:`threads_following_load`
     governor's ``before_decode``)."""
     prompt_ids = [([bos] if bos is not None else []) + tokenizer.encode(p, add_special_tokens=False) for p in prompts]
-    params = {"prompts": prompt_ids, "tokens_per_prompt": tokens_per_prompt, "version": GENERATION_VERSION}
+    params = {"prompts": prompt_ids, "tokens_per_prompt": tokens_per_prompt, "version": GENERATION_VERSION,
+              "generator": reference.generator}
     key = step_key("eval-text", "greedy", params, content_hash(Path(original_model_dir)))
 
     def generate(out: Path) -> dict[str, Any]:

@@ -29,6 +29,26 @@ class Scorer(Protocol):
     def close(self) -> None: ...
 
 
+class Reference(Scorer, Protocol):
+    """The original model an evaluation compares a bundle with; it also writes the evaluation text when the user
+    gives none. ``generator`` names what decodes that text (part of the text's cache key)."""
+
+    generator: str
+
+    def greedy_continuations(self, prompt_ids: list[list[int]], max_new_tokens: int,
+                             on_step: Callable[[], None] = lambda: None) -> list[list[int]]: ...
+
+
+def load_reference(fmt: str, original_model_dir: Path, workbench: Path | None, context: int,
+                   threads: int) -> Reference:
+    """The original in ``fmt``'s own runtime when the format has a reference and a workbench holds (or can hold)
+    its file, else in transformers (float32, CPU)."""
+    target = backends.backend(fmt).export.reference if fmt in backends.formats() else None
+    if target is None or workbench is None:
+        return HFScorer(Path(original_model_dir), threads)
+    return backends.load_attr(target)(Path(original_model_dir), Path(workbench), context=context, threads=threads)
+
+
 def load_bundle_scorer(bundle_dir: Path, manifest: Any, context: int, threads: int = 2, **options: Any) -> Scorer:
     try:
         target = backends.backend(manifest.format).export.scorer
@@ -46,6 +66,8 @@ def load_bundle_scorer(bundle_dir: Path, manifest: Any, context: int, threads: i
 class HFScorer:
     """A checkpoint in transformers. By default float32 on CPU: the original, the reference distribution;
     a torch bundle's checkpoint is scored the same way in the dtype and on the device it is served with."""
+
+    generator = "transformers"
 
     def __init__(self, model_dir: Path, threads: int = 2, dtype: str = "float32", device: str = "cpu") -> None:
         import torch

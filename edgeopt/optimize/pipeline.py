@@ -17,6 +17,7 @@ from typing import Any
 
 from edgeopt.optimize.export_step import run_exporter
 from edgeopt.optimize.options import OptimizeOptions, resolve
+from edgeopt.optimize.workbench import run_workbench
 from edgeopt.planning import OptimizePlan
 from edgeopt.sizing.budget import kv_bytes_per_token
 from edgeopt.sizing.kv_types import kv_element_bytes_for
@@ -39,6 +40,11 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print,
     res = resolved or resolve(opts)
     if opts.dry_run:
         return None
+    with run_workbench() as workbench:
+        return _run(opts, res, workbench, report)
+
+
+def _run(opts: OptimizeOptions, res: OptimizePlan, workbench: Path, report: Reporter) -> Manifest:
     model_dir, revision = resolve_model_dir(opts.model)
     current = model_dir
     records: list[PassRecord] = []
@@ -87,7 +93,7 @@ def run_optimize(opts: OptimizeOptions, report: Reporter = print,
 
             report("evaluate: comparing the exported model with the original")
             manifest.metrics = _export_probe_metrics(export_meta) | evaluate_bundle(stage, manifest, model_dir,
-                                                                                     opts.eval_data)
+                                                                                     opts.eval_data, workbench)
             if opts.draft:
                 manifest.metrics["draft"] = _draft_report(stage, manifest, model_dir, exported_spec, opts, res, report)
             else:

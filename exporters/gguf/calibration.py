@@ -3,7 +3,8 @@
 llama.cpp's quantizer weighs rounding errors by an importance matrix for every k-quant, IQ type and
 legacy 4/5-bit type; Q8_0, the ternary types and the float types ignore it. ``--calibration-data``
 with a type that would ignore it is refused (never silently dropped). The matrix is computed from the
-checkpoint the exporter is given (after pruning and distillation), stored in the bundle as
+unquantized GGUF converted from the checkpoint the exporter is given (after pruning and distillation;
+exporters/gguf/imatrix_collect.py), stored in the bundle as
 ``imatrix.gguf`` in llama.cpp's own format, and described in the manifest (hash, source text, tokens).
 Without calibration text, the types that use a matrix get one from text the model writes itself
 (exporters/gguf/self_calibration.py), recorded as ``source: "generated: N tokens from K seed prompts"``.
@@ -51,9 +52,9 @@ def export_imatrix(model_dir: Path, gguf: Path, out_dir: Path, quant: str, optio
                    report: Callable[[str], None] = lambda _m: None) -> Calibration | None:
     """The importance matrix a ``quant`` export uses, or None: from ``--calibration-data`` when given, else
     (unless ``options['self_calibration']`` is False) from text the model writes itself, sampled from
-    ``gguf`` (the unquantized intermediate file)."""
+    ``gguf`` (the unquantized intermediate file, which the matrix is measured on too)."""
     if options.get("calibration_data") is not None:
-        return compute_imatrix(model_dir, out_dir, options, report)
+        return compute_imatrix(model_dir, gguf, out_dir, options, report)
     if uses_imatrix(quant) and self_calibrates(options):
         return generated_imatrix(model_dir, gguf, out_dir, options, report)
     return None
@@ -70,9 +71,10 @@ def _store(matrix: ImportanceMatrix, out_dir: Path, token_chunks: list[list[int]
             "chunk_size": matrix.chunk_size, "tensors": len(matrix.sums)}
 
 
-def compute_imatrix(model_dir: Path, out_dir: Path, options: dict[str, Any],
+def compute_imatrix(model_dir: Path, gguf: Path, out_dir: Path, options: dict[str, Any],
                     report: Callable[[str], None] = lambda _m: None) -> Calibration:
-    """The matrix of ``options['calibration_data']``; writes ``out_dir/imatrix.gguf``."""
+    """The matrix of ``options['calibration_data']`` (tokenized with ``model_dir``'s tokenizer), measured on
+    ``gguf`` (the unquantized intermediate); writes ``out_dir/imatrix.gguf``."""
     from edgeopt.store.bundle import sha256_file
     from edgeopt.exporters.gguf.imatrix_collect import collect_imatrix
     from edgeopt.exporters.input_energy import text_file_chunks
@@ -81,7 +83,7 @@ def compute_imatrix(model_dir: Path, out_dir: Path, options: dict[str, Any],
     token_chunks = text_file_chunks(model_dir, text_path, int(options.get("calibration_chunks") or DEFAULT_CHUNKS),
                                     "for an importance matrix")
     source = options.get("calibration_source") or text_path.name
-    matrix = collect_imatrix(model_dir, token_chunks, [source], report)
+    matrix = collect_imatrix(gguf, token_chunks, [source], report)
     facts = {"source": source, "text_sha256": options.get("calibration_sha256") or sha256_file(text_path)}
     return Calibration(matrix, _store(matrix, out_dir, token_chunks, facts), token_chunks)
 
@@ -99,5 +101,5 @@ def generated_imatrix(model_dir: Path, gguf: Path, out_dir: Path, options: dict[
     # what the cores left free did in 7 s (runtimes/llama_cpp/threads.py).
     text = generate_calibration(gguf, chunks=int(options.get("calibration_chunks") or GENERATED_CHUNKS),
                                 chunk_size=chunk_size_for(model_dir), threads=None, report=report)
-    matrix = collect_imatrix(model_dir, text.chunks, [text.source], report)
+    matrix = collect_imatrix(gguf, text.chunks, [text.source], report)
     return Calibration(matrix, _store(matrix, out_dir, text.chunks, text.facts()), text.chunks)

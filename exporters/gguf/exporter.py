@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +18,10 @@ from edgeopt.exporters.gguf.quant_types import MIX
 from edgeopt.exporters.gguf.quant_report import summary_lines
 from edgeopt.exporters.gguf.quantize import check_quant, quantize_gguf
 from edgeopt.exporters.gguf.tokenizer_check import check_gguf_tokenizer
+from edgeopt.exporters.gguf.unquantized import unquantized_gguf
 from edgeopt.exporters.gguf.writer import UNQUANTIZED, convert_checkpoint
 
 MODEL_FILE = "model.gguf"
-
-
-def _intermediate_type(model_dir: Path) -> str:
-    """The unquantized type handed to the quantizer: BF16 for bf16 checkpoints (F16 could overflow)."""
-    from edgeopt.exporters.gguf.safetensors_reader import SafetensorsCheckpoint
-
-    return "BF16" if "BF16" in SafetensorsCheckpoint(model_dir).dtypes else "F16"
 
 
 class GGUFExporter(Exporter):
@@ -67,10 +64,10 @@ class GGUFExporter(Exporter):
             details = convert_checkpoint(Path(model_dir), target, quant)
             details |= check_gguf_tokenizer(target, Path(model_dir))
         else:
-            intermediate = out_dir / ".edgeopt-unquantized.gguf"
-            try:
-                details = convert_checkpoint(Path(model_dir), intermediate, _intermediate_type(Path(model_dir)))
-                details |= check_gguf_tokenizer(intermediate, Path(model_dir))
+            # The unquantized file stays in the run's workbench (the evaluation's reference reads it); an export
+            # run on its own keeps it in a directory of its own, removed after.
+            with _workbench(out_dir, options.get("workbench")) as workbench:
+                intermediate, details = unquantized_gguf(Path(model_dir), workbench)
                 calibration = export_imatrix(Path(model_dir), intermediate, out_dir, quant, options)
                 if quant == MIX:
                     assert calibration is not None  # check_options: MIX always has calibration text
@@ -78,8 +75,6 @@ class GGUFExporter(Exporter):
                 else:
                     details |= quantize_gguf(intermediate, target, quant, threads=int(options.get("threads", 2)),
                                              imatrix=calibration.matrix if calibration else None)
-            finally:
-                intermediate.unlink(missing_ok=True)
             if calibration is not None:
                 details["imatrix"] = calibration.facts
         details["gguf_bytes"] = target.stat().st_size
@@ -96,3 +91,16 @@ class GGUFExporter(Exporter):
             lines.append(f"mix: types chosen for {len(mix['types'])} tensors to fit {mix['budget_bytes'] / 2**20:.1f} MiB "
                          f"(predicted KL {mix['predicted_kl']:.4g}; every group's measured KL in the manifest)")
         return lines + summary_lines(details)
+
+
+@contextmanager
+def _workbench(out_dir: Path, given: str | Path | None) -> Iterator[Path]:
+    if given is not None:
+        yield Path(given)
+        return
+    own = out_dir / ".edgeopt-workbench"
+    own.mkdir(exist_ok=True)
+    try:
+        yield own
+    finally:
+        shutil.rmtree(own, ignore_errors=True)

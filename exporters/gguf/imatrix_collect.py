@@ -1,12 +1,11 @@
-"""Compute an importance matrix with torch: run calibration text through the checkpoint as it stands
-(after pruning and distillation) and sum each linear layer's input activations squared per column
-(exporters/input_energy.py).
+"""Compute an importance matrix as ``llama-imatrix`` does: run calibration text through the unquantized GGUF the
+exporter just wrote (memory-mapped by llama.cpp) and sum each weight's matrix-multiply input squared, per column.
 
-What ``llama-imatrix`` measures inside llama.cpp's graph, measured on the HF model with forward hooks. Names
-are llama.cpp's (``blk.3.ffn_down.weight``), from the same map the GGUF writer uses; input columns are never
-reordered by the writer (only q/k *rows* are), so a column here is the same column in the file. The output
-matrix is included (``token_embd.weight`` when the embeddings are tied), which llama-imatrix leaves out
-by default.
+Why the GGUF and not the checkpoint in torch: torch needs the model in float32 in the process's own memory (an 8B
+is 32 GB before a token runs), llama.cpp maps the F16/BF16 file (page cache, shared, evictable) and runs the F16
+kernels llama-imatrix runs, at its speed. Names are the file's own (``blk.3.ffn_down.weight``); the output
+matrix is included (``token_embd.weight`` when the embeddings are tied), which llama-imatrix leaves out by
+default: Q4_K_M's Q6_K output rounds better with it.
 """
 
 from __future__ import annotations
@@ -16,35 +15,46 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeopt.errors import ExportError
-from edgeopt.sources.model_spec import load_model_spec
 from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
-from edgeopt.exporters.gguf.tensor_names import gguf_name
-from edgeopt.exporters.input_energy import collect_input_energy
+
+OUTPUT_MATRICES = ("output.weight", "token_embd.weight")  # the tied embedding is llama.cpp's output matrix
 
 
-def linear_weight_names(model_dir: Path, module_names: list[str]) -> dict[str, str]:
-    """HF linear module name -> llama.cpp weight name, for every linear layer the GGUF holds."""
-    spec = load_model_spec(str(model_dir))
-    names: dict[str, str] = {}
-    for module in module_names:
-        weight = f"{module}.weight"
-        if weight == "lm_head.weight" and spec.tie_word_embeddings:
-            names[module] = "token_embd.weight"  # the tied embedding is llama.cpp's output matrix
-            continue
-        try:
-            names[module] = gguf_name(weight, spec.arch)
-        except ExportError:
-            continue  # a linear layer the GGUF does not hold as such (none in supported families)
-    return names
+def is_quantized_matrix(name: str) -> bool:
+    """A weight the quantizer weighs by the matrix: every block's matrix and the output matrix."""
+    return (name.startswith("blk.") and name.endswith(".weight")) or name in OUTPUT_MATRICES
 
 
-def collect_imatrix(model_dir: Path, token_chunks: list[list[int]], datasets: list[str],
+class _ColumnEnergy:
+    """Sum of input squared per column, and tokens summed, per weight."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, np.ndarray] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, name: str, rows: np.ndarray) -> None:
+        squares = np.einsum("ij,ij->j", rows, rows, dtype=np.float64)
+        if name in self.sums:
+            self.sums[name] += squares
+            self.counts[name] += rows.shape[0]
+        else:
+            self.sums[name], self.counts[name] = squares, rows.shape[0]
+
+
+def collect_imatrix(gguf: Path, token_chunks: list[list[int]], datasets: list[str],
                     report: Callable[[str], None] = lambda _m: None) -> ImportanceMatrix:
-    """Run the chunks through the checkpoint in ``model_dir`` (float32, CPU) and return the matrix."""
-    energy = collect_input_energy(model_dir, token_chunks, report)
-    held = linear_weight_names(model_dir, list(energy.sums))
-    return ImportanceMatrix(sums={held[m]: s.astype(np.float64) for m, s in energy.sums.items() if m in held},
-                            counts={held[m]: c for m, c in energy.counts.items() if m in held},
-                            chunk_count=len(token_chunks), chunk_size=max(len(c) for c in token_chunks),
-                            datasets=list(datasets))
+    """Run the chunks through ``gguf`` (the unquantized intermediate) and return the matrix."""
+    from edgeopt.errors import ExportError
+    from edgeopt.exporters.input_energy import MIN_CHUNK_TOKENS
+    from edgeopt.runtimes.llama_cpp.matmul_inputs import MatmulInputTap, run_chunks
+
+    if not token_chunks:
+        raise ExportError("the calibration text gives no chunk of tokens", f"give at least {MIN_CHUNK_TOKENS} tokens")
+    energy = _ColumnEnergy()
+    tap = MatmulInputTap(is_quantized_matrix, energy.add)
+    run_chunks(Path(gguf), token_chunks, tap, "importance matrix: calibration chunks", report)
+    if not energy.sums:
+        raise ExportError(f"llama.cpp ran the calibration text through {gguf} but no weight's input was seen",
+                          "check that the chunks hold at least 16 tokens each")
+    return ImportanceMatrix(sums=energy.sums, counts=energy.counts, chunk_count=len(token_chunks),
+                            chunk_size=max(len(c) for c in token_chunks), datasets=list(datasets))

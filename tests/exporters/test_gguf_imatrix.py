@@ -18,6 +18,7 @@ from edgeopt.exporters.gguf.imatrix_collect import collect_imatrix
 from edgeopt.exporters.input_energy import chunks, tokenize_text
 from edgeopt.exporters.gguf.imatrix_file import read_imatrix, write_imatrix
 from edgeopt.exporters.gguf.tensor_names import gguf_name
+from edgeopt.exporters.gguf.writer import convert_checkpoint
 from edgeopt.optimize.export_options import export_options
 
 
@@ -34,7 +35,9 @@ def test_matrix_covers_every_quantized_weight_under_llama_cpp_names(tiny_llama_d
                                                                     tmp_path: Path):
     ids, bos = tokenize_text(tiny_llama_dir, tiny_calibration.read_text())
     token_chunks = chunks(ids, bos, chunk_size=64, max_chunks=3)
-    matrix = collect_imatrix(tiny_llama_dir, token_chunks, ["calibration.txt"])
+    f16 = tmp_path / "f16.gguf"
+    convert_checkpoint(tiny_llama_dir, f16, "F16")  # the matrix is measured on the unquantized file, as llama-imatrix
+    matrix = collect_imatrix(f16, token_chunks, ["calibration.txt"])
     spec = load_model_spec(str(tiny_llama_dir))
     weights = {gguf_name(t.name): t.shape for t in spec.tensors() if len(t.shape) == 2}
     weights.pop("token_embd.weight")  # untied: the lookup table is no matrix product, output.weight is
@@ -105,3 +108,21 @@ def test_types_that_need_a_matrix_are_made_with_calibration_or_generated_text(ti
     result = GGUFExporter().export(model, tmp_path / "gen", "IQ2_M", {"calibration_chunks": 2})
     assert (tmp_path / "gen" / result.model_file).stat().st_size > 0
     assert result.details["imatrix"]["source"] == "generated: 1024 tokens from 2 seed prompts"
+
+
+def test_llama_cpp_measures_what_the_checkpoint_computes(tiny_llama_dir: Path, tiny_calibration: Path, tmp_path: Path):
+    """The matrix read out of llama.cpp's graph on the F16 file is the checkpoint's own input energy (torch,
+    float32) per weight and column, up to F16 rounding: same names, same columns, same token counts."""
+    from edgeopt.exporters.input_energy import collect_input_energy
+
+    ids, bos = tokenize_text(tiny_llama_dir, tiny_calibration.read_text())
+    token_chunks = chunks(ids, bos, chunk_size=64, max_chunks=2)
+    f16 = tmp_path / "f16.gguf"
+    convert_checkpoint(tiny_llama_dir, f16, "F16")
+    matrix = collect_imatrix(f16, token_chunks, ["calibration.txt"])
+    energy = collect_input_energy(tiny_llama_dir, token_chunks)
+    spec = load_model_spec(str(tiny_llama_dir))
+    for module, sums in energy.sums.items():
+        name = gguf_name(f"{module}.weight", spec.arch)
+        assert matrix.counts[name] == energy.counts[module] == 2 * 64
+        np.testing.assert_allclose(matrix.sums[name], sums, rtol=2e-2, atol=1e-3 * float(sums.max()))

@@ -41,7 +41,7 @@ def test_importance_matrix_cuts_q4_k_m_kl_on_held_out_text_by_30_percent(
     files = {name: tmp_path / f"{name}.gguf" for name in ("f16", "plain", "imatrix")}
     convert_checkpoint(smollm2_checkpoint, files["f16"], "F16")
     calibration_ids, bos = tokenize_text(smollm2_checkpoint, calibration.read_text())
-    matrix = collect_imatrix(smollm2_checkpoint, chunks(calibration_ids, bos, max_chunks=CALIBRATION_CHUNKS),
+    matrix = collect_imatrix(files["f16"], chunks(calibration_ids, bos, max_chunks=CALIBRATION_CHUNKS),
                              [calibration.name])
     quantize_gguf(files["f16"], files["plain"], "Q4_K_M")
     quantize_gguf(files["f16"], files["imatrix"], "Q4_K_M", imatrix=matrix)

@@ -63,7 +63,7 @@ def maker(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path):
     (root / "calibration.txt").write_text(stdlib_text(20_000))
     f16 = root / "f16.gguf"
     convert_checkpoint(model, f16, "F16")
-    calibration = compute_imatrix(model, root, {"calibration_data": root / "calibration.txt", "calibration_chunks": 2})
+    calibration = compute_imatrix(model, f16, root, {"calibration_data": root / "calibration.txt", "calibration_chunks": 2})
     (root / "work").mkdir()
     return MixMaker(f16, root / "work", calibration.matrix, calibration.chunks, n_layers=3, bands=1)  # 9 groups
 

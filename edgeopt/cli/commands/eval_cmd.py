@@ -35,7 +35,10 @@ def eval_bundle(bundle: BundleArg, data: DataOpt = None, original: OriginalOpt =
     original_dir = None
     if not no_original:
         original_dir, _ = resolve_model_dir(original or manifest.source_model)
-    metrics = evaluate_bundle(bundle, manifest, original_dir, data, max_tokens=max_tokens)
+    from edgeopt.optimize.workbench import run_workbench
+
+    with run_workbench() as workbench:  # where a GGUF bundle's reference (the original's F16 file) is converted
+        metrics = evaluate_bundle(bundle, manifest, original_dir, data, workbench, max_tokens=max_tokens)
     if as_json:
         print(json.dumps(metrics, indent=2))
         return

@@ -1,0 +1,64 @@
+"""The original model as the evaluation's reference, read by llama.cpp from its unquantized GGUF
+(exporters/gguf/unquantized.py): the file the export already wrote, memory-mapped, instead of the checkpoint
+loaded in float32 by transformers (an 8B: 32 GB of the process's own memory; the F16 file is page cache).
+
+What ``llama-perplexity --kl-divergence`` compares a quantized file with: the F16 file's logits. The reference's
+KV cache is f32 (GGUFScorer's default), so its logits are the weights', not a cache's rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from edgeopt.exporters.gguf.scorer import GGUFScorer
+
+GENERATOR = "llama.cpp"  # names the evaluation text this reference writes (edgeopt.measuring.eval_text's key)
+
+
+class GGUFReference(GGUFScorer):
+    generator = GENERATOR
+
+    def __init__(self, path: Path, context: int, threads: int) -> None:
+        super().__init__(path, context=context, threads=threads)
+        self.path = Path(path)
+
+    def greedy_continuations(self, prompt_ids: list[list[int]], max_new_tokens: int,
+                             on_step: Callable[[], None] = lambda: None) -> list[list[int]]:
+        """Every prompt followed by its greedy continuation (``max_new_tokens``, fewer where the model ends it
+        with an end-of-sequence token, which is kept), all decoded together: one pass over the weights per step
+        for every prompt (the serving runtime's batched step; its threads follow the load)."""
+        from edgeopt.runtimes.base import StepInput
+        from edgeopt.runtimes.llama_cpp import load_gguf
+        from edgeopt.sizing.layout import STREAMS, stream_cells
+
+        longest = max(len(p) for p in prompt_ids) + max_new_tokens
+        runtime = load_gguf(self.path, kv_capacity_tokens=len(prompt_ids) * stream_cells(longest),
+                            max_slots=len(prompt_ids), max_batch_tokens=max(512, sum(map(len, prompt_ids))),
+                            context_length=longest, cache_slots=0, kv_layout=STREAMS)
+        try:
+            eos = runtime.info.eos_token_ids
+            rows = [list(p) for p in prompt_ids]
+            batch = [StepInput(slot, list(p), 0, want_logits=True) for slot, p in enumerate(prompt_ids)]
+            for _ in range(max_new_tokens):
+                for item, logits in zip(batch, runtime.step(batch)):
+                    rows[item.slot].append(int(np.argmax(logits)))
+                on_step()
+                batch = [StepInput(slot, [row[-1]], len(row) - 1, want_logits=True) for slot, row in enumerate(rows)
+                         if row[-1] not in eos and len(row) - len(prompt_ids[slot]) < max_new_tokens]
+                if not batch:
+                    break
+            return rows
+        finally:
+            runtime.close()
+
+
+def load_reference(original_model_dir: Path, workbench: Path, context: int, threads: int) -> GGUFReference:
+    """The reference over ``original_model_dir``'s unquantized GGUF in ``workbench``: the one the export wrote
+    when the bundle was made from that checkpoint without passes, else converted now."""
+    from edgeopt.exporters.gguf.unquantized import unquantized_gguf
+
+    path, _facts = unquantized_gguf(Path(original_model_dir), Path(workbench))
+    return GGUFReference(path, context=context, threads=threads)
