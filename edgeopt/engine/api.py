@@ -11,14 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from edgeopt.engine.prefix_tree import SHARED_NAMESPACE, CachedPrefix
 from edgeopt.engine.request_output import RequestOutput, TokenLogprob
 from edgeopt.engine.stream import RequestStream
 
 if TYPE_CHECKING:
     from edgeopt.engine.grammar import Grammar
 
-__all__ = ["ActiveRequest", "EngineConfig", "EngineStats", "RequestOutput", "RequestStream", "SamplingParams",
-           "ServingEngine", "TokenLogprob", "DEFAULT_PREFILL_CHUNK"]
+__all__ = ["SHARED_NAMESPACE", "ActiveRequest", "CachedPrefix", "EngineConfig", "EngineStats", "RequestOutput",
+           "RequestStream", "SamplingParams", "ServingEngine", "TokenLogprob", "DEFAULT_PREFILL_CHUNK"]
 
 T = TypeVar("T")
 
@@ -132,7 +133,11 @@ class ServingEngine(Protocol):
 
     def shutdown(self, close_runtime: bool = True) -> None: ...
 
-    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestStream: ...
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                    cache_namespace: str = SHARED_NAMESPACE) -> RequestStream:
+        """Queue a request; it borrows cached prefixes only from ``cache_namespace`` (its tenant's) and the
+        operator's, and leaves its own KV there (edgeopt.engine.prefix_tree)."""
+        ...
 
     def abort(self, request_id: str) -> None: ...
 
@@ -145,25 +150,29 @@ class ServingEngine(Protocol):
         freed. 0 from engines without a prefix cache."""
         ...
 
-    def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
-        """Make ``tokens`` a prefix-cache entry whose KV ``fill(sequence id)`` loads into the runtime (True when
-        it did; ``serve --warm`` loading a saved state). False from engines without a prefix cache."""
+    def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool],
+                     namespace: str = SHARED_NAMESPACE) -> bool:
+        """Make ``tokens`` a prefix-cache entry of ``namespace`` whose KV ``fill(sequence id)`` loads into the
+        runtime (True when it did; ``serve --warm`` loading a saved state). False from engines without a prefix
+        cache."""
         ...
 
-    def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T]) -> T | None:
-        """``use(sequence id)`` of the prefix-cache entry holding exactly ``tokens``, while no step can touch it
-        (``serve --warm`` saving a state); None when none holds them, or the engine keeps no prefix cache."""
+    def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T],
+                           namespace: str = SHARED_NAMESPACE) -> T | None:
+        """``use(sequence id)`` of the entry of ``namespace`` holding exactly ``tokens``, while no step can
+        touch it (``serve --warm`` saving a state); None when none holds them, or the engine keeps no prefix cache."""
         ...
 
-    def cached_prefixes(self) -> list[list[int]]:
-        """The tokens of every prefix-cache entry, most recently used first (a model swapped out to disk saves
-        them with ``with_cached_prefix``); [] from engines without a prefix cache."""
+    def cached_prefixes(self) -> list[CachedPrefix]:
+        """Every prefix-cache entry (its tokens and namespace), most recently used first (a model swapped out
+        to disk saves them with ``with_cached_prefix``); [] from engines without a prefix cache."""
         ...
 
-    def restore_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
-        """Make ``tokens`` a prefix-cache entry whose KV ``fill(sequence id)`` loads (True when it did), into a
-        running sequence id no request uses, then kept as a finished request's KV is: cells it shares with
-        cached entries are kept once, and it ranks less recently used than every cached entry (a swapped-out
-        model's entries, restored most recent first). Evicts nothing: False when the entry does not fit
+    def restore_prefix(self, tokens: list[int], fill: Callable[[int], bool],
+                       namespace: str = SHARED_NAMESPACE) -> bool:
+        """Make ``tokens`` a prefix-cache entry of ``namespace`` whose KV ``fill(sequence id)`` loads (True when
+        it did), into a running sequence id no request uses, then kept as a finished request's KV is: cells it
+        shares with cached entries are kept once, and it ranks less recently used than every cached entry (a
+        swapped-out model's entries, restored most recent first). Evicts nothing: False when the entry does not fit
         beside what is cached and running, or ``fill`` refuses; False from engines without a prefix cache."""
         ...

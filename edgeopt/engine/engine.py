@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, SamplingParams
+from edgeopt.engine.api import SHARED_NAMESPACE, ActiveRequest, CachedPrefix, EngineConfig, EngineStats, SamplingParams
 from edgeopt.engine.commands import AddRequest
 from edgeopt.engine.engine_config import check_config
 from edgeopt.engine.engine_stats import engine_stats
@@ -98,7 +98,8 @@ class Engine:
             if self.draft_model is not None:
                 self.draft_model.close()
 
-    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestStream:
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                    cache_namespace: str = SHARED_NAMESPACE) -> RequestStream:
         asyncio.get_running_loop()  # raises RuntimeError off an event loop: a caller bug
         params = checked_params(prompt_ids, params, self.runtime.info, self.context_tokens)
         if self._stopping:
@@ -108,7 +109,7 @@ class Engine:
         if self._num_waiting() >= self.config.max_waiting:
             raise OverloadedError(f"{self._num_waiting()} requests are already waiting (limit "
                                   f"{self.config.max_waiting})", "retry later")
-        tracker = self._requests.open(request_id, prompt_ids, params, on_close=self.abort)
+        tracker = self._requests.open(request_id, prompt_ids, params, self.abort, cache_namespace)
         self._inbox.post_request(AddRequest(tracker))
         return tracker.stream
 
@@ -121,21 +122,21 @@ class Engine:
         """Evict every cached prefix no running request borrows."""
         return self._between_steps(lambda scheduler: scheduler.cache.clear())
 
-    def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+    def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool], namespace: str = SHARED_NAMESPACE) -> bool:
         """See ServingEngine.adopt_prefix; False too when the entry cannot fit beside running sequences."""
-        return self._between_steps(lambda scheduler: scheduler.cells.adopt(tokens, fill))
+        return self._between_steps(lambda scheduler: scheduler.cells.adopt(tokens, fill, namespace))
 
-    def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T]) -> T | None:
+    def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T], namespace: str = SHARED_NAMESPACE) -> T | None:
         """See ServingEngine.with_cached_prefix."""
-        return self._between_steps(lambda scheduler: scheduler.cells.use_entry(tokens, use))
+        return self._between_steps(lambda scheduler: scheduler.cells.use_entry(tokens, use, namespace))
 
-    def cached_prefixes(self) -> list[list[int]]:
+    def cached_prefixes(self) -> list[CachedPrefix]:
         """See ServingEngine.cached_prefixes."""
         return self._between_steps(lambda scheduler: scheduler.cache.entry_paths())
 
-    def restore_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+    def restore_prefix(self, tokens: list[int], fill: Callable[[int], bool], namespace: str = SHARED_NAMESPACE) -> bool:
         """See ServingEngine.restore_prefix."""
-        return self._between_steps(lambda scheduler: scheduler.cells.restore(tokens, fill))
+        return self._between_steps(lambda scheduler: scheduler.cells.restore(tokens, fill, namespace))
 
     def _between_steps(self, work: Callable[[Scheduler], T]) -> T:
         """``work(scheduler)`` on the engine thread (the scheduler and the runtime belong to it); directly

@@ -52,7 +52,7 @@ class KvCells:
         # Cells that admitted sequences still need before they produce a token stay spoken for
         # (tokens without a cell yet: cells of chunks scheduled this step are already allocated).
         promised = sum(s.num_tokens - self.kv.held(s.slot) - s.borrowed_cells for s in running if s.slot is not None)
-        lookup = self.cache.preview(seq.all_ids, seq.num_tokens - 1)
+        lookup = self.cache.preview(seq.all_ids, seq.num_tokens - 1, seq.cache_namespace)
         needed = seq.num_pending - (lookup.lent if lookup.from_cache else 0)  # a copy spends new cells
         evictable = self.cache.evictable - lookup.pinned
         return self.free + evictable - promised >= needed
@@ -61,12 +61,12 @@ class KvCells:
         """A newly admitted ``seq`` starts from the longest cached prefix of its tokens (all but the last)."""
         assert seq.slot is not None and seq.num_computed == 0
         self.cache.record_query(seq.num_tokens)
-        lookup = self.cache.preview(seq.all_ids, seq.num_tokens - 1)
+        lookup = self.cache.preview(seq.all_ids, seq.num_tokens - 1, seq.cache_namespace)
         if not lookup.from_cache:  # the copy lands in the slot: make room for it first
             self.evict_cached(lookup.lent)
             if self.free < lookup.lent:
                 return
-        hit = self.cache.borrow(seq.all_ids, seq.num_tokens - 1, seq.slot)
+        hit = self.cache.borrow(seq.all_ids, seq.num_tokens - 1, seq.slot, seq.cache_namespace)
         if seq.cached_prompt_tokens is None:
             seq.cached_prompt_tokens = min(hit.tokens, len(seq.prompt_ids))
         if hit.tokens == 0:
@@ -86,7 +86,7 @@ class KvCells:
             if self.free < new_cells:
                 return
         try:
-            hit = self.cache.snapshot(owner.slot, owner.prompt_ids[:tokens], owner.prefix_hit)
+            hit = self.cache.snapshot(owner.slot, owner.prompt_ids[:tokens], owner.prefix_hit, owner.cache_namespace)
         except Exception:  # noqa: BLE001 - the waiting prompt then computes the prefix itself
             log.exception("caching the prefix of running %s failed", owner.request_id)
             return
@@ -98,7 +98,7 @@ class KvCells:
         """Keep a retired sequence's computed KV in the cache (its slot is freed after)."""
         assert seq.slot is not None
         try:
-            self.cache.park(seq.slot, seq.all_ids[:seq.num_computed])
+            self.cache.park(seq.slot, seq.all_ids[:seq.num_computed], seq.cache_namespace)
         except Exception:  # noqa: BLE001 - losing a cache entry must not lose the request's ending
             log.exception("keeping the KV of %s in the prefix cache failed; dropping it", seq.request_id)
 
@@ -111,26 +111,26 @@ class KvCells:
         self.slots.release(seq.slot)
         seq.slot = None
 
-    def adopt(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
-        """Add a cache entry whose KV ``fill(cache_id)`` loads; evicts other entries to make room, and
-        refuses (False) when the entry cannot fit beside the running sequences' cells."""
+    def adopt(self, tokens: list[int], fill: Callable[[int], bool], namespace: str) -> bool:
+        """Add a cache entry of ``namespace`` whose KV ``fill(cache_id)`` loads; evicts other entries to make
+        room, and refuses (False) when the entry cannot fit beside the running sequences' cells."""
         self.evict_cached(len(tokens))
-        return self.free >= len(tokens) and self.cache.adopt(tokens, fill)
+        return self.free >= len(tokens) and self.cache.adopt(tokens, fill, namespace)
 
-    def use_entry(self, tokens: list[int], use: Callable[[int], T]) -> T | None:
-        """``use(sequence id)`` of the cache entry holding exactly ``tokens``; None when none holds them."""
-        seq_id = self.cache.entry_holding(tokens)
+    def use_entry(self, tokens: list[int], use: Callable[[int], T], namespace: str) -> T | None:
+        """``use(sequence id)`` of the entry of ``namespace`` holding exactly ``tokens``; None when none does."""
+        seq_id = self.cache.entry_holding(tokens, namespace)
         return None if seq_id is None else use(seq_id)
 
-    def restore(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+    def restore(self, tokens: list[int], fill: Callable[[int], bool], namespace: str) -> bool:
         """Add a cache entry for ``tokens`` whose KV ``fill(slot)`` loads into a free running slot (a saved state
         of a swapped-out model), kept as a finished sequence's KV is (:meth:`PrefixReuse.restore`). Evicts
         nothing: False when no slot, no cache id or too few free cells are left, or when ``fill`` refuses."""
-        if not self.slots.available or self.free < len(tokens) or not self.cache.can_restore(tokens):
+        if not self.slots.available or self.free < len(tokens) or not self.cache.can_restore(tokens, namespace):
             return False
         slot = self.slots.acquire()
         try:
-            return fill(slot) and self.cache.restore(slot, tokens)
+            return fill(slot) and self.cache.restore(slot, tokens, namespace)
         finally:  # the slot's own copy of the cells goes (on shared cells, the entry keeps its tags)
             self._release_slot(slot)
             self.slots.release(slot)

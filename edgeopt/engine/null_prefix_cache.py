@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from edgeopt.engine.prefix_cache import PrefixCacheCounters
-from edgeopt.engine.prefix_tree import NO_HIT, NO_LOOKUP, Lookup, PrefixHit
+from edgeopt.engine.prefix_tree import NO_HIT, NO_LOOKUP, CachedPrefix, Lookup, PrefixHit
 
 
 class NullPrefixCache:
@@ -26,37 +26,37 @@ class NullPrefixCache:
     def record_hit(self, tokens: int) -> None:
         return None
 
-    def preview(self, tokens: list[int], limit: int) -> Lookup:
+    def preview(self, tokens: list[int], limit: int, namespace: str) -> Lookup:
         return NO_LOOKUP
 
-    def borrow(self, tokens: list[int], limit: int, slot: int) -> PrefixHit:
+    def borrow(self, tokens: list[int], limit: int, slot: int, namespace: str) -> PrefixHit:
         return NO_HIT
 
     def give_back(self, hit: PrefixHit) -> None:
         return None
 
-    def park(self, slot: int, tokens: list[int]) -> bool:
+    def park(self, slot: int, tokens: list[int], namespace: str) -> bool:
         return False
 
     def snapshot_cells(self, tokens: int) -> int:
         return 0
 
-    def snapshot(self, slot: int, tokens: list[int], hit: PrefixHit) -> PrefixHit | None:
+    def snapshot(self, slot: int, tokens: list[int], hit: PrefixHit, namespace: str) -> PrefixHit | None:
         return None
 
-    def adopt(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+    def adopt(self, tokens: list[int], fill: Callable[[int], bool], namespace: str) -> bool:
         return False
 
-    def entry_holding(self, tokens: list[int]) -> int | None:
+    def entry_holding(self, tokens: list[int], namespace: str) -> int | None:
         return None
 
-    def entry_paths(self) -> list[list[int]]:
+    def entry_paths(self) -> list[CachedPrefix]:
         return []
 
-    def can_restore(self, tokens: list[int]) -> bool:
+    def can_restore(self, tokens: list[int], namespace: str) -> bool:
         return False
 
-    def restore(self, slot: int, tokens: list[int]) -> bool:
+    def restore(self, slot: int, tokens: list[int], namespace: str) -> bool:
         return False
 
     def evict(self, cells: int) -> int:

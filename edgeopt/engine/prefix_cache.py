@@ -8,6 +8,10 @@ lent depends on how the runtime stores it, one implementation per way, chosen on
 llama.cpp's per-sequence streams), or no cache at all (:mod:`edgeopt.engine.null_prefix_cache`, so the scheduler
 never asks whether there is one).
 
+Namespaces (tenants of a server with API keys): a prompt borrows only from its own namespace's entries and the
+operator's (:data:`~edgeopt.engine.prefix_tree.OPERATOR_NAMESPACE`), and parks only in its own. Eviction ranks
+every namespace's leaves together (one pool of cells).
+
 Eviction removes the least recently used unpinned leaf; its parent inherits the leaf's sequence id
 (trimmed) when it has no other child, so every leaf keeps its KV and every inner node stays reachable.
 """
@@ -19,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from edgeopt.engine.prefix_tree import Lookup, Match, Node, PrefixHit, RadixTree
+from edgeopt.engine.prefix_tree import (OPERATOR_NAMESPACE, CachedPrefix, Lookup, Match, Node, PrefixHit,
+                                        RadixTree)
 
 
 class PrefixStorage(Protocol):
@@ -57,27 +62,27 @@ class PrefixReuse(Protocol):
 
     def record_hit(self, tokens: int) -> None: ...
 
-    def preview(self, tokens: list[int], limit: int) -> Lookup: ...
+    def preview(self, tokens: list[int], limit: int, namespace: str) -> Lookup: ...
 
-    def borrow(self, tokens: list[int], limit: int, slot: int) -> PrefixHit: ...
+    def borrow(self, tokens: list[int], limit: int, slot: int, namespace: str) -> PrefixHit: ...
 
     def give_back(self, hit: PrefixHit) -> None: ...
 
-    def park(self, slot: int, tokens: list[int]) -> bool: ...
+    def park(self, slot: int, tokens: list[int], namespace: str) -> bool: ...
 
     def snapshot_cells(self, tokens: int) -> int: ...
 
-    def snapshot(self, slot: int, tokens: list[int], hit: PrefixHit) -> PrefixHit | None: ...
+    def snapshot(self, slot: int, tokens: list[int], hit: PrefixHit, namespace: str) -> PrefixHit | None: ...
 
-    def adopt(self, tokens: list[int], fill: Callable[[int], bool]) -> bool: ...
+    def adopt(self, tokens: list[int], fill: Callable[[int], bool], namespace: str) -> bool: ...
 
-    def entry_holding(self, tokens: list[int]) -> int | None: ...
+    def entry_holding(self, tokens: list[int], namespace: str) -> int | None: ...
 
-    def entry_paths(self) -> list[list[int]]: ...
+    def entry_paths(self) -> list[CachedPrefix]: ...
 
-    def can_restore(self, tokens: list[int]) -> bool: ...
+    def can_restore(self, tokens: list[int], namespace: str) -> bool: ...
 
-    def restore(self, slot: int, tokens: list[int]) -> bool: ...
+    def restore(self, slot: int, tokens: list[int], namespace: str) -> bool: ...
 
     def evict(self, cells: int) -> int: ...
 
@@ -102,21 +107,22 @@ class PrefixCache(ABC):
     # --- what differs between storage modes (edgeopt.engine.prefix_cache_modes) ----------------------
 
     @abstractmethod
-    def preview(self, tokens: list[int], limit: int) -> Lookup:
+    def preview(self, tokens: list[int], limit: int, namespace: str) -> Lookup:
         """What :meth:`borrow` of the longest cached prefix of ``tokens[:limit]`` would lend and pin."""
 
     @abstractmethod
-    def borrow(self, tokens: list[int], limit: int, slot: int) -> PrefixHit:
-        """Give the empty ``slot`` the KV of the longest cached prefix of ``tokens[:limit]``."""
+    def borrow(self, tokens: list[int], limit: int, slot: int, namespace: str) -> PrefixHit:
+        """Give the empty ``slot`` the KV of the longest cached prefix of ``tokens[:limit]`` that ``namespace``
+        may read (:meth:`_readable_match`)."""
 
     @abstractmethod
     def snapshot_cells(self, tokens: int) -> int:
         """New KV cells a :meth:`snapshot` of ``tokens`` positions takes (the scheduler makes room first)."""
 
     @abstractmethod
-    def snapshot(self, slot: int, tokens: list[int], hit: PrefixHit) -> PrefixHit | None:
-        """Cache the KV of ``tokens``, the first positions of the *running* ``slot`` (which keeps them), so
-        that prompts arriving while it runs borrow them (``hit``: what the slot borrowed when admitted).
+    def snapshot(self, slot: int, tokens: list[int], hit: PrefixHit, namespace: str) -> PrefixHit | None:
+        """Cache the KV of ``tokens``, the first positions of the *running* ``slot`` (which keeps them), in its
+        ``namespace``, so that prompts of it arriving meanwhile borrow them (``hit``: what the slot borrowed).
         Returns the slot's hit from now on; None when nothing was cached."""
 
     @abstractmethod
@@ -142,6 +148,16 @@ class PrefixCache(ABC):
 
     # --- borrowing ---------------------------------------------------------------------------------
 
+    def _readable_match(self, tokens: list[int], namespace: str) -> Match:
+        """The longest cached prefix of ``tokens`` in ``namespace`` or the operator's. (A prompt that borrows the
+        operator's prefix parks in its own namespace, whose entry then tags the same cells again: shared cells
+        are charged once per namespace, more than they take, never less.)"""
+        own = self._tree.match(tokens, namespace)
+        if namespace == OPERATOR_NAMESPACE:
+            return own
+        operators = self._tree.match(tokens, OPERATOR_NAMESPACE)
+        return operators if operators.tokens > own.tokens else own
+
     def give_back(self, hit: PrefixHit) -> None:
         """The borrowing sequence's slot is being released: unpin what it borrowed."""
         if hit.pinned and hit.node is not None:
@@ -157,15 +173,15 @@ class PrefixCache(ABC):
 
     # --- parking a finished sequence's KV ------------------------------------------------------------
 
-    def park(self, slot: int, tokens: list[int]) -> bool:
-        """Keep the KV of ``tokens`` (all held by ``slot``) after the sequence ends; False when there is
-        nothing new to keep or no cache id can be freed. The caller releases the slot afterwards."""
-        match = self._tree.match(tokens)
+    def park(self, slot: int, tokens: list[int], namespace: str) -> bool:
+        """Keep the KV of ``tokens`` (all held by ``slot``) in ``namespace`` after the sequence ends; False when
+        there is nothing new to keep or no cache id can be freed. The caller releases the slot afterwards."""
+        match = self._tree.match(tokens, namespace)
         if match.tokens == len(tokens):
             return False  # already cached
         if not self._free_id_by_eviction(keep=match.node):
             return False
-        match = self._tree.match(tokens)  # eviction may have reshaped the tree
+        match = self._tree.match(tokens, namespace)  # eviction may have reshaped the tree
         self._fill(self._free_ids[-1], slot, match, len(tokens))  # first: if the runtime fails, nothing changed
         node = self._attach(tokens, match)
         self._tree.touch(node)
@@ -185,14 +201,14 @@ class PrefixCache(ABC):
 
     # --- entries that outlive the process (server/startup/prompt_state.py) -----------------------------------------
 
-    def adopt(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
-        """Insert ``tokens`` as a new entry whose KV ``fill(cache_id)`` writes (a saved state, at start-up);
-        False when ``fill`` refuses, when cached entries already start like ``tokens``, or when no cache
-        id can be freed."""
-        root = self._tree.root
+    def adopt(self, tokens: list[int], fill: Callable[[int], bool], namespace: str) -> bool:
+        """Insert ``tokens`` as a new entry of ``namespace`` whose KV ``fill(cache_id)`` writes (a saved state, at
+        start-up); False when ``fill`` refuses, when its entries already start like ``tokens``, or when no
+        cache id can be freed."""
+        root = self._tree.root(namespace)
         if not tokens or not self._free_id_by_eviction(keep=root):
             return False
-        if self._tree.match(tokens).tokens > 0:
+        if self._tree.match(tokens, namespace).tokens > 0:
             return False  # it would share a path with cached cells it does not use: adopt before serving
         cache_id = self._free_ids[-1]
         if not fill(cache_id):
@@ -203,32 +219,32 @@ class PrefixCache(ABC):
         self._recount()
         return True
 
-    def entry_holding(self, tokens: list[int]) -> int | None:
-        """The cache id whose KV is exactly ``tokens`` (a leaf ending there), if any."""
-        match = self._tree.match(tokens)
+    def entry_holding(self, tokens: list[int], namespace: str) -> int | None:
+        """The cache id whose KV is exactly ``tokens`` (a leaf of ``namespace`` ending there), if any."""
+        match = self._tree.match(tokens, namespace)
         node = match.node
         if match.tokens != len(tokens) or node.end != len(tokens) or node.cache_id is None:
             return None
         return node.cache_id
 
-    def entry_paths(self) -> list[list[int]]:
-        """Every entry's tokens (a leaf's whole path), most recently used first (a swap to disk saves them)."""
-        leaves = sorted(self._tree.leaves() if self._tree.root.children else [], key=lambda leaf: -leaf.last_used)
-        return [self._tree.path(leaf) for leaf in leaves]
+    def entry_paths(self) -> list[CachedPrefix]:
+        """Every entry (a leaf's whole path, and its namespace), most recently used first (a swap saves them)."""
+        leaves = sorted(self._tree.leaves(), key=lambda leaf: -leaf.last_used)
+        return [CachedPrefix(self._tree.path(leaf), self._tree.namespace_of(leaf)) for leaf in leaves]
 
-    def can_restore(self, tokens: list[int]) -> bool:
-        """Whether :meth:`restore` would add ``tokens`` without evicting anything: a cache id is free and the
-        tree does not already hold all of them."""
-        return bool(tokens) and bool(self._free_ids) and self._tree.match(tokens).tokens < len(tokens)
+    def can_restore(self, tokens: list[int], namespace: str) -> bool:
+        """Whether :meth:`restore` would add ``tokens`` without evicting anything: a cache id is free and
+        ``namespace`` does not already hold all of them."""
+        return bool(tokens) and bool(self._free_ids) and self._tree.match(tokens, namespace).tokens < len(tokens)
 
-    def restore(self, slot: int, tokens: list[int]) -> bool:
+    def restore(self, slot: int, tokens: list[int], namespace: str) -> bool:
         """Keep the KV of ``tokens``, loaded from disk into the running ``slot`` no sequence uses, as a
         finished sequence's KV is kept (:meth:`park`: cells shared with cached entries are kept once, so
         entries on one system prompt come back sharing it), ranked less recently used than every entry
         cached. Evicts nothing: False when :meth:`can_restore` says no. The caller releases the slot after."""
-        if not self.can_restore(tokens):
+        if not self.can_restore(tokens, namespace):
             return False
-        match = self._tree.match(tokens)
+        match = self._tree.match(tokens, namespace)
         self._fill(self._free_ids[-1], slot, match, len(tokens))  # first: if the runtime fails, nothing changed
         self._tree.rank_below_all(self._attach(tokens, match))
         self._recount()
@@ -251,7 +267,7 @@ class PrefixCache(ABC):
         return self.evict(self.cells + 1)
 
     def entries(self) -> int:
-        return len(self._tree.leaves()) if self._tree.root.children else 0
+        return len(self._tree.leaves())
 
     def _free_id_by_eviction(self, keep: Node) -> bool:
         """Evict LRU leaves (never ``keep``) until a cache id is free. One eviction may free none: a leaf

@@ -35,12 +35,12 @@ def prefix_cache_for(storage: PrefixStorage, cache_ids: range, shares_cells: boo
 
 
 class SharedCellsCache(PrefixCache):
-    def preview(self, tokens: list[int], limit: int) -> Lookup:
-        match = self._tree.match(tokens[:limit])
+    def preview(self, tokens: list[int], limit: int, namespace: str) -> Lookup:
+        match = self._readable_match(tokens[:limit], namespace)
         return Lookup(match.tokens, True, match.unpinned)
 
-    def borrow(self, tokens: list[int], limit: int, slot: int) -> PrefixHit:
-        match = self._tree.match(tokens[:limit])
+    def borrow(self, tokens: list[int], limit: int, slot: int, namespace: str) -> PrefixHit:
+        match = self._readable_match(tokens[:limit], namespace)
         if match.tokens == 0:
             return NO_HIT
         self._lend_from_tree(match, slot)
@@ -51,17 +51,18 @@ class SharedCellsCache(PrefixCache):
     def snapshot_cells(self, tokens: int) -> int:
         return 0  # the entry tags the slot's own cells
 
-    def snapshot(self, slot: int, tokens: list[int], hit: PrefixHit) -> PrefixHit | None:
+    def snapshot(self, slot: int, tokens: list[int], hit: PrefixHit, namespace: str) -> PrefixHit | None:
         """The running sequence becomes a borrower of the new entry like any other; its new hit is returned
-        (the caller stops charging the slot for those cells). Only done when the tree holds no more of
+        (the caller stops charging the slot for those cells). Only done when ``namespace`` holds no more of
         ``tokens`` than the slot borrowed from it: beyond that the slot's cells are its own computation of
-        tokens the tree also holds, and the entry would hold neither copy whole."""
-        match = self._tree.match(tokens)
+        tokens the tree also holds, and the entry would hold neither copy whole. (A slot that borrowed the
+        operator's prefix unpins it there and pins the new entry here, as any borrower would.)"""
+        match = self._tree.match(tokens, namespace)
         if match.tokens == len(tokens) or match.tokens != hit.tokens:
             return None
         if not self._free_id_by_eviction(keep=match.node):
             return None
-        match = self._tree.match(tokens)  # eviction may have reshaped the tree (not the slot's pinned path)
+        match = self._tree.match(tokens, namespace)  # eviction may have reshaped the tree (not the slot's pinned path)
         self._fill(self._free_ids[-1], slot, match, len(tokens))
         node = self._attach(tokens, match)
         self._tree.touch(node)
@@ -89,29 +90,31 @@ class SharedCellsCache(PrefixCache):
 
 
 class CopiedCellsCache(PrefixCache):
-    def preview(self, tokens: list[int], limit: int) -> Lookup:
-        match = self._tree.match(tokens[:limit])
-        if self._continues(match):
+    def preview(self, tokens: list[int], limit: int, namespace: str) -> Lookup:
+        match = self._readable_match(tokens[:limit], namespace)
+        if self._continues(match, namespace):
             # The entry's cells leave the cache: the lent ones serve the sequence, the rest are freed.
             return Lookup(match.tokens, True, match.tokens)
         return Lookup(match.tokens, False, 0)
 
-    def borrow(self, tokens: list[int], limit: int, slot: int) -> PrefixHit:
-        match = self._tree.match(tokens[:limit])
+    def borrow(self, tokens: list[int], limit: int, slot: int, namespace: str) -> PrefixHit:
+        match = self._readable_match(tokens[:limit], namespace)
         if match.tokens == 0:
             return NO_HIT
-        if self._continues(match):
+        if self._continues(match, namespace):
             return self._take(match, slot)
         self._lend_from_tree(match, slot)
         self._recount()
         return PrefixHit(match.tokens, match.node, False)
 
-    def _continues(self, match: Match) -> bool:
-        """The match ends inside a leaf, at most CONTINUE_MAX_DROPPED tokens before its end, and the leaf's
-        parent keeps a route to its cells without it (the root, or another child)."""
+    def _continues(self, match: Match, namespace: str) -> bool:
+        """The match ends inside a leaf of ``namespace`` (the operator's entries stay for every namespace), at
+        most CONTINUE_MAX_DROPPED tokens before its end, and the leaf's parent keeps a route to its cells
+        without it (the root, or another child)."""
         leaf, parent = match.node, match.node.parent
         return (match.tokens > 0 and leaf.cache_id is not None and leaf.end - match.tokens <= CONTINUE_MAX_DROPPED
-                and parent is not None and (parent is self._tree.root or len(parent.children) > 1))
+                and parent is not None and (parent.parent is None or len(parent.children) > 1)
+                and self._tree.namespace_of(leaf) == namespace)
 
     def _take(self, match: Match, slot: int) -> PrefixHit:
         """Hand the leaf where ``match`` ends over to ``slot`` (renamed, not copied), cut to the match."""
@@ -129,14 +132,14 @@ class CopiedCellsCache(PrefixCache):
     def snapshot_cells(self, tokens: int) -> int:
         return tokens  # the entry is a copy of the slot's positions
 
-    def snapshot(self, slot: int, tokens: list[int], hit: PrefixHit) -> PrefixHit | None:
+    def snapshot(self, slot: int, tokens: list[int], hit: PrefixHit, namespace: str) -> PrefixHit | None:
         """The entry is a copy of the slot's positions; the slot's ``hit`` is returned unchanged."""
-        match = self._tree.match(tokens)
+        match = self._tree.match(tokens, namespace)
         if match.tokens == len(tokens):
             return None
         if not self._free_id_by_eviction(keep=match.node):
             return None
-        match = self._tree.match(tokens)  # eviction may have reshaped the tree
+        match = self._tree.match(tokens, namespace)  # eviction may have reshaped the tree
         self._storage.share_kv(slot, self._free_ids[-1], 0, len(tokens))
         self._tree.touch(self._attach(tokens, match))
         self._recount()

@@ -6,6 +6,10 @@ vLLM hashes blocks because its KV *is* paged in blocks; llama.cpp's KV is per to
 reuses up to a block's worth more per match (a chat turn's prompt rarely ends on a block boundary).
 The tree is small (a node per divergence point, at most one leaf per cache id), so walking it is cheap.
 
+Tenants: the tree has one root per cache namespace (a tenant of a server with API keys: edgeopt.server.http.
+callers), so a prompt only ever matches what its own namespace cached, as vLLM's ``cache_salt`` keeps one
+tenant's blocks from another's. The same tokens in two namespaces are two paths, two entries and two KVs.
+
 Only the tree's shape lives here; what a node's KV costs and how it is lent depends on how the runtime
 stores cached KV (:mod:`edgeopt.engine.prefix_cache_modes`).
 """
@@ -13,6 +17,21 @@ stores cached KV (:mod:`edgeopt.engine.prefix_cache_modes`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+# The namespace of a server without keys (every request), and of the operator's own entries (serve --warm).
+# No caller is named "" (edgeopt.server.http.callers refuses it), so no tenant's namespace is this one.
+SHARED_NAMESPACE = ""
+# The operator's entries on a server with keys (serve --warm's system prompt, chosen by the operator, not sent
+# by a tenant): every namespace reads them, and only the operator writes them.
+OPERATOR_NAMESPACE = "operator"
+
+
+@dataclass(frozen=True)
+class CachedPrefix:
+    """One cache entry as it leaves the engine (a swapped-out model saves each): its tokens, and whose."""
+
+    tokens: list[int]
+    namespace: str = SHARED_NAMESPACE
 
 
 @dataclass(eq=False)
@@ -65,15 +84,27 @@ class Match:
 
 
 class RadixTree:
-    """Token paths from a root; leaves carry the cache id whose KV is their whole path."""
+    """Token paths from one root per namespace; leaves carry the cache id whose KV is their whole path."""
 
     def __init__(self) -> None:
-        self.root = Node([], None, 0)
+        # Made on a namespace's first lookup and kept: there are as many as the server has keys, plus one.
+        self._roots: dict[str, Node] = {}
         self._clock = 0
         self._floor = 0  # below every touch: entries restored from disk rank older than those already used
 
-    def match(self, tokens: list[int]) -> Match:
-        node, matched, unpinned = self.root, 0, 0
+    def root(self, namespace: str) -> Node:
+        root = self._roots.get(namespace)
+        if root is None:
+            root = self._roots[namespace] = Node([], None, 0)
+        return root
+
+    def namespace_of(self, node: Node) -> str:
+        while node.parent is not None:
+            node = node.parent
+        return next(name for name, root in self._roots.items() if root is node)
+
+    def match(self, tokens: list[int], namespace: str) -> Match:
+        node, matched, unpinned = self.root(namespace), 0, 0
         while matched < len(tokens):
             child = node.children.get(tokens[matched])
             if child is None:
@@ -134,14 +165,16 @@ class RadixTree:
         return [token for part in reversed(parts) for token in part]
 
     def leaves(self, node: Node | None = None) -> list[Node]:
-        node = self.root if node is None else node
+        """The leaves below ``node``; every namespace's when None."""
+        if node is None:
+            return [leaf for root in self._roots.values() for leaf in self.leaves(root)]
         if node.is_leaf():
             return [node]
         return [leaf for child in node.children.values() for leaf in self.leaves(child)]
 
     def nodes(self) -> list[Node]:
-        """Every node but the root."""
-        found, stack = [], list(self.root.children.values())
+        """Every node but the roots."""
+        found, stack = [], [child for root in self._roots.values() for child in root.children.values()]
         while stack:
             node = stack.pop()
             stack.extend(node.children.values())
@@ -149,8 +182,7 @@ class RadixTree:
         return found
 
     def lru_leaf(self, keep: Node | None = None) -> Node | None:
-        candidates = [leaf for leaf in (self.leaves() if self.root.children else [])
-                      if leaf.refs == 0 and leaf is not keep]
+        candidates = [leaf for leaf in self.leaves() if leaf.refs == 0 and leaf is not keep]
         return min(candidates, key=lambda leaf: leaf.last_used, default=None)
 
 

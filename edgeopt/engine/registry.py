@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from edgeopt.engine.api import ActiveRequest, RequestOutput, SamplingParams, TokenLogprob
 from edgeopt.engine.outputs import RequestTracker
+from edgeopt.engine.prefix_tree import SHARED_NAMESPACE
 from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.stream import OutputDispatcher, RequestStream
 from edgeopt.errors import RequestError
@@ -36,13 +37,13 @@ class RequestRegistry:
         self.generated_tokens_total = 0
 
     def open(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-             on_close: Callable[[str], None]) -> RequestTracker:
+             on_close: Callable[[str], None], cache_namespace: str = SHARED_NAMESPACE) -> RequestTracker:
         """Register a new request; its stream lives on the running event loop and calls ``on_close`` (the
         engine's abort) when its consumer leaves early. A request id already in flight is refused."""
         loop = asyncio.get_running_loop()  # raises RuntimeError off an event loop: a caller bug
         stream = RequestStream(request_id, loop, on_close=on_close, coalesce=self._coalesce)
-        tracker = RequestTracker(Sequence(request_id, prompt_ids, params), stream, self._tokenizer,
-                                 self._eos_token_ids)
+        seq = Sequence(request_id, prompt_ids, params, cache_namespace=cache_namespace)
+        tracker = RequestTracker(seq, stream, self._tokenizer, self._eos_token_ids)
         with self._lock:
             if request_id in self._trackers:
                 raise RequestError(f"request id {request_id!r} is already in flight", "use a unique id",

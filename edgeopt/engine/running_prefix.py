@@ -1,7 +1,8 @@
 """A burst of conversations on one system prompt: a waiting prompt that shares a long prefix with a running
 sequence's prompt waits until that sequence has computed it, then borrows it through the prefix cache, instead
 of computing it again (llama-server's slots each compute such a prompt in full). The scheduler asks this of
-each waiting sequence it could admit."""
+each waiting sequence it could admit. Only a running sequence of the same cache namespace (tenant) counts: another
+tenant's prompt is neither borrowed nor waited for, so the wait cannot tell one tenant what another sent."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ def waits_for_running_prefix(seq: Sequence, running: list[Sequence], cells: KvCe
     if not cache.shares_running_prefixes or seq.wants_position_logits:
         return False
     limit = seq.num_tokens - 1  # the last token is always fed
-    cached = cache.preview(seq.all_ids, limit).lent
+    cached = cache.preview(seq.all_ids, limit, seq.cache_namespace).lent
     owner, shared = None, cached + MIN_SHARED_TOKENS - 1
-    for other in running:
+    for other in (s for s in running if s.cache_namespace == seq.cache_namespace):
         common = min(common_prefix_length(seq.prompt_ids, other.prompt_ids), limit)
         if common > shared or (common == shared and owner is not None and other.num_computed > owner.num_computed):
             owner, shared = other, common

@@ -17,7 +17,7 @@ import numpy.random  # numpy loads it lazily: here, at start, not inside the fir
 
 from edgeopt.engine.api import SamplingParams, TokenLogprob
 from edgeopt.engine.constraint import TokenConstraint
-from edgeopt.engine.prefix_tree import NO_HIT, PrefixHit
+from edgeopt.engine.prefix_tree import NO_HIT, SHARED_NAMESPACE, PrefixHit
 
 
 def generator_seed(seed: int | None) -> int | None:
@@ -41,8 +41,10 @@ class SequenceState(str, Enum):
 
 class Sequence:
     def __init__(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-                 arrival_s: float | None = None) -> None:
+                 arrival_s: float | None = None, cache_namespace: str = SHARED_NAMESPACE) -> None:
         self.request_id = request_id
+        # Whose prefix cache entries it may borrow and whose it parks into (a tenant: edgeopt.engine.prefix_tree).
+        self.cache_namespace = cache_namespace
         self.prompt_ids = list(prompt_ids)
         self.params = params
         self.arrival_s = time.monotonic() if arrival_s is None else arrival_s

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from edgeopt.engine.api import ActiveRequest, EngineConfig, EngineStats, SamplingParams
+from edgeopt.engine.api import SHARED_NAMESPACE, ActiveRequest, CachedPrefix, EngineConfig, EngineStats, SamplingParams
 from edgeopt.engine.outputs import RequestTracker, describe_failure, engine_stopped_message
 from edgeopt.engine.registry import RequestRegistry
 from edgeopt.engine.sequence import Sequence
@@ -117,7 +117,10 @@ class PagedEngine:
             self._pump.join(timeout=_STOP_TIMEOUT_S)
         self._requests.end_all("abort")
 
-    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestStream:
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                    cache_namespace: str = SHARED_NAMESPACE) -> RequestStream:
+        """``cache_namespace`` is accepted and has nothing to keep apart: this engine reuses no prefix across
+        requests (transformers' manager shares no blocks between them)."""
         asyncio.get_running_loop()  # raises RuntimeError off an event loop: a caller bug
         validate_request(prompt_ids, params, self.info.vocab_size, self.context_tokens)
         manager = self._manager
@@ -147,16 +150,17 @@ class PagedEngine:
         """transformers' continuous batching keeps no prefix cache here: nothing to evict."""
         return 0
 
-    def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+    def adopt_prefix(self, tokens: list[int], fill: Callable[[int], bool], namespace: str = SHARED_NAMESPACE) -> bool:
         return False  # no prefix cache to adopt into
 
-    def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T]) -> T | None:
+    def with_cached_prefix(self, tokens: list[int], use: Callable[[int], T],
+                           namespace: str = SHARED_NAMESPACE) -> T | None:
         return None  # no prefix cache holds anything
 
-    def cached_prefixes(self) -> list[list[int]]:
+    def cached_prefixes(self) -> list[CachedPrefix]:
         return []  # transformers' paged cache keeps no prefixes here: nothing to save on a swap
 
-    def restore_prefix(self, tokens: list[int], fill: Callable[[int], bool]) -> bool:
+    def restore_prefix(self, tokens: list[int], fill: Callable[[int], bool], namespace: str = SHARED_NAMESPACE) -> bool:
         return False  # no prefix cache to restore into
 
     def stats(self) -> EngineStats:

@@ -320,13 +320,14 @@ def test_parking_evicts_until_an_id_is_free_even_when_an_eviction_frees_none() -
     """Evicting a leaf whose parent has no other child hands its id to the parent (it frees no id), so
     parking must go on evicting rather than fail (it raised IndexError)."""
     from edgeopt.engine.prefix_cache_modes import SharedCellsCache
+    from edgeopt.engine.prefix_tree import SHARED_NAMESPACE
 
     storage = RecordingStorage()
     cache = SharedCellsCache(storage, range(10, 12))
 
     def park(tokens: list[int]) -> bool:
         storage.sequences[0] = list(tokens)  # slot 0 computed them
-        parked = cache.park(0, tokens)
+        parked = cache.park(0, tokens, SHARED_NAMESPACE)
         storage.release(0)
         return parked
 

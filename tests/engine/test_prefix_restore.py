@@ -36,7 +36,11 @@ def conversations(runtime: FakeRuntime, count: int) -> list[list[int]]:
 def saved_entries(shares: bool, prompts_of=conversations, count: int = 3) -> list[list[int]]:
     engine, runtime = cached_engine(shares)
     run_turns(engine, prompts_of(runtime, count))
-    return engine.cached_prefixes()  # stopped: read on this thread
+    return entry_tokens(engine)  # stopped: read on this thread
+
+
+def entry_tokens(engine: Engine) -> list[list[int]]:
+    return [prefix.tokens for prefix in engine.cached_prefixes()]
 
 
 @pytest.mark.parametrize("shares", [True, False], ids=["shared-cells", "copied-cells"])
@@ -49,7 +53,7 @@ def test_entries_come_back_in_their_recency_order_and_continue_a_conversation(sh
 
     async def body(e: Engine) -> tuple[list[int], list[int]]:
         assert [e.restore_prefix(entry, loader(runtime, entry)) for entry in entries] == [True] * 3
-        assert e.cached_prefixes() == entries  # restored most recent first, each ranked below the last
+        assert entry_tokens(e) == entries  # restored most recent first, each ranked below the last
         next_turn = entries[1] + list(b" and then?\n")
         return await ask(e, next_turn), next_turn
 
@@ -83,7 +87,7 @@ def test_restoring_evicts_nothing_and_skips_what_does_not_fit() -> None:
         return [e.restore_prefix(entry, loader(runtime, entry)) for entry in entries]
 
     assert run_engine(engine, body) == [True, True, False, False]  # two cache ids: the two most recent
-    assert engine.cached_prefixes() == entries[:2]
+    assert entry_tokens(engine) == entries[:2]
     small, runtime = cached_engine(True, capacity=len(entries[0]) - 1)
 
     async def too_big(e: Engine) -> bool:

@@ -26,10 +26,12 @@ def make_gguf_bundle(gguf: Path, hf_dir: Path, dest: Path, quant: str = "F16") -
     return dest
 
 
-def serve_bundle_live(bundle: Path, context: int = 256, speculative: str = "off"):  # noqa: ANN201 - tests.server.live.LiveServer
+def serve_bundle_live(bundle: Path, context: int = 256, speculative: str = "off",  # noqa: ANN201 - tests.server.live.LiveServer
+                      settings: dict | None = None):
     """An in-process uvicorn serving ``bundle`` (any runtime) with the real launcher's model loading. Speculation
     is off unless asked for: the tests compare greedy answers across faces and streamed or not, and a drafted
-    step moves llama.cpp's logits in their last bits, which can flip a near-tie (random-weight models have many)."""
+    step moves llama.cpp's logits in their last bits, which can flip a near-tie (random-weight models have many).
+    ``settings``: more ServerSettings fields (``api_keys``, ``admin_key``)."""
     from edgeopt.store.bundle import load_bundle
     from edgeopt.server.app import create_app
     from edgeopt.server.startup.launcher import ServeOptions, load_served_model, serving_shape
@@ -40,8 +42,8 @@ def serve_bundle_live(bundle: Path, context: int = 256, speculative: str = "off"
     manifest = load_bundle(bundle)
     options = ServeOptions(memory_bytes=1 << 30, context=context, max_concurrency=2, threads=1, speculative=speculative)
     served = load_served_model(bundle, manifest, serving_shape(bundle, manifest, options), options)
-    return start_live_server(create_app(ServerSettings(model_names=(MODEL,), memory_budget_bytes=1 << 30),
-                                        served=served))
+    return start_live_server(create_app(ServerSettings(model_names=(MODEL,), memory_budget_bytes=1 << 30,
+                                                       **(settings or {})), served=served))
 
 
 def smollm2_bundle(checkpoint: Path, dest: Path) -> Path:

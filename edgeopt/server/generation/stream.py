@@ -17,6 +17,7 @@ from fastapi import Request
 from edgeopt.engine.api import RequestOutput, SamplingParams, ServingEngine
 from edgeopt.engine.stream import RequestStream
 from edgeopt.errors import BackendError
+from edgeopt.server.http.callers import cache_namespace
 from edgeopt.server.metrics import RequestTracker, ServerMetrics
 
 # How often a generation checks whether its client is still there. A check (Starlette's is_disconnected)
@@ -73,7 +74,8 @@ class Generation:
 
 def start_generation(engine: ServingEngine, request_id: str, prompt_ids: list[int], params: SamplingParams,
                      tracker: RequestTracker, request: Request) -> Generation:
-    stream = engine.add_request(request_id, prompt_ids, params)  # raises RequestError subclasses now
+    # raises RequestError subclasses now; the caller's namespace keeps its cached prefixes from other tenants
+    stream = engine.add_request(request_id, prompt_ids, params, cache_namespace(request))
     return Generation(engine, request_id, stream, tracker, request)
 
 

@@ -10,6 +10,9 @@ The tenancy rule (docs/api.md):
   as an id that never existed.
 - ``--admin-key KEY``: the operator. With any key configured, the monitoring routes show request ids only to
   it, and only it may empty the prefix cache (DELETE /v1/edgeopt/cache). It reads no other caller's responses.
+- The prefix cache is per caller (:func:`cache_namespace`): a prompt reuses only KV its own key's requests left,
+  so ``cached_tokens`` and the time to the first token say nothing of what another key sent. The admin is a
+  caller like the others here: its prompts neither read the tenants' cached prefixes nor leave theirs to them.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from starlette.requests import HTTPConnection
 
+from edgeopt.engine.api import SHARED_NAMESPACE
 from edgeopt.errors import ConfigError
 
 DEFAULT_CALLER = "default"  # the holder of --api-key
@@ -84,6 +88,14 @@ def owner_name(connection: HTTPConnection) -> str | None:
     """What a stored object belongs to: its caller's name (None: the one tenant of a server without keys)."""
     caller = caller_of(connection)
     return None if caller is None else caller.name
+
+
+def cache_namespace(connection: HTTPConnection) -> str:
+    """Whose prefix-cache entries the request may borrow and leaves its KV to: its caller's own; the one shared
+    namespace on a server without keys. Prefixed so that no caller name is the engine's shared or operator
+    namespace (edgeopt.engine.prefix_tree)."""
+    caller = caller_of(connection)
+    return SHARED_NAMESPACE if caller is None else f"caller:{caller.name}"
 
 
 def sees_request_ids(connection: HTTPConnection, keys_configured: bool) -> bool:

@@ -4,7 +4,8 @@ naming its state files, and the checks a state file passes before llama.cpp may 
 ``<swap dir>/<model key>/`` (the key %-quoted where it is not a plain file name):
 
 * ``index.json``: ``{"format", "model_key", "saved_at", "fingerprint": {...}, "entries": [{"file", "tokens",
-  "bytes", "sha256"}, ...]}``, entries most recently used first. Written last, by ``os.replace``: a state file
+  "bytes", "sha256", "namespace"}, ...]}``, entries most recently used first (``namespace``: whose entry it
+  is, a tenant's on a server with API keys; it comes back into that namespace only). Written last, by ``os.replace``: a state file
   it does not name is left over from an interrupted save and is removed.
 * ``<save stamp>-<n>.kvstate``: one prefix-cache entry, llama.cpp's ``llama_state_seq_save_file`` of its
   sequence (its tokens, then its KV). Each save names its files anew, so an index never names a file another
@@ -22,9 +23,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from edgeopt.engine.api import SHARED_NAMESPACE
 from edgeopt.store.bundle import sha256_file
 
-SWAP_FORMAT = 1  # bump when the layout or what the fingerprint covers changes
+# Bump when the layout or what the fingerprint covers changes. 2: entries carry their namespace (an index of
+# format 1 names none, and could put a tenant's prompt where every tenant reads it: it is ignored and removed).
+SWAP_FORMAT = 2
 INDEX = "index.json"
 STATE_SUFFIX = ".kvstate"
 PARTIAL_SUFFIX = ".partial"
@@ -36,6 +40,7 @@ class SavedEntry:
     tokens: list[int]  # what the state holds: the cache entry's whole token path
     bytes: int
     sha256: str
+    namespace: str = SHARED_NAMESPACE  # the prefix cache's namespace it was saved from (edgeopt.engine.prefix_tree)
 
 
 @dataclass(frozen=True)
@@ -77,10 +82,11 @@ def read_index(folder: Path) -> ModelIndex:
 def _entry(item: Any) -> SavedEntry:
     if not isinstance(item, dict):
         raise ValueError(f"an entry is {type(item).__name__}, not an object")
-    entry = SavedEntry(item.get("file"), item.get("tokens"), item.get("bytes"), item.get("sha256"))
+    entry = SavedEntry(item.get("file"), item.get("tokens"), item.get("bytes"), item.get("sha256"),
+                       item.get("namespace"))
     if not (isinstance(entry.file, str) and entry.file.endswith(STATE_SUFFIX) and "/" not in entry.file
             and isinstance(entry.tokens, list) and entry.tokens and all(isinstance(t, int) for t in entry.tokens)
-            and isinstance(entry.bytes, int) and isinstance(entry.sha256, str)):
+            and isinstance(entry.bytes, int) and isinstance(entry.sha256, str) and isinstance(entry.namespace, str)):
         raise ValueError(f"a malformed entry ({str(item)[:80]})")
     return entry
 

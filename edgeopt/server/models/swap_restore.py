@@ -69,7 +69,7 @@ def _restore_entry(folder: Path, entry: SavedEntry, engine: ServingEngine, runti
                             f"its {len(loaded)} tokens are not the {len(entry.tokens)} its index names")
         return not refusals
 
-    restored = engine.restore_prefix(entry.tokens, fill)
+    restored = engine.restore_prefix(entry.tokens, fill, entry.namespace)
     if refusals:
         log.warning("swap space: %s: %s; ignored and removed", path, refusals[0])
         return DROPPED

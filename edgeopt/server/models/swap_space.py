@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.store.bundle import Manifest, sha256_file
-from edgeopt.engine.api import ServingEngine
+from edgeopt.engine.api import CachedPrefix, ServingEngine
 from edgeopt.errors import ENGINE_BUG_HINT, BackendError, ConfigError
 from edgeopt.store.file_stamp import file_stamp
 from edgeopt.sources.model_source import open_model_source
@@ -108,8 +108,8 @@ class SwapSpace:
             try:
                 remove_folder(folder)  # the live cache supersedes the last save
                 folder.mkdir(parents=True)
-                for number, tokens in enumerate(engine.cached_prefixes()):
-                    entry, freed = self._save_entry(folder, f"{stamp}-{number}{STATE_SUFFIX}", tokens, engine, runtime)
+                for number, prefix in enumerate(engine.cached_prefixes()):
+                    entry, freed = self._save_entry(folder, f"{stamp}-{number}{STATE_SUFFIX}", prefix, engine, runtime)
                     saved += [entry] if entry is not None else []
                     skipped += entry is None
                     evicted += freed
@@ -126,13 +126,14 @@ class SwapSpace:
                  record.bytes / (1 << 20), record.seconds, record.skipped, record.evicted)
         return record
 
-    def _save_entry(self, folder: Path, name: str, tokens: list[int], engine: ServingEngine,
+    def _save_entry(self, folder: Path, name: str, prefix: CachedPrefix, engine: ServingEngine,
                     runtime: Runtime) -> tuple[SavedEntry | None, int]:
         """Write one entry's state and commit it if room can be made; returns it (None: not kept) and the
         entries of other models removed for it."""
-        partial = folder / (name + PARTIAL_SUFFIX)
+        partial, tokens = folder / (name + PARTIAL_SUFFIX), prefix.tokens
         try:
-            written = engine.with_cached_prefix(tokens, lambda seq_id: runtime.save_sequence(seq_id, partial, tokens))
+            written = engine.with_cached_prefix(tokens, lambda seq_id: runtime.save_sequence(seq_id, partial, tokens),
+                                                prefix.namespace)
         except (BackendError, OSError) as exc:
             log.warning("swap space: a prefix-cache entry of %d tokens could not be saved to %s: %s",
                         len(tokens), partial, exc)
@@ -141,7 +142,7 @@ class SwapSpace:
         if written is None:  # no longer in the cache (the engine was not idle)
             return None, 0
         size = partial.stat().st_size
-        entry = SavedEntry(name, list(tokens), size, sha256_file(partial))
+        entry = SavedEntry(name, list(tokens), size, sha256_file(partial), prefix.namespace)
         freed = self._make_room(size + _index_bytes(entry), own=folder)
         if freed is None:
             partial.unlink()

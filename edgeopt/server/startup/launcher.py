@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from edgeopt import backends
 from edgeopt.store.bundle import Manifest
 from edgeopt.engine import Engine, EngineConfig, engine_config_for
-from edgeopt.engine.api import ServingEngine
+from edgeopt.engine.api import SHARED_NAMESPACE, ServingEngine
+from edgeopt.engine.prefix_tree import OPERATOR_NAMESPACE
 from edgeopt.errors import ConfigError
 from edgeopt.planning import BundleSource, ServePlan, ServeRequest, plan_for
 from edgeopt.sources.model_source import bundle_model_names, model_card, open_model_source
@@ -33,7 +34,7 @@ from edgeopt.server.startup.draft import DraftSetup, load_draft, plan_with_draft
 from edgeopt.server.http.connection_guard import guarded_protocol
 from edgeopt.server.models.compute_gate import ComputeGate
 from edgeopt.server.state import ServedModel, ServerSettings
-from edgeopt.server.startup.serve_options import ServeOptions, server_keys
+from edgeopt.server.startup.serve_options import ServeOptions, server_keys, serves_with_keys
 from edgeopt.sizing.budget import MIB
 from edgeopt.sizing.resident import ResidentMemory, resident_memory
 from edgeopt.sizing.shape import ServingShape, check_shape_request
@@ -97,7 +98,10 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
         raise
     engine.start()
     if options.warm_file is not None:
-        _warm(engine, runtime, manifest, template, options.warm_file)
+        # With keys every request is a tenant's, reading the operator's entries beside its own: the warmed prompt
+        # goes there. Without, it stays in the one shared namespace, where chats on it fold into its entry.
+        namespace = OPERATOR_NAMESPACE if serves_with_keys(options) else SHARED_NAMESPACE
+        _warm(engine, runtime, manifest, template, options.warm_file, namespace)
     log.info("engine ready: %d KV tokens, %d concurrent sequences, context %d", config.kv_capacity_tokens,
              config.max_running, engine.context_tokens)
     return ServedModel(context_length=engine.context_tokens, tokenizer=runtime.tokenizer, engine=engine,
@@ -112,7 +116,7 @@ def own_engine(fmt: str, runtime: Runtime, config: EngineConfig) -> ServingEngin
 
 
 def _warm(engine: ServingEngine, runtime: Runtime, manifest: Manifest, template: ChatTemplate | None,
-          warm_file: Path) -> None:
+          warm_file: Path, namespace: str) -> None:
     """--warm: put the system prompt's KV in the prefix cache (loaded from its saved state when it can)."""
     from edgeopt.server.startup.prompt_state import warm_prompt_cache
 
@@ -121,7 +125,7 @@ def _warm(engine: ServingEngine, runtime: Runtime, manifest: Manifest, template:
             raise ConfigError(f"--warm needs the prefix cache of a llama.cpp (GGUF) bundle; this is {manifest.runtime}"
                               f"{' with --no-prefix-cache' if runtime.info.cache_slots == 0 else ''}",
                               "serve a GGUF bundle with the prefix cache on, or leave --warm out")
-        result = warm_prompt_cache(engine, runtime, manifest, template, runtime.tokenizer, warm_file)
+        result = warm_prompt_cache(engine, runtime, manifest, template, runtime.tokenizer, warm_file, namespace)
     except BaseException:
         engine.shutdown()
         raise

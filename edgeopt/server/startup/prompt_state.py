@@ -26,7 +26,7 @@ from typing import Any
 
 from edgeopt.store.bundle import Manifest
 from edgeopt.engine import SamplingParams
-from edgeopt.engine.api import ServingEngine
+from edgeopt.engine.api import SHARED_NAMESPACE, ServingEngine
 from edgeopt.errors import ConfigError
 from edgeopt.runtimes.base import Runtime, Tokenizer
 from edgeopt.server.chat.template import ChatTemplate
@@ -67,8 +67,9 @@ def fingerprint(manifest: Manifest, runtime: Runtime) -> dict[str, Any]:
 
 
 def warm_prompt_cache(engine: ServingEngine, runtime: Runtime, manifest: Manifest, template: ChatTemplate | None,
-                      tokenizer: Tokenizer, warm_file: Path) -> WarmResult:
-    """Load FILE's saved prompt state into the prefix cache, or compute and save it."""
+                      tokenizer: Tokenizer, warm_file: Path, namespace: str = SHARED_NAMESPACE) -> WarmResult:
+    """Load FILE's saved prompt state into the prefix cache's ``namespace`` (the operator's on a server with keys,
+    which every tenant reads), or compute and save it."""
     started = time.perf_counter()
     try:
         text = Path(warm_file).read_text()
@@ -82,11 +83,11 @@ def warm_prompt_cache(engine: ServingEngine, runtime: Runtime, manifest: Manifes
     expected = fingerprint(manifest, runtime)
     if state.is_file():
         _check_fingerprint(state, meta, expected)
-        if engine.adopt_prefix(tokens, _loader(runtime, state, tokens)):
+        if engine.adopt_prefix(tokens, _loader(runtime, state, tokens), namespace):
             return WarmResult("loaded", len(tokens), time.perf_counter() - started)
         log.warning("%s no longer matches %s (edited?) or does not fit the cache: computing it again", state, warm_file)
-    _compute(engine, tokens)
-    if engine.with_cached_prefix(tokens, lambda seq_id: _save(runtime, seq_id, state, tokens)) is None:
+    _compute(engine, tokens, namespace)
+    if engine.with_cached_prefix(tokens, lambda seq_id: _save(runtime, seq_id, state, tokens), namespace) is None:
         raise ConfigError("the warmed prompt is not in the prefix cache", "serve without --no-prefix-cache")
     _write_json(meta, expected | {"tokens": len(tokens)})
     return WarmResult("computed", len(tokens), time.perf_counter() - started)
@@ -111,9 +112,10 @@ def _loader(runtime: Runtime, state: Path, tokens: list[int]):
     return fill
 
 
-def _compute(engine: ServingEngine, tokens: list[int]) -> None:
+def _compute(engine: ServingEngine, tokens: list[int], namespace: str) -> None:
     async def run() -> None:
-        stream = engine.add_request("edgeopt-warm", tokens, SamplingParams(max_tokens=1, temperature=0.0))
+        params = SamplingParams(max_tokens=1, temperature=0.0)
+        stream = engine.add_request("edgeopt-warm", tokens, params, cache_namespace=namespace)
         await stream.collect()
 
     asyncio.run(run())

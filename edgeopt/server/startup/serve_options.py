@@ -68,10 +68,19 @@ class ServeOptions:
                                                      self.draft_tokens if self.draft is not None else None))
 
 
+def _flag_or_environment_keys(options: ServeOptions) -> tuple[str | None, str | None]:
+    return (options.api_key or os.environ.get("EDGEOPT_API_KEY") or None,
+            options.admin_key or os.environ.get("EDGEOPT_ADMIN_KEY") or None)
+
+
+def serves_with_keys(options: ServeOptions) -> bool:
+    """Whether any key is configured: then every request is a caller's (edgeopt.server.http.callers)."""
+    return any(_flag_or_environment_keys(options)) or bool(options.api_keys)
+
+
 def server_keys(options: ServeOptions) -> tuple[str | None, str | None]:
     """(API key, admin key), from the flags or the environment, once the exposure they allow is checked."""
-    api_key = options.api_key or os.environ.get("EDGEOPT_API_KEY") or None
-    admin_key = options.admin_key or os.environ.get("EDGEOPT_ADMIN_KEY") or None
+    api_key, admin_key = _flag_or_environment_keys(options)
     check_exposure(options.host, options.port, api_key or admin_key or next(iter(options.api_keys.values()), None),
                    options.insecure_no_auth)
     if not (api_key or admin_key or options.api_keys):

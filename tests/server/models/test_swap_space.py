@@ -115,7 +115,7 @@ def test_capacity_keeps_the_most_recent_entries_and_evicts_the_least_recently_sa
     first = space.save("first", served.engine, served.runtime, fingerprint)
     assert (first.entries, first.skipped) == (2, 1) and space.used_bytes() <= capacity
     saved = json.loads((tmp_path / "capped" / "first" / INDEX).read_text())["entries"]
-    assert [e["tokens"] for e in saved] == served.engine.cached_prefixes()[:2]  # the most recently used two
+    assert [e["tokens"] for e in saved] == [p.tokens for p in served.engine.cached_prefixes()[:2]]  # the most recently used two
 
     second = space.save("second", served.engine, served.runtime, fingerprint)
     assert (second.entries, second.evicted) == (2, 2) and space.used_bytes() <= capacity
@@ -158,7 +158,7 @@ def altered_state(folder: Path) -> str:
 
 
 def bad_json(folder: Path) -> str:
-    (folder / INDEX).write_text('{"format": 1, "entries": [')
+    (folder / INDEX).write_text('{"format": 2, "entries": [')
     return INDEX
 
 
