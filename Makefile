@@ -29,7 +29,8 @@ setup: $(STAMP) reference-converter rpc-worker
 
 # edgeopt worker's RPC server and the head's libggml-rpc.so (a model split across boards, docs/more-than-one-board.md),
 # built from the llama.cpp sources of the installed llama-cpp-python into ~/.cache/edgeopt: ~1-3 min once (2 cores),
-# nothing when already built. With CUDA's nvcc and a visible GPU the worker gets the CUDA backend (EDGEOPT_RPC_CMAKE_ARGS=
+# nothing when already built. The same builder (edgeopt/rpc/worker_build) runs on the first `edgeopt worker` of a
+# pip install; building here, ahead, keeps the tests from doing it. With CUDA's nvcc and a visible GPU the worker gets the CUDA backend (EDGEOPT_RPC_CMAKE_ARGS=
 # for CPU only); nvcc without a GPU (a build machine) builds for the CPU
 rpc-worker: $(STAMP)
 	bash scripts/build_rpc_worker.sh $(PY)

@@ -63,6 +63,10 @@ class MissingDependencyError(EdgeoptError):
     """An optional dependency (for example the ``optimize`` extra) is not installed."""
 
 
+class NativeBuildError(EdgeoptError):
+    """Compiling a native part on this machine failed (the RPC worker, built from llama.cpp's sources)."""
+
+
 # --- model path ------------------------------------------------------------------------------
 
 

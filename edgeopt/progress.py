@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -30,3 +31,18 @@ def progress(items: Iterable[T], description: str, total: int | None = None) -> 
     from rich.progress import track
 
     yield from track(items, description=description, total=total, console=Console(stderr=True), transient=True)
+
+
+@contextmanager
+def counted(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A bar for a step that counts its own work (a build tool's ``[done/total]``, the total known only once it
+    starts): call the yielded function with both whenever they change."""
+    if not _enabled():
+        yield lambda done, total: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)

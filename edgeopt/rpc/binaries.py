@@ -1,44 +1,37 @@
-"""Where the RPC build lives: the worker binary and libggml-rpc.so of scripts/build_rpc_worker.sh.
+"""Where the RPC build lives: the worker binary and libggml-rpc.so, built from the llama.cpp sources of the
+installed llama-cpp-python (edgeopt.rpc.worker_build).
 
-Both come from the llama.cpp sources of the installed llama-cpp-python, built once per version into
-``$EDGEOPT_CACHE`` (default ~/.cache/edgeopt)/rpc-worker-VERSION/build/bin; ``EDGEOPT_RPC_BUILD`` names
-another directory holding them (a build made for a board's GPU, say). Nothing is downloaded here.
+Built once per version into ``$EDGEOPT_CACHE`` (default ~/.cache/edgeopt)/rpc-worker-VERSION/build/bin, on first
+use when ``make rpc-worker`` has not built it ahead; ``EDGEOPT_RPC_BUILD`` names another directory holding them
+(a build made for a board's GPU, say), and then nothing is built.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import os
 import subprocess
 from pathlib import Path
 
 from edgeopt.errors import MissingDependencyError
 from edgeopt.rpc.protocol import ProtocolVersion
-
-WORKER_BINARY = "edgeopt-rpc-worker"
-RPC_LIBRARY = "libggml-rpc.so"
-BUILD_COMMAND = "`make rpc-worker` (or `scripts/build_rpc_worker.sh .venv/bin/python`)"
-
-
-def llama_cpp_python_version() -> str:
-    return importlib.metadata.version("llama_cpp_python")
+from edgeopt.rpc.worker_build.builder import RPC_LIBRARY, WORKER_BINARY, bin_dir, ensure_built, llama_cpp_python_version
 
 
 def build_dir() -> Path:
+    """Where the binaries are (or will be once built); builds nothing."""
     explicit = os.environ.get("EDGEOPT_RPC_BUILD")
-    if explicit:
-        return Path(explicit)
-    cache = Path(os.environ.get("EDGEOPT_CACHE") or Path.home() / ".cache" / "edgeopt")
-    return cache / f"rpc-worker-{llama_cpp_python_version()}" / "build" / "bin"
+    return Path(explicit) if explicit else bin_dir(llama_cpp_python_version())
 
 
 def _built(name: str) -> Path:
-    path = build_dir() / name
+    explicit = os.environ.get("EDGEOPT_RPC_BUILD")
+    path = (Path(explicit) if explicit else ensure_built()) / name
     if not path.is_file():
         raise MissingDependencyError(
-            f"{name} is not built for llama-cpp-python {llama_cpp_python_version()} (looked in {path.parent})",
-            f"build it once with {BUILD_COMMAND}, or point EDGEOPT_RPC_BUILD at a directory holding it")
+            f"{name} is not in EDGEOPT_RPC_BUILD={explicit} (looked for {path})",
+            "point EDGEOPT_RPC_BUILD at the build/bin directory of a worker build for llama-cpp-python "
+            f"{llama_cpp_python_version()}, or unset it: edgeopt then builds one into ~/.cache/edgeopt on first use")
     return path
 
 

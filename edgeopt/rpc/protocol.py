@@ -120,8 +120,8 @@ def probe_worker(endpoint: Endpoint, expected: ProtocolVersion, timeout_s: float
         if not expected.serves(version):
             raise WorkerError(
                 f"worker {endpoint} speaks RPC protocol {version}; this head speaks {expected}",
-                "build both from the same llama-cpp-python version: run scripts/build_rpc_worker.sh on the worker "
-                "with the head's llama-cpp-python installed (pip show llama-cpp-python)")
+                "install the head's llama-cpp-python version on the worker (pip show llama-cpp-python, on both): "
+                "`edgeopt worker` builds its RPC server for the installed version on first use")
         try:
             started = time.perf_counter()
             (count,) = struct.unpack("<I", _request(sock, CMD_DEVICE_COUNT, b"", 4))

@@ -69,7 +69,8 @@ def _load_rpc(library: Path) -> ctypes.CDLL:
             lib = ctypes.CDLL(str(library))
         except OSError as exc:
             raise BackendError(f"cannot load the RPC backend {library}: {exc}",
-                               "rebuild it with scripts/build_rpc_worker.sh for this llama-cpp-python") from exc
+                               f"rebuild it for this llama-cpp-python: remove {library.parent.parent} and run "
+                               "again (edgeopt builds it on first use)") from exc
         lib.ggml_backend_rpc_add_server.argtypes = [ctypes.c_char_p]
         lib.ggml_backend_rpc_add_server.restype = ctypes.c_void_p
         _rpc_lib = lib
