@@ -25,6 +25,11 @@ from edgeopt.exporters.gguf.tensor_names import plan_tensors
 from edgeopt.exporters.gguf.vocab import add_vocab, load_vocab
 
 UNQUANTIZED = ("F32", "F16", "BF16")
+
+
+class F16OverflowError(ExportError):
+    """A tensor holds a value F16 cannot (a bf16 or f32 checkpoint can)."""
+
 _FTYPE_IDS = {"F32": 0, "F16": 1, "BF16": 32}  # llama_ftype values
 
 
@@ -35,7 +40,12 @@ def _cast(values: np.ndarray, out_type: str) -> tuple[np.ndarray, Any]:
     if values.ndim == 1 or out_type == "F32":
         return np.ascontiguousarray(values, dtype=np.float32), gguf.GGMLQuantizationType.F32
     if out_type == "F16":
-        return np.ascontiguousarray(values, dtype=np.float16), gguf.GGMLQuantizationType.F16
+        with np.errstate(over="ignore"):  # an overflow is refused just below, by name
+            out = np.ascontiguousarray(values, dtype=np.float16)
+        if np.isinf(out).any() and not np.isinf(values).any():
+            raise F16OverflowError(f"a weight of magnitude {float(np.abs(values).max()):.4g} is past F16's range "
+                                   "(65504)", "convert to BF16 (or F32), which hold it")
+        return out, gguf.GGMLQuantizationType.F16
     return f32_to_bf16(values), gguf.GGMLQuantizationType.BF16
 
 
