@@ -13,7 +13,7 @@ import ctypes
 import logging
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -78,9 +78,10 @@ def fallback_facts(counts: Counter[Fallback]) -> list[dict[str, str | int]]:
 
 
 @contextmanager
-def captured_llama_log() -> Iterator[LlamaLog]:
-    """Capture llama.cpp's log for the duration of the block; afterwards it goes back to Python logging
-    (warnings and errors), as :func:`edgeopt.runtimes.llama_cpp.model.init_backend` routes it."""
+def captured_llama_log(on_message: Callable[[str], None] = lambda _m: None) -> Iterator[LlamaLog]:
+    """Capture llama.cpp's log for the duration of the block (each message also handed to ``on_message``: a
+    progress counter); afterwards it goes back to Python logging (warnings and errors), as
+    :func:`edgeopt.runtimes.llama_cpp.model.init_backend` routes it."""
     import llama_cpp
 
     from edgeopt.runtimes.llama_cpp.model import init_backend, route_log_to_python
@@ -92,6 +93,7 @@ def captured_llama_log() -> Iterator[LlamaLog]:
     def capture(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         message = text.decode("utf-8", errors="replace") if text else ""
         captured.messages.append((level, message))
+        on_message(message)
         if message.strip():
             log.debug("%s", message.rstrip("\n"))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from edgeopt.errors import ConfigError, ExportError
 from edgeopt.exporters.gguf.llama_log import captured_llama_log
 from edgeopt.exporters.gguf.quant_report import quantize_facts
 from edgeopt.exporters.gguf.quant_types import FTYPE_IDS, NEEDS_IMATRIX
+from edgeopt.progress import counted
 
 if TYPE_CHECKING:
     from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
@@ -55,6 +57,17 @@ def tensor_overrides(types: dict[str, str]) -> ctypes.Array:
     return entries
 
 
+_TENSOR_COUNT = re.compile(r"^\[\s*(\d+)/\s*(\d+)\]")  # llama-quant.cpp's "[  12/ 147] blk.0.attn_q.weight ..."
+
+
+def _tensor_counter(update: Callable[[int, int], None]) -> Callable[[str], None]:
+    def on_message(message: str) -> None:
+        found = _TENSOR_COUNT.match(message)
+        if found:
+            update(int(found[1]), int(found[2]))
+    return on_message
+
+
 def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2, imatrix: ImportanceMatrix | None = None,
                   types: dict[str, str] | None = None) -> dict[str, Any]:
     """Write ``dst`` quantized to ``quant`` from the unquantized GGUF ``src``; return facts for the manifest.
@@ -81,7 +94,8 @@ def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2, imatrix: I
         params.pure = True
         params.tt_overrides = ctypes.cast(overrides, ctypes.POINTER(type(overrides[0])))
     started = time.perf_counter()
-    with captured_llama_log() as llama_log:  # a line or two per tensor: summarized, full with --verbose
+    # a line or two per tensor: summarized, full with --verbose; its "[ 12/ 147]" counts drive the progress
+    with counted(f"quantizing to {quant}") as update, captured_llama_log(_tensor_counter(update)) as llama_log:
         status = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     if status != 0 or not dst.is_file():
         raise ExportError(f"llama.cpp failed to quantize {src} to {quant} (status {status}): "

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.exporters.gguf.scorer import GGUFScorer
+from edgeopt.progress import progress
 
 GENERATOR = "llama.cpp"  # names the evaluation text this reference writes (edgeopt.measuring.eval_text's key)
 
@@ -42,7 +43,7 @@ class GGUFReference(GGUFScorer):
             eos = runtime.info.eos_token_ids
             rows = [list(p) for p in prompt_ids]
             batch = [StepInput(slot, list(p), 0, want_logits=True) for slot, p in enumerate(prompt_ids)]
-            for _ in range(max_new_tokens):
+            for _ in progress(range(max_new_tokens), f"evaluation text: {len(rows)} greedy continuations"):
                 for item, logits in zip(batch, runtime.step(batch)):
                     rows[item.slot].append(int(np.argmax(logits)))
                 on_step()

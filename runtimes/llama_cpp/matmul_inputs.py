@@ -74,8 +74,13 @@ class MatmulInputTap:
         self._mul_mat = _op_id(self._ggml, b"MUL_MAT")
         self._wants, self._visit = wants, visit
         self._checked = False
+        self._computed_input = 0  # the input the last visited matmul read (its struct's address), still valid
         self.error: BaseException | None = None  # raised by run_chunks: an exception cannot cross the C frame
         self.callback = llama_cpp.ggml_backend_sched_eval_callback(self._on_node)
+
+    def new_graph(self) -> None:
+        """Before each decode: tensors of the next graph may sit at the addresses of this one's."""
+        self._computed_input = 0
 
     def _on_node(self, address: int, ask: bool, _user_data: int) -> bool:
         try:
@@ -97,9 +102,16 @@ class MatmulInputTap:
         inputs = _GgmlTensor.from_address(node.src[1])
         name = weight_name(weight.name)
         if ask:
-            return (inputs.type == _GGML_TYPE_F32 and inputs.nb[0] == 4 and inputs.ne[1] >= MIN_ROWS
-                    and weight.ne[2] == weight.ne[3] == 1 and self._wants(name))
+            wanted = (inputs.type == _GGML_TYPE_F32 and inputs.nb[0] == 4 and inputs.ne[1] >= MIN_ROWS
+                      and weight.ne[2] == weight.ne[3] == 1 and self._wants(name))
+            if wanted and node.src[1] == self._computed_input:
+                # k and v read the input q read, up reads gate's: it is computed and still alive (this matmul has
+                # yet to read it), so it is read now, without making the scheduler stop the graph here.
+                self._visit(name, self._rows(node.src[1], inputs))
+                return False
+            return wanted
         self._visit(name, self._rows(node.src[1], inputs))
+        self._computed_input = node.src[1]
         return True
 
     def _rows(self, address: int, inputs: _GgmlTensor) -> np.ndarray:
@@ -166,6 +178,7 @@ def run_chunks(gguf: Path, chunks: list[list[int]], tap: MatmulInputTap, label: 
             batch.seq_values[:n] = 0
             batch.logits[:n] = 1
             batch.struct.n_tokens = n
+            tap.new_graph()
             status = llama_cpp.llama_decode(ctx, batch.struct)
             if tap.error is not None:
                 raise tap.error

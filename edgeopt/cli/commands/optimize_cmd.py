@@ -63,6 +63,7 @@ def optimize(
     self_calibration: Annotated[bool, typer.Option("--self-calibration/--no-self-calibration", help="Without --calibration-data: measure activations on text the model writes itself (default; about a minute for a 135M model) for the importance matrix of GGUF k-quants, IQ types and MIX and the weighting of onnx int4 blocks, or quantize without them (as llama.cpp does without --imatrix).")] = True,
     keep_fp: Annotated[Optional[list[str]], typer.Option("--keep-fp", help="Nodes kept in float (onnx): lm_head, embeddings or a node-name fragment; repeatable.")] = None,
     ignore_fit: Annotated[bool, typer.Option("--ignore-fit", help="Write the bundle even when the plan marks the chosen --quant/--size as not fitting --target at --concurrency x --context.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (or, off a terminal, the line each long step prints when it ends); the plan, step reports and figures are still printed.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print llama.cpp's full quantization log (by default it is summarized in two lines and the manifest).")] = False,
     draft_for: Annotated[Optional[str], typer.Option("--draft-for", metavar="TARGET", help="Instead of MODEL: make a draft model for TARGET (hub id or checkpoint directory) for serve --draft: TARGET pruned (default: a quarter of its layers kept; or --prune*) and distilled from it on --distil-data, written as GGUF; reports how often TARGET accepts its tokens on held-out text.")] = None,
 ) -> None:
@@ -71,6 +72,10 @@ def optimize(
     With --draft-for TARGET: make a small draft model of TARGET's vocabulary for `edgeopt serve TARGET_BUNDLE --draft`."""
     if verbose:
         show_llama_log()
+    if quiet:
+        from edgeopt.progress import quiet as no_progress
+
+        no_progress()
     written_size = read_size(size, "--size") if size is not None else None
     exports = export_options(calibration_data=calibration_data, calibration_method=calibration_method,
                              int4_block_size=int4_block_size, int8_method=int8_method, int4_mix=int4_mix,

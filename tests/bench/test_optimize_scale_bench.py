@@ -1,0 +1,26 @@
+"""CI's run of the optimize-at-scale benchmark (tests/bench/bench_optimize_scale.py) on its small shape: the real
+Llama 3 vocabulary (128,256 tokens) on a tiny body, edgeopt and llama.cpp's own pipeline side by side, both
+comparisons. Checks that the benchmark works end to end (both pipelines, every step timed, memory sampled), not
+the ratios: those are measured at the 1B and 8B shapes on a quiet machine. Builds llama.cpp's tools once per
+machine (scripts/build_llama_tools.sh, a few minutes)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+
+def test_the_small_shape_runs_both_pipelines_side_by_side(tmp_path: Path):
+    from tests.bench.bench_optimize_scale import main
+
+    lines = main(["--shape", "small", "--words", "800", "--work", str(tmp_path)])
+    text = "\n".join(lines)
+    assert "## calibration text" in text and "## defaults" in text
+    ratios = [line for line in lines if line.startswith("ratio")]
+    assert len(ratios) == 2
+    for line in ratios:
+        wall, rss, anon = (float(v) for v in line.split()[1:])
+        assert wall > 0 and rss > 0 and anon > 0
+    steps = [line for line in lines if line.startswith("steps: llama.cpp")]
+    assert "imatrix" in steps[0] and "quantize" in steps[0] and "kl-divergence" in steps[1]
+    assert re.search(r"steps: edgeopt: optimize \d+s", text)
