@@ -22,3 +22,41 @@ def test_a_counted_bar_takes_counts_as_they_come_and_is_silent_when_off(monkeypa
     with counted("on") as update:  # the total is known only with the first count (ninja's [1/19])
         update(1, 19)
         update(19, 19)
+
+
+def test_off_a_terminal_each_step_prints_one_line_when_it_ends(monkeypatch: pytest.MonkeyPatch, capsys):
+    """A log shows where the minutes went (a line per step, not per item); --quiet silences it."""
+    monkeypatch.delenv("EDGEOPT_PROGRESS", raising=False)  # pytest's stderr is no terminal
+    assert list(progress(range(3), "importance matrix: calibration chunks")) == [0, 1, 2]
+    for item in progress(range(10), "evaluation text"):
+        if item == 3:
+            break  # a step that ends early still says what it did
+    with counted("quantizing to Q4_K_M") as update:
+        update(147, 147)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" in ")[0] for line in lines] == ["importance matrix: calibration chunks: 3/3",
+                                                         "evaluation text: 3/10", "quantizing to Q4_K_M: 147/147"]
+    assert all(line.endswith("s") for line in lines)
+    from edgeopt.progress import quiet
+
+    monkeypatch.setenv("EDGEOPT_PROGRESS", "1")  # so that the variable quiet() sets is restored after the test
+    quiet()
+    list(progress(range(3), "silent"))
+    with counted("silent") as update:
+        update(1, 1)
+    assert capsys.readouterr().err == ""
+
+
+def test_optimize_quiet_turns_progress_off(monkeypatch: pytest.MonkeyPatch):
+    import os
+
+    from typer.testing import CliRunner
+
+    from edgeopt.cli.app import app
+
+    monkeypatch.setenv("EDGEOPT_PROGRESS", "1")  # restored after the test, whatever --quiet set
+    result = CliRunner().invoke(app, ["optimize", "--quiet", "--help"])
+    assert result.exit_code == 0 and "--quiet" in result.output
+    monkeypatch.setattr("edgeopt.cli.commands.optimize_cmd.resolve", lambda opts: (_ for _ in ()).throw(SystemExit(0)))
+    CliRunner().invoke(app, ["optimize", "some-model", "--quiet"])
+    assert os.environ.get("EDGEOPT_PROGRESS") == "0"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt.rpc.worker_build.toolchain import Backend, choose_backend
+from edgeopt.rpc.worker_build.toolchain import GgmlBuildBackend, choose_backend
 
 
 def fake_path(tmp_path: Path, nvidia_smi_lists: str | None) -> str:
@@ -34,7 +34,7 @@ def _no_choice_made(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("listing", [None, "", "No devices were found\n"])
 def test_nvcc_without_a_gpu_builds_for_the_cpu_and_says_how_to_choose(
         tmp_path: Path, listing: str | None, capsys: pytest.CaptureFixture[str]) -> None:
-    assert choose_backend(fake_path(tmp_path, listing)) == Backend()
+    assert choose_backend(fake_path(tmp_path, listing)) == GgmlBuildBackend()
     said = capsys.readouterr().err
     assert "no GPU" in said and "EDGEOPT_RPC_CMAKE_ARGS=" in said
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from edgeopt.errors import MissingDependencyError, NativeBuildError
 from edgeopt.rpc.worker_build.run_logged import log_tail, run_logged
 from edgeopt.rpc.worker_build.sources import llama_cpp_sources
-from edgeopt.rpc.worker_build.toolchain import Backend, Toolchain, choose_backend, find_toolchain
+from edgeopt.rpc.worker_build.toolchain import GgmlBuildBackend, Toolchain, choose_backend, find_toolchain
 
 WORKER_BINARY = "edgeopt-rpc-worker"
 RPC_LIBRARY = "libggml-rpc.so"
@@ -109,14 +109,14 @@ def _forget_other_configuration(build: Path) -> None:
         shutil.rmtree(build / "CMakeFiles", ignore_errors=True)
 
 
-def _environment(backend: Backend) -> dict[str, str]:
+def _environment(backend: GgmlBuildBackend) -> dict[str, str]:
     env = dict(os.environ)
     if backend.path_prefix:
         env["PATH"] = os.pathsep.join((*backend.path_prefix, env.get("PATH", "")))
     return env
 
 
-def _commands(tools: Toolchain, backend: Backend, source: Path, build: Path,
+def _commands(tools: Toolchain, backend: GgmlBuildBackend, source: Path, build: Path,
               targets: Sequence[str], jobs: str) -> tuple[list[str], list[str]]:
     configure = [tools.cmake, "-S", str(NATIVE_DIR), "-B", str(build), "-G", "Ninja",
                  f"-DCMAKE_MAKE_PROGRAM={tools.ninja}", f"-DLLAMA_SRC={source}", *CONFIGURE_OPTIONS,

@@ -31,7 +31,7 @@ class Toolchain:
 
 
 @dataclass(frozen=True)
-class Backend:
+class GgmlBuildBackend:
     cmake_args: tuple[str, ...] = ()
     path_prefix: tuple[str, ...] = ()  # directories the build needs first on the PATH (nvcc's)
 
@@ -84,20 +84,20 @@ def gpu_visible(path: str | None = None) -> bool:
     return any(line.startswith("GPU ") for line in listing.splitlines())
 
 
-def choose_backend(path: str | None = None) -> Backend:
+def choose_backend(path: str | None = None) -> GgmlBuildBackend:
     """EDGEOPT_RPC_CMAKE_ARGS when set (even empty: the user chose); else the CUDA backend where nvcc (on the PATH
     or in /usr/local/cuda/bin) and a GPU are both there, so the worker serves the GPU. Says why on stderr."""
     chosen = os.environ.get("EDGEOPT_RPC_CMAKE_ARGS")
     if chosen is not None:
-        return Backend(tuple(shlex.split(chosen)))
+        return GgmlBuildBackend(tuple(shlex.split(chosen)))
     nvcc_on_path = shutil.which("nvcc", path=path) is not None
     if not nvcc_on_path and not os.access(CUDA_BIN / "nvcc", os.X_OK):
-        return Backend()
+        return GgmlBuildBackend()
     if not gpu_visible(path):
         print("build_rpc_worker: CUDA's compiler found but no GPU (nvidia-smi -L lists none): building the worker "
               "for the CPU (EDGEOPT_RPC_CMAKE_ARGS=\"-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=<arch>\" builds it "
               "for a GPU elsewhere)", file=sys.stderr)
-        return Backend()
+        return GgmlBuildBackend()
     print("build_rpc_worker: CUDA's compiler and a GPU found: building the worker with the CUDA backend "
           "(EDGEOPT_RPC_CMAKE_ARGS= builds it for the CPU only)", file=sys.stderr)
-    return Backend(("-DGGML_CUDA=ON",), () if nvcc_on_path else (str(CUDA_BIN),))
+    return GgmlBuildBackend(("-DGGML_CUDA=ON",), () if nvcc_on_path else (str(CUDA_BIN),))
