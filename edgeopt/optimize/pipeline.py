@@ -62,8 +62,9 @@ def _run(opts: OptimizeOptions, res: OptimizePlan, workbench: Path, report: Repo
     key = step_key("export", res.format, key_params, input_hash)
     report(f"export: {res.format} {res.quant}")
     started = time.perf_counter()
+    # The workbench is not part of the key: it names where this run keeps working files, not what is made.
     export_dir, export_meta, cached = cached_step(key, partial(run_exporter, exporter, current, quant=res.quant,
-                                                               params=export_params))
+                                                               params={**export_params, "workbench": workbench}))
     report(f"export: {'reused cached output' if cached else f'done in {time.perf_counter() - started:.1f}s'}")
     for line in exporter.summary(export_meta):
         report(line)

@@ -29,8 +29,9 @@ class GGUFExporter(Exporter):
     # 1: details record the tensor type mix and the quantizer's fallbacks; 2: calibration text becomes an
     # importance matrix (imatrix.gguf in the bundle), and the vocabulary is checked against tokenizer.json;
     # 3: without calibration text, types that use a matrix get one from text the model writes itself;
-    # --quant MIX (per-tensor types by measured sensitivity)
-    cache_version = 3
+    # --quant MIX (per-tensor types by measured sensitivity); 4: the matrix is measured by llama.cpp on the
+    # unquantized file (F16 unless the CPU computes BF16 natively), not by torch on the checkpoint
+    cache_version = 4
 
     def calibration_refusal(self, quant: str) -> str | None:
         return calibration_refusal(quant)

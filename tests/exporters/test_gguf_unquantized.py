@@ -58,8 +58,8 @@ def test_a_bf16_checkpoint_is_f16_on_a_cpu_without_bf16_and_bf16_where_f16_overf
 
 def test_a_gguf_optimize_evaluates_against_the_unquantized_file_not_a_float32_checkpoint(
         tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The evaluation's reference is the export's own F16 file (memory-mapped by llama.cpp): transformers never
-    loads the original, and the run's workbench is gone afterwards."""
+    """The evaluation's reference is the export's own F16 file (memory-mapped by llama.cpp, converted once):
+    transformers never loads the original, and the run's workbench is gone afterwards."""
     from edgeopt.measuring import scorers
     from edgeopt.optimize.export_options import export_options
     from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
@@ -70,10 +70,16 @@ def test_a_gguf_optimize_evaluates_against_the_unquantized_file_not_a_float32_ch
         raise AssertionError("the original was loaded in float32 by transformers")
 
     monkeypatch.setattr(scorers.HFScorer, "__init__", refuse)
+    from edgeopt.exporters.gguf import writer
+
+    conversions = []
+    convert = writer.convert_checkpoint
+    monkeypatch.setattr(writer, "convert_checkpoint", lambda *a, **k: conversions.append(a) or convert(*a, **k))
     calibration, evaluation = write_texts(tmp_path)
     manifest = run_optimize(OptimizeOptions(
         model=str(tiny_llama_dir), output=tmp_path / "bundle", format="gguf", quant="Q4_K_M", eval_data=evaluation,
         accept_quality_loss=True, export_options=export_options(calibration_data=calibration)), report=lambda _m: None)
     assert manifest is not None and np.isfinite(manifest.metrics["kl_divergence"])
     assert manifest.metrics["perplexity_original"] > 0
+    assert len(conversions) == 1  # the evaluation found the file the export wrote
     assert not list((cache_root() / "workbench").iterdir())
