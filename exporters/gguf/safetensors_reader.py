@@ -49,8 +49,11 @@ def _read_header(path: Path) -> dict[str, StoredTensor]:
 
 
 def bf16_to_f32(raw: np.ndarray) -> np.ndarray:
-    """bfloat16 bits (uint16) to float32: bf16 is the top half of an f32."""
-    return (raw.astype(np.uint32) << 16).view(np.float32)
+    """bfloat16 bits (uint16) to float32: bf16 is the top half of an f32. Shifted in place: a second temporary
+    would double the peak (a 128k x 2048 embedding: 1 GB more)."""
+    bits = raw.astype(np.uint32)
+    bits <<= 16
+    return bits.view(np.float32)
 
 
 def f32_to_bf16(values: np.ndarray) -> np.ndarray:
