@@ -171,3 +171,9 @@ def torch_device_name(placement: Accelerator | None) -> str:
         return "cuda"
     raise ConfigError(f"torch cannot run on an {placement.kind.description} ({placement.label})",
                       "run the torch bundle on the CPU (device=cpu) or a CUDA GPU")
+
+
+def nvidia_smi_lists_a_gpu(listing: str) -> bool:
+    """Whether ``nvidia-smi -L``'s output names a GPU ("GPU 0: NVIDIA H200 (UUID: ...)"); a machine with the driver
+    but no device prints "No devices were found" instead."""
+    return any(line.startswith("GPU ") for line in listing.splitlines())

@@ -81,7 +81,9 @@ def gpu_visible(path: str | None = None) -> bool:
         listing = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return any(line.startswith("GPU ") for line in listing.splitlines())
+    from edgeopt.profiles.platform import nvidia_smi_lists_a_gpu
+
+    return nvidia_smi_lists_a_gpu(listing)
 
 
 def choose_backend(path: str | None = None) -> GgmlBuildBackend:
