@@ -28,6 +28,10 @@ def eval_bundle(bundle: BundleArg, data: DataOpt = None, original: OriginalOpt =
     from edgeopt.sizing.kv_types import parse_kv_type
     from edgeopt.sources.checkpoint import resolve_model_dir
 
+    if as_json:  # the document alone: no progress lines beside it, whoever merges the streams
+        from edgeopt.progress import quiet
+
+        quiet()
     manifest = load_bundle(bundle, verify=False)
     if kv_type:  # measure the cache `edgeopt serve --kv-type` would use, not the one the bundle records
         chosen = parse_kv_type(kv_type, manifest.format)
