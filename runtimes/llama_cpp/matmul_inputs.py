@@ -161,6 +161,7 @@ def run_chunks(gguf: Path, chunks: list[list[int]], tap: MatmulInputTap, label: 
     load (runtimes/llama_cpp/threads.py: a spinning thread beside a busy neighbour stalls every barrier)."""
     import os
 
+    from edgeopt.runtimes.base import StepInput
     from edgeopt.runtimes.llama_cpp.batch import NumpyBatch
     from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
 
@@ -172,12 +173,7 @@ def run_chunks(gguf: Path, chunks: list[list[int]], tap: MatmulInputTap, label: 
         for i, chunk in enumerate(progress(chunks, label)):
             governor.before_decode()
             llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
-            n = len(chunk)
-            batch.tokens[:n] = chunk
-            batch.positions[:n] = np.arange(n, dtype=np.int32)
-            batch.seq_values[:n] = 0
-            batch.logits[:n] = 1
-            batch.struct.n_tokens = n
+            batch.fill([StepInput(0, chunk, 0, want_logits=True, all_logits=True)])  # a logits row per token: the output matrix's too
             tap.new_graph()
             status = llama_cpp.llama_decode(ctx, batch.struct)
             if tap.error is not None:

@@ -167,22 +167,6 @@ def texts(work: Path, words: int, checkpoint: Path, tokens: int) -> tuple[Path, 
     return calibration, evaluation
 
 
-def tool_dir() -> Path:
-    """llama.cpp's tools, built once per machine into the user's cache (as make setup builds the RPC worker), also
-    when the tests point EDGEOPT_CACHE at a temporary directory of their own."""
-    env = {**os.environ, "EDGEOPT_CACHE": str(Path.home() / ".cache" / "edgeopt")}
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_tools.sh"), sys.executable],
-                          capture_output=True, text=True, check=False, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"building llama.cpp's tools failed:\n{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
-
-
-def cpu_model() -> str:
-    return next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")), "unknown CPU")
-
-
 def compare(label: str, ours: Pipeline, theirs: Pipeline) -> list[str]:
     return [f"## {label}",
             f"{'':10s} {'wall s':>8s} {'peak RSS GiB':>13s} {'peak anon GiB':>14s}",
@@ -193,6 +177,7 @@ def compare(label: str, ours: Pipeline, theirs: Pipeline) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> list[str]:
+    from tests.bench.bench_quality_gguf import cpu_model, tool_dir
     from tests.bench.scale_checkpoints import make_checkpoint
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

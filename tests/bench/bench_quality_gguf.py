@@ -19,6 +19,7 @@ or ``pytest tests/bench/bench_quality_gguf.py -m slow -s``.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -47,8 +48,11 @@ def cpu_model() -> str:
 
 
 def tool_dir() -> Path:
+    """llama.cpp's tools, built once per machine into the user's cache (as make setup builds the RPC worker), also
+    when the tests point EDGEOPT_CACHE at a temporary directory of their own."""
+    env = {**os.environ, "EDGEOPT_CACHE": str(Path.home() / ".cache" / "edgeopt")}
     done = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_tools.sh"), sys.executable],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"building llama.cpp's tools failed:\n{done.stderr[-3000:]}")
     return Path(done.stdout.strip().splitlines()[-1])
