@@ -26,6 +26,8 @@ from edgeopt.engine.prefix_tree import common_prefix_length
 from edgeopt.engine.sequence import Sequence
 from edgeopt.engine.speculation.draft_state import DraftState, best_draft_length, expected_gain
 from edgeopt.engine.speculation.ngram import NgramIndex
+from edgeopt.engine.speculation.price_probe import PROBE_ACCEPTANCE, PriceProbe
+from edgeopt.engine.speculation.price_probe import PROBE_TOKENS as PRICE_PROBE_TOKENS
 from edgeopt.engine.speculation.step_cost import StepCostModel
 from edgeopt.errors import ConfigError
 from edgeopt.speculation_modes import MAX_DRAFT_TOKENS, check_mode
@@ -62,6 +64,7 @@ class SpeculationController:
         self.cost = StepCostModel()
         self._costs: dict[tuple[int, float, int], tuple[list[float], bool]] = {}  # _draft_costs' answers at _costs_version
         self._costs_version: tuple[int, int] | None = None
+        self.price_probe = PriceProbe()  # a draft now and then while none pays, so that a wrong price is found out
 
     @property
     def enabled(self) -> bool:
@@ -87,8 +90,8 @@ class SpeculationController:
         produced = float(len(decoding))
         room = min(token_room, row_room)
         costs, pays = self._draft_costs(tokens, produced, min(room, MAX_DRAFT_TOKENS))
-        if not pays:
-            return drafts  # not even drafts taken whole would pay (a full batch on a CPU): no lookups either
+        if not pays:  # not even drafts taken whole would pay (a full batch on a CPU): no lookups but a probe's
+            return self._probe(decoding, awake, room, drafts, looked_up=False)
         for i in awake:
             self._score_unsent(decoding[i])
         if len(awake) > 1:
@@ -121,6 +124,34 @@ class SpeculationController:
             tokens += len(draft)
             produced += expected_gain(state.acceptance, len(draft))
             costs, _ = self._draft_costs(tokens, produced, min(room, MAX_DRAFT_TOKENS))
+        if any(drafts):
+            self.price_probe.start_over()
+            return drafts
+        return self._probe(decoding, awake, room, drafts, looked_up=True)
+
+    def _probe(self, decoding: list[Sequence], awake: list[int], room: int, drafts: list[list[int]],
+               looked_up: bool) -> list[list[int]]:
+        """Nothing drafted at the prices now: when a probe is due (PriceProbe), the awake sequence most likely to
+        take a draft verifies a short one all the same, so that its step's time tells the price. ``looked_up``:
+        this step looked up the drafts not given (else none would pay whole, and the probe looks its own up)."""
+        if not self.price_probe.due():
+            return drafts
+        i = max(awake, key=lambda i: self._state(decoding[i]).acceptance)
+        seq = decoding[i]
+        state = self._state(seq)
+        limit = min(room, PRICE_PROBE_TOKENS, _tokens_left(seq))
+        draft: list[int] = []
+        if limit > 0 and state.acceptance >= PROBE_ACCEPTANCE:
+            if looked_up:  # what is left of the draft it was not given (no lookup beyond the thinned ones)
+                draft = state.unsent[len(seq.output_ids) - state.unsent_at:][:limit]
+            else:
+                draft = state.index.draft_sequence(seq.prompt_ids, seq.output_ids, limit)
+        if seq.constraint is not None and draft:
+            draft = draft[:seq.constraint.matcher.validate_tokens(draft)]
+        self.price_probe.probed(bool(draft))
+        if draft:
+            state.unsent = []  # the verification scores it
+            drafts[i] = draft
         return drafts
 
     def asleep(self, seq: Sequence) -> bool:

@@ -10,6 +10,14 @@ start-up curve scaled to the load now (the served sizes' times over their start-
 carries costs at least the start-up curve's cheapest token (scaled alike): a step of 16 sequences is slowed by
 contention that the steps of 8 were not, and a curve drawn through such means can come out flat past them,
 which would price drafts on a full batch at nothing.
+
+Scaling by one factor keeps the start-up curve's shape, and a shape timed beside a busy neighbour is wrong in a
+way no level corrects: llama.cpp's threads stall at their barriers in proportion to the work, so the extra
+tokens came out dear (SmolLM2, 2 cores, one busy loop beside it: a pass of 2 tokens 2.2x one, against 1.6x on a
+quiet host), no draft paid, only passes of one token were served, and the price never moved. So where the
+steps served reach two sizes of the start-up range (a drafted step, or the controller's price probe:
+:mod:`edgeopt.engine.speculation.price_probe`), the smallest sets the level and the others what a token adds
+beyond it, each against the start-up curve at the same sizes.
 """
 
 from __future__ import annotations
@@ -19,6 +27,9 @@ import statistics
 MIN_SERVED = 3  # steps of a size before their mean stands for it
 SERVED_WINDOW = 10  # a size's mean follows about its last SERVED_WINDOW steps
 REDRAW_EVERY = 8  # steps between two redrawings of the curve (each step would cost a fast model ~3% of its time)
+# What a token adds now, against at start, stays within this factor of the level's change: one thread instead of
+# two roughly doubles both, and a served mean more than that apart is one noisy step, not the host.
+SHAPE_CHANGE = 4.0
 
 
 class PassCurve:
@@ -49,24 +60,44 @@ class PassCurve:
     def seconds(self, tokens: int) -> float:
         """A pass of ``tokens``: between known sizes on the line joining them, past the largest on the slope
         of its last segment, below the smallest at the smallest's time."""
-        points = self._points if self._points is not None else self._make_points()
-        if tokens <= points[0][0]:
-            return points[0][1]
-        for (low, a), (high, b) in zip(points, points[1:]):
-            if tokens <= high:
-                return a + (b - a) * (tokens - low) / (high - low)
-        (low, a), (high, b) = points[-2], points[-1]
-        return b + (b - a) / (high - low) * (tokens - high)
+        return _on_points(self._points if self._points is not None else self._make_points(), tokens)
+
+    def shape(self) -> dict[int, float]:
+        """The start-up sizes as priced now, each over a pass of the smallest: what /metrics and logs show."""
+        first = self.seconds(min(self._measured))
+        return {n: self.seconds(n) / first for n in self._measured}
 
     def _make_points(self) -> list[tuple[int, float]]:
         served = {n: mean for n, (steps, mean) in self._served.items() if steps >= MIN_SERVED}
-        both = [served[n] / self._measured[n] for n in served if n in self._measured]
-        scale = statistics.median(both) if both else 1.0  # the load now against the load at start
-        merged = {n: t * scale for n, t in self._measured.items()} | served
-        least = self._least_per_token * scale
+        start_up = list(self._measured.items())
+        inside = sorted(n for n in served if n <= start_up[-1][0])  # (16 sequences are not 16 tokens of one)
+        if inside:
+            base = inside[0]
+            at_base = _on_points(start_up, base)
+            level = served[base] / at_base  # the load now against the load at start
+            added = [(served[n] - served[base]) / (_on_points(start_up, n) - at_base) for n in inside[1:]
+                     if _on_points(start_up, n) > at_base]
+            slope = min(max(statistics.median(added), level / SHAPE_CHANGE), level * SHAPE_CHANGE) if added else level
+            merged = {n: served[base] + slope * (t - at_base) for n, t in start_up} | served
+        else:
+            slope = 1.0
+            merged = dict(self._measured) | served
+        least = self._least_per_token * slope
         points: list[tuple[int, float]] = []
         for tokens in sorted(merged):  # a pass costs more for carrying more: noise must not say otherwise
             floor = points[-1][1] + least * (tokens - points[-1][0]) if points else 0.0
             points.append((tokens, max(floor, merged[tokens])))
         self._points = points
         return points
+
+
+def _on_points(points: list[tuple[int, float]], tokens: int) -> float:
+    """Between two points on the line joining them, past the last on the slope of the last segment, below the
+    first at the first's value."""
+    if tokens <= points[0][0]:
+        return points[0][1]
+    for (low, a), (high, b) in zip(points, points[1:]):
+        if tokens <= high:
+            return a + (b - a) * (tokens - low) / (high - low)
+    (low, a), (high, b) = points[-2], points[-1]
+    return b + (b - a) / (high - low) * (tokens - high)
