@@ -15,20 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import threading
-from collections import OrderedDict
 from collections.abc import Hashable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
 
 from edgeopt.errors import BundleError, RequestError
 from edgeopt.runtimes.control_text import ControlTextFinder
+from edgeopt.runtimes.llama_cpp.vocab_scan import PIECE_BUFFER, Control, cached_scan
 
-_PIECE_BUFFER = 256
-# Tokens llama.cpp turns from text into ids only when asked to parse special tokens.
-_PARSED_ONLY_WHEN_SPECIAL = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
 # Vocabularies whose tokenizer never drops or merges input bytes before matching pieces (BPE: bytes;
 # SPM: pieces or byte fallback). WPM/UGM normalize (strip accents, collapse spaces): no bound for them.
 _BOUNDED_TYPES = (llama_cpp.LLAMA_VOCAB_TYPE_BPE, llama_cpp.LLAMA_VOCAB_TYPE_SPM)
@@ -37,88 +32,19 @@ _UTF8_CHAR_MAX = 4
 _C_SPACE = " \t\n\r\v\f"  # llama.cpp strips with C's isspace, ASCII only
 
 
-@dataclass(frozen=True)
-class _Control:
-    token_id: int
-    lstrip: bool  # llama.cpp drops whitespace before the token
-    rstrip: bool  # ... and after it
-
-
-@dataclass(frozen=True)
-class _VocabScan:
-    controls: dict[str, _Control]  # control-token text -> its token (read only once made)
-    longest: int  # the most bytes one token's text spans
-    eog: frozenset[int]
-
-
-class _ScanCache:
-    """Scans of the files loaded lately, by file identity: a server swapping models reloads the same GGUFs,
-    and the scan costs 70 ms for a 49k vocabulary (0.5 s for 150k) on every load otherwise."""
-
-    def __init__(self, entries: int) -> None:
-        self._entries = entries
-        self._scans: OrderedDict[Hashable, _VocabScan] = OrderedDict()
-        self._lock = threading.Lock()  # models load in worker threads
-
-    def get(self, key: Hashable) -> _VocabScan | None:
-        with self._lock:
-            scan = self._scans.get(key)
-            if scan is not None:
-                self._scans.move_to_end(key)
-            return scan
-
-    def put(self, key: Hashable, scan: _VocabScan) -> None:
-        with self._lock:
-            self._scans[key] = scan
-            while len(self._scans) > self._entries:
-                self._scans.popitem(last=False)
-
-
-_SCANS = _ScanCache(entries=16)
-
-
 class LlamaCppTokenizer:
     def __init__(self, vocab: llama_cpp.llama_vocab_p, file_key: Hashable | None = None) -> None:
         """``file_key`` names the GGUF this vocabulary came from (path, size, mtime): its scan is then made
-        once per process. None scans every time (a vocabulary whose file is not known)."""
+        once per file (runtimes/llama_cpp/vocab_scan.py). None scans every time (a vocabulary whose file is not known)."""
         self._vocab = vocab
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(vocab))
         self._pieces: dict[int, bytes] = {}
-        self._piece_buffer = ctypes.create_string_buffer(_PIECE_BUFFER)
-        scan = _SCANS.get(file_key) if file_key is not None else None
-        if scan is None:
-            scan = self._scan_vocab()
-            if file_key is not None:
-                _SCANS.put(file_key, scan)
+        self._piece_buffer = ctypes.create_string_buffer(PIECE_BUFFER)
+        scan = cached_scan(vocab, file_key)
         self._controls, self._eog = scan.controls, scan.eog
         self._finder = ControlTextFinder(self._controls)
         bounded = llama_cpp.llama_vocab_type(vocab) in _BOUNDED_TYPES
         self._max_token_bytes = max(scan.longest, _UTF8_CHAR_MAX) if bounded else None
-
-    def _scan_vocab(self) -> _VocabScan:
-        """One pass over the vocabulary (~0.5 s for 150k tokens): control tokens by text, the most bytes one
-        token's text spans (control text included), and the end-of-generation tokens."""
-        controls: dict[str, _Control] = {}
-        longest = 0
-        eog: set[int] = set()
-        buffer = ctypes.create_string_buffer(_PIECE_BUFFER)
-        for token_id in range(self.vocab_size):
-            if llama_cpp.llama_vocab_is_eog(self._vocab, token_id):
-                eog.add(token_id)
-            n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buffer, _PIECE_BUFFER, 0, True)
-            longest = max(longest, abs(n))  # negative: the piece needs -n bytes (longer than the buffer)
-            attr = int(llama_cpp.llama_vocab_get_attr(self._vocab, token_id))
-            if attr & _PARSED_ONLY_WHEN_SPECIAL and n != 0:
-                text = self._special_piece(token_id, buffer, n).decode("utf-8", errors="replace")
-                controls.setdefault(text, _Control(token_id, bool(attr & llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP),
-                                                   bool(attr & llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP)))
-        return _VocabScan(controls, longest, frozenset(eog))
-
-    def _special_piece(self, token_id: int, buffer: ctypes.Array, n: int) -> bytes:
-        if n > 0:
-            return buffer.raw[:n]
-        big = ctypes.create_string_buffer(-n)  # a rare control text longer than the scan's buffer
-        return big.raw[:llama_cpp.llama_token_to_piece(self._vocab, token_id, big, -n, 0, True)]
 
     def control_token_texts(self) -> tuple[str, ...]:
         """Texts that become a control token when special tokens are parsed."""
@@ -152,9 +78,9 @@ class LlamaCppTokenizer:
         after += [llama_cpp.llama_vocab_sep(v)] if llama_cpp.llama_vocab_get_add_sep(v) else []
         return [*(int(t) for t in before if t >= 0), *ids, *(int(t) for t in after if t >= 0)]
 
-    def _split_at_controls(self, text: str) -> list[tuple[str, _Control | None]]:
+    def _split_at_controls(self, text: str) -> list[tuple[str, Control | None]]:
         """[(plain text before a control token, that token)], the last with None; lstrip/rstrip applied."""
-        parts: list[tuple[str, _Control | None]] = []
+        parts: list[tuple[str, Control | None]] = []
         pos = 0
         strip_next = False
         for match in self._finder.finditer(text):
@@ -186,7 +112,7 @@ class LlamaCppTokenizer:
             if not 0 <= token_id < self.vocab_size:
                 raise RequestError(f"token id {token_id} is outside the vocabulary (0..{self.vocab_size - 1})",
                                    "use this model's token ids")
-            n = llama_cpp.llama_token_to_piece(self._vocab, token_id, self._piece_buffer, _PIECE_BUFFER, 0, False)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token_id, self._piece_buffer, PIECE_BUFFER, 0, False)
             piece = self._piece_buffer.raw[:max(n, 0)]
             self._pieces[token_id] = piece
         return piece

@@ -28,3 +28,37 @@ def test_a_reloaded_file_reuses_its_scan_and_a_changed_one_is_scanned_again(tiny
     assert third._controls is not first._controls
     assert third._controls == first._controls
     assert third.eog_token_ids() == first.eog_token_ids()
+
+
+def test_a_later_process_reads_the_scan_from_the_user_cache(tiny_gguf_factory, tmp_path, monkeypatch):
+    """Gemma 3's 262k tokens cost 1.2 s of CPU to scan: a second start of the same file reads it from disk."""
+    from edgeopt.runtimes.llama_cpp import vocab_scan
+
+    monkeypatch.setenv("EDGEOPT_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "model.gguf"
+    shutil.copyfile(tiny_gguf_factory("llama-gqa", "F16"), path)
+    first = tokenizer_of(path)
+    assert list((tmp_path / "cache" / "vocab").glob("*.json"))
+
+    monkeypatch.setattr(vocab_scan, "_SCANS", vocab_scan._ScanCache(entries=16))  # as a new process starts
+    monkeypatch.setattr(vocab_scan, "scan_vocab", lambda vocab: (_ for _ in ()).throw(AssertionError("scanned")))
+    second = tokenizer_of(path)
+    assert second._controls == first._controls and second._controls is not first._controls
+    assert second.eog_token_ids() == first.eog_token_ids()
+    assert second.max_token_bytes() == first.max_token_bytes()
+
+
+def test_an_unreadable_cache_entry_is_scanned_again_and_rewritten(tiny_gguf_factory, tmp_path, monkeypatch, caplog):
+    from edgeopt.runtimes.llama_cpp import vocab_scan
+
+    monkeypatch.setenv("EDGEOPT_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "model.gguf"
+    shutil.copyfile(tiny_gguf_factory("llama-gqa", "F16"), path)
+    first = tokenizer_of(path)
+    (entry,) = (tmp_path / "cache" / "vocab").glob("*.json")
+    entry.write_text('{"controls": [')  # torn
+    monkeypatch.setattr(vocab_scan, "_SCANS", vocab_scan._ScanCache(entries=16))
+    second = tokenizer_of(path)
+    assert "unreadable" in caplog.text
+    assert second._controls == first._controls
+    assert vocab_scan._read(entry) is not None  # rewritten whole
