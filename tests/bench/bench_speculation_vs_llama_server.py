@@ -6,6 +6,9 @@ another file (the package's Q4_1 itself, say); ``--model demo`` the trained demo
 
     flock /work/wt/heavy.lock .venv/bin/python tests/bench/bench_speculation_vs_llama_server.py [--rounds 3]
 
+``--busy-start N``: the edgeopt servers start beside N busy loops (stopped once they are up), as when started
+beside another server loading: their start-up pass curve is then timed wrong, which auto must outgrow.
+
 Workloads, each at temperature 0 and 0.7 (seeded), streamed chat completions:
 
 * copy-heavy: rewrite a ~500-token document given in the prompt;
@@ -143,6 +146,15 @@ def llama_server(binary: Path, gguf: Path, threads: int, slots: int, log: Path, 
     return server
 
 
+BUSY_AFTER_S = 5.0  # --busy-start: how long the busy loops outlive the last edgeopt server's start
+
+
+def stop_neighbours(neighbours: list[subprocess.Popen[bytes]]) -> None:
+    for process in neighbours:
+        process.kill()
+        process.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--work", type=Path, default=Path("/tmp/edgeopt-bench-speculation"))
@@ -161,6 +173,9 @@ def main() -> None:
                         help="servers of each edgeopt mode, started in alternating order; a round's rate is their mean")
     parser.add_argument("--llama-16", action="store_true",
                         help="also run llama-server -np 16 at 16 streams (slow: it prefills every slot's prompt)")
+    parser.add_argument("--busy-start", type=int, default=0, metavar="N",
+                        help=f"start the edgeopt servers beside N busy-loop processes, stopped {BUSY_AFTER_S:.0f} s after the "
+                             "last is up: their start-up pass curve is timed beside a busy neighbour (issue 61)")
     args = parser.parse_args()
     if args.instances < 1:
         parser.error(f"--instances {args.instances}: each mode needs 1 server or more")
@@ -186,6 +201,7 @@ def main() -> None:
     # started and stopped before both; cause not found). So one is, and no contender is the first.
     with launched_server(bundle, threads=args.threads, extra_args=serve, log_path=args.work / "first-server.log"):
         pass
+    neighbours = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy_start)]
     try:
         # Identical servers differ by up to 3% at one stream on a fast model (an instance effect): with --instances
         # N each mode gets N servers, started in alternating order, and a round's rate is their mean.
@@ -199,6 +215,10 @@ def main() -> None:
                 contexts.append(ctx)
                 servers[key] = ctx.__enter__()
                 instances[name].append(key)
+        if neighbours:  # (the engine times its passes on its own thread once loaded: give it time to)
+            time.sleep(BUSY_AFTER_S)
+            stop_neighbours(neighbours)
+            print(f"edgeopt servers started beside {len(neighbours)} busy loop(s), stopped {BUSY_AFTER_S} s after")
         servers["llama-np1"] = llama_server(binary, gguf, args.threads, 1, args.work / "llama-np1.log", no_repack)
         if args.llama_16:
             servers["llama-np16"] = llama_server(binary, gguf, args.threads, 16, args.work / "llama-np16.log",
@@ -257,6 +277,7 @@ def main() -> None:
                           f"{vs_llama} {ttft:>16} "
                           f"{acceptance:>7} ({drafted:.0f} drafted)", flush=True)
     finally:
+        stop_neighbours(neighbours)
         for key in ("llama-np1", "llama-np16"):
             if key in servers:
                 stop(servers[key].process)
