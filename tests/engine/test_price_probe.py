@@ -4,6 +4,8 @@ the curve (edgeopt.engine.speculation.pass_curve) redraws its shape from the ser
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from edgeopt.engine import SamplingParams
@@ -44,7 +46,8 @@ def test_two_served_sizes_redraw_the_start_up_curve_s_shape() -> None:
         curve.observe(3, quiet(3))  # a probe's size
     assert curve.seconds(3) == pytest.approx(quiet(3))
     # What a token adds now is what it added at start, scaled by what the served sizes say: (11-7) / (31-11) ms
-    assert curve.seconds(8) == pytest.approx(quiet(1) + (BUSY[8] - BUSY[1]) * (quiet(3) - quiet(1)) / (BUSY[3] - BUSY[1]))
+    added = (quiet(3) - quiet(1)) / (BUSY[3] - BUSY[1])
+    assert curve.seconds(8) == pytest.approx(quiet(1) + (BUSY[8] - BUSY[1]) * added)
     assert curve.shape()[8] == pytest.approx(curve.seconds(8) / quiet(1))
 
 
@@ -61,7 +64,8 @@ def copying(max_tokens: int = 5000) -> Sequence:
     return Sequence("s", document * 3, SamplingParams(max_tokens=max_tokens, temperature=0.0))
 
 
-def serve(controller: SpeculationController, seq: Sequence, steps: int, seconds=quiet) -> list[int]:  # type: ignore[no-untyped-def]
+def serve(controller: SpeculationController, seq: Sequence, steps: int,
+          seconds: Callable[[int], float] = quiet) -> list[int]:
     """Decode ``steps`` steps of a sequence that goes on quoting its prompt (every draft is taken); each step is
     observed at ``seconds`` of its size. Returns each step's draft length."""
     document = seq.prompt_ids[:60]
