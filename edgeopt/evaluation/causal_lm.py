@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeopt.errors import EvaluationError
 from edgeopt.measuring.metrics import Comparison
+from edgeopt.measuring.reference_logits import StoredLogits, stored_logits
 from edgeopt.measuring.scorers import Reference, load_bundle_scorer, load_reference
 from edgeopt.measuring.eval_text import SEED_PROMPTS, generated_eval_ids, threads_following_load
 from edgeopt.evaluation.kv_cache import kv_cache_cost, needs_kv_cache_evaluation
@@ -82,12 +83,39 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
 def _evaluate_causal_lm(bundle_dir: Path, manifest: Any, original_model_dir: Path | None, eval_data: Path | None,
                         workbench: Path | None, window: int, max_tokens: int, governor: ThreadGovernor) -> dict[str, Any]:
     """Perplexity, and KL/top-1 against the original; the scorers get the threads ``governor`` found free, the
-    original's torch follows the load window by window."""
+    original's torch follows the load window by window. The original runs first and is closed before the bundle's
+    model loads (its logits wait on disk, edgeopt.measuring.reference_logits): one model in memory at a time."""
     threads = governor.threads
     tokenizer = _tokenizer(bundle_dir / manifest.tokenizer_dir)
     bos = tokenizer.bos_token_id if getattr(tokenizer, "add_bos_token", False) else None
     reference = (load_reference(manifest.format, Path(original_model_dir), workbench, window, threads)
                  if original_model_dir is not None else None)
+    with stored_logits(workbench) as stored:
+        try:
+            chunks, source = _windows_to_score(tokenizer, bos, eval_data, original_model_dir, reference, window,
+                                               max_tokens, governor)
+            if reference is not None:
+                for chunk in progress(chunks, "evaluating: the original"):
+                    governor.before_decode()
+                    stored.append(reference.score(chunk))
+        finally:
+            if reference is not None:
+                reference.close()
+        scorer = load_bundle_scorer(bundle_dir, manifest, context=window, threads=threads)
+        try:
+            metrics = _compare(chunks, scorer, stored if reference is not None else None, source,
+                               governor.before_decode)
+        finally:
+            scorer.close()
+    if needs_kv_cache_evaluation(manifest):  # a quantized KV cache is a step with its own quality cost
+        metrics |= kv_cache_cost(chunks, bundle_dir, manifest, window, threads)
+    return metrics
+
+
+def _windows_to_score(tokenizer: Any, bos: int | None, eval_data: Path | None, original_model_dir: Path | None,
+                      reference: Reference | None, window: int, max_tokens: int,
+                      governor: ThreadGovernor) -> tuple[list[list[int]], str]:
+    """The evaluation text's windows (the user's file, else the text the original writes) and where it came from."""
     if eval_data is not None:
         ids = tokenizer.encode(read_eval_text(eval_data), add_special_tokens=False)
         source = f"file:{Path(eval_data).name}"
@@ -100,28 +128,19 @@ def _evaluate_causal_lm(bundle_dir: Path, manifest: Any, original_model_dir: Pat
     chunks = windows(ids, window, max_tokens, bos)
     if not chunks:
         raise EvaluationError(f"evaluation text gave {len(ids)} tokens; at least 2 are needed", "pass a longer text")
-    scorer = load_bundle_scorer(bundle_dir, manifest, context=window, threads=threads)
-    try:
-        metrics = _compare(chunks, scorer, reference, source, governor.before_decode)
-    finally:
-        scorer.close()
-        if reference is not None:
-            reference.close()
-    if needs_kv_cache_evaluation(manifest):  # a quantized KV cache is a step with its own quality cost
-        metrics |= kv_cache_cost(chunks, bundle_dir, manifest, window, threads)
-    return metrics
+    return chunks, source
 
 
-def _compare(chunks: list[list[int]], scorer: Any, reference: Reference | None, source: str,
+def _compare(chunks: list[list[int]], scorer: Any, reference: StoredLogits | None, source: str,
              before_window: Callable[[], None] = lambda: None) -> dict[str, Any]:
     candidate_only, against_original, original = Comparison(), Comparison(), Comparison()
-    for chunk in progress(chunks, "evaluating"):
+    for index, chunk in enumerate(progress(chunks, "evaluating")):
         before_window()
         cand = scorer.score(chunk)
         candidate_only.add(cand, cand, chunk)
         if reference is None:
             continue
-        ref = reference.score(chunk)
+        ref = reference[index]
         if ref.shape[1] != cand.shape[1]:
             raise EvaluationError(f"vocabularies differ: original {ref.shape[1]}, bundle {cand.shape[1]} tokens",
                                   "evaluate against the checkpoint this bundle was made from (--original)")

@@ -69,18 +69,25 @@ def generated_eval_ids(original_model_dir: Path, reference: Reference, tokenizer
 
 @contextmanager
 def threads_following_load(max_threads: int) -> Iterator[ThreadGovernor]:
-    """A governor of torch's thread count: the cores other processes leave free (at most ``max_threads``),
+    """A governor of the evaluation's threads: the cores other processes leave free (at most ``max_threads``),
     measured now and again whenever ``before_decode()`` is called after its interval, as llama.cpp's
-    ThreadGovernor does while serving. ``.threads`` is the count measured now (what other runtimes opened in
-    the block are given); torch's own count is restored after the block."""
-    import torch
+    ThreadGovernor does while serving. ``.threads`` is the count measured now (what runtimes opened in the block
+    are given). torch's own count follows it only where torch is already imported (a transformers reference):
+    a GGUF evaluation never imports torch (its 0.5 GB of libraries would be the step's largest cost on a small
+    model); torch's count is restored after the block."""
+    import sys
 
     from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
 
-    before = torch.get_num_threads()
-    governor = ThreadGovernor(torch.set_num_threads, max_threads)
-    torch.set_num_threads(governor.threads)
+    def follow(threads: int) -> None:
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(threads)
+
+    before = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
+    governor = ThreadGovernor(follow, max_threads)
+    follow(governor.threads)
     try:
         yield governor
     finally:
-        torch.set_num_threads(before)
+        if before is not None:
+            sys.modules["torch"].set_num_threads(before)

@@ -13,6 +13,8 @@ import numpy as np
 
 from edgeopt.errors import EvaluationError
 
+KL_ROWS_PER_BLOCK = 32
+
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     x = np.asarray(logits, dtype=np.float64)
@@ -66,9 +68,11 @@ def mean_nll(logits: np.ndarray, tokens: list[int] | np.ndarray) -> tuple[float,
     ids = np.asarray(tokens)
     if len(ids) < 2:
         return 0.0, 0
-    logp = log_softmax(logits[: len(ids) - 1])
-    picked = logp[np.arange(len(ids) - 1), ids[1:]]
-    return float(-picked.mean()), len(ids) - 1
+    targets, total = ids[1:], 0.0
+    for start in range(0, len(targets), KL_ROWS_PER_BLOCK):  # blocks of rows: see Comparison.add
+        block = log_softmax(logits[start:min(start + KL_ROWS_PER_BLOCK, len(targets))])
+        total += float(block[np.arange(len(block)), targets[start:start + len(block)]].sum())
+    return -total / len(targets), len(targets)
 
 
 @dataclass
@@ -86,8 +90,15 @@ class Comparison:
         if reference.shape != candidate.shape:
             raise EvaluationError(f"logit shapes differ: reference {reference.shape}, candidate {candidate.shape}",
                                   "compare a bundle with the model it was made from (same vocabulary)")
-        self.kl_sum += float(kl_per_position(reference, candidate).sum())
-        self.agree += int((reference.argmax(axis=-1) == candidate.argmax(axis=-1)).sum())
+        if candidate is not reference:  # a model against itself (its perplexity alone) agrees everywhere
+            # Rows a block at a time: the float64 log-softmax of a whole 256-token window of a 128k vocabulary is
+            # 256 MiB an array, and KL holds five of them.
+            for start in range(0, reference.shape[0], KL_ROWS_PER_BLOCK):
+                rows = slice(start, start + KL_ROWS_PER_BLOCK)
+                self.kl_sum += float(kl_per_position(reference[rows], candidate[rows]).sum())
+            self.agree += int((reference.argmax(axis=-1) == candidate.argmax(axis=-1)).sum())
+        else:
+            self.agree += reference.shape[0]
         self.positions += reference.shape[0]
         if tokens is not None:
             nll, count = mean_nll(candidate, tokens)

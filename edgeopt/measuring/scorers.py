@@ -29,11 +29,17 @@ class Scorer(Protocol):
     def close(self) -> None: ...
 
 
-class Reference(Scorer, Protocol):
+class Reference(Protocol):
     """The original model an evaluation compares a bundle with; it also writes the evaluation text when the user
     gives none. ``generator`` names what decodes that text (part of the text's cache key)."""
 
     generator: str
+
+    def score(self, token_ids: list[int]) -> np.ndarray:
+        """float32 logits of shape (len(token_ids), vocab): row i predicts token i+1."""
+        ...
+
+    def close(self) -> None: ...
 
     def greedy_continuations(self, prompt_ids: list[list[int]], max_new_tokens: int,
                              on_step: Callable[[], None] = lambda: None) -> list[list[int]]: ...

@@ -19,12 +19,27 @@ from edgeopt.progress import progress
 GENERATOR = "llama.cpp"  # names the evaluation text this reference writes (edgeopt.measuring.eval_text's key)
 
 
-class GGUFReference(GGUFScorer):
+class GGUFReference:
+    """Implements edgeopt.measuring.scorers.Reference. The file is opened for scoring on the first window only:
+    while the evaluation text is written the generator's runtime alone maps it (two mappings of one file count
+    twice in the process's resident memory)."""
+
     generator = GENERATOR
 
     def __init__(self, path: Path, context: int, threads: int) -> None:
-        super().__init__(path, context=context, threads=threads)
         self.path = Path(path)
+        self._context, self._threads = context, threads
+        self._scorer: GGUFScorer | None = None
+
+    def score(self, token_ids: list[int]) -> np.ndarray:
+        if self._scorer is None:
+            self._scorer = GGUFScorer(self.path, context=self._context, threads=self._threads)
+        return self._scorer.score(token_ids)
+
+    def close(self) -> None:
+        if self._scorer is not None:
+            self._scorer.close()
+            self._scorer = None
 
     def greedy_continuations(self, prompt_ids: list[list[int]], max_new_tokens: int,
                              on_step: Callable[[], None] = lambda: None) -> list[list[int]]:
