@@ -30,6 +30,8 @@
   the caller reserved plain attention's buffer: edgeopt.sizing.attention).
 * ``offload``: an :class:`~edgeopt.runtimes.llama_cpp.rpc.RpcOffload`, the model split across llama.cpp
   RPC workers as edgeopt.sizing.split planned it (``edgeopt serve --workers``); overrides ``n_gpu_layers``.
+* ``early_model``: an :class:`~edgeopt.server.startup.early_load.EarlyLoad`, the file's model already loading
+  beside the server's imports; taken when it is this file with these GPU layers and no RPC split.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from edgeopt.profiles.platform import AcceleratorKind
 from edgeopt.runtimes.llama_cpp.attention import resolve_flash_attention
 from edgeopt.runtimes.llama_cpp.context import LlamaCppRuntime
 from edgeopt.runtimes.llama_cpp.kv_type import check_llama_kv_type
-from edgeopt.runtimes.llama_cpp.model import load_model, model_facts
+from edgeopt.runtimes.llama_cpp.model import default_gpu_layers, load_model, model_facts
 from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 if TYPE_CHECKING:
@@ -77,7 +79,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
               profile: DeviceProfile | None = None, kv_type: str = "f16",
               cache_slots: int | None = None, kv_layout: str = UNIFIED,
               offload: RpcOffload | None = None, draft_rows: int = 0,
-              flash_attention: str = RUNTIME_LLAMA_AUTO) -> LlamaCppRuntime:
+              flash_attention: str = RUNTIME_LLAMA_AUTO, early_model: Any = None) -> LlamaCppRuntime:
     if kv_capacity_tokens is None or max_slots is None:
         raise ConfigError(f"the llama.cpp runtime needs kv_capacity_tokens and max_slots (got {kv_capacity_tokens}, "
                           f"{max_slots})", "size them with edgeopt.sizing.shape.decide_serving_shape, as edgeopt "
@@ -98,8 +100,9 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
     if n_gpu_layers is None and offload is None:
         profile.platform.refuse_unsupported("llama_cpp", profile.name, DRIVES, cpu_option="n_gpu_layers=0")
     if n_gpu_layers is None:
-        n_gpu_layers = -1 if profile.platform.has_cuda and llama_cpp.llama_supports_gpu_offload() else 0
-    model = load_model(Path(path), n_gpu_layers, offload)
+        n_gpu_layers = default_gpu_layers(profile)
+    taken = early_model.take(Path(path), n_gpu_layers) if early_model is not None and offload is None else None
+    model = taken or load_model(Path(path), n_gpu_layers, offload)
     facts = model_facts(model, Path(path))
     context = min(context_length or facts.context_train, facts.context_train)
     cache_slots = default_cache_slots(max_slots) if cache_slots is None else min(cache_slots,

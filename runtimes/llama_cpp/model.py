@@ -16,6 +16,7 @@ from edgeopt.sizing.budget import kv_elements_per_token
 from edgeopt.runtimes.llama_cpp.amx_guard import guard_amx_buffers
 
 if TYPE_CHECKING:
+    from edgeopt.profiles import DeviceProfile
     from edgeopt.runtimes.llama_cpp.rpc import RpcOffload
 
 log = logging.getLogger("llama_cpp")
@@ -71,6 +72,11 @@ class ModelFacts:
     def kv_elements_per_token(self) -> int:
         """As llama.cpp reads the file (K and V head sizes may differ): what sizing is checked against."""
         return kv_elements_per_token(self.layers, self.kv_heads, self.head_dim_k, self.head_dim_v)
+
+
+def default_gpu_layers(profile: DeviceProfile) -> int:
+    """-1 (every layer) where the profile's platform has a CUDA GPU and this build offloads, else 0."""
+    return -1 if profile.platform.has_cuda and llama_cpp.llama_supports_gpu_offload() else 0
 
 
 def load_model(path: Path, n_gpu_layers: int, offload: RpcOffload | None = None) -> llama_cpp.llama_model_p:

@@ -186,7 +186,7 @@ def test_cli_flag_reaches_the_server_options(monkeypatch, tmp_path):
     from edgeopt.cli.app import app
 
     seen = []
-    monkeypatch.setattr(launcher, "serve_bundle", lambda bundle, options: seen.append(options))
+    monkeypatch.setattr(launcher, "serve_bundle", lambda bundle, options, early=None: seen.append(options))
     for args, expected in (([], False), (["--parse-special-in-content"], True)):
         result = CliRunner().invoke(app, ["serve", str(tmp_path), *args])
         assert result.exit_code == 0, result.output

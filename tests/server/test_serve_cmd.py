@@ -40,7 +40,7 @@ def test_prefix_cache_switches_reach_the_launcher(tmp_path, monkeypatch):
     from edgeopt.cli.app import app
 
     seen: list[ServeOptions] = []
-    monkeypatch.setattr("edgeopt.server.startup.launcher.serve_bundle", lambda bundle, options: seen.append(options))
+    monkeypatch.setattr("edgeopt.server.startup.launcher.serve_bundle", lambda bundle, options, early=None: seen.append(options))
     warm = tmp_path / "system.txt"
     warm.write_text("You are terse.")
     runner = CliRunner()
@@ -58,7 +58,7 @@ def test_responses_store_size_reaches_the_launcher(tmp_path, monkeypatch):
     from edgeopt.server.state import DEFAULT_STORE_BYTES
 
     seen: list[ServeOptions] = []
-    monkeypatch.setattr("edgeopt.server.startup.launcher.serve_bundle", lambda bundle, options: seen.append(options))
+    monkeypatch.setattr("edgeopt.server.startup.launcher.serve_bundle", lambda bundle, options, early=None: seen.append(options))
     runner = CliRunner()
     assert runner.invoke(app, ["serve", str(tmp_path)]).exit_code == 0
     assert runner.invoke(app, ["serve", str(tmp_path), "--responses-store", "1GiB"]).exit_code == 0

@@ -182,6 +182,14 @@ def serve(
     Ollama-compatible APIs (/v1/chat/completions, /v1/messages, /api/chat, /metrics)."""
     import logging
 
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    early = None
+    if bundles and len(bundles) == 1 and not models and not workers and draft is None:
+        # before the server stack's imports below, which it overlaps (a second of a cold start)
+        from edgeopt.server.startup.early_load import start_early_load
+
+        early = start_early_load(bundles[0])
+
     from edgeopt.rpc.endpoints import parse_workers
     from edgeopt.server.http.callers import load_api_keys
     from edgeopt.server.startup.launcher import INHERITED_SOCKET_ENV, ServeOptions, serve_bundle
@@ -206,7 +214,6 @@ def serve(
     speculative = speculative_mode(speculative, draft, several)
     if port < 0 or port > 65535:
         raise ConfigError(f"--port {port} is out of range", "use 1..65535, or 0 for any free port")
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     endpoints = parse_workers(workers) if workers else ()
     if endpoints and not os.environ.get(INHERITED_SOCKET_ENV):  # the supervisor; the server is its child
         from edgeopt.rpc.supervisor import run_supervised
@@ -240,7 +247,7 @@ def serve(
 
         serve_models(paths, models, options)
     else:
-        serve_bundle(paths[0], options)
+        serve_bundle(paths[0], options, early)
 
 
 def read_chat_template(path: Path) -> str:

@@ -41,6 +41,7 @@ from edgeopt.sizing.shape import ServingShape, check_shape_request
 
 if TYPE_CHECKING:
     from edgeopt.runtimes.llama_cpp.rpc import RpcOffload
+    from edgeopt.server.startup.early_load import EarlyLoad
 
 log = logging.getLogger("edgeopt.server")
 INHERITED_SOCKET_ENV = "EDGEOPT_SERVE_FD"  # set by edgeopt.rpc.supervisor for the server it runs
@@ -61,12 +62,14 @@ def served_plan(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> 
 
 def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape | None,
                       options: ServeOptions, offload: RpcOffload | None = None,
-                      gate: ComputeGate | None = None, draft: DraftSetup | None = None) -> ServedModel:
+                      gate: ComputeGate | None = None, draft: DraftSetup | None = None,
+                      early: EarlyLoad | None = None) -> ServedModel:
     """Load the runtime in ``shape`` and start an engine over it (runs in a worker thread).
 
     Embedding and rerank bundles (``shape`` None) have no KV cache and no engine: the runtime alone serves them.
     ``gate``: a server of several models computes one model at a time (edgeopt.server.models.compute_gate).
     ``draft``: the draft model (--draft) the engine speculates with.
+    ``early``: the GGUF's model already loading since the command started (edgeopt.server.startup.early_load).
     """
     from edgeopt.runtimes import load_embedding_runtime, load_rerank_runtime, load_runtime
 
@@ -82,6 +85,7 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
         return ServedModel(context_length=embedder.info.context_length, tokenizer=embedder.tokenizer,
                            embedder=gate.embedder(embedder) if gate is not None else embedder)
     split = {"offload": offload} if offload is not None else {}
+    split |= {"early_model": early} if early is not None else {}
     runtime = load_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads,
                            **shape.runtime_options(), **split)
     try:
@@ -174,9 +178,9 @@ def shape_line(shape: ServingShape, resident: ResidentMemory) -> str:
             f"resident {resident.total_bytes / MIB:.0f} MiB (edgeopt plan)")
 
 
-def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
+def serve_bundle(bundle_dir: Path, options: ServeOptions, early: EarlyLoad | None = None) -> None:
     """Serve a bundle directory, or a GGUF file where it lies (edgeopt.sources.model_source), until interrupted
-    (Ctrl-C / SIGTERM)."""
+    (Ctrl-C / SIGTERM). ``early``: its model, loading since the command started (early_load.py)."""
     import uvicorn
 
     from edgeopt.server.app import create_app
@@ -239,7 +243,8 @@ def serve_bundle(bundle_dir: Path, options: ServeOptions) -> None:
         if server is not None:
             server.should_exit = True
 
-    app = create_app(settings, loader=lambda: load_served_model(bundle_dir, manifest, shape, options, offload, draft=draft),
+    app = create_app(settings, loader=lambda: load_served_model(bundle_dir, manifest, shape, options, offload, draft=draft,
+                                                                early=early),
                      on_load_error=stop_on_load_error)
     if shape is not None and resident is not None:
         app.state.server.metrics.describe_shape(shape.kv_live_cells, shape.kv_prefix_cells, resident.total_bytes)
