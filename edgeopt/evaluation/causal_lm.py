@@ -10,10 +10,12 @@ the numbers say how faithfully the optimized model reproduces the original's beh
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgeopt import backends
 from edgeopt.errors import EvaluationError
 from edgeopt.measuring.metrics import Comparison
 from edgeopt.measuring.reference_logits import StoredLogits, stored_logits
@@ -34,14 +36,32 @@ def read_eval_text(path: Path) -> str:
     return read_text_file(path, "evaluation data", "--eval-data/--data", EvaluationError)
 
 
-def _tokenizer(tokenizer_dir: Path) -> Any:
-    from transformers import AutoTokenizer
+class _TransformersTokenizer:
+    """The evaluation's tokenizer from a bundle's tokenizer files, for formats without one of their own."""
 
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    # The whole evaluation text is tokenized at once and then cut into windows, so its length may
-    # exceed the model's context without any window doing so: silence that warning.
-    tokenizer.model_max_length = 1 << 62
-    return tokenizer
+    def __init__(self, tokenizer_dir: Path) -> None:
+        from transformers import AutoTokenizer
+
+        self._tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        # The whole evaluation text is tokenized at once and then cut into windows, so its length may
+        # exceed the model's context without any window doing so: silence that warning.
+        self._tokenizer.model_max_length = 1 << 62
+        self.bos = self._tokenizer.bos_token_id if getattr(self._tokenizer, "add_bos_token", False) else None
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False)
+
+
+@contextmanager
+def eval_tokenizer(bundle_dir: Path, manifest: Any) -> Iterator[Any]:
+    """What tokenizes the evaluation text: the format's own (GGUF: llama.cpp's, from the bundle's file), else
+    transformers' from the bundle's tokenizer files."""
+    own = backends.backend(manifest.format).export.tokenizer if manifest.format in backends.formats() else None
+    if own is None:
+        yield _TransformersTokenizer(bundle_dir / manifest.tokenizer_dir)
+        return
+    with backends.load_attr(own)(bundle_dir, manifest) as tokenizer:
+        yield tokenizer
 
 
 def windows(token_ids: list[int], window: int, max_tokens: int, bos: int | None) -> list[list[int]]:
@@ -86,14 +106,16 @@ def _evaluate_causal_lm(bundle_dir: Path, manifest: Any, original_model_dir: Pat
     original's torch follows the load window by window. The original runs first and is closed before the bundle's
     model loads (its logits wait on disk, edgeopt.measuring.reference_logits): one model in memory at a time."""
     threads = governor.threads
-    tokenizer = _tokenizer(bundle_dir / manifest.tokenizer_dir)
-    bos = tokenizer.bos_token_id if getattr(tokenizer, "add_bos_token", False) else None
+    with eval_tokenizer(bundle_dir, manifest) as tokenizer:
+        bos = tokenizer.bos
+        eval_ids = tokenizer.encode(read_eval_text(eval_data)) if eval_data is not None else None
+        prompt_ids = [([bos] if bos is not None else []) + tokenizer.encode(p) for p in SEED_PROMPTS]
     reference = (load_reference(manifest.format, Path(original_model_dir), workbench, window, threads)
                  if original_model_dir is not None else None)
     with stored_logits(workbench) as stored:
         try:
-            chunks, source = _windows_to_score(tokenizer, bos, eval_data, original_model_dir, reference, window,
-                                               max_tokens, governor)
+            chunks, source = _windows_to_score(eval_ids, prompt_ids, bos, eval_data, original_model_dir, reference,
+                                               window, max_tokens, governor)
             if reference is not None:
                 for chunk in progress(chunks, "evaluating: the original"):
                     governor.before_decode()
@@ -112,15 +134,17 @@ def _evaluate_causal_lm(bundle_dir: Path, manifest: Any, original_model_dir: Pat
     return metrics
 
 
-def _windows_to_score(tokenizer: Any, bos: int | None, eval_data: Path | None, original_model_dir: Path | None,
-                      reference: Reference | None, window: int, max_tokens: int,
-                      governor: ThreadGovernor) -> tuple[list[list[int]], str]:
-    """The evaluation text's windows (the user's file, else the text the original writes) and where it came from."""
-    if eval_data is not None:
-        ids = tokenizer.encode(read_eval_text(eval_data), add_special_tokens=False)
+def _windows_to_score(eval_ids: list[int] | None, prompt_ids: list[list[int]], bos: int | None,
+                      eval_data: Path | None, original_model_dir: Path | None, reference: Reference | None,
+                      window: int, max_tokens: int, governor: ThreadGovernor) -> tuple[list[list[int]], str]:
+    """The evaluation text's windows (the user's file, else the text the original writes from the seed prompts)
+    and where it came from."""
+    if eval_ids is not None:
+        ids = eval_ids
         source = f"file:{Path(eval_data).name}"
     elif reference is not None:
-        ids, _cached = generated_eval_ids(Path(original_model_dir), reference, tokenizer, bos, governor.before_decode)
+        ids, _cached = generated_eval_ids(Path(original_model_dir), reference, prompt_ids, bos,
+                                          governor.before_decode)
         source = f"generated:{len(SEED_PROMPTS)} seed prompts"
     else:
         raise EvaluationError("nothing to evaluate on: no --data text and no original model to generate text",

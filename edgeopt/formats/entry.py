@@ -62,6 +62,11 @@ class ExportSpec:
     # in this format's own runtime from a file the export leaves in the run's workbench (GGUF: the unquantized file,
     # memory-mapped); None: the evaluation loads the original with transformers in float32.
     reference: str | None = None
+    # "module:function": eval_tokenizer(bundle_dir, manifest) -> a context manager yielding what tokenizes the
+    # evaluation text (``encode(text)``, ``bos``: the id the model expects first, or None); GGUF: llama.cpp's own
+    # from the bundle's file. None: transformers' AutoTokenizer from the bundle's tokenizer files (which imports
+    # torch: half a gigabyte of a small model's evaluation).
+    tokenizer: str | None = None
     # Every option the exporter reads; the pipeline refuses any other before work (edgeopt.optimize.export_options),
     # so none is silently ignored.
     options: Mapping[str, ExportOption] = field(default_factory=dict)

@@ -44,14 +44,13 @@ GENERATION_VERSION = 2
 IDS_FILE = "eval_ids.json"
 
 
-def generated_eval_ids(original_model_dir: Path, reference: Reference, tokenizer: Any, bos: int | None,
-                       on_step: Callable[[], None] = lambda: None, prompts: tuple[str, ...] = SEED_PROMPTS,
+def generated_eval_ids(original_model_dir: Path, reference: Reference, prompt_ids: list[list[int]], bos: int | None,
+                       on_step: Callable[[], None] = lambda: None,
                        tokens_per_prompt: int = GENERATED_TOKENS_PER_PROMPT) -> tuple[list[int], bool]:
-    """(token ids of every prompt and its greedy continuation by ``reference``, one after the other; whether they
-    came from the cache). Each piece starts with ``bos`` when the model expects one; the ids returned leave it
-    out (the windows add it back). ``on_step`` runs after every decode step (a :func:`threads_following_load`
-    governor's ``before_decode``)."""
-    prompt_ids = [([bos] if bos is not None else []) + tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+    """(token ids of every prompt (``prompt_ids``: the seed prompts tokenized, each after ``bos`` when the model
+    expects one) and its greedy continuation by ``reference``, one after the other; whether they came from the
+    cache). The ids returned leave ``bos`` out (the windows add it back). ``on_step`` runs after every decode step
+    (a :func:`threads_following_load` governor's ``before_decode``)."""
     params = {"prompts": prompt_ids, "tokens_per_prompt": tokens_per_prompt, "version": GENERATION_VERSION,
               "generator": reference.generator}
     key = step_key("eval-text", "greedy", params, content_hash(Path(original_model_dir)))

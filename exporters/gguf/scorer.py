@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +54,25 @@ def load_scorer(bundle_dir: Path, manifest: Any, context: int = 512, threads: in
     """``kv_type``: the cache to score with; f32 (the default) for the weights' own quality, another type to
     measure that cache's cost (edgeopt.evaluation.kv_cache)."""
     return GGUFScorer(Path(bundle_dir) / manifest.model_file, context=context, threads=threads, kv_type=kv_type)
+
+
+class _VocabularyTokenizer:
+    """The evaluation's tokenizer over a GGUF's own vocabulary (the ids llama-perplexity would score)."""
+
+    def __init__(self, vocabulary: Any) -> None:
+        import llama_cpp
+
+        self._vocabulary = vocabulary
+        raw = vocabulary._vocab  # the llama_vocab pointer LlamaCppTokenizer wraps
+        self.bos = int(llama_cpp.llama_vocab_bos(raw)) if llama_cpp.llama_vocab_get_add_bos(raw) else None
+
+    def encode(self, text: str) -> list[int]:
+        return self._vocabulary.encode(text, add_special=False, parse_special=False)
+
+
+@contextmanager
+def eval_tokenizer(bundle_dir: Path, manifest: Any) -> Iterator[_VocabularyTokenizer]:
+    from edgeopt.runtimes.llama_cpp.tokenizer import gguf_vocabulary
+
+    with gguf_vocabulary(Path(bundle_dir) / manifest.model_file) as vocabulary:
+        yield _VocabularyTokenizer(vocabulary)

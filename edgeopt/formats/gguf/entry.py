@@ -40,6 +40,7 @@ ENTRY = Backend(
     export=ExportSpec(
         exporter_module="edgeopt.exporters.gguf.exporter", scorer="edgeopt.exporters.gguf.scorer:load_scorer",
         reference="edgeopt.exporters.gguf.reference:load_reference",
+        tokenizer="edgeopt.exporters.gguf.scorer:eval_tokenizer",
         options={**CALIBRATION_OPTIONS, "calibration_source": ExportOption(),
                  "mix_size_bytes": ExportOption("--size", (MIX,)), "threads": ExportOption()},
         calibration_examples=("Q4_K_M", "IQ4_XS", MIX),
