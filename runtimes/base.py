@@ -133,6 +133,10 @@ class Runtime(Protocol):
 
     def close(self) -> None: ...
 
+    def after_ready(self) -> None:
+        """The model serves (its server answers /health): start what the runtime left off the load's path, in the
+        background (llama.cpp: the attention timing). Returns at once; a failure there never reaches serving."""
+
     # Saved prefix state (``serve --warm``; RuntimeInfo.saves_prefix_state says a runtime has it).
     # The KV cache's element type where the runtime has several (llama.cpp); part of a saved state's identity.
     kv_type: str | None = None

@@ -66,6 +66,11 @@ class ServedModel:
         """Compiles response_format schemas and tool-call grammars for this model's vocabulary."""
         return GrammarCompiler(self.runtime.tokenizer, self.runtime.info)
 
+    def after_ready(self) -> None:
+        """It answers requests now: its runtime may start what it left off the load's path (Runtime.after_ready)."""
+        if self.runtime is not None:
+            self.runtime.after_ready()
+
     def close(self) -> None:
         if self.engine is not None:
             self.engine.shutdown()  # stops the engine thread, then closes the runtime it drives

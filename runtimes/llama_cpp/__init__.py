@@ -27,7 +27,8 @@
   with them) and the cache is off (:func:`stream_layout`).
 * ``flash_attention``: ``llama-auto`` (default: llama.cpp's choice), ``on``, ``off``, or ``measured``: the
   faster of flash and plain attention on this device, timed once per model file (runtimes/llama_cpp/attention.py;
-  the caller reserved plain attention's buffer: edgeopt.sizing.attention).
+  the caller reserved plain attention's buffer: edgeopt.sizing.attention); until it is timed, llama.cpp's choice,
+  and the timing runs when the caller says the model serves (``runtime.after_ready()``).
 * ``offload``: an :class:`~edgeopt.runtimes.llama_cpp.rpc.RpcOffload`, the model split across llama.cpp
   RPC workers as edgeopt.sizing.split planned it (``edgeopt serve --workers``); overrides ``n_gpu_layers``.
 * ``early_model``: an :class:`~edgeopt.server.startup.early_load.EarlyLoad`, the file's model already loading
@@ -53,6 +54,7 @@ from edgeopt.profiles.host import usable_cpu_count
 from edgeopt.profiles.platform import AcceleratorKind
 from edgeopt.runtimes.llama_cpp.attention import resolve_flash_attention
 from edgeopt.runtimes.llama_cpp.context import LlamaCppRuntime
+from edgeopt.runtimes.llama_cpp.deferred_timing import DeferredTiming
 from edgeopt.runtimes.llama_cpp.kv_type import check_llama_kv_type
 from edgeopt.runtimes.llama_cpp.model import default_gpu_layers, load_model, model_facts
 from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
@@ -115,13 +117,16 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
         n_threads = threads or max_default_threads(profile)
         file_key = file_stamp(Path(path))
         on_cpu = n_gpu_layers == 0 and offload is None
-        flash = resolve_flash_attention(flash_attention, Path(path), on_cpu=on_cpu,
-                                        kv_quantized=KV_TYPES[kv_type].quantized, threads=n_threads,
-                                        batch_tokens=max_batch_tokens, model_key=file_key)
-        return LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens, n_threads, context,
-                               adaptive_threads=threads is None, kv_type=kv_type, cache_slots=cache_slots,
-                               kv_layout=kv_layout, file_key=file_key, draft_rows=draft_rows, flash_attention=flash,
-                               kv_on_host=on_cpu)
+        attention = resolve_flash_attention(flash_attention, Path(path), on_cpu=on_cpu,
+                                            kv_quantized=KV_TYPES[kv_type].quantized, threads=n_threads,
+                                            batch_tokens=max_batch_tokens, model_key=file_key)
+        runtime = LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens, n_threads, context,
+                                  adaptive_threads=threads is None, kv_type=kv_type, cache_slots=cache_slots,
+                                  kv_layout=kv_layout, file_key=file_key, draft_rows=draft_rows,
+                                  flash_attention=attention.flash, kv_on_host=on_cpu)
+        if attention.timing_due is not None:
+            runtime.attention_timing = DeferredTiming(*attention.timing_due)  # runs at after_ready
+        return runtime
     except Exception:
         llama_cpp.llama_model_free(model)
         raise

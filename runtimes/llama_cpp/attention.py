@@ -13,6 +13,11 @@ PREFER_PLAIN of flash attention's: flash stays where the two are close (it is wh
 other runtime on the device run, and a timing's noise should not flip it). Only on the CPU: a model that
 offloads layers (a GPU, RPC workers) keeps llama.cpp's choice, and so does a quantized KV cache, which
 llama.cpp reads only inside flash attention.
+
+The timing never delays a start: a model whose timing is not kept yet loads with llama.cpp's choice (flash
+attention, what llama-server runs), and its timing runs once the model serves (runtimes/llama_cpp/
+deferred_timing.py: a child process at the lowest CPU priority); the next load of the file takes its choice.
+Timed before /health it had cost Gemma 3 270M's first start 40 s on a busy 2-core host.
 """
 
 from __future__ import annotations
@@ -57,38 +62,60 @@ class AttentionTiming:
         return self.prefill_seconds + PROBE_ANSWER * self.step_seconds
 
 
+@dataclass(frozen=True)
+class AttentionChoice:
+    flash: bool | None  # True / False: flash / plain attention; None: llama.cpp's own choice
+    timing_due: tuple | None = None  # (path, threads, batch_tokens, model_key): time it once the model serves
+
+
 def resolve_flash_attention(asked: str, path: Path, *, on_cpu: bool, kv_quantized: bool, threads: int,
-                            batch_tokens: int, model_key: tuple) -> bool | None:
-    """True / False: flash / plain attention; None: llama.cpp's own choice. ``measured`` times both (or reads
-    this model's earlier timing on this device) where plain attention can run, else leaves llama.cpp's."""
+                            batch_tokens: int, model_key: tuple) -> AttentionChoice:
+    """``measured`` takes the faster kernel by this model's timing on this device where plain attention can run,
+    else leaves llama.cpp's; with no timing kept yet, llama.cpp's too, and the timing is due (timing_due)."""
     if asked not in RUNTIME_CHOICES:
         raise ConfigError(f"flash_attention={asked!r} is not a choice", f"use one of {', '.join(RUNTIME_CHOICES)}")
     if asked == OFF and kv_quantized:
         raise ConfigError("flash_attention=off with a quantized KV cache: llama.cpp reads one only inside flash "
                           "attention", "use kv_type f16, or flash attention")
     if asked in (ON, OFF):
-        return asked == ON
+        return AttentionChoice(asked == ON)
     if asked == RUNTIME_LLAMA_AUTO or not on_cpu or kv_quantized:
-        return None
-    flash, plain = measured_timings(path, threads, batch_tokens, model_key)
-    chosen = plain.request_seconds <= PREFER_PLAIN * flash.request_seconds
+        return AttentionChoice(None)
+    saved = saved_timings(threads, batch_tokens, model_key)
+    if saved is None:
+        log.info("attention: llama.cpp's choice until flash and plain attention are timed on this device (once "
+                 "the model serves, in the background; later loads take the faster)")
+        return AttentionChoice(None, (path, threads, batch_tokens, model_key))
+    flash, plain = saved
+    chosen = prefers_plain(flash, plain)
     log.info("attention: %s (measured on this device: a %d + %d-token request %.0f ms with flash attention, "
              "%.0f ms plain; a step at %d tokens %.1f / %.1f ms)", "plain" if chosen else "flash",
              PROBE_PROMPT, PROBE_ANSWER, 1000 * flash.request_seconds, 1000 * plain.request_seconds, PROBE_PROMPT,
              1000 * flash.step_seconds, 1000 * plain.step_seconds)
-    return not chosen
+    return AttentionChoice(not chosen)
+
+
+def prefers_plain(flash: AttentionTiming, plain: AttentionTiming) -> bool:
+    return plain.request_seconds <= PREFER_PLAIN * flash.request_seconds
+
+
+def saved_timings(threads: int, batch_tokens: int, model_key: tuple) -> tuple[AttentionTiming, AttentionTiming] | None:
+    """(flash, plain) as this model was timed on this device; None when it never was (or the file is unreadable)."""
+    try:
+        return _timings(json.loads(_timing_file(model_key, threads, batch_tokens).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def measured_timings(path: Path, threads: int, batch_tokens: int,
                      model_key: tuple) -> tuple[AttentionTiming, AttentionTiming]:
     """(flash, plain) for this model on this device: remembered, else measured and remembered."""
-    saved_at = _timing_file(model_key, threads, batch_tokens)
-    try:
-        return _timings(json.loads(saved_at.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    saved = saved_timings(threads, batch_tokens, model_key)
+    if saved is not None:
+        return saved
     measured = probe(path, threads, batch_tokens)
     flash, plain = _timings(measured)
+    saved_at = _timing_file(model_key, threads, batch_tokens)
     saved_at.parent.mkdir(parents=True, exist_ok=True)
     partial = saved_at.with_suffix(f".{os.getpid()}.partial")  # servers starting together each write their own
     partial.write_text(json.dumps(measured))
@@ -102,7 +129,7 @@ def probe(path: Path, threads: int, batch_tokens: int) -> dict:
     llama.cpp's OpenMP workers spin for as long as the thread that decoded lives (the loading thread's left
     the engine's steps at 34 ms instead of 13)."""
     command = [sys.executable, "-m", "edgeopt.runtimes.llama_cpp.attention_probe", str(path), str(threads),
-               str(batch_tokens)]
+               str(batch_tokens), str(os.getpid())]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:

@@ -1,15 +1,19 @@
 """Time flash against plain attention for one GGUF on this device; run by runtimes/llama_cpp/attention.py in a
 child process of its own, so that nothing of the scratch contexts stays in the server:
 
-    python -m edgeopt.runtimes.llama_cpp.attention_probe MODEL.gguf THREADS BATCH_TOKENS
+    python -m edgeopt.runtimes.llama_cpp.attention_probe MODEL.gguf THREADS BATCH_TOKENS [SERVER_PID]
 
-prints one JSON line: ``{"flash": {...}, "plain": {...}}``, each an AttentionTiming's fields.
+prints one JSON line: ``{"flash": {...}, "plain": {...}}``, each an AttentionTiming's fields. It runs beside a
+server that already serves (runtimes/llama_cpp/deferred_timing.py), so at the lowest CPU priority: a request
+takes the cores first. With SERVER_PID it ends when that process does (Linux), so no orphan times on.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -75,8 +79,27 @@ def plain_token(model: llama_cpp.llama_model_p) -> int:
                 if not llama_cpp.llama_vocab_is_control(vocab, t) and not llama_cpp.llama_vocab_is_eog(vocab, t))
 
 
+def yield_to(server_pid: int | None) -> None:
+    """Lowest priority; SIGTERM when the server process ends (prctl PR_SET_PDEATHSIG, Linux only)."""
+    try:
+        os.nice(19)
+    except (OSError, AttributeError):  # not permitted or not POSIX: time at the same priority
+        pass
+    if server_pid is None:
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != server_pid:  # it ended before the signal was armed
+        sys.exit(1)
+
+
 def main(argv: list[str]) -> None:
     path, threads, batch_tokens = Path(argv[0]), int(argv[1]), int(argv[2])
+    yield_to(int(argv[3]) if len(argv) > 3 else None)
     model = load_model(path, n_gpu_layers=0)
     try:
         timings = {name: dataclasses.asdict(time_attention(model, flash, threads, batch_tokens))

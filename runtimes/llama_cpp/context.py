@@ -18,6 +18,7 @@ import ctypes
 import threading
 from collections.abc import Hashable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import llama_cpp
 import numpy as np
@@ -33,6 +34,9 @@ from edgeopt.runtimes.llama_cpp.model import ModelFacts
 from edgeopt.runtimes.llama_cpp.state_copy import StateCopy
 from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
 from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
+
+if TYPE_CHECKING:
+    from edgeopt.runtimes.llama_cpp.deferred_timing import DeferredTiming
 
 # llama_decode return codes (llama.h): 1 = no KV slot for the batch, 2 = aborted, -1 = invalid input.
 _DECODE_ERRORS = {1: "no free KV cells for the batch", 2: "decode aborted", -1: "invalid batch",
@@ -56,6 +60,7 @@ class LlamaCppRuntime(Runtime):
         self.kv_type = kv_type  # the KV cache's element type (edgeopt.sizing.kv_types); part of any saved state's identity
         self.kv_layout = kv_layout  # edgeopt.sizing.layout's name of the strategy below
         self.flash_attention = flash_attention  # None: llama.cpp's choice
+        self.attention_timing: DeferredTiming | None = None  # load_gguf's, when this file is not timed yet
         layout_class = KV_LAYOUT_CLASSES[kv_layout]
         # llama.cpp reserves a logits row per sequence id at least; a verification pass needs one per token.
         self._max_outputs = max_slots + max(cache_slots, draft_rows)  # the context's n_outputs_max
@@ -273,6 +278,10 @@ class LlamaCppRuntime(Runtime):
             if self._model:
                 llama_cpp.llama_model_free(self._model)
                 self._model = None
+
+    def after_ready(self) -> None:
+        if self.attention_timing is not None:
+            self.attention_timing.start()
 
     def _check_open(self) -> None:
         if not self._ctx:

@@ -10,7 +10,8 @@ started alternately so both see the same background load. Printed per server: wa
 (median, best), the server's CPU seconds until then, and its anonymous resident memory 1 s after /health
 (RssAnon: everything but the memory-mapped weights; KV included in both), then the ratios. edgeopt runs
 twice per round: "first" with an empty $EDGEOPT_CACHE (nothing learnt about the file yet: the vocabulary
-scan and the attention timing are made) and "later" with the cache the first run left. Ratios are only
+scan is made; the attention timing only starts after /health, and ends with the server) and "later" with the
+cache the first run left. Ratios are only
 meaningful on a quiet host: llama.cpp's threads spin, so a busy neighbour slows llama-server's warm-up most.
 """
 

@@ -1,6 +1,7 @@
 """Flash or plain attention on llama.cpp (runtimes/llama_cpp/attention.py): the real SmolLM2-135M-Instruct
 greedy-decodes the same text with either, ``measured`` takes the faster one as timed (and remembers the
-timing per model file and device, measured by a child process), and keeps llama.cpp's choice where plain attention cannot run."""
+timing per model file and device, measured by a child process once the model serves, never during the load), and
+keeps llama.cpp's choice where plain attention cannot run."""
 
 from __future__ import annotations
 
@@ -65,27 +66,59 @@ def test_measured_takes_plain_attention_only_when_clearly_faster(tiny_gguf: Path
 
     # A request of 384 + 128 tokens: 0.5 + 128 x 10 ms with flash attention
     for plain_step, flash in ((0.007, False), (0.0097, True), (0.013, True)):
-        monkeypatch.setattr(attention, "measured_timings", timings(plain_step))
+        monkeypatch.setattr(attention, "saved_timings", timings(plain_step))
         runtime = open_streams(tiny_gguf, "measured")
         assert runtime.flash_attention is flash, plain_step
         runtime.close()
 
 
-def test_the_timing_is_measured_once_per_model_file_and_device(tiny_gguf: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    first = open_streams(tiny_gguf, "measured")
+def test_the_timing_waits_for_the_model_to_serve_and_the_next_load_takes_it(tiny_gguf: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGEOPT_CACHE", str(tmp_path))  # nothing timed by another test
+    real_probe = attention.probe
+
+    def must_not_time(*args):
+        raise AssertionError("timed")
+
+    monkeypatch.setattr(attention, "probe", must_not_time)
+    first = open_streams(tiny_gguf, "measured")  # nothing timed yet: llama.cpp's choice, the load never times
+    assert first.flash_attention is None and first.attention_timing is not None
+    assert first.attention_timing.thread is None  # not before the server says the model serves
+    monkeypatch.setattr(attention, "probe", real_probe)
+    first.after_ready()
+    first.attention_timing.thread.join(timeout=120)
     first.close()
     saved = attention._timing_file(file_stamp(tiny_gguf), THREADS, 128)
     timings = json.loads(saved.read_text())
     assert timings["flash"]["step_seconds"] > 0 and timings["plain"]["prefill_seconds"] > 0
-
-    def must_not_time(*args):
-        raise AssertionError("timed again")
+    assert first.attention_timing.flash_next is not None
 
     monkeypatch.setattr(attention, "probe", must_not_time)
     again = open_streams(tiny_gguf, "measured")
-    assert again.flash_attention == first.flash_attention
+    assert again.flash_attention == first.attention_timing.flash_next and again.attention_timing is None
+    again.after_ready()  # nothing left to time
     again.close()
+
+
+def test_a_timing_that_fails_or_is_killed_leaves_the_model_serving(tiny_gguf: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    def killed(command, **kwargs):  # the child ended by a signal (OOM killer, an operator's kill)
+        return subprocess.CompletedProcess(command, -9, "", "")
+
+    monkeypatch.setenv("EDGEOPT_CACHE", str(tmp_path))
+    monkeypatch.setattr(attention.subprocess, "run", killed)
+    runtime = open_streams(tiny_gguf, "measured")
+    try:
+        runtime.after_ready()
+        runtime.attention_timing.thread.join(timeout=30)
+        assert runtime.attention_timing.flash_next is None  # nothing learnt, nothing kept: a later load times again
+        assert attention.saved_timings(THREADS, 128, file_stamp(tiny_gguf)) is None
+        prompt = runtime.tokenizer.encode("hello there")
+        assert runtime.step([StepInput(0, prompt, 0, True)]).shape[0] == 1  # still serving
+    finally:
+        runtime.close()
 
 
 def test_llama_cpps_choice_stays_where_plain_attention_cannot_run(tiny_gguf: Path,
@@ -94,12 +127,14 @@ def test_llama_cpps_choice_stays_where_plain_attention_cannot_run(tiny_gguf: Pat
         raise AssertionError("measured")
 
     monkeypatch.setattr(attention, "measured_timings", must_not_measure)
+    monkeypatch.setattr(attention, "saved_timings", must_not_measure)
     # (the tiny model's 16-wide heads cannot hold a q8_0 cache: SmolLM2's 64 can)
     for runtime in (open_streams(tiny_gguf, "llama-auto"), open_streams(smollm2_gguf_path(), "measured", kv_type="q8_0")):
         assert runtime.flash_attention is None
         runtime.close()
-    assert attention.resolve_flash_attention("measured", tiny_gguf, on_cpu=False, kv_quantized=False, threads=1,
-                                             batch_tokens=128, model_key=()) is None  # a GPU or RPC workers
+    choice = attention.resolve_flash_attention("measured", tiny_gguf, on_cpu=False, kv_quantized=False, threads=1,
+                                               batch_tokens=128, model_key=())
+    assert choice == attention.AttentionChoice(None)  # a GPU or RPC workers: nothing to time either
 
 
 def test_a_file_the_probe_cannot_time_is_a_clear_error(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def test_auto_serves_the_attention_measured_faster_with_the_same_answer(bundle: 
     base = {"memory_bytes": 1 << 30, "context": 256, "max_concurrency": 2, "threads": 1, "kv_layout": "streams",
             "speculative": "off"}  # the kernels alone (a drafted step moves the logits' last bits too)
     flash, flash_tokens = greedy_answer(bundle, ServeOptions(flash_attention="on", **base))
-    monkeypatch.setattr(attention, "measured_timings",  # this device: plain attention twice as fast a step
+    monkeypatch.setattr(attention, "saved_timings",  # this device: plain attention twice as fast a step
                         lambda *args: (AttentionTiming(0.2, 0.010), AttentionTiming(0.2, 0.005)))
     plain, plain_tokens = greedy_answer(bundle, ServeOptions(**base))
     assert (flash, plain) == (True, False)

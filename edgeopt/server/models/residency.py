@@ -211,6 +211,10 @@ class Residency:
         self.loaded[entry.name] = resident
         self.events.counted(entry.name, "loads")
         log.info("model %s loaded in %.1f s", entry.name, time.monotonic() - started)
+        try:  # /health answers 200 from here: background work the load deferred may start (Runtime.after_ready)
+            served.after_ready()
+        except Exception:  # noqa: BLE001 - deferred work is never worth the model
+            log.exception("model %s: starting its deferred background work failed", entry.name)
         return resident
 
     def _check_failure(self, entry: ModelEntry) -> None:

@@ -212,3 +212,39 @@ def test_names_aliases_tags_and_unknown_names():
     assert catalog.resolve(None).name == "smollm2"  # a request that names none: the first
     with pytest.raises(ModelNameError, match="'gemma3' not found: this server serves 'smollm2', 'minilm'"):
         catalog.resolve("gemma3")
+
+
+class _DeferringRuntime:
+    """A runtime that left work for after its model serves (llama.cpp: the attention timing)."""
+
+    def __init__(self, fails: bool) -> None:
+        self.fails, self.ready_calls = fails, 0
+
+    def after_ready(self) -> None:
+        self.ready_calls += 1
+        if self.fails:
+            raise RuntimeError("the background timing could not start")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_loaded_model_is_told_it_serves_and_deferred_work_that_fails_never_costs_the_model():
+    runtimes = {"a": _DeferringRuntime(fails=False), "b": _DeferringRuntime(fails=True)}
+
+    def deferring(name: str) -> ModelEntry:
+        def load(room: int) -> ServedModel:
+            assert runtimes[name].ready_calls == 0
+            return ServedModel(context_length=64, tokenizer=None, runtime=runtimes[name])  # type: ignore[arg-type]
+
+        return ModelEntry(name=name, kind="causal-lm", need=ModelNeed(MIB, MIB), load=load)
+
+    models = Residency(ModelCatalog((deferring("a"), deferring("b"))), 10 * MIB)
+
+    async def go() -> None:
+        for name in ("a", "b"):
+            (await models.acquire(models.catalog.resolve(name))).release()
+        assert set(models.loaded) == {"a", "b"}
+
+    run(go())
+    assert runtimes["a"].ready_calls == runtimes["b"].ready_calls == 1
