@@ -13,11 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING
 
-Cell = str | Text
+if TYPE_CHECKING:  # rich is imported where a table is printed: `edgeopt serve` prints none (resident memory)
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+Cell = "str | Text"
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,10 @@ class Column:
 
 def print_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], console: Console | None = None,
                 title: str | None = None) -> None:
-    console = console or Console()
+    if console is None:
+        from rich.console import Console
+
+        console = Console()
     if not console.is_terminal:
         console.print(plain_table(columns, rows, title), markup=False, highlight=False, soft_wrap=True)
         return
@@ -81,6 +87,8 @@ def _rich_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep:
                 widths: list[int] | None, title: str | None) -> Table:
     """``widths``: exact column widths, where rich's own shrinking (which cuts cells, not only headers)
     must not decide them."""
+    from rich.table import Table
+
     table = Table(title=title)
     for i in keep:
         col = columns[i]
@@ -109,4 +117,6 @@ def _stacked(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], title: s
 
 
 def _plain(cell: Cell) -> str:
+    from rich.text import Text
+
     return cell.plain if isinstance(cell, Text) else cell

@@ -10,11 +10,7 @@ import typer
 from edgeopt import backends
 from edgeopt.byte_sizes import read_size
 from edgeopt.cli.options import Concurrency, Context, KvType, Target, quant_examples
-from edgeopt.cli.plan_table import print_optimize_plan
 from edgeopt.errors import ConfigError
-from edgeopt.optimize.export_options import export_options
-from edgeopt.optimize.options import OptimizeOptions, check_format, resolve
-from edgeopt.optimize.pipeline import run_optimize
 from edgeopt.planning import Compression, check_draft_flags
 
 
@@ -70,6 +66,13 @@ def optimize(
     """Shrink, export and quantize MODEL for a device, measure the quality cost, and write a bundle.
 
     With --draft-for TARGET: make a small draft model of TARGET's vocabulary for `edgeopt serve TARGET_BUNDLE --draft`."""
+    # Here, not at the top: every command's module is imported by `edgeopt serve` too, which needs neither the
+    # workshop nor rich's tables (resident memory and start-up time).
+    from edgeopt.cli.plan_table import print_optimize_plan
+    from edgeopt.optimize.export_options import export_options
+    from edgeopt.optimize.options import OptimizeOptions, check_format, resolve
+    from edgeopt.optimize.pipeline import run_optimize
+
     if verbose:
         show_llama_log()
     if quiet:

@@ -5,11 +5,9 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 
 from edgeopt.byte_sizes import read_memory
 from edgeopt.cli.options import Context, JsonOut, KvType, Target
-from edgeopt.cli.plan_table import print_plan
 from edgeopt.cli.table import print_line
 from edgeopt.planning import BesideDraft, PlanBesideDraft, PlanRequest, plan_for, source_of
 from edgeopt.profiles import GIB, load_profile
@@ -55,6 +53,8 @@ def plan(
     if as_json:
         print_json(result.to_dict())
     else:
+        from edgeopt.cli.plan_table import print_plan  # rich: not imported by `edgeopt serve`
+
         print_plan(result, result.parameters)
 
 
@@ -64,6 +64,10 @@ def print_json(data: dict[str, Any]) -> None:
 
 def print_pair(pair: PlanBesideDraft) -> None:
     """``--draft``: the target's plan beside the draft, and the draft's share."""
+    from rich.console import Console
+
+    from edgeopt.cli.plan_table import print_plan
+
     print_plan(pair.plan, pair.plan.parameters)
     console = Console()
     print_line(console, pair.draft.describe())

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console
-
 from edgeopt.cli.options import JsonOut
 from edgeopt.cli.table import Column, print_line, print_table
 from edgeopt.profiles import FAMILY_DEFAULTS, all_profiles
@@ -26,6 +24,8 @@ def profiles(as_json: JsonOut = False) -> None:
              "yes" if p.platform.memory_shared_with_accelerator else "no", p.platform.accelerator_label,
              _cores(p.platform.cpu), p.cpu_isa, p.preferred_format,
              p.default_quant, p.default_runtime] for p in items]
+    from rich.console import Console  # here: `edgeopt serve` imports this module and prints no table
+
     console = Console()
     print_table(PROFILE_COLUMNS, rows, console, title="device profiles")
     print_line(console, "aliases: " + ", ".join(f"{a} -> {n}" for a, n in FAMILY_DEFAULTS.items()))
