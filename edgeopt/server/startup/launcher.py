@@ -155,8 +155,9 @@ def uvicorn_config(app: Any, options: ServeOptions) -> Any:
     """The uvicorn.Config that ``edgeopt serve`` runs (tests start their servers with it too)."""
     import uvicorn
 
+    # ws="none": no route is a WebSocket, and uvicorn's "auto" imports the websockets package (resident memory)
     return uvicorn.Config(app, host=options.host, port=options.port, log_level=options.log_level,
-                          timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S,
+                          timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S, ws="none",
                           http=guarded_protocol(options.header_timeout_s, options.max_connections))
 
 
