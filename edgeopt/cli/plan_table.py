@@ -73,5 +73,8 @@ def print_optimize_plan(resolved: OptimizePlan, ignore_fit: bool, echo: Callable
         echo(f"warning: {chosen.label} does not fit {resolved.profile.name} at {resolved.plan.concurrency} x "
              f"{resolved.plan.context} tokens (fits: no above); " +
              ("written because --ignore-fit was given" if ignore_fit else "a dry run writes nothing"))
+    if resolved.workshop is not None:
+        for line in resolved.workshop.lines():
+            echo(line)
     kv = f" with a {resolved.kv_type} KV cache" if resolved.kv_type else ""
     echo(f"will write {resolved.format}:{resolved.quant}{kv} for runtime {resolved.runtime} to {resolved.output}")

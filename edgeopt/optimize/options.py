@@ -12,7 +12,8 @@ from edgeopt import backends
 from edgeopt.byte_sizes import Size
 from edgeopt.errors import ConfigError, OutputExistsError
 from edgeopt.optimize.export_options import check_export_options
-from edgeopt.planning import CheckpointSource, Compression, OptimizePlan, OptimizeRequest, plan_for
+from edgeopt.planning import (CheckpointSource, Compression, OptimizePlan, OptimizeRequest, WorkshopRequest,
+                              plan_for)
 
 
 @dataclass
@@ -50,7 +51,17 @@ class OptimizeOptions:
         return OptimizeRequest(format=self.format, quant=self.quant, kv_type=self.kv_type, context=self.context,
                                concurrency=self.concurrency, compression=self.compression, fit=self.fit,
                                draft=self.draft, size=self.written_size(), ignore_fit=self.ignore_fit,
-                               dry_run=self.dry_run, output=self.output)
+                               dry_run=self.dry_run, output=self.output, workshop=self.workshop_request())
+
+    def workshop_request(self) -> WorkshopRequest:
+        """The steps the flags ask for, on this workstation as measured now."""
+        from edgeopt.profiles.workstation import measure_workstation
+
+        text = self.export_options.get("calibration_data")
+        return WorkshopRequest(measure_workstation(), evaluate=self.evaluate,
+                               calibration_text_bytes=Path(text).stat().st_size if text and Path(text).is_file() else None,
+                               self_calibration=bool(self.export_options.get("self_calibration", True)),
+                               mix="mix_size_bytes" in self.export_options)
 
 
 def resolve(opts: OptimizeOptions) -> OptimizePlan:

@@ -8,7 +8,8 @@
     AcrossDevices                        PlanRequest            DevicesPlan      (devices.py)
     CheckpointSource                     OptimizeRequest        OptimizePlan     (optimize_plan.py: format, quant, KV
                                                                                   type, pass list: pass_list.py,
-                                                                                  fit.py, draft_recipe.py)
+                                                                                  fit.py, draft_recipe.py; the
+                                                                                  optimize's own steps: workshop/)
     BundleSource / BesideDraft /         ServeRequest           ServePlan        (serve_plan.py: the serving shape)
       AcrossDevices
 
@@ -37,7 +38,8 @@ from edgeopt.planning.model_plan import plan_devices, plan_model, plan_pair
 from edgeopt.planning.optimize_plan import OptimizePlan, plan_optimize
 from edgeopt.planning.pass_list import HOLDOUT_TOKENS
 from edgeopt.planning.prune_shape import PruneRequest, PruneShape, pruned_spec, shape_of, solve_shape
-from edgeopt.planning.requests import Compression, OptimizeRequest, PlanRequest, ServeRequest
+from edgeopt.planning.requests import Compression, OptimizeRequest, PlanRequest, ServeRequest, WorkshopRequest
+from edgeopt.planning.workshop import StepEstimate, WorkshopPlan
 from edgeopt.planning.serve_plan import ServePlan, plan_serving
 from edgeopt.planning.sources import (AcrossDevices, BesideDraft, BundleSource, CheckpointSource, GgufFileSource,
                                       ModelSource, Source, is_bundle_dir, source_of)
@@ -51,7 +53,7 @@ __all__ = [
     "Compression", "DevicesPlan", "DraftRecipe", "GgufFileSource", "ModelSource", "OptimizePlan", "OptimizeRequest",
     "Plan", "PlanBesideDraft", "PlanRequest", "PruneRequest", "PruneShape", "ServePlan", "ServeRequest", "Source",
     "canonical_quant", "check_draft_flags", "is_bundle_dir", "plan_for", "pruned_spec", "request_from_params",
-    "shape_of", "solve_shape", "source_of", "weight_bytes",
+    "shape_of", "solve_shape", "source_of", "weight_bytes", "StepEstimate", "WorkshopPlan", "WorkshopRequest",
 ]
 
 

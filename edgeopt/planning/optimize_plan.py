@@ -18,7 +18,8 @@ from edgeopt.planning.quants import canonical_quant
 from edgeopt.planning.draft_recipe import DraftRecipe, draft_recipe
 from edgeopt.planning.fit import plan_after_passes
 from edgeopt.planning.pass_list import compression_passes
-from edgeopt.planning.requests import Compression, OptimizeRequest
+from edgeopt.planning.requests import Compression, OptimizeRequest, WorkshopRequest
+from edgeopt.planning.workshop import WorkshopPlan, plan_workshop
 from edgeopt.profiles import DeviceProfile
 from edgeopt.sizing.kv_types import parse_kv_type
 from edgeopt.sources.model_spec import ModelSpec, load_model_spec
@@ -40,6 +41,7 @@ class OptimizePlan:
     kv_type: str | None = None  # the gguf bundle's KV cache type, recorded in its manifest; None: other formats
     source_parameters: int = 0  # parameters of the model as given, before any pass (what the plan prints beside it)
     draft_recipe: DraftRecipe | None = None  # --draft-for: the draft's shape against its target's
+    workshop: WorkshopPlan | None = None  # the optimize's own steps on this workstation (request.workshop given)
 
 
 def plan_optimize(model: str, profile: DeviceProfile, request: OptimizeRequest) -> OptimizePlan:
@@ -74,9 +76,26 @@ def plan_optimize(model: str, profile: DeviceProfile, request: OptimizeRequest) 
     entry = backends.backend(fmt)
     name = Path(model.rstrip("/")).name
     output = request.output or Path(f"{name}{'-draft' if request.draft else ''}-{profile.name}-{chosen.quant.lower()}")
+    workshop = (plan_workshop(fitted.spec, fmt, chosen.quant, [name for name, _ in fitted.passes], request.workshop)
+                if request.workshop is not None else None)
+    if workshop is not None and not request.dry_run:
+        workshop.refuse_beyond(request.workshop.workstation.available_bytes,
+                               workshop_fixes(request.workshop, chosen.quant))
     return OptimizePlan(profile, plan, fmt, chosen.quant, entry.runtime, output, chosen, fitted.passes, fitted.fit_ratio,
                         kv_type=chosen.kv_type if entry.serving.kv_cache_types else None,
-                        source_parameters=parameters, draft_recipe=recipe)
+                        source_parameters=parameters, draft_recipe=recipe, workshop=workshop)
+
+
+def workshop_fixes(request: WorkshopRequest, quant: str) -> list[str]:
+    """What takes memory off the optimize's steps, of what the flags still allow."""
+    from edgeopt.formats.gguf.quants import uses_imatrix
+
+    fixes = ["pass --no-eval (the evaluation maps the unquantized reference beside its buffers)"] if request.evaluate else []
+    if request.calibration_text_bytes is None and request.self_calibration:
+        fixes.append("pass --no-self-calibration (no text written by the model, no importance matrix)")
+    if uses_imatrix(quant):
+        fixes.append("pass --quant Q8_0 (no importance matrix)")
+    return fixes
 
 
 def flagged_passes(flags: Compression, fit: bool) -> list[tuple[str, dict[str, Any]]]:

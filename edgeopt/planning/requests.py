@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeopt.byte_sizes import Size
+from edgeopt.profiles.workstation import Workstation
 from edgeopt.sizing.shape import ShapeRequest
 
 
@@ -40,6 +41,18 @@ class Compression:
 
 
 @dataclass(frozen=True)
+class WorkshopRequest:
+    """What the optimize's own plan (edgeopt.planning.workshop) needs beyond the model and the bundle: the steps the
+    flags ask for and the workstation they run on (measured by the caller: planning measures nothing)."""
+
+    workstation: Workstation
+    evaluate: bool = True
+    calibration_text_bytes: int | None = None  # --calibration-data's size; None: not given
+    self_calibration: bool = True  # without --calibration-data: the model writes its own text (--no-self-calibration)
+    mix: bool = False  # --size: the mix's measurements, not planned
+
+
+@dataclass(frozen=True)
 class OptimizeRequest:
     format: str | None = None  # None: the profile's (encoders: the first format that embeds; a draft: gguf)
     quant: str | None = None  # any case; None: the planner's pick
@@ -53,6 +66,7 @@ class OptimizeRequest:
     ignore_fit: bool = False  # plan a candidate marked as not fitting without refusing it
     dry_run: bool = False  # only show the plan: nothing unfit is refused
     output: Path | None = None  # the bundle directory; None: named for the model, target and quant
+    workshop: WorkshopRequest | None = None  # plan the optimize's own steps on this workstation; None: not planned
 
 
 @dataclass(frozen=True)

@@ -18,18 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
-from edgeopt.exporters.gguf.quant_types import FILE_TYPES, MIX
+from edgeopt.formats.gguf.quants import uses_imatrix
 from edgeopt.exporters.generated_text import self_calibrates
 
 IMATRIX_FILE = "imatrix.gguf"
 DEFAULT_CHUNKS = 32  # 16k tokens: llama.cpp's gains come from the first few thousand; CPU time grows linearly
-_IGNORES_IMATRIX = frozenset({"F32", "F16", "BF16", "Q8_0", "TQ1_0", "TQ2_0"})
-
-
-def uses_imatrix(quant: str) -> bool:
-    return quant.upper() == MIX or FILE_TYPES.get(quant.upper(), "F32") not in _IGNORES_IMATRIX
-
-
 def calibration_refusal(quant: str) -> str | None:
     """Why GGUF ``quant`` cannot use calibration text, or None when it can."""
     if uses_imatrix(quant):

@@ -24,3 +24,13 @@ QUANT_TABLE = QuantTable(
     help_examples=("Q4_K_M", "Q8_0", MIX),
     lower_bits_remedy="use a quant with more bits (e.g. Q5_K_M, Q6_K, Q8_0)",
 )
+
+# llama.cpp's quantizer weighs rounding errors by an importance matrix for every k-quant, IQ type and legacy 4/5-bit
+# type; these ignore one (exporters/gguf/calibration.py refuses --calibration-data with them).
+WITHOUT_MATRIX = frozenset({"F32", "F16", "BF16", "Q8_0", "TQ1_0", "TQ2_0"})
+
+
+def uses_imatrix(quant: str) -> bool:
+    """Whether GGUF ``quant`` is written with an importance matrix (False for a name the table does not know)."""
+    name = quant.upper()
+    return name not in WITHOUT_MATRIX and any(q.name == name for q in QUANT_TABLE.quants)

@@ -1,0 +1,129 @@
+"""The GGUF export's steps on this workstation: conversion to an unquantized file, calibration text the model
+writes itself, the importance matrix, quantization, evaluation. Each step's memory is what it holds at its peak:
+
+- the process itself (Python, numpy, llama.cpp's library and the model's vocabulary tables: ``PROCESS``,
+  ``VOCAB_BYTES_PER_TOKEN``);
+- conversion (exporters/gguf/writer.py): one tensor at a time, the largest (a 128k embedding) held as float32 read
+  from the checkpoint, its F16 copy and the overflow check's mask: 7 bytes an element;
+- the llama.cpp steps map the unquantized file whole (page cache: ``mapped_bytes``) and hold their KV cache, their
+  compute buffer (activations of a 512-token batch) and the logits rows they ask for (4 bytes x vocabulary each,
+  twice: llama.cpp's output buffer and the copy read from it);
+- quantization reads each tensor into float32 and writes its quantized blocks (llama-quantize's own buffers);
+- evaluation maps one file at a time (the unquantized reference, then the bundle's; the reference's logits wait on
+  disk, edgeopt.measuring.reference_logits) and holds a window's logits three times over.
+
+Seconds are the arithmetic (2 FLOPs a weight a token) at the rate numpy's BLAS reaches here now, times what
+llama.cpp's kernels reach of it; both constants come from runs of SmolLM2-135M and a Llama 3.2 1B shape on a
+2-core AMD EPYC (tests/bench/bench_optimize_scale.py prints plan and measurement side by side).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edgeopt.planning.checkpoint import weight_bytes
+from edgeopt.planning.workshop.estimate import StepEstimate, WorkshopPlan
+from edgeopt.sources.model_spec import ModelSpec
+
+MIB = 2**20
+
+PROCESS = 60 * MIB  # Python, numpy, edgeopt and llama.cpp's library, anonymous (RssAnon right before the first step)
+LIBRARIES = 40 * MIB  # the shared libraries mapped (RssFile beside the model files)
+VOCAB_BYTES_PER_TOKEN = 1024  # llama.cpp's token tables and merges, the tokenizer's scan: per vocabulary entry
+CONVERT_BYTES_PER_ELEMENT = 7  # float32 read + F16 written + the overflow mask, of the largest tensor
+QUANTIZE_BYTES_PER_ELEMENT = 5  # the largest tensor in float32 and its quantized blocks
+QUANTIZE_BYTES_PER_ELEMENT_LATE = 2.5  # what stays beside the whole mapped file at the quantizer's end
+BATCH_TOKENS = 512  # llama.cpp's batch for calibration chunks and prompts (the compute buffer's size)
+EVAL_WINDOW = 256  # edgeopt.evaluation.causal_lm's window
+EVAL_TOKENS = 4 * 96 + 4 * 8  # the evaluation text the original writes: 4 seed prompts, 96 tokens each
+SELF_CALIBRATION_TOKENS = 8 * 512  # exporters/generated_text.py: 8 sequences of 512 tokens
+CALIBRATION_CHUNKS = 32  # exporters/gguf/calibration.py's most chunks of --calibration-data
+BYTES_PER_CALIBRATION_TOKEN = 4.2  # English text a BPE vocabulary cuts (a chunk count from a file's size)
+
+# The estimates above sit 0.5-3% over the peaks measured on the reference machine (SmolLM2-135M 605 MiB, the 1B
+# shape 3.06 GiB); another CPU's kernels repack and buffer differently, another libc allocates differently. The
+# plan states 6% more, so that it holds elsewhere and stays within 1.2x the peak here.
+MARGIN = 1.06
+
+# What llama.cpp's kernels reach of numpy's float32 matmul rate (edgeopt.profiles.workstation), by kind of pass:
+PREFILL_EFFICIENCY = 1.5  # 512-token batches through F16 weights (llama.cpp's tiled kernels beat a 512 numpy sgemm)
+DECODE_EFFICIENCY = 0.6  # 4-8 rows a step: the weights are read once per step for few tokens
+CONVERT_PARAMS_PER_SECOND = 70e6  # reading, casting and writing (numpy's memory-bound loops)
+QUANTIZE_PARAMS_PER_SECOND = 12e6  # llama.cpp's search for each block's scales (Q4_K_M with a matrix)
+
+
+@dataclass(frozen=True)
+class GgufSteps:
+    """Which steps the export runs: from its options and optimize's flags."""
+
+    quant: str
+    uses_matrix: bool  # the quant weighs rounding by an importance matrix
+    calibration_text_bytes: int | None  # --calibration-data's size; None: the model writes its own
+    self_calibration: bool  # without --calibration-data: text the model writes (else no matrix)
+    evaluate: bool
+
+
+def plan_gguf_export(spec: ModelSpec, steps: GgufSteps, gflops: float) -> WorkshopPlan:
+    unquantized = weight_bytes(spec, "gguf", "F16")
+    quantized = weight_bytes(spec, "gguf", steps.quant)
+    process = PROCESS + VOCAB_BYTES_PER_TOKEN * spec.vocab_size
+    largest = max(t.numel for t in spec.tensors())
+    flops_per_token = 2 * _matmul_parameters(spec)
+    rate = gflops * 1e9
+
+    def mapping(name: str, own: int, mapped: int, seconds: float) -> StepEstimate:
+        """A step that holds ``own`` bytes beside ``mapped`` bytes of files, all of it at once."""
+        return StepEstimate(name, own + LIBRARIES + mapped, own, seconds)
+
+    plan = [mapping("conversion to GGUF F16", process + CONVERT_BYTES_PER_ELEMENT * largest, 0,
+                    spec.num_parameters / CONVERT_PARAMS_PER_SECOND)]
+    if steps.uses_matrix and steps.calibration_text_bytes is None and steps.self_calibration:
+        plan.append(mapping("calibration text (written)", process + _llama_buffers(spec, 8, 8 * BATCH_TOKENS),
+                            unquantized, SELF_CALIBRATION_TOKENS * flops_per_token / (rate * DECODE_EFFICIENCY)))
+    matrix_tokens = _matrix_tokens(steps)
+    if matrix_tokens:
+        plan.append(mapping("importance matrix", process + _llama_buffers(spec, BATCH_TOKENS, BATCH_TOKENS),
+                            unquantized, matrix_tokens * flops_per_token / (rate * PREFILL_EFFICIENCY)))
+    # llama.cpp's quantizer holds its float32 copy of the largest tensor (and its blocks) while few of the file's
+    # pages are read yet; by the last tensors it has read them all and holds little beside them.
+    plan.append(StepEstimate(f"quantization to {steps.quant}",
+                             process + LIBRARIES + unquantized + QUANTIZE_BYTES_PER_ELEMENT_LATE * largest,
+                             process + QUANTIZE_BYTES_PER_ELEMENT * largest,
+                             spec.num_parameters / QUANTIZE_PARAMS_PER_SECOND))
+    if steps.evaluate:
+        # The reference (mapped) and then the bundle's model, whose weights llama.cpp repacks for its CPU kernels
+        # (its own memory); a window's logits four times: llama.cpp's output, llama-cpp-python's copy, the row
+        # array scored, the stored reference's read back.
+        window = _llama_buffers(spec, 0, EVAL_WINDOW, kv_bytes=4) + 4 * EVAL_WINDOW * spec.vocab_size * 4
+        seconds = (EVAL_TOKENS * flops_per_token / (rate * DECODE_EFFICIENCY)
+                   + 2 * EVAL_TOKENS * flops_per_token / (rate * PREFILL_EFFICIENCY))
+        reference, candidate = process + window, process + window + quantized
+        plan.append(StepEstimate("evaluation", max(reference + LIBRARIES + unquantized, candidate + LIBRARIES),
+                                 max(reference, candidate), seconds))
+    return WorkshopPlan(tuple(StepEstimate(step.name, int(step.resident_bytes * MARGIN),
+                                           int(step.anonymous_bytes * MARGIN), step.seconds) for step in plan))
+
+
+def _matrix_tokens(steps: GgufSteps) -> int:
+    if not steps.uses_matrix:
+        return 0
+    if steps.calibration_text_bytes is not None:
+        chunks = min(CALIBRATION_CHUNKS, max(1, int(steps.calibration_text_bytes / BYTES_PER_CALIBRATION_TOKEN)
+                                             // BATCH_TOKENS))
+        return chunks * BATCH_TOKENS
+    return SELF_CALIBRATION_TOKENS if steps.self_calibration else 0
+
+
+def _matmul_parameters(spec: ModelSpec) -> int:
+    """Weights a token multiplies: every block's and the output matrix (the tied embedding's too); the
+    embedding itself is a row lookup."""
+    blocks = sum(t.numel for t in spec.tensors() if t.layer is not None)
+    return blocks + spec.vocab_size * spec.hidden_size
+
+
+def _llama_buffers(spec: ModelSpec, rows: int, kv_tokens: int, kv_bytes: int = 2) -> int:
+    """A llama.cpp context's own memory: the KV cache, the compute buffer of a 512-token batch, and ``rows``
+    logits rows twice (its output buffer and the copy read from it)."""
+    kv = kv_tokens * spec.kv_elements_per_token * kv_bytes
+    compute = BATCH_TOKENS * (4 * spec.hidden_size + 2 * spec.intermediate_size) * 4
+    return kv + compute + 2 * rows * spec.vocab_size * 4
