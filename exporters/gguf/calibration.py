@@ -84,7 +84,7 @@ def compute_imatrix(model_dir: Path, gguf: Path, out_dir: Path, options: dict[st
 def generated_imatrix(model_dir: Path, gguf: Path, out_dir: Path, options: dict[str, Any],
                       report: Callable[[str], None] = lambda _m: None) -> Calibration:
     """The matrix of text sampled from ``gguf`` (exporters/gguf/self_calibration.py)."""
-    from edgeopt.exporters.gguf.imatrix_collect import collect_imatrix
+    from edgeopt.exporters.gguf.imatrix_collect import MatrixCollector
     from edgeopt.exporters.gguf.self_calibration import DEFAULT_CHUNKS as GENERATED_CHUNKS
     from edgeopt.exporters.input_energy import chunk_size_for
     from edgeopt.exporters.gguf.self_calibration import generate_calibration
@@ -92,7 +92,14 @@ def generated_imatrix(model_dir: Path, gguf: Path, out_dir: Path, options: dict[
     # options["threads"] is the quantizer's. Decoding always follows the load (threads=None): llama.cpp's
     # threads spin at a barrier per operation, and 2 fixed threads beside a busy neighbour took 170 s for
     # what the cores left free did in 7 s (runtimes/llama_cpp/threads.py).
+    # The matrix is measured while the text is written: decoding a token computes exactly the matmul inputs a pass
+    # over the finished text would at its position, so the second pass llama-imatrix would make (95 s of a default
+    # 1B optimize) is not made. Only the last block's feed-forward and the output matrix miss the seed prompts'
+    # tokens but their last (llama.cpp computes those weights for the rows whose logits are asked): a few dozen
+    # of 4,096 rows.
+    collector = MatrixCollector()
     text = generate_calibration(gguf, chunks=int(options.get("calibration_chunks") or GENERATED_CHUNKS),
-                                chunk_size=chunk_size_for(model_dir), threads=None, report=report)
-    matrix = collect_imatrix(gguf, text.chunks, [text.source], report)
+                                chunk_size=chunk_size_for(model_dir), threads=None, report=report,
+                                matmul_tap=collector.tap(min_rows=1))
+    matrix = collector.matrix(gguf, text.chunks, [text.source])
     return Calibration(matrix, _store(matrix, out_dir, text.chunks, text.facts()), text.chunks)

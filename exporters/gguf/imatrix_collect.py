@@ -12,10 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
+
+if TYPE_CHECKING:
+    from edgeopt.runtimes.llama_cpp.matmul_inputs import MatmulInputTap
 
 OUTPUT_MATRICES = ("output.weight", "token_embd.weight")  # the tied embedding is llama.cpp's output matrix
 
@@ -46,15 +50,32 @@ def collect_imatrix(gguf: Path, token_chunks: list[list[int]], datasets: list[st
     """Run the chunks through ``gguf`` (the unquantized intermediate) and return the matrix."""
     from edgeopt.errors import ExportError
     from edgeopt.exporters.input_energy import MIN_CHUNK_TOKENS
-    from edgeopt.runtimes.llama_cpp.matmul_inputs import MatmulInputTap, run_chunks
+    from edgeopt.runtimes.llama_cpp.matmul_inputs import run_chunks
 
     if not token_chunks:
         raise ExportError("the calibration text gives no chunk of tokens", f"give at least {MIN_CHUNK_TOKENS} tokens")
-    energy = _ColumnEnergy()
-    tap = MatmulInputTap(is_quantized_matrix, energy.add)
-    run_chunks(Path(gguf), token_chunks, tap, "importance matrix: calibration chunks", report)
-    if not energy.sums:
-        raise ExportError(f"llama.cpp ran the calibration text through {gguf} but no weight's input was seen",
-                          "check that the chunks hold at least 16 tokens each")
-    return ImportanceMatrix(sums=energy.sums, counts=energy.counts, chunk_count=len(token_chunks),
-                            chunk_size=max(len(c) for c in token_chunks), datasets=list(datasets))
+    collector = MatrixCollector()
+    run_chunks(Path(gguf), token_chunks, collector.tap(), "importance matrix: calibration chunks", report)
+    return collector.matrix(gguf, token_chunks, datasets)
+
+
+class MatrixCollector:
+    """Sums what a :class:`MatmulInputTap` shows into an importance matrix: fed calibration chunks (above), or
+    text as the model decodes it (``tap(min_rows=1)``: each step carries a token a sequence)."""
+
+    def __init__(self) -> None:
+        self._energy = _ColumnEnergy()
+
+    def tap(self, min_rows: int | None = None) -> MatmulInputTap:
+        from edgeopt.runtimes.llama_cpp.matmul_inputs import MIN_ROWS, MatmulInputTap
+
+        return MatmulInputTap(is_quantized_matrix, self._energy.add, MIN_ROWS if min_rows is None else min_rows)
+
+    def matrix(self, gguf: Path, token_chunks: list[list[int]], datasets: list[str]) -> ImportanceMatrix:
+        from edgeopt.errors import ExportError
+
+        if not self._energy.sums:
+            raise ExportError(f"llama.cpp ran the calibration text through {gguf} but no weight's input was seen",
+                              "check that the chunks hold at least 16 tokens each")
+        return ImportanceMatrix(sums=self._energy.sums, counts=self._energy.counts, chunk_count=len(token_chunks),
+                                chunk_size=max(len(c) for c in token_chunks), datasets=list(datasets))

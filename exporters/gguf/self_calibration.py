@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgeopt.exporters.generated_text import (DEFAULT_CHUNKS, DEFAULT_SEED, MAX_PARALLEL, MIN_P, SEED_PROMPTS, TEMPERATURE,
                                       GeneratedText, check_budget, sample_text)
+
+if TYPE_CHECKING:
+    from edgeopt.runtimes.llama_cpp.matmul_inputs import MatmulInputTap
 
 __all__ = ["DEFAULT_CHUNKS", "DEFAULT_SEED", "MAX_PARALLEL", "SEED_PROMPTS", "generate_calibration"]
 
@@ -21,11 +25,13 @@ __all__ = ["DEFAULT_CHUNKS", "DEFAULT_SEED", "MAX_PARALLEL", "SEED_PROMPTS", "ge
 def generate_calibration(gguf: Path, chunks: int = DEFAULT_CHUNKS, chunk_size: int = 512, seed: int = DEFAULT_SEED,
                          threads: int | None = None, temperature: float = TEMPERATURE, min_p: float = MIN_P,
                          prompts: tuple[str, ...] = SEED_PROMPTS,
-                         report: Callable[[str], None] = lambda _m: None) -> GeneratedText:
+                         report: Callable[[str], None] = lambda _m: None,
+                         matmul_tap: MatmulInputTap | None = None) -> GeneratedText:
     """Sample ``chunks`` sequences of ``chunk_size`` tokens from ``gguf``. ``threads`` None: the cores other
     processes leave free, re-measured while decoding (runtimes/llama_cpp/threads.py): with a busy neighbour on
     2 cores, 2 fixed threads took 170 s for what 1 thread did in 7 s. The tokens did not change with the
-    thread count (SmolLM2-135M, 1 and 2 threads): llama.cpp's CPU kernels give each row to one thread."""
+    thread count (SmolLM2-135M, 1 and 2 threads): llama.cpp's CPU kernels give each row to one thread.``matmul_tap`` is shown every weight matmul's input as the text is decoded: the importance matrix of the text
+    the model writes, measured while it writes it (exporters/gguf/calibration.py)."""
     from edgeopt.sizing.layout import STREAMS, stream_cells
     from edgeopt.runtimes.llama_cpp import load_gguf
 
@@ -36,7 +42,7 @@ def generate_calibration(gguf: Path, chunks: int = DEFAULT_CHUNKS, chunk_size: i
     # scans only its own sequence's cells, not every sequence's.
     runtime = load_gguf(gguf, kv_capacity_tokens=parallel * stream_cells(chunk_size), max_slots=parallel,
                         max_batch_tokens=max(512, parallel), threads=threads, context_length=chunk_size,
-                        cache_slots=0, kv_layout=STREAMS)
+                        cache_slots=0, kv_layout=STREAMS, matmul_tap=matmul_tap)
     try:
         return sample_text(runtime, chunks, chunk_size, parallel, seed, temperature, min_p, prompts, report)
     finally:

@@ -60,6 +60,7 @@ from edgeopt.runtimes.llama_cpp.model import default_gpu_layers, load_model, mod
 from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 if TYPE_CHECKING:
+    from edgeopt.runtimes.llama_cpp.matmul_inputs import MatmulInputTap
     from edgeopt.store.bundle import Manifest
     from edgeopt.runtimes.llama_cpp.rpc import RpcOffload
 
@@ -81,7 +82,8 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
               profile: DeviceProfile | None = None, kv_type: str = "f16",
               cache_slots: int | None = None, kv_layout: str = UNIFIED,
               offload: RpcOffload | None = None, draft_rows: int = 0,
-              flash_attention: str = RUNTIME_LLAMA_AUTO, early_model: Any = None) -> LlamaCppRuntime:
+              flash_attention: str = RUNTIME_LLAMA_AUTO, early_model: Any = None,
+              matmul_tap: MatmulInputTap | None = None) -> LlamaCppRuntime:
     if kv_capacity_tokens is None or max_slots is None:
         raise ConfigError(f"the llama.cpp runtime needs kv_capacity_tokens and max_slots (got {kv_capacity_tokens}, "
                           f"{max_slots})", "size them with edgeopt.sizing.shape.decide_serving_shape, as edgeopt "
@@ -123,7 +125,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
         runtime = LlamaCppRuntime(model, facts, kv_capacity_tokens, max_slots, max_batch_tokens, n_threads, context,
                                   adaptive_threads=threads is None, kv_type=kv_type, cache_slots=cache_slots,
                                   kv_layout=kv_layout, file_key=file_key, draft_rows=draft_rows,
-                                  flash_attention=attention.flash, kv_on_host=on_cpu)
+                                  flash_attention=attention.flash, kv_on_host=on_cpu, matmul_tap=matmul_tap)
         if attention.timing_due is not None:
             runtime.attention_timing = DeferredTiming(*attention.timing_due)  # runs at after_ready
         return runtime

@@ -36,6 +36,7 @@ from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
 from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 if TYPE_CHECKING:
+    from edgeopt.runtimes.llama_cpp.matmul_inputs import MatmulInputTap
     from edgeopt.runtimes.llama_cpp.deferred_timing import DeferredTiming
 
 # llama_decode return codes (llama.h): 1 = no KV slot for the batch, 2 = aborted, -1 = invalid input.
@@ -48,13 +49,17 @@ class LlamaCppRuntime(Runtime):
                  max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None,
                  adaptive_threads: bool = False, kv_type: str = "f16", cache_slots: int = 0,
                  kv_layout: str = UNIFIED, file_key: Hashable | None = None, draft_rows: int = 0,
-                 flash_attention: bool | None = None, kv_on_host: bool = False) -> None:
+                 flash_attention: bool | None = None, kv_on_host: bool = False,
+                 matmul_tap: MatmulInputTap | None = None) -> None:
         """``file_key``: the GGUF's identity (edgeopt.store.file_stamp), so that loading the same file again reuses
         its vocabulary scan. ``flash_attention``: flash (True) or plain (False) attention, None: llama.cpp's
         choice (runtimes/llama_cpp/attention.py decides). ``draft_rows``: logits rows a speculative step may
         need beyond one per running sequence (the longest draft); the cached prefixes' rows, never decoded,
         count towards them. ``kv_on_host``: no layer is offloaded (to a GPU or an RPC worker), so the KV
-        cache is in this process's memory and short copies between streams may go through it."""
+        cache is in this process's memory and short copies between streams may go through it. ``matmul_tap``:
+        shown every weight matmul's input while decoding (the importance matrix of text the model writes,
+        exporters/gguf/calibration.py)."""
+        self._tap = matmul_tap
         self._model = model
         self.facts = facts
         self.kv_type = kv_type  # the KV cache's element type (edgeopt.sizing.kv_types); part of any saved state's identity
@@ -66,7 +71,7 @@ class LlamaCppRuntime(Runtime):
         self._max_outputs = max_slots + max(cache_slots, draft_rows)  # the context's n_outputs_max
         self._ctx = create_context(model, ContextShape(kv_capacity_tokens, max_slots, cache_slots, self._max_outputs,
                                                       max_batch_tokens, layout_class.kv_unified),
-                                   n_threads, kv_type, flash_attention)
+                                   n_threads, kv_type, flash_attention, matmul_tap.callback if matmul_tap else None)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         vocab = llama_cpp.llama_model_get_vocab(model)
         self.tokenizer = LlamaCppTokenizer(vocab, file_key)
@@ -148,7 +153,11 @@ class LlamaCppRuntime(Runtime):
             self._governor.before_decode()
         arrangement = self._layout.arrange(batch, self.max_batch_tokens)
         outputs = self._batch.fill(arrangement.inputs)
+        if self._tap is not None:
+            self._tap.new_graph()
         code = llama_cpp.llama_decode(self._ctx, self._batch.struct)
+        if self._tap is not None and self._tap.error is not None:
+            raise self._tap.error
         self.decode_calls += 1
         self._layout.decoded(arrangement)
         if code != 0:

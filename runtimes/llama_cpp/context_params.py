@@ -4,6 +4,7 @@ and no memory is reserved that the engine will never use (runtimes/llama_cpp/con
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import llama_cpp
 
@@ -24,8 +25,9 @@ class ContextShape:
 
 
 def create_context(model: llama_cpp.llama_model_p, shape: ContextShape, n_threads: int, kv_type: str,
-                   flash_attention: bool | None) -> llama_cpp.llama_context_p:
-    """``flash_attention``: flash (True) or plain (False) attention, None: llama.cpp's choice."""
+                   flash_attention: bool | None, eval_callback: Any = None) -> llama_cpp.llama_context_p:
+    """``flash_attention``: flash (True) or plain (False) attention, None: llama.cpp's choice. ``eval_callback``:
+    the scheduler's ``cb_eval`` (a ggml_backend_sched_eval_callback), None for none."""
     params = llama_cpp.llama_context_default_params()
     params.n_ctx = shape.kv_cells
     params.n_batch = shape.max_batch
@@ -42,6 +44,9 @@ def create_context(model: llama_cpp.llama_model_p, shape: ContextShape, n_thread
     params.n_threads_batch = n_threads
     params.no_perf = True
     configure_kv_cache(params, kv_type)
+    if eval_callback is not None:
+        params.cb_eval = eval_callback
+        params.cb_eval_user_data = None
     if flash_attention is not None:
         params.flash_attn_type = LLAMA_FLASH_TYPES[ON if flash_attention else OFF]
     ctx = llama_cpp.llama_init_from_model(model, params)

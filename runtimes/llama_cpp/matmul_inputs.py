@@ -69,7 +69,11 @@ class MatmulInputTap:
     """The ``cb_eval`` callback: for each weight matmul that passes ``wants(weight name)``, ``visit(weight name,
     rows)``, where rows is a float32 array of shape (tokens, input columns), valid only during the call."""
 
-    def __init__(self, wants: Callable[[str], bool], visit: Callable[[str, np.ndarray], None]) -> None:
+    def __init__(self, wants: Callable[[str], bool], visit: Callable[[str, np.ndarray], None],
+                 min_rows: int = MIN_ROWS) -> None:
+        """``min_rows``: smaller batches are not shown (llama-imatrix's rule for calibration chunks; text being
+        decoded, a few sequences a step, passes 1: each step then carries every sequence's newest token)."""
+        self._min_rows = min_rows
         self._ggml = _ggml()
         self._mul_mat = _op_id(self._ggml, b"MUL_MAT")
         self._wants, self._visit = wants, visit
@@ -102,7 +106,7 @@ class MatmulInputTap:
         inputs = _GgmlTensor.from_address(node.src[1])
         name = weight_name(weight.name)
         if ask:
-            wanted = (inputs.type == _GGML_TYPE_F32 and inputs.nb[0] == 4 and inputs.ne[1] >= MIN_ROWS
+            wanted = (inputs.type == _GGML_TYPE_F32 and inputs.nb[0] == 4 and inputs.ne[1] >= self._min_rows
                       and weight.ne[2] == weight.ne[3] == 1 and self._wants(name))
             if wanted and node.src[1] == self._computed_input:
                 # k and v read the input q read, up reads gate's: it is computed and still alive (this matmul has

@@ -126,3 +126,30 @@ def test_llama_cpp_measures_what_the_checkpoint_computes(tiny_llama_dir: Path, t
         name = gguf_name(f"{module}.weight", spec.arch)
         assert matrix.counts[name] == energy.counts[module] == 2 * 64
         np.testing.assert_allclose(matrix.sums[name], sums, rtol=2e-2, atol=1e-3 * float(sums.max()))
+
+
+def test_the_matrix_measured_while_the_model_writes_is_a_pass_over_what_it_wrote(tiny_llama_dir: Path,
+                                                                                 tmp_path: Path) -> None:
+    """Self-calibration measures the matrix as the text is decoded (one token a sequence a step): the same
+    weights, a row for every token fed, and the sums a separate pass over the finished text gives. Where llama.cpp
+    computes only the rows whose logits are asked (the last block's feed-forward and the output matrix), a
+    prompt's tokens but its last are not seen: those weights count the tokens decoded."""
+    from edgeopt.exporters.gguf.imatrix_collect import MatrixCollector
+    from edgeopt.exporters.gguf.self_calibration import generate_calibration
+
+    f16 = tmp_path / "f16.gguf"
+    convert_checkpoint(tiny_llama_dir, f16, "F16")
+    collector = MatrixCollector()
+    text = generate_calibration(f16, chunks=3, chunk_size=48, threads=1, matmul_tap=collector.tap(min_rows=1))
+    while_written = collector.matrix(f16, text.chunks, [text.source])
+    fed = [chunk[:-1] for chunk in text.chunks]  # a sequence's last token is sampled, never fed
+    afterwards = collect_imatrix(f16, fed, [text.source])
+    assert set(while_written.sums) == set(afterwards.sums)
+    last = f"blk.{load_model_spec(str(tiny_llama_dir)).num_layers - 1}.ffn_"
+    prompt_rows_unseen = sum(24 - 1 for _ in fed)  # prompts are cut to half a chunk: 24 tokens here
+    for name, sums in afterwards.sums.items():
+        if name.startswith(last) or name in ("output.weight", "token_embd.weight"):
+            assert while_written.counts[name] == 3 * 47 - prompt_rows_unseen, name
+            continue
+        assert while_written.counts[name] == afterwards.counts[name] == 3 * 47, name
+        np.testing.assert_allclose(while_written.sums[name], sums, rtol=2e-2, atol=1e-3 * float(sums.max()))
