@@ -33,10 +33,13 @@
   RPC workers as edgeopt.sizing.split planned it (``edgeopt serve --workers``); overrides ``n_gpu_layers``.
 * ``early_model``: an :class:`~edgeopt.server.startup.early_load.EarlyLoad`, the file's model already loading
   beside the server's imports; taken when it is this file with these GPU layers and no RPC split.
+* ``kept_models``: a :class:`~edgeopt.runtimes.llama_cpp.kept_models.KeptModels` (a server of several models): the
+  file's model is taken from it when an earlier runtime left it there, and left there by ``close()``.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +58,7 @@ from edgeopt.profiles.platform import AcceleratorKind
 from edgeopt.runtimes.llama_cpp.attention import resolve_flash_attention
 from edgeopt.runtimes.llama_cpp.context import LlamaCppRuntime
 from edgeopt.runtimes.llama_cpp.deferred_timing import DeferredTiming
+from edgeopt.runtimes.llama_cpp.kept_models import KeptModels, anon_bytes
 from edgeopt.runtimes.llama_cpp.kv_type import check_llama_kv_type
 from edgeopt.runtimes.llama_cpp.model import default_gpu_layers, load_model, model_facts
 from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
@@ -83,7 +87,7 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
               cache_slots: int | None = None, kv_layout: str = UNIFIED,
               offload: RpcOffload | None = None, draft_rows: int = 0,
               flash_attention: str = RUNTIME_LLAMA_AUTO, early_model: Any = None,
-              matmul_tap: MatmulInputTap | None = None) -> LlamaCppRuntime:
+              matmul_tap: MatmulInputTap | None = None, kept_models: KeptModels | None = None) -> LlamaCppRuntime:
     if kv_capacity_tokens is None or max_slots is None:
         raise ConfigError(f"the llama.cpp runtime needs kv_capacity_tokens and max_slots (got {kv_capacity_tokens}, "
                           f"{max_slots})", "size them with edgeopt.sizing.shape.decide_serving_shape, as edgeopt "
@@ -106,7 +110,14 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
     if n_gpu_layers is None:
         n_gpu_layers = default_gpu_layers(profile)
     taken = early_model.take(Path(path), n_gpu_layers) if early_model is not None and offload is None else None
-    model = taken or load_model(Path(path), n_gpu_layers, offload)
+    keeps = kept_models if offload is None and taken is None else None  # an RPC split's model is the workers' too
+    model_key = (Path(path).resolve(), file_stamp(Path(path)), n_gpu_layers) if keeps is not None else None
+    kept = keeps.take(model_key) if keeps is not None else None
+    before = anon_bytes()
+    model = kept[0] if kept is not None else taken or load_model(Path(path), n_gpu_layers, offload)
+    after = anon_bytes()
+    # What keeping it would hold: what its load added to anonymous memory (vocabulary tables, repacked weights)
+    held = kept[1] if kept is not None else (after - before if before is not None and after is not None else None)
     facts = model_facts(model, Path(path))
     context = min(context_length or facts.context_train, facts.context_train)
     cache_slots = default_cache_slots(max_slots) if cache_slots is None else min(cache_slots,
@@ -128,6 +139,8 @@ def load_gguf(path: Path, *, kv_capacity_tokens: int | None = None, max_slots: i
                                   flash_attention=attention.flash, kv_on_host=on_cpu, matmul_tap=matmul_tap)
         if attention.timing_due is not None:
             runtime.attention_timing = DeferredTiming(*attention.timing_due)  # runs at after_ready
+        if keeps is not None and held is not None:
+            runtime.keep_model = partial(keeps.keep, model_key, held_bytes=max(held, 0), path=Path(path))
         return runtime
     except Exception:
         llama_cpp.llama_model_free(model)

@@ -18,7 +18,7 @@ import ctypes
 import threading
 from collections.abc import Hashable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import llama_cpp
 import numpy as np
@@ -66,6 +66,7 @@ class LlamaCppRuntime(Runtime):
         self.kv_layout = kv_layout  # edgeopt.sizing.layout's name of the strategy below
         self.flash_attention = flash_attention  # None: llama.cpp's choice
         self.attention_timing: DeferredTiming | None = None  # load_gguf's, when this file is not timed yet
+        self.keep_model: Callable[[Any], None] | None = None  # load_gguf's: takes the model at close (kept_models.py)
         layout_class = KV_LAYOUT_CLASSES[kv_layout]
         # llama.cpp reserves a logits row per sequence id at least; a verification pass needs one per token.
         self._max_outputs = max_slots + max(cache_slots, draft_rows)  # the context's n_outputs_max
@@ -285,7 +286,7 @@ class LlamaCppRuntime(Runtime):
                 llama_cpp.llama_free(self._ctx)
                 self._ctx = None
             if self._model:
-                llama_cpp.llama_model_free(self._model)
+                (self.keep_model or llama_cpp.llama_model_free)(self._model)
                 self._model = None
 
     def after_ready(self) -> None:

@@ -15,7 +15,9 @@ The rules (docs/many-models.md tells users the same):
   failed answers 503 naming the cause; the next request after ``RETRY_AFTER_FAILURE_S`` tries again.
 
 Unloading hands the model's prefix cache to ``on_unload`` (the swap space) before closing it, and a load
-hands the fresh model to ``on_load`` (which restores it).
+hands the fresh model to ``on_load`` (which restores it). What an unloaded model leaves loaded for a swap back
+(``kept``: llama.cpp's model without its context) counts in the budget and is freed before any loaded model is
+unloaded, except the one about to load, which takes it back (edgeopt.server.models.kept).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from dataclasses import dataclass, field
 from edgeopt.errors import NotReadyError
 from edgeopt.server.models.catalog import ModelCatalog, ModelEntry
 from edgeopt.server.models.errors import ModelBusyError, ModelTooLargeError
+from edgeopt.server.models.kept import KeptMemory, model_file_of
 from edgeopt.server.models.keep_alive import DEFAULT_KEEP_ALIVE_S, FOREVER
 from edgeopt.server.served_model import ServedModel
+from edgeopt.server.startup.heap_tuning import return_freed_heap
 from edgeopt.sizing.budget import MIB
 
 log = logging.getLogger("edgeopt.server")
@@ -96,12 +100,14 @@ class Lease:
 
 class Residency:
     def __init__(self, catalog: ModelCatalog, budget_bytes: int, keep_alive_s: float = DEFAULT_KEEP_ALIVE_S,
-                 pins: frozenset[str] = frozenset(), events: ModelEvents | None = None) -> None:
+                 pins: frozenset[str] = frozenset(), events: ModelEvents | None = None,
+                 kept: KeptMemory | None = None) -> None:
         self.catalog = catalog
         self.budget_bytes = budget_bytes  # what the loaded models' needs may sum to
         self.keep_alive_s = keep_alive_s
         self.pins = pins
         self.events = events or ModelEvents()
+        self.kept = kept
         self.loaded: dict[str, Resident] = {}
         self.failures: dict[str, tuple[str, float]] = {}  # name -> (why, monotonic time)
         self._decide = asyncio.Lock()  # one load or unload decision at a time
@@ -131,7 +137,8 @@ class Residency:
 
     @property
     def used_bytes(self) -> int:
-        return sum(resident.bytes for resident in self.loaded.values())
+        kept = self.kept.held_bytes() if self.kept is not None else 0
+        return kept + sum(resident.bytes for resident in self.loaded.values())
 
     @property
     def free_bytes(self) -> int:
@@ -176,8 +183,12 @@ class Residency:
                                      param="model")
         if entry.load is None:
             raise NotReadyError(f"model {entry.name!r} cannot be loaded again", "restart the server")
-        need = entry.need
-        while self.free_bytes < need.least_bytes:
+        need, model_file = entry.need, model_file_of(entry)
+        own = self.kept.held_bytes(model_file) if self.kept is not None and model_file is not None else 0
+        while self.free_bytes + own < need.least_bytes:  # its kept model's bytes are its own again once it loads
+            if self.kept is not None and await asyncio.to_thread(self.kept.release_oldest, model_file):
+                await asyncio.to_thread(return_freed_heap)
+                continue
             victim = self._least_recently_used_idle()
             if victim is None:
                 if wait:
@@ -186,7 +197,7 @@ class Residency:
                                     f"{self.free_bytes / MIB:.0f} MiB are free and the loaded models are busy or "
                                     f"pinned ({self._describe_loaded()})", "unload one (POST /models/unload) or retry")
             await self._unload(victim, "room for " + entry.name)
-        return await self._load(entry, min(need.full_bytes, self.free_bytes))
+        return await self._load(entry, min(need.full_bytes, self.free_bytes + own))
 
     async def _load(self, entry: ModelEntry, room: int) -> Resident:
         started = time.monotonic()
@@ -247,6 +258,7 @@ class Residency:
         except Exception:  # noqa: BLE001 - a cache not saved costs a prefill later, never the unload
             log.exception("model %s: saving its prefix cache failed", resident.name)
         await asyncio.to_thread(resident.served.close)
+        await asyncio.to_thread(return_freed_heap)
         self.events.counted(resident.name, "unloads")
 
     def _least_recently_used_idle(self) -> Resident | None:
@@ -280,3 +292,6 @@ class Residency:
         for resident in list(self.loaded.values()):
             del self.loaded[resident.name]
             await asyncio.to_thread(resident.served.close)
+        if self.kept is not None:
+            self.kept.release_all()
+

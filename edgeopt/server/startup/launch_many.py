@@ -71,9 +71,10 @@ def build_residency(paths: list[Path], models_dir: Path | None, options: ServeOp
     formats |= {open_model_source(p, verify=False).manifest.format for p in (model_files(models_dir) if models_dir
                                                                              else [])}
     budget = shared_budget(memory, options.shape_request(), formats or {"gguf"}, options.verify)
+    kept = kept_models() if "gguf" in formats or models_dir is not None else None
 
     def load(bundle_dir: Path, manifest: Manifest, shape: ServingShape | None, gate: ComputeGate) -> ServedModel:
-        return load_served_model(bundle_dir, manifest, shape, options, gate=gate)
+        return load_served_model(bundle_dir, manifest, shape, options, gate=gate, kept=kept)
 
     catalog = ModelCatalog([model_entry(p, budget, load, source) for p, source in zip(paths, sources)],
                            scan=scan_folder(models_dir, budget, load) if models_dir else None)
@@ -84,7 +85,14 @@ def build_residency(paths: list[Path], models_dir: Path | None, options: ServeOp
                           f"pin one of: {', '.join(e.name for e in catalog.entries())}")
     pins = frozenset(catalog.resolve(name).name for name in options.pins)
     events = swap_events(options, counts)
-    return Residency(catalog, budget.bytes, options.keep_alive_s, pins, events), budget
+    return Residency(catalog, budget.bytes, options.keep_alive_s, pins, events, kept), budget
+
+
+def kept_models() -> Any:
+    """Where unloaded GGUF models stay loaded for a swap back, within the budget (runtimes/llama_cpp/kept_models.py)."""
+    from edgeopt.runtimes.llama_cpp.kept_models import KeptModels
+
+    return KeptModels()
 
 
 def swap_events(options: ServeOptions, counts: ModelCounts) -> ModelEvents:

@@ -41,6 +41,7 @@ from edgeopt.sizing.shape import ServingShape, check_shape_request
 
 if TYPE_CHECKING:
     from edgeopt.runtimes.llama_cpp.rpc import RpcOffload
+    from edgeopt.runtimes.llama_cpp.kept_models import KeptModels
     from edgeopt.server.startup.early_load import EarlyLoad
 
 log = logging.getLogger("edgeopt.server")
@@ -63,13 +64,14 @@ def served_plan(bundle_dir: Path, manifest: Manifest, options: ServeOptions) -> 
 def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape | None,
                       options: ServeOptions, offload: RpcOffload | None = None,
                       gate: ComputeGate | None = None, draft: DraftSetup | None = None,
-                      early: EarlyLoad | None = None) -> ServedModel:
+                      early: EarlyLoad | None = None, kept: KeptModels | None = None) -> ServedModel:
     """Load the runtime in ``shape`` and start an engine over it (runs in a worker thread).
 
     Embedding and rerank bundles (``shape`` None) have no KV cache and no engine: the runtime alone serves them.
     ``gate``: a server of several models computes one model at a time (edgeopt.server.models.compute_gate).
     ``draft``: the draft model (--draft) the engine speculates with.
     ``early``: the GGUF's model already loading since the command started (edgeopt.server.startup.early_load).
+    ``kept``: llama.cpp models unloaded earlier, kept for a swap back (runtimes/llama_cpp/kept_models.py).
     """
     from edgeopt.runtimes import load_embedding_runtime, load_rerank_runtime, load_runtime
 
@@ -86,6 +88,7 @@ def load_served_model(bundle_dir: Path, manifest: Manifest, shape: ServingShape 
                            embedder=gate.embedder(embedder) if gate is not None else embedder)
     split = {"offload": offload} if offload is not None else {}
     split |= {"early_model": early} if early is not None else {}
+    split |= {"kept_models": kept} if kept is not None and manifest.runtime == "llama_cpp" else {}
     runtime = load_runtime(manifest.runtime, bundle_dir, manifest, threads=options.threads,
                            **shape.runtime_options(), **split)
     try:

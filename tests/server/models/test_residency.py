@@ -248,3 +248,51 @@ def test_a_loaded_model_is_told_it_serves_and_deferred_work_that_fails_never_cos
 
     run(go())
     assert runtimes["a"].ready_calls == runtimes["b"].ready_calls == 1
+
+
+class _Kept:
+    """Kept memory as the residency sees it (edgeopt.server.models.kept): bytes by file, freed oldest first."""
+
+    def __init__(self, held: dict[str, int]) -> None:
+        self.held, self.freed = dict(held), []
+
+    def held_bytes(self, path=None) -> int:
+        return sum(b for p, b in self.held.items() if path is None or str(path).endswith(p))
+
+    def release_oldest(self, spare=None) -> int:
+        for p in list(self.held):
+            if spare is None or not str(spare).endswith(p):
+                self.freed.append(p)
+                return self.held.pop(p)
+        return 0
+
+    def release_all(self) -> None:
+        while self.release_oldest():
+            pass
+
+
+def kept_entry(name: str, loads: Loads, full: int, tmp_path) -> ModelEntry:
+    from types import SimpleNamespace
+
+    made = entry(name, loads, full)
+    return ModelEntry(name=made.name, kind=made.kind, need=made.need, load=made.load, bundle_dir=tmp_path,
+                      manifest=SimpleNamespace(model_file=f"{name}.gguf"))  # type: ignore[arg-type]
+
+
+def test_kept_memory_counts_in_the_budget_and_goes_before_any_loaded_model_but_never_the_one_loading(tmp_path):
+    loads = Loads()
+    a, b, c = (kept_entry(n, loads, 80 * MIB, tmp_path) for n in ("a", "b", "c"))
+    kept = _Kept({"old.gguf": 30 * MIB, "c.gguf": 30 * MIB})  # oldest first
+    models = residency(loads, a, b, c, budget=200 * MIB, kept=kept)
+
+    async def go() -> None:
+        (await models.acquire(a)).release()  # 80 + 60 kept: fits
+        assert kept.freed == [] and models.used_bytes == 140 * MIB
+        (await models.acquire(b)).release()  # 160 + 60 > 200: the oldest kept goes, not a
+        assert kept.freed == ["old.gguf"] and set(models.loaded) == {"a", "b"}
+        # c's own kept bytes are room for c (its load takes them back); still short: a unloads, c's stays kept
+        (await models.acquire(c)).release()
+        assert kept.freed == ["old.gguf"] and set(models.loaded) == {"b", "c"}
+
+    run(go())
+    assert loads.closed == ["a"]
