@@ -76,20 +76,25 @@ def plan_optimize(model: str, profile: DeviceProfile, request: OptimizeRequest) 
     entry = backends.backend(fmt)
     name = Path(model.rstrip("/")).name
     output = request.output or Path(f"{name}{'-draft' if request.draft else ''}-{profile.name}-{chosen.quant.lower()}")
-    workshop = (plan_workshop(fitted.spec, fmt, chosen.quant, [name for name, _ in fitted.passes], request.workshop)
-                if request.workshop is not None else None)
-    if workshop is not None and not request.dry_run:
+    workshop, passes = None, fitted.passes
+    if request.workshop is not None:
+        workshop, passes = plan_workshop(spec, fitted.spec, fmt, chosen.quant, fitted.passes, request.workshop)
+    if workshop is not None and workshop.largest_own is not None and not request.dry_run:
         workshop.refuse_beyond(request.workshop.workstation.available_bytes,
-                               workshop_fixes(request.workshop, chosen.quant))
-    return OptimizePlan(profile, plan, fmt, chosen.quant, entry.runtime, output, chosen, fitted.passes, fitted.fit_ratio,
+                               workshop_fixes(request.workshop, chosen.quant, workshop.largest_own.name))
+    return OptimizePlan(profile, plan, fmt, chosen.quant, entry.runtime, output, chosen, passes, fitted.fit_ratio,
                         kv_type=chosen.kv_type if entry.serving.kv_cache_types else None,
                         source_parameters=parameters, draft_recipe=recipe, workshop=workshop)
 
 
-def workshop_fixes(request: WorkshopRequest, quant: str) -> list[str]:
-    """What takes memory off the optimize's steps, of what the flags still allow."""
+def workshop_fixes(request: WorkshopRequest, quant: str, step: str) -> list[str]:
+    """What takes memory off the optimize's ``step`` that needs the most, of what the flags still allow."""
     from edgeopt.formats.gguf.quants import uses_imatrix
 
+    if step == "pass distil":
+        return ["pass --no-distil", "prune more, or fewer layers' worth (--prune-layers): a smaller student"]
+    if step == "pass prune":
+        return ["prune a smaller checkpoint, or drop --prune/--fit"]
     fixes = ["pass --no-eval (the evaluation maps the unquantized reference beside its buffers)"] if request.evaluate else []
     if request.calibration_text_bytes is None and request.self_calibration:
         fixes.append("pass --no-self-calibration (no text written by the model, no importance matrix)")

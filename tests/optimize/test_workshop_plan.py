@@ -30,8 +30,13 @@ def _plan(model: Path, tmp_path: Path, **flags: object) -> WorkshopPlan:
 
 def test_the_plan_names_each_step_the_flags_ask_for(smollm2_checkpoint: Path, tmp_path: Path) -> None:
     defaults = [step.name for step in _plan(smollm2_checkpoint, tmp_path).steps]
-    assert defaults == ["conversion to GGUF F16", "calibration text (written)", "importance matrix",
-                        "quantization to Q4_K_M", "evaluation"]
+    assert defaults == ["conversion to GGUF F16", "calibration text and matrix", "quantization to Q4_K_M",
+                        "evaluation"]
+    text = tmp_path / "calibration.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 400)
+    given = _plan(smollm2_checkpoint, tmp_path, export_options={"calibration_data": str(text)})
+    assert [step.name for step in given.steps] == ["conversion to GGUF F16", "importance matrix",
+                                                   "quantization to Q4_K_M", "evaluation"]
     bare = _plan(smollm2_checkpoint, tmp_path, evaluate=False, export_options={"self_calibration": False})
     assert [step.name for step in bare.steps] == ["conversion to GGUF F16", "quantization to Q4_K_M"]
     assert bare.peak_resident_bytes < _plan(smollm2_checkpoint, tmp_path).peak_resident_bytes

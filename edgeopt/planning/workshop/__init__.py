@@ -1,27 +1,45 @@
 """The optimize's own plan (issue 60): before any work, each step's peak memory and expected time on this
-workstation, from the checkpoint's shape and the workstation's measured rate (edgeopt.profiles.workstation), and
-the refusal of a run whose step cannot fit the memory the machine has free."""
+workstation, from the checkpoint's shape and the workstation's measured rate (edgeopt.profiles.workstation), the
+distillation settings that fit it, and the refusal of a run whose step cannot fit the memory the machine has free."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from edgeopt.planning.requests import WorkshopRequest
 from edgeopt.planning.workshop.estimate import StepEstimate, WorkshopPlan
 from edgeopt.planning.workshop.gguf_path import GgufSteps, plan_gguf_export
+from edgeopt.planning.workshop.passes import fit_distil, plan_prune
 from edgeopt.sources.model_spec import ModelSpec
 
 __all__ = ["StepEstimate", "WorkshopPlan", "plan_workshop"]
 
+Passes = list[tuple[str, dict[str, Any]]]
 
-def plan_workshop(spec: ModelSpec, fmt: str, quant: str, passes: list[str], request: WorkshopRequest
-                  ) -> WorkshopPlan | None:
-    """The export's steps for ``spec`` as the passes leave it (their own memory is not planned yet: named in
-    ``not_planned``); None for a format whose export is not planned (ONNX, torch)."""
-    if fmt != "gguf":
-        return None
-    from edgeopt.formats.gguf.quants import uses_imatrix
 
-    steps = GgufSteps(quant, uses_imatrix(quant), request.calibration_text_bytes, request.self_calibration,
-                      request.evaluate)
-    plan = plan_gguf_export(spec, steps, request.workstation.gflops)
-    skipped = tuple(f"pass {name}" for name in passes) + (("the --size mix's measurements",) if request.mix else ())
-    return WorkshopPlan(plan.steps, skipped)
+def plan_workshop(before: ModelSpec, after: ModelSpec, fmt: str, quant: str, passes: Passes,
+                  request: WorkshopRequest) -> tuple[WorkshopPlan, Passes]:
+    """The steps for ``before`` (the checkpoint) made into ``after`` by ``passes`` and exported as ``fmt``
+    ``quant``, and the passes with the distillation settings that fit this workstation. An export not planned
+    yet (ONNX, torch) and the --size mix's measurements are named in ``not_planned``."""
+    workstation = request.workstation
+    steps: list[StepEstimate] = []
+    fitted: Passes = []
+    for name, params in passes:
+        if name == "prune":
+            steps.append(plan_prune(before, after, workstation.gflops))
+        elif name == "distil":
+            params, estimate = fit_distil(after, before, params, workstation.available_bytes, workstation.gflops)
+            steps.append(estimate)
+        fitted.append((name, params))
+    skipped: tuple[str, ...] = ()
+    if fmt == "gguf":
+        from edgeopt.formats.gguf.quants import uses_imatrix
+
+        export = GgufSteps(quant, uses_imatrix(quant), request.calibration_text_bytes, request.self_calibration,
+                           request.evaluate)
+        steps += plan_gguf_export(after, export, workstation.gflops).steps
+        skipped = ("the --size mix's measurements",) if request.mix else ()
+    else:
+        skipped = (f"the {fmt} export",)
+    return WorkshopPlan(tuple(steps), skipped), fitted

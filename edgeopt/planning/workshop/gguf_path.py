@@ -1,5 +1,5 @@
-"""The GGUF export's steps on this workstation: conversion to an unquantized file, calibration text the model
-writes itself, the importance matrix, quantization, evaluation. Each step's memory is what it holds at its peak:
+"""The GGUF export's steps on this workstation: conversion to an unquantized file, the importance matrix (of text
+the model writes itself, measured as it writes it, or of --calibration-data), quantization, evaluation. Each step's memory is what it holds at its peak:
 
 - the process itself (Python, numpy, llama.cpp's library and the model's vocabulary tables: ``PROCESS``,
   ``VOCAB_BYTES_PER_TOKEN``);
@@ -78,7 +78,8 @@ def plan_gguf_export(spec: ModelSpec, steps: GgufSteps, gflops: float) -> Worksh
     plan = [mapping("conversion to GGUF F16", process + CONVERT_BYTES_PER_ELEMENT * largest, 0,
                     spec.num_parameters / CONVERT_PARAMS_PER_SECOND)]
     if steps.uses_matrix and steps.calibration_text_bytes is None and steps.self_calibration:
-        plan.append(mapping("calibration text (written)", process + _llama_buffers(spec, 8, 8 * BATCH_TOKENS),
+        # the matrix is measured as the text is written (exporters/gguf/calibration.py): no pass of its own
+        plan.append(mapping("calibration text and matrix", process + _llama_buffers(spec, 8, 8 * BATCH_TOKENS),
                             unquantized, SELF_CALIBRATION_TOKENS * flops_per_token / (rate * DECODE_EFFICIENCY)))
     matrix_tokens = _matrix_tokens(steps)
     if matrix_tokens:
@@ -107,11 +108,11 @@ def plan_gguf_export(spec: ModelSpec, steps: GgufSteps, gflops: float) -> Worksh
 def _matrix_tokens(steps: GgufSteps) -> int:
     if not steps.uses_matrix:
         return 0
-    if steps.calibration_text_bytes is not None:
-        chunks = min(CALIBRATION_CHUNKS, max(1, int(steps.calibration_text_bytes / BYTES_PER_CALIBRATION_TOKEN)
-                                             // BATCH_TOKENS))
-        return chunks * BATCH_TOKENS
-    return SELF_CALIBRATION_TOKENS if steps.self_calibration else 0
+    if steps.calibration_text_bytes is None:
+        return 0
+    chunks = min(CALIBRATION_CHUNKS, max(1, int(steps.calibration_text_bytes / BYTES_PER_CALIBRATION_TOKEN)
+                                         // BATCH_TOKENS))
+    return chunks * BATCH_TOKENS
 
 
 def _matmul_parameters(spec: ModelSpec) -> int:
