@@ -48,6 +48,7 @@ class Step:
 class Pipeline:
     name: str
     steps: list[Step] = field(default_factory=list)
+    planned_peak: int = 0  # edgeopt's: the peak resident memory its plan states (0: llama.cpp states none)
 
     @property
     def seconds(self) -> float:
@@ -141,9 +142,22 @@ def edgeopt_pipeline(checkpoint: Path, work: Path, calibration: Path | None, log
                "Q4_K_M", "--target", "jetson-agx-orin-64gb", "-o", str(out), "--force"]
     command += ["--calibration-data", str(calibration), "--no-eval"] if calibration else ["--accept-quality-loss"]
     env = {**os.environ, "EDGEOPT_CACHE": str(work / "edgeopt-cache")}  # nothing reused from an earlier run
-    run = Pipeline("edgeopt")
+    run = Pipeline("edgeopt", planned_peak=planned_peak(checkpoint, out, calibration))
     run.steps.append(timed("optimize", command, env, log))
     return run
+
+
+def planned_peak(checkpoint: Path, out: Path, calibration: Path | None) -> int:
+    """The peak resident memory edgeopt's own plan states for the run (edgeopt.planning.workshop)."""
+    from edgeopt.optimize.export_options import export_options
+    from edgeopt.optimize.options import OptimizeOptions, resolve
+
+    opts = OptimizeOptions(model=str(checkpoint), target="jetson-agx-orin-64gb", format="gguf", quant="Q4_K_M",
+                           output=out, dry_run=True, evaluate=calibration is None,
+                           export_options=export_options(calibration_data=calibration))
+    workshop = resolve(opts).workshop
+    assert workshop is not None
+    return workshop.peak_resident_bytes
 
 
 def texts(work: Path, words: int, checkpoint: Path, tokens: int) -> tuple[Path, Path]:
@@ -173,7 +187,9 @@ def compare(label: str, ours: Pipeline, theirs: Pipeline) -> list[str]:
             *(f"{p.name:10s} {p.seconds:8.1f} {p.max_rss / GIB:13.2f} {p.peak_anon / GIB:14.2f}" for p in (ours, theirs)),
             f"{'ratio':10s} {ours.seconds / theirs.seconds:8.2f} {ours.max_rss / theirs.max_rss:13.2f} "
             f"{ours.peak_anon / max(1, theirs.peak_anon):14.2f}",
-            f"steps: edgeopt: {ours.shares()}", f"steps: llama.cpp: {theirs.shares()}"]
+            f"steps: edgeopt: {ours.shares()}", f"steps: llama.cpp: {theirs.shares()}",
+            f"edgeopt's plan: peak {ours.planned_peak / GIB:.2f} GiB, measured {ours.max_rss / GIB:.2f} GiB "
+            f"(planned / measured {ours.planned_peak / ours.max_rss:.2f}; held when 1.00-1.20)"]
 
 
 def main(argv: list[str] | None = None) -> list[str]:

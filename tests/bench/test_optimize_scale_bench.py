@@ -24,3 +24,4 @@ def test_the_small_shape_runs_both_pipelines_side_by_side(tmp_path: Path):
     steps = [line for line in lines if line.startswith("steps: llama.cpp")]
     assert "imatrix" in steps[0] and "quantize" in steps[0] and "kl-divergence" in steps[1]
     assert re.search(r"steps: edgeopt: optimize \d+s", text)
+    assert len(re.findall(r"edgeopt's plan: peak \d+\.\d+ GiB, measured \d+\.\d+ GiB", text)) == 2
