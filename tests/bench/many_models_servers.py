@@ -57,6 +57,12 @@ class RunningServer:
         return self.launched.process.pid
 
     def loaded_models(self, client: httpx.Client) -> set[str]:
+        try:
+            return self._loaded_models(client)
+        except httpx.RemoteProtocolError:  # the router closed a kept-alive connection as it was reused: ask again
+            return self._loaded_models(client)
+
+    def _loaded_models(self, client: httpx.Client) -> set[str]:
         if self.kind == "llama-server":
             data = client.get("/models").raise_for_status().json()["data"]
             return {m["id"] for m in data if (m.get("status") or {}).get("value") == "loaded"}
