@@ -154,7 +154,9 @@ def llama_server_extra(binary: Path) -> list[str]:
 
 def measure_side(server: RunningServer, chats: tuple[str, str], embed_model: str | None,
                  args: argparse.Namespace) -> dict[str, Any]:
-    with httpx.Client(base_url=server.url, timeout=600) as client:
+    # A connection per request: llama-server's router closes idle kept-alive ones, and a POST sent on one as it
+    # closed ended runs ("Server disconnected without sending a response"); localhost makes the cost ~1 ms, alike
+    with httpx.Client(base_url=server.url, timeout=600, limits=httpx.Limits(max_keepalive_connections=0)) as client:
         sampler = TreeMemorySampler(server.pid)
         idle_rss = sampler.current_bytes()
         embed = None
