@@ -18,7 +18,7 @@ import ctypes
 import threading
 from collections.abc import Hashable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING
 
 import llama_cpp
 import numpy as np
@@ -30,6 +30,7 @@ from edgeopt.runtimes.base import Runtime, RuntimeInfo, StepInput, check_sequenc
 from edgeopt.runtimes.llama_cpp.batch import NumpyBatch, split_by_outputs
 from edgeopt.runtimes.llama_cpp.context_params import ContextShape, create_context
 from edgeopt.runtimes.llama_cpp.kv_layouts import KV_LAYOUT_CLASSES, SequenceNames
+from edgeopt.runtimes.llama_cpp.load_hooks import LoadHooks
 from edgeopt.runtimes.llama_cpp.model import ModelFacts
 from edgeopt.runtimes.llama_cpp.state_copy import StateCopy
 from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
@@ -37,14 +38,13 @@ from edgeopt.runtimes.llama_cpp.tokenizer import LlamaCppTokenizer
 
 if TYPE_CHECKING:
     from edgeopt.runtimes.llama_cpp.matmul_inputs import MatmulInputTap
-    from edgeopt.runtimes.llama_cpp.deferred_timing import DeferredTiming
 
 # llama_decode return codes (llama.h): 1 = no KV slot for the batch, 2 = aborted, -1 = invalid input.
 _DECODE_ERRORS = {1: "no free KV cells for the batch", 2: "decode aborted", -1: "invalid batch",
                   -2: "failed to allocate compute buffers", -3: "compute failed"}
 
 
-class LlamaCppRuntime(Runtime):
+class LlamaCppRuntime(LoadHooks, Runtime):
     def __init__(self, model: llama_cpp.llama_model_p, facts: ModelFacts, kv_capacity_tokens: int,
                  max_slots: int, max_batch_tokens: int, n_threads: int, context_length: int | None = None,
                  adaptive_threads: bool = False, kv_type: str = "f16", cache_slots: int = 0,
@@ -65,8 +65,6 @@ class LlamaCppRuntime(Runtime):
         self.kv_type = kv_type  # the KV cache's element type (edgeopt.sizing.kv_types); part of any saved state's identity
         self.kv_layout = kv_layout  # edgeopt.sizing.layout's name of the strategy below
         self.flash_attention = flash_attention  # None: llama.cpp's choice
-        self.attention_timing: DeferredTiming | None = None  # load_gguf's, when this file is not timed yet
-        self.keep_model: Callable[[Any], None] | None = None  # load_gguf's: takes the model at close (kept_models.py)
         layout_class = KV_LAYOUT_CLASSES[kv_layout]
         # llama.cpp reserves a logits row per sequence id at least; a verification pass needs one per token.
         self._max_outputs = max_slots + max(cache_slots, draft_rows)  # the context's n_outputs_max
@@ -288,10 +286,6 @@ class LlamaCppRuntime(Runtime):
             if self._model:
                 (self.keep_model or llama_cpp.llama_model_free)(self._model)
                 self._model = None
-
-    def after_ready(self) -> None:
-        if self.attention_timing is not None:
-            self.attention_timing.start()
 
     def _check_open(self) -> None:
         if not self._ctx:
