@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import ExportError, MissingDependencyError, UnsupportedArchitectureError
 from edgeopt.measuring.metrics import mean_kl, top1_agreement
 from edgeopt.exporters.onnx.longrope import traceable_longrope
-from edgeopt.exporters.onnx.tied_embedding import EXTERNAL_DATA_BYTES, share_tied_embedding
+from edgeopt.exporters.onnx.tied_embedding import share_tied_embedding
 from edgeopt.exporters.onnx.validate import probe_text_ids, probe_token_ids
 
 DECODER_TASK = "text-generation-with-past"
@@ -58,7 +55,7 @@ def optimum_export(model_dir: Path, out_dir: Path, task: str, threads: int = 2) 
     eager = reference_attention(model_dir) if task == DECODER_TASK else {}
     try:
         # Validation is ours (KL on logits, below); optimum's would run the model a second time.
-        with traceable_longrope(json.loads((model_dir / "config.json").read_text())), external_data_past_2gb(model_dir):
+        with traceable_longrope(json.loads((model_dir / "config.json").read_text())):
             if eager:  # optimum loads with SDPA, which drops attention soft-capping: trace an eager model
                 _export_eager(model_dir, out_dir, task)
             else:
@@ -132,25 +129,3 @@ def compare_with_fp32(fp32_path: Path, quant_path: Path, tokenizer_json: Path, t
     ids = probe_text_ids(tokenizer_json, ref.vocab_size)
     a, b = ref.logits_for(ids), cand.logits_for(ids)
     return {"probe_kl_vs_fp32": mean_kl(a, b), "probe_top1_vs_fp32": top1_agreement(a, b)}
-
-
-@contextmanager
-def external_data_past_2gb(model_dir: Path) -> Iterator[None]:
-    """Make optimum keep the weights of a model past protobuf's 2 GB in one side file (``model.onnx_data``).
-    torch writes such a model's initializers as a file each; optimum's post-processing (the tied embedding
-    stored once) then saved the whole model into one protobuf and failed: a Llama 3.2 1B shape in float32 after
-    646 s and 18 GB (issue 60). Set for the export only, and only for such models."""
-    from edgeopt.sources.model_spec import load_model_spec
-
-    large = load_model_spec(str(model_dir)).num_parameters * 4 > EXTERNAL_DATA_BYTES
-    before = os.environ.get("FORCE_ONNX_EXTERNAL_DATA")
-    if large:
-        os.environ["FORCE_ONNX_EXTERNAL_DATA"] = "1"
-    try:
-        yield
-    finally:
-        if large:
-            if before is None:
-                os.environ.pop("FORCE_ONNX_EXTERNAL_DATA", None)
-            else:
-                os.environ["FORCE_ONNX_EXTERNAL_DATA"] = before
