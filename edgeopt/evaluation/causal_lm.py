@@ -101,7 +101,8 @@ def evaluate_bundle(bundle_dir: Path, manifest: Any, original_model_dir: Path | 
 
 
 def _evaluate_causal_lm(bundle_dir: Path, manifest: Any, original_model_dir: Path | None, eval_data: Path | None,
-                        workbench: Path | None, window: int, max_tokens: int, governor: ThreadGovernor) -> dict[str, Any]:
+                        workbench: Path | None, window: int, max_tokens: int,
+                        governor: ThreadGovernor) -> dict[str, Any]:
     """Perplexity, and KL/top-1 against the original; the scorers get the threads ``governor`` found free, the
     original's torch follows the load window by window. The original runs first and is closed before the bundle's
     model loads (its logits wait on disk, edgeopt.measuring.reference_logits): one model in memory at a time."""

@@ -18,8 +18,8 @@ from edgeopt.planning.quants import canonical_quant
 from edgeopt.planning.draft_recipe import DraftRecipe, draft_recipe
 from edgeopt.planning.fit import plan_after_passes
 from edgeopt.planning.pass_list import compression_passes
-from edgeopt.planning.requests import Compression, OptimizeRequest, WorkshopRequest
-from edgeopt.planning.workshop import WorkshopPlan, plan_workshop
+from edgeopt.planning.requests import Compression, OptimizeRequest
+from edgeopt.planning.workshop import WorkshopPlan, plan_workshop, refuse_unheld
 from edgeopt.profiles import DeviceProfile
 from edgeopt.sizing.kv_types import parse_kv_type
 from edgeopt.sources.model_spec import ModelSpec, load_model_spec
@@ -79,28 +79,11 @@ def plan_optimize(model: str, profile: DeviceProfile, request: OptimizeRequest) 
     workshop, passes = None, fitted.passes
     if request.workshop is not None:
         workshop, passes = plan_workshop(spec, fitted.spec, fmt, chosen.quant, fitted.passes, request.workshop)
-    if workshop is not None and workshop.largest_own is not None and not request.dry_run:
-        workshop.refuse_beyond(request.workshop.workstation.available_bytes,
-                               workshop_fixes(request.workshop, chosen.quant, workshop.largest_own.name))
+        if not request.dry_run:  # a dry run shows the plan whatever the machine holds
+            refuse_unheld(workshop, request.workshop, chosen.quant)
     return OptimizePlan(profile, plan, fmt, chosen.quant, entry.runtime, output, chosen, passes, fitted.fit_ratio,
                         kv_type=chosen.kv_type if entry.serving.kv_cache_types else None,
                         source_parameters=parameters, draft_recipe=recipe, workshop=workshop)
-
-
-def workshop_fixes(request: WorkshopRequest, quant: str, step: str) -> list[str]:
-    """What takes memory off the optimize's ``step`` that needs the most, of what the flags still allow."""
-    from edgeopt.formats.gguf.quants import uses_imatrix
-
-    if step == "pass distil":
-        return ["pass --no-distil", "prune more, or fewer layers' worth (--prune-layers): a smaller student"]
-    if step == "pass prune":
-        return ["prune a smaller checkpoint, or drop --prune/--fit"]
-    fixes = ["pass --no-eval (the evaluation maps the unquantized reference beside its buffers)"] if request.evaluate else []
-    if request.calibration_text_bytes is None and request.self_calibration:
-        fixes.append("pass --no-self-calibration (no text written by the model, no importance matrix)")
-    if uses_imatrix(quant):
-        fixes.append("pass --quant Q8_0 (no importance matrix)")
-    return fixes
 
 
 def flagged_passes(flags: Compression, fit: bool) -> list[tuple[str, dict[str, Any]]]:

@@ -30,7 +30,8 @@ def generate_calibration(gguf: Path, chunks: int = DEFAULT_CHUNKS, chunk_size: i
     """Sample ``chunks`` sequences of ``chunk_size`` tokens from ``gguf``. ``threads`` None: the cores other
     processes leave free, re-measured while decoding (runtimes/llama_cpp/threads.py): with a busy neighbour on
     2 cores, 2 fixed threads took 170 s for what 1 thread did in 7 s. The tokens did not change with the
-    thread count (SmolLM2-135M, 1 and 2 threads): llama.cpp's CPU kernels give each row to one thread.``matmul_tap`` is shown every weight matmul's input as the text is decoded: the importance matrix of the text
+    thread count (SmolLM2-135M, 1 and 2 threads): llama.cpp's CPU kernels give each row to one thread.
+    ``matmul_tap`` is shown every weight matmul's input as the text is decoded: the importance matrix of the text
     the model writes, measured while it writes it (exporters/gguf/calibration.py)."""
     from edgeopt.sizing.layout import STREAMS, stream_cells
     from edgeopt.runtimes.llama_cpp import load_gguf

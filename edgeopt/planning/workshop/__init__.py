@@ -12,7 +12,7 @@ from edgeopt.planning.workshop.gguf_path import GgufSteps, plan_gguf_export
 from edgeopt.planning.workshop.passes import fit_distil, plan_prune
 from edgeopt.sources.model_spec import ModelSpec
 
-__all__ = ["StepEstimate", "WorkshopPlan", "plan_workshop"]
+__all__ = ["StepEstimate", "WorkshopPlan", "plan_workshop", "refuse_unheld"]
 
 Passes = list[tuple[str, dict[str, Any]]]
 
@@ -43,3 +43,24 @@ def plan_workshop(before: ModelSpec, after: ModelSpec, fmt: str, quant: str, pas
     else:
         skipped = (f"the {fmt} export",)
     return WorkshopPlan(tuple(steps), skipped), fitted
+
+
+def refuse_unheld(plan: WorkshopPlan, request: WorkshopRequest, quant: str) -> None:
+    """Refuse, before any work, a run whose most demanding step needs more memory of its own than the
+    workstation has free, with what takes memory off that step of what the flags still allow."""
+    from edgeopt.formats.gguf.quants import uses_imatrix
+
+    worst = plan.largest_own
+    if worst is None:
+        return
+    if worst.name == "pass distil":
+        fixes = ["pass --no-distil", "prune more (a smaller student)"]
+    elif worst.name == "pass prune":
+        fixes = ["drop --prune/--fit, or prune a smaller checkpoint"]
+    else:
+        fixes = ["pass --no-eval (the evaluation maps the reference beside its buffers)"] if request.evaluate else []
+        if request.calibration_text_bytes is None and request.self_calibration:
+            fixes.append("pass --no-self-calibration (no text written by the model, no importance matrix)")
+        if uses_imatrix(quant):
+            fixes.append("pass --quant Q8_0 (no importance matrix)")
+    plan.refuse_beyond(request.workstation.available_bytes, fixes)

@@ -1,5 +1,6 @@
 """The GGUF export's steps on this workstation: conversion to an unquantized file, the importance matrix (of text
-the model writes itself, measured as it writes it, or of --calibration-data), quantization, evaluation. Each step's memory is what it holds at its peak:
+the model writes itself, measured as it writes it, or of --calibration-data), quantization, evaluation. Each step's
+memory is what it holds at its peak:
 
 - the process itself (Python, numpy, llama.cpp's library and the model's vocabulary tables: ``PROCESS``,
   ``VOCAB_BYTES_PER_TOKEN``);
@@ -45,9 +46,12 @@ BYTES_PER_CALIBRATION_TOKEN = 4.2  # English text a BPE vocabulary cuts (a chunk
 # plan states 6% more, so that it holds elsewhere and stays within 1.2x the peak here.
 MARGIN = 1.06
 
-# What llama.cpp's kernels reach of numpy's float32 matmul rate (edgeopt.profiles.workstation), by kind of pass:
-PREFILL_EFFICIENCY = 1.5  # 512-token batches through F16 weights (llama.cpp's tiled kernels beat a 512 numpy sgemm)
-DECODE_EFFICIENCY = 0.6  # 4-8 rows a step: the weights are read once per step for few tokens
+# What llama.cpp's kernels reach of numpy's float32 matmul rate (edgeopt.profiles.workstation), by kind of pass,
+# measured on the 1B shape (numpy 109 GFLOPS there): 512-token chunks through F16 weights 106 GFLOPS, windows of 256
+# with their logits copied out 78, 4-8 sequences decoded a token a step 47 (the weights read once a step for few rows).
+PREFILL_EFFICIENCY = 1.0
+SCORING_EFFICIENCY = 0.7
+DECODE_EFFICIENCY = 0.43
 CONVERT_PARAMS_PER_SECOND = 70e6  # reading, casting and writing (numpy's memory-bound loops)
 QUANTIZE_PARAMS_PER_SECOND = 12e6  # llama.cpp's search for each block's scales (Q4_K_M with a matrix)
 
@@ -97,7 +101,7 @@ def plan_gguf_export(spec: ModelSpec, steps: GgufSteps, gflops: float) -> Worksh
         # array scored, the stored reference's read back.
         window = _llama_buffers(spec, 0, EVAL_WINDOW, kv_bytes=4) + 4 * EVAL_WINDOW * spec.vocab_size * 4
         seconds = (EVAL_TOKENS * flops_per_token / (rate * DECODE_EFFICIENCY)
-                   + 2 * EVAL_TOKENS * flops_per_token / (rate * PREFILL_EFFICIENCY))
+                   + 2 * EVAL_TOKENS * flops_per_token / (rate * SCORING_EFFICIENCY))
         reference, candidate = process + window, process + window + quantized
         plan.append(StepEstimate("evaluation", max(reference + LIBRARIES + unquantized, candidate + LIBRARIES),
                                  max(reference, candidate), seconds))
