@@ -14,7 +14,7 @@ an :class:`EmbeddingRuntime`, which has no KV cache and no step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -105,6 +105,10 @@ class Runtime(Protocol):
     max_batch_tokens: int | None = None
     # Logits rows one step returns without splitting the pass (llama.cpp's n_outputs_max). None: any number.
     max_logit_rows: int | None = None
+    # What a decode pass's cost depends on (the model file, threads, KV type and layout, attention kernel, batch):
+    # a runtime made alike again (a model swapped back in) reuses the cost measured for the first
+    # (edgeopt.engine.speculation.calibration). None: measured at every engine start.
+    pass_cost_key: Hashable | None = None
 
     def step(self, batch: list[StepInput]) -> np.ndarray:
         """Run one forward pass over every input; return float32 logits of shape (rows, vocab_size), in

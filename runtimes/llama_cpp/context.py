@@ -60,6 +60,8 @@ class LlamaCppRuntime(LoadHooks, Runtime):
         shown every weight matmul's input while decoding (the importance matrix of text the model writes,
         exporters/gguf/calibration.py)."""
         self._tap = matmul_tap
+        self.pass_cost_key = (None if file_key is None else
+                              (file_key, n_threads, kv_type, kv_layout, flash_attention, max_batch_tokens, max_slots))
         self._model = model
         self.facts = facts
         self.kv_type = kv_type  # the KV cache's element type (edgeopt.sizing.kv_types); part of any saved state's identity

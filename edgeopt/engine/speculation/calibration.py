@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from edgeopt.engine.speculation.step_cost import StepCostModel
@@ -75,9 +76,22 @@ def measure_pass_cost(runtime: Runtime, slot: int = 0) -> PassCost | None:
     return PassCost(fixed, per_token / fixed, {tokens: taken[0] for tokens, taken in fastest.items()})
 
 
+# Costs measured in this process, by the runtime's pass_cost_key: a model swapped back in is a runtime alike, and
+# timing its passes again cost 2.5 s of each swap back on Gemma 3 270M (its 1 MiB logits rows). A cost measured
+# on a host busier then than now is corrected from served steps (price_probe.py, pass_curve.py) either way.
+_MEASURED: dict[Hashable, PassCost] = {}
+
+
 def calibrate(cost: StepCostModel, runtime: Runtime) -> None:
     """Give the controller's step-cost model this device's decode-pass cost before the engine serves (on the
-    engine thread); a measurement that fails or cannot be trusted leaves the prior in place."""
+    engine thread): measured, or what a runtime alike measured in this process; a measurement that fails or
+    cannot be trusted leaves the prior in place."""
+    key = getattr(runtime, "pass_cost_key", None)
+    measured = _MEASURED.get(key) if key is not None else None
+    if measured is not None:
+        cost.set_prior(measured.fixed_seconds, measured.per_token_ratio, measured.curve)
+        log.info("speculation: the decode pass's cost measured for this model earlier in this process is reused")
+        return
     try:
         measured = measure_pass_cost(runtime)
     except Exception as exc:  # noqa: BLE001 - a measurement, not the service: the prior stays
@@ -87,6 +101,8 @@ def calibrate(cost: StepCostModel, runtime: Runtime) -> None:
         log.info("speculation: the decode pass's timings varied too much to use (a busy device); the "
                  "controller starts from its prior and learns from the steps it serves")
         return
+    if key is not None:
+        _MEASURED[key] = measured
     cost.set_prior(measured.fixed_seconds, measured.per_token_ratio, measured.curve)
     one = measured.curve[1]
     log.info("speculation: a decode pass of 1 token takes %.1f ms on this device; of %s tokens %s times that",
