@@ -14,6 +14,8 @@ Each kind of model is wrapped by a class of its own that states its protocol's e
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import threading
 from pathlib import Path
 
@@ -64,6 +66,10 @@ class GatedRuntime(Runtime):
     @property
     def max_logit_rows(self) -> int | None:  # type: ignore[override]
         return self._runtime.max_logit_rows
+
+    @property
+    def pass_cost_key(self) -> Hashable | None:  # type: ignore[override]
+        return self._runtime.pass_cost_key
 
     @property
     def kv_type(self) -> str | None:  # type: ignore[override]

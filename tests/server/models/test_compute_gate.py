@@ -79,6 +79,8 @@ def test_an_engine_over_a_gated_runtime_steps_under_the_lock_and_answers_as_over
     assert isinstance(gated, GatedRuntime)
     assert gated.info is runtime.info and gated.tokenizer is runtime.tokenizer
     assert gated.max_batch_tokens == runtime.max_batch_tokens and gated.kv_type == runtime.kv_type
+    runtime.pass_cost_key = ("model.gguf", 2)  # a model swapped back in reuses its decode-pass cost through the gate
+    assert gated.pass_cost_key == ("model.gguf", 2)
     engine, _ = make_engine(gated)
     texts = []
 
