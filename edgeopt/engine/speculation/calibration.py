@@ -86,7 +86,7 @@ def calibrate(cost: StepCostModel, runtime: Runtime) -> None:
     """Give the controller's step-cost model this device's decode-pass cost before the engine serves (on the
     engine thread): measured, or what a runtime alike measured in this process; a measurement that fails or
     cannot be trusted leaves the prior in place."""
-    key = getattr(runtime, "pass_cost_key", None)
+    key = runtime.pass_cost_key
     measured = _MEASURED.get(key) if key is not None else None
     if measured is not None:
         cost.set_prior(measured.fixed_seconds, measured.per_token_ratio, measured.curve)
