@@ -57,6 +57,6 @@ def test_optimize_quiet_turns_progress_off(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("EDGEOPT_PROGRESS", "1")  # restored after the test, whatever --quiet set
     result = CliRunner().invoke(app, ["optimize", "--quiet", "--help"])
     assert result.exit_code == 0 and "--quiet" in result.output
-    monkeypatch.setattr("edgeopt.cli.commands.optimize_cmd.resolve", lambda opts: (_ for _ in ()).throw(SystemExit(0)))
+    monkeypatch.setattr("edgeopt.optimize.options.resolve", lambda opts: (_ for _ in ()).throw(SystemExit(0)))
     CliRunner().invoke(app, ["optimize", "some-model", "--quiet"])
     assert os.environ.get("EDGEOPT_PROGRESS") == "0"
