@@ -28,7 +28,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,31 +97,13 @@ def build_bundles(work: Path) -> dict[str, Path]:
 def time_to_health(src: Path, bundle: Path, timeout_s: float = 120.0) -> tuple[float, float]:
     """Seconds from spawning ``edgeopt serve`` (code from ``src``) to its first 200 on /health, and the CPU
     seconds (user + system) the server spent until then: the load-independent half of the figure."""
-    import psutil
-
-    from edgeopt.server.startup.serve_process import free_port, serve_command, stop
+    from edgeopt.server.startup.serve_process import free_port, serve_command
+    from tests.bench.bench_gguf_cold_start import to_health
 
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    started = time.perf_counter()
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(serve_command(bundle, port, extra_args=SERVE_ARGS), cwd=src, env=env,
-                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        try:
-            while time.perf_counter() - started < timeout_s:
-                if process.poll() is not None:
-                    log.seek(0)
-                    raise RuntimeError(f"server from {src} exited: {log.read().decode(errors='replace')[-800:]}")
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
-                        wall, cpu = time.perf_counter() - started, psutil.Process(process.pid).cpu_times()
-                        return wall, cpu.user + cpu.system
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.02)
-            raise RuntimeError(f"server from {src} not healthy within {timeout_s:.0f}s")
-        finally:
-            stop(process)
+    figures = to_health(serve_command(bundle, port, extra_args=SERVE_ARGS), port,
+                        {**os.environ, "PYTHONPATH": str(src)}, settle_s=0.0, timeout_s=timeout_s, cwd=src)
+    return figures["wall"], figures["cpu"]
 
 
 def startup_phases(bundle: Path) -> dict[str, float]:

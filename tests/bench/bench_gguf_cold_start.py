@@ -56,10 +56,13 @@ def rss_anon_mib(pid: int) -> float:
 
 
 def to_health(command: list[str], port: int, env: dict[str, str], settle_s: float = 1.0,
-              timeout_s: float = 180.0) -> dict[str, float]:
+              timeout_s: float = 180.0, cwd: Path | None = None) -> dict[str, float]:
+    """Spawn ``command`` and wait for its first 200 on /health: the seconds to it, the CPU seconds (user + system)
+    the server spent until then, and its RssAnon ``settle_s`` later (MiB)."""
     started = time.perf_counter()
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                   cwd=cwd)
         try:
             while time.perf_counter() - started < timeout_s:
                 if process.poll() is not None:
