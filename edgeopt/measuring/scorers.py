@@ -20,8 +20,6 @@ from edgeopt.errors import ConfigError, EvaluationError
 
 
 class Scorer(Protocol):
-    vocab_size: int
-
     def score(self, token_ids: list[int]) -> np.ndarray:
         """float32 logits of shape (len(token_ids), vocab): row i predicts token i+1."""
         ...
@@ -29,17 +27,11 @@ class Scorer(Protocol):
     def close(self) -> None: ...
 
 
-class Reference(Protocol):
+class Reference(Scorer, Protocol):
     """The original model an evaluation compares a bundle with; it also writes the evaluation text when the user
     gives none. ``generator`` names what decodes that text (part of the text's cache key)."""
 
     generator: str
-
-    def score(self, token_ids: list[int]) -> np.ndarray:
-        """float32 logits of shape (len(token_ids), vocab): row i predicts token i+1."""
-        ...
-
-    def close(self) -> None: ...
 
     def greedy_continuations(self, prompt_ids: list[list[int]], max_new_tokens: int,
                              on_step: Callable[[], None] = lambda: None) -> list[list[int]]: ...
