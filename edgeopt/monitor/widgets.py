@@ -181,24 +181,31 @@ class RequestTable(DataTable):
     A server of several models adds a "model" column; a server of one looks as it always did.
     """
 
-    COLUMNS = ("request", "state", "prompt", "generated", "elapsed")
-    MODEL_WIDTH = 16
+    # Fixed widths: a width grown from the rows is recomputed after they are drawn, so a poll's screen
+    # could show "decod" for "decoding" (and the columns would jump as states come and go).
+    COLUMNS = {"request": 18, "state": 10, "prompt": 6, "generated": 9, "elapsed": 7}
+    MODEL_WIDTH = 14
     with_model = False  # the columns now shown include "model"
 
     def on_mount(self) -> None:
         self.cursor_type = "none"
-        self.add_columns(*self.COLUMNS)
+        self._add_columns()
         self.border_title = "Active requests"
+
+    def _add_columns(self) -> None:
+        widths = {"model": self.MODEL_WIDTH} if self.with_model else {}
+        for name in self.columns_shown:
+            self.add_column(name, width=widths.get(name, self.COLUMNS.get(name)))
 
     def show(self, rows: list[RequestRow] | None, with_model: bool = False) -> None:
         switch = with_model != self.with_model
         self.clear(columns=switch)
         if switch:
             self.with_model = with_model
-            self.add_columns(*self.columns_shown)
+            self._add_columns()
         for row in rows or []:
-            cells = [row.request_id[:24], row.state, f"{row.prompt_tokens:>6}", f"{row.generated_tokens:>9}",
-                     f"{row.elapsed_s:6.1f}s"]
+            cells = [row.request_id[: self.COLUMNS["request"]], row.state, f"{row.prompt_tokens:>6}",
+                     f"{row.generated_tokens:>9}", f"{row.elapsed_s:6.1f}s"]
             if self.with_model:
                 cells.insert(1, (row.model or fmt.MISSING)[: self.MODEL_WIDTH])
             self.add_row(*cells)
@@ -206,4 +213,5 @@ class RequestTable(DataTable):
 
     @property
     def columns_shown(self) -> tuple[str, ...]:
-        return (self.COLUMNS[0], "model", *self.COLUMNS[1:]) if self.with_model else self.COLUMNS
+        names = tuple(self.COLUMNS)
+        return (names[0], "model", *names[1:]) if self.with_model else names
