@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 from pathlib import Path
@@ -54,13 +55,16 @@ def optimum_export(model_dir: Path, out_dir: Path, task: str, threads: int = 2) 
     torch.set_num_threads(threads)
     eager = reference_attention(model_dir) if task == DECODER_TASK else {}
     try:
-        # Validation is ours (KL on logits, below); optimum's would run the model a second time.
+        # Validation is ours (KL on logits, below); optimum's would run the model a second time. Its post-processing
+        # of a decoder only de-duplicates a tied head, by serializing the whole graph: past 2 GB (a 1B model in
+        # fp32) protobuf refuses that, so share_tied_embedding (which never does) de-duplicates instead.
+        post = {"no_post_process": task == DECODER_TASK}
         with traceable_longrope(json.loads((model_dir / "config.json").read_text())):
             if eager:  # optimum loads with SDPA, which drops attention soft-capping: trace an eager model
-                _export_eager(model_dir, out_dir, task)
+                _export_eager(model_dir, out_dir, task, **post)
             else:
                 main_export(str(model_dir), output=str(out_dir), task=task, do_validation=False,
-                            library_name="transformers", local_files_only=True)
+                            library_name="transformers", local_files_only=True, **post)
     except Exception as exc:  # optimum raises ValueError/KeyError/RuntimeError for unsupported models
         raise ExportError(f"optimum could not export {model_dir} for {task}: {exc.__class__.__name__}: {exc}",
                           "check that optimum-onnx supports this architecture (optimum-cli export onnx --help)") from exc
@@ -69,16 +73,20 @@ def optimum_export(model_dir: Path, out_dir: Path, task: str, threads: int = 2) 
         raise ExportError(f"optimum wrote no model.onnx into {out_dir} (found {sorted(p.name for p in out_dir.iterdir())})",
                           "report this model to edgeopt")
     if task == DECODER_TASK:
+        # The traced torch model sits in reference cycles: collected now, its float32 copy (4 bytes a parameter)
+        # is not held beside the graph share_tied_embedding reads.
+        gc.collect()
         share_tied_embedding(model)
     return model
 
 
-def _export_eager(model_dir: Path, out_dir: Path, task: str) -> None:
+def _export_eager(model_dir: Path, out_dir: Path, task: str, no_post_process: bool) -> None:
     from optimum.exporters.onnx import onnx_export_from_model
 
     from edgeopt.measuring.torch_metrics import load_causal_lm  # loads a soft-capped model with eager attention
 
-    onnx_export_from_model(load_causal_lm(model_dir), str(out_dir), task=task, do_validation=False)
+    onnx_export_from_model(load_causal_lm(model_dir), str(out_dir), task=task, do_validation=False,
+                           no_post_process=no_post_process)
 
 
 def copy_model_files(src_dir: Path, dst_dir: Path, with_onnx: bool) -> None:

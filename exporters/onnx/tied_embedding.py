@@ -17,11 +17,34 @@ EXTERNAL_DATA_BYTES = 1_800_000_000  # protobuf caps a single file at 2 GB
 
 
 def share_tied_embedding(onnx_path: Path) -> bool:
-    """Rewrite ``onnx_path`` in place if its lm_head duplicates the embedding; whether it did."""
+    """Rewrite ``onnx_path`` in place if its lm_head duplicates the embedding; whether it did.
+
+    A graph past 2 GB comes from torch's exporter with one external file per initializer (hundreds of files
+    beside model.onnx, which only ``model.onnx*`` copies would lose); it is rewritten with all of them in
+    ``model.onnx_data`` whether or not a duplicate was found."""
     import onnx
+    from onnx.external_data_helper import load_external_data_for_model
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    scattered = _external_files(model)
+    load_external_data_for_model(model, str(onnx_path.parent))
+    deduplicated = _read_table_for_tied_head(model)
+    if not deduplicated and len(scattered) <= 1:
+        return False
+    external = sum(len(init.raw_data) for init in model.graph.initializer) > EXTERNAL_DATA_BYTES
+    location = onnx_path.name + "_data"
+    # Every initializer is in memory now: the files it came from can go before the graph is written again.
+    for stale in scattered | {location}:
+        (onnx_path.parent / stale).unlink(missing_ok=True)
+    onnx.save(model, str(onnx_path), save_as_external_data=external, all_tensors_to_one_file=True,
+              location=location if external else None)
+    return deduplicated
+
+
+def _read_table_for_tied_head(model) -> bool:
+    """Make the MatMul whose weight is the transposed embedding table read the table; whether there was one."""
     from onnx import helper, numpy_helper
 
-    model = onnx.load(str(onnx_path))
     initializers = {init.name: init for init in model.graph.initializer}
     gathers = [n for n in model.graph.node if n.op_type == "Gather" and n.input[0] in initializers
                and len(initializers[n.input[0]].dims) == 2]
@@ -38,12 +61,13 @@ def share_tied_embedding(onnx_path: Path) -> bool:
     model.graph.initializer.remove(initializers[duplicate])
     model.graph.node.insert(0, helper.make_node("Transpose", [table_name], [transposed], perm=[1, 0],
                                                 name="/lm_head/TiedTranspose"))
-    external = sum(len(init.raw_data) for init in model.graph.initializer) > EXTERNAL_DATA_BYTES
-    for stale in onnx_path.parent.glob(onnx_path.name + "_data"):
-        stale.unlink()
-    onnx.save(model, str(onnx_path), save_as_external_data=external, all_tensors_to_one_file=True,
-              location=onnx_path.name + "_data" if external else None)
     return True
+
+
+def _external_files(model) -> set[str]:
+    """The files a graph's initializers keep their data in."""
+    return {entry.value for init in model.graph.initializer for entry in init.external_data
+            if entry.key == "location"}
 
 
 def _duplicate_matmul_weight(model, initializers: dict, table: np.ndarray) -> str | None:
