@@ -55,13 +55,15 @@ class OptimizeOptions:
 
     def workshop_request(self) -> WorkshopRequest:
         """The steps the flags ask for, on this workstation as measured now."""
+        from edgeopt.exporters.onnx.exporter import CALIBRATED_ALGORITHMS, int4_algorithm
         from edgeopt.profiles.workstation import measure_workstation
 
         text = self.export_options.get("calibration_data")
         return WorkshopRequest(measure_workstation(), evaluate=self.evaluate,
                                calibration_text_bytes=Path(text).stat().st_size if text and Path(text).is_file() else None,
                                self_calibration=bool(self.export_options.get("self_calibration", True)),
-                               mix="mix_size_bytes" in self.export_options)
+                               mix="mix_size_bytes" in self.export_options,
+                               int4_calibration=int4_algorithm(self.export_options) in CALIBRATED_ALGORITHMS)
 
 
 def resolve(opts: OptimizeOptions) -> OptimizePlan:

@@ -80,7 +80,7 @@ def plan_optimize(model: str, profile: DeviceProfile, request: OptimizeRequest) 
     if request.workshop is not None:
         workshop, passes = plan_workshop(spec, fitted.spec, fmt, chosen.quant, fitted.passes, request.workshop)
         if not request.dry_run:  # a dry run shows the plan whatever the machine holds
-            refuse_unheld(workshop, request.workshop, chosen.quant)
+            refuse_unheld(workshop, request.workshop, fmt, chosen.quant)
     return OptimizePlan(profile, plan, fmt, chosen.quant, entry.runtime, output, chosen, passes, fitted.fit_ratio,
                         kv_type=chosen.kv_type if entry.serving.kv_cache_types else None,
                         source_parameters=parameters, draft_recipe=recipe, workshop=workshop)

@@ -9,6 +9,7 @@ from typing import Any
 from edgeopt.planning.requests import WorkshopRequest
 from edgeopt.planning.workshop.estimate import StepEstimate, WorkshopPlan
 from edgeopt.planning.workshop.gguf_path import GgufSteps, plan_gguf_export
+from edgeopt.planning.workshop.onnx_path import OnnxSteps, plan_onnx_export
 from edgeopt.planning.workshop.passes import fit_distil, plan_prune
 from edgeopt.sources.model_spec import ModelSpec
 
@@ -21,7 +22,7 @@ def plan_workshop(before: ModelSpec, after: ModelSpec, fmt: str, quant: str, pas
                   request: WorkshopRequest) -> tuple[WorkshopPlan, Passes]:
     """The steps for ``before`` (the checkpoint) made into ``after`` by ``passes`` and exported as ``fmt``
     ``quant``, and the passes with the distillation settings that fit this workstation. An export not planned
-    yet (ONNX, torch) and the --size mix's measurements are named in ``not_planned``."""
+    yet (torch) and the --size mix's measurements are named in ``not_planned``."""
     workstation = request.workstation
     steps: list[StepEstimate] = []
     fitted: Passes = []
@@ -40,12 +41,17 @@ def plan_workshop(before: ModelSpec, after: ModelSpec, fmt: str, quant: str, pas
                            request.evaluate)
         steps += plan_gguf_export(after, export, workstation.gflops).steps
         skipped = ("the --size mix's measurements",) if request.mix else ()
+    elif fmt == "onnx":
+        export = OnnxSteps(quant.lower(), request.int4_calibration,
+                           request.calibration_text_bytes is None and request.self_calibration)
+        steps += plan_onnx_export(after, export, workstation.gflops).steps
+        skipped = ("the --size mix's measurements",) if request.mix else ()
     else:
         skipped = (f"the {fmt} export",)
     return WorkshopPlan(tuple(steps), skipped), fitted
 
 
-def refuse_unheld(plan: WorkshopPlan, request: WorkshopRequest, quant: str) -> None:
+def refuse_unheld(plan: WorkshopPlan, request: WorkshopRequest, fmt: str, quant: str) -> None:
     """Refuse, before any work, a run whose most demanding step needs more memory of its own than the
     workstation has free, with what takes memory off that step of what the flags still allow."""
     from edgeopt.formats.gguf.quants import uses_imatrix
@@ -57,6 +63,9 @@ def refuse_unheld(plan: WorkshopPlan, request: WorkshopRequest, quant: str) -> N
         fixes = ["pass --no-distil", "prune more (a smaller student)"]
     elif worst.name == "pass prune":
         fixes = ["drop --prune/--fit, or prune a smaller checkpoint"]
+    elif fmt == "onnx":  # every step holds float32 copies of the model
+        fixes = ["pass --format gguf (its steps map the model file and hold no float32 copy)",
+                 "prune to a smaller model first (--prune)"]
     else:
         fixes = ["pass --no-eval (the evaluation maps the reference beside its buffers)"] if request.evaluate else []
         if request.calibration_text_bytes is None and request.self_calibration:
