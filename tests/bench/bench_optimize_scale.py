@@ -3,12 +3,13 @@ own pipeline built from the same llama.cpp (convert_hf_to_gguf.py to F16, llama-
 for the defaults llama-perplexity --kl-divergence), on a random-weight checkpoint of Llama 3.2 1B's or Llama 3.1
 8B's shape with the real Llama 3 vocabulary (tests/bench/scale_checkpoints.py).
 
-Two comparisons, each printing wall time, peak RSS (``/usr/bin/time -f %M``'s measure: the largest process's
+Each comparison prints wall time, peak RSS (``/usr/bin/time -f %M``'s measure: the largest process's
 high-water mark) and peak anonymous memory (RssAnon of the process tree, sampled: memory-mapped model files are page
 cache, for llama.cpp's tools as for edgeopt), and every step's share:
 
 - ``calibration``: the same calibration text for both (the even sections of CPython's language reference,
   ``--words`` words), no evaluation (``--no-eval``);
+- ``onnx`` (``--only onnx``): edgeopt's ONNX export alone (``--onnx-quant``, no evaluation) against its plan.
 - ``defaults``: edgeopt's defaults (an importance matrix from text the model writes itself, evaluation against the
   original on text it writes itself, ``--accept-quality-loss``: random weights fail the floor by design); llama.cpp
   given real text of the same token counts for its matrix and for ``llama-perplexity --kl-divergence``.
@@ -136,24 +137,27 @@ def llama_cpp_pipeline(tools: Path, checkpoint: Path, work: Path, calibration: P
     return run
 
 
-def edgeopt_pipeline(checkpoint: Path, work: Path, calibration: Path | None, log: Path) -> Pipeline:
+def edgeopt_pipeline(checkpoint: Path, work: Path, calibration: Path | None, log: Path, fmt: str = "gguf",
+                     quant: str = "Q4_K_M", evaluate: bool = True) -> Pipeline:
     out = work / "edgeopt-bundle"
-    command = [sys.executable, "-m", "edgeopt.cli.app", "optimize", str(checkpoint), "--format", "gguf", "--quant",
-               "Q4_K_M", "--target", "jetson-agx-orin-64gb", "-o", str(out), "--force"]
-    command += ["--calibration-data", str(calibration), "--no-eval"] if calibration else ["--accept-quality-loss"]
+    command = [sys.executable, "-m", "edgeopt.cli.app", "optimize", str(checkpoint), "--format", fmt, "--quant",
+               quant, "--target", "jetson-agx-orin-64gb", "-o", str(out), "--force"]
+    if calibration:
+        command += ["--calibration-data", str(calibration)]
+    command += ["--accept-quality-loss"] if evaluate else ["--no-eval"]
     env = {**os.environ, "EDGEOPT_CACHE": str(work / "edgeopt-cache")}  # nothing reused from an earlier run
-    run = Pipeline("edgeopt", planned_peak=planned_peak(checkpoint, out, calibration))
+    run = Pipeline("edgeopt", planned_peak=planned_peak(checkpoint, out, calibration, fmt, quant, evaluate))
     run.steps.append(timed("optimize", command, env, log))
     return run
 
 
-def planned_peak(checkpoint: Path, out: Path, calibration: Path | None) -> int:
+def planned_peak(checkpoint: Path, out: Path, calibration: Path | None, fmt: str, quant: str, evaluate: bool) -> int:
     """The peak resident memory edgeopt's own plan states for the run (edgeopt.planning.workshop)."""
     from edgeopt.optimize.export_options import export_options
     from edgeopt.optimize.options import OptimizeOptions, resolve
 
-    opts = OptimizeOptions(model=str(checkpoint), target="jetson-agx-orin-64gb", format="gguf", quant="Q4_K_M",
-                           output=out, dry_run=True, evaluate=calibration is None,
+    opts = OptimizeOptions(model=str(checkpoint), target="jetson-agx-orin-64gb", format=fmt, quant=quant,
+                           output=out, dry_run=True, evaluate=evaluate,
                            export_options=export_options(calibration_data=calibration))
     workshop = resolve(opts).workshop
     assert workshop is not None
@@ -187,9 +191,12 @@ def compare(label: str, ours: Pipeline, theirs: Pipeline) -> list[str]:
             *(f"{p.name:10s} {p.seconds:8.1f} {p.max_rss / GIB:13.2f} {p.peak_anon / GIB:14.2f}" for p in (ours, theirs)),
             f"{'ratio':10s} {ours.seconds / theirs.seconds:8.2f} {ours.max_rss / theirs.max_rss:13.2f} "
             f"{ours.peak_anon / max(1, theirs.peak_anon):14.2f}",
-            f"steps: edgeopt: {ours.shares()}", f"steps: llama.cpp: {theirs.shares()}",
-            f"edgeopt's plan: peak {ours.planned_peak / GIB:.2f} GiB, measured {ours.max_rss / GIB:.2f} GiB "
-            f"(planned / measured {ours.planned_peak / ours.max_rss:.2f}; held when 1.00-1.20)"]
+            f"steps: edgeopt: {ours.shares()}", f"steps: llama.cpp: {theirs.shares()}", plan_line(ours)]
+
+
+def plan_line(ours: Pipeline) -> str:
+    return (f"edgeopt's plan: peak {ours.planned_peak / GIB:.2f} GiB, measured {ours.max_rss / GIB:.2f} GiB "
+            f"(planned / measured {ours.planned_peak / ours.max_rss:.2f}; held when 1.00-1.20)")
 
 
 def main(argv: list[str] | None = None) -> list[str]:
@@ -200,7 +207,9 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--shape", choices=("small", "1b", "8b"), default="1b")
     parser.add_argument("--words", type=int, default=5300, help="calibration text for the first comparison")
     parser.add_argument("--work", type=Path, default=None, help="where checkpoints and files go (default: a temp dir)")
-    parser.add_argument("--only", choices=("calibration", "defaults"), default=None)
+    parser.add_argument("--only", choices=("calibration", "defaults", "onnx"), default=None,
+                        help="onnx: edgeopt's ONNX export alone (llama.cpp has none), against its plan")
+    parser.add_argument("--onnx-quant", choices=("int8", "int4"), default="int8")
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="optimize-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -210,7 +219,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     lines = [f"# optimize at the {args.shape} shape: {cpu_model()}, {os.cpu_count()} cores"]
     if args.only in (None, "calibration"):
         calibration, _ = texts(work, args.words, checkpoint, 0)
-        ours = edgeopt_pipeline(checkpoint, work, calibration, log)
+        ours = edgeopt_pipeline(checkpoint, work, calibration, log, evaluate=False)
         lines += compare(f"calibration text ({args.words} words), no evaluation", ours,
                          llama_cpp_pipeline(tools, checkpoint, work, calibration, None, log))
     if args.only in (None, "defaults"):
@@ -220,6 +229,11 @@ def main(argv: list[str] | None = None) -> list[str]:
         ours = edgeopt_pipeline(checkpoint, work, None, log)
         lines += compare("defaults (matrix from self-written text, evaluation)", ours,
                          llama_cpp_pipeline(tools, checkpoint, work, calibration, evaluation, log))
+    if args.only == "onnx":
+        ours = edgeopt_pipeline(checkpoint, work, None, log, fmt="onnx", quant=args.onnx_quant, evaluate=False)
+        lines += [f"## onnx {args.onnx_quant}, no evaluation", f"{'':10s} {'wall s':>8s} {'peak RSS GiB':>13s} "
+                  f"{'peak anon GiB':>14s}", f"{'edgeopt':10s} {ours.seconds:8.1f} {ours.max_rss / GIB:13.2f} "
+                  f"{ours.peak_anon / GIB:14.2f}", plan_line(ours)]
     print("\n".join(lines), flush=True)
     return lines
 
