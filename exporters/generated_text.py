@@ -117,13 +117,30 @@ def _sample_group(runtime: Runtime, sequences: list[list[int]], length: int, rng
     """Extend every sequence to ``length`` tokens: all prompts in one step, then one token each per step."""
     for slot in range(len(sequences)):
         runtime.release(slot)  # the previous group's cells
-    batch = [StepInput(slot, list(seq), 0, want_logits=True) for slot, seq in enumerate(sequences)]
-    while batch:
-        for item, row in zip(batch, runtime.step(batch)):  # rows come back in batch order
-            sequences[item.slot].append(_sample(row, rng, banned, temperature, min_p))
-        batch = [StepInput(slot, [seq[-1]], len(seq) - 1, want_logits=True)
-                 for slot, seq in enumerate(sequences) if len(seq) < length]
+    prompts = [StepInput(slot, list(seq), 0, want_logits=True) for slot, seq in enumerate(sequences)]
+    for batch in _within(prompts, runtime.max_batch_tokens):
+        _extend(runtime, batch, sequences, rng, banned, temperature, min_p)
+    while batch := [StepInput(slot, [seq[-1]], len(seq) - 1, want_logits=True)
+                    for slot, seq in enumerate(sequences) if len(seq) < length]:
+        _extend(runtime, batch, sequences, rng, banned, temperature, min_p)
     return sequences
+
+
+def _extend(runtime: Runtime, batch: list[StepInput], sequences: list[list[int]], rng: np.random.Generator,
+            banned: np.ndarray, temperature: float, min_p: float) -> None:
+    for item, row in zip(batch, runtime.step(batch)):  # rows come back in batch order
+        sequences[item.slot].append(_sample(row, rng, banned, temperature, min_p))
+
+
+def _within(items: list[StepInput], max_tokens: int | None) -> list[list[StepInput]]:
+    """``items`` in steps of at most ``max_tokens`` tokens (many sequences' prompts overflow one batch)."""
+    steps: list[list[StepInput]] = [[]]
+    for item in items:
+        held = sum(len(i.tokens) for i in steps[-1])
+        if steps[-1] and max_tokens is not None and held + len(item.tokens) > max_tokens:
+            steps.append([])
+        steps[-1].append(item)
+    return steps
 
 
 def _sample(logits: np.ndarray, rng: np.random.Generator, banned: np.ndarray, temperature: float,

@@ -17,6 +17,7 @@ from edgeopt.optimize.pipeline import OptimizeOptions, run_optimize
 from edgeopt.exporters.gguf.imatrix_collect import collect_imatrix
 from edgeopt.exporters.input_energy import chunks, tokenize_text
 from edgeopt.exporters.gguf.imatrix_file import read_imatrix, write_imatrix
+from edgeopt.exporters.gguf.self_calibration import SEQUENCE_TOKENS
 from edgeopt.exporters.gguf.tensor_names import gguf_name
 from edgeopt.exporters.gguf.writer import convert_checkpoint
 from edgeopt.optimize.export_options import export_options
@@ -107,7 +108,7 @@ def test_types_that_need_a_matrix_are_made_with_calibration_or_generated_text(ti
     # Without calibration text (the default) the matrix comes from text the model writes itself.
     result = GGUFExporter().export(model, tmp_path / "gen", "IQ2_M", {"calibration_chunks": 2})
     assert (tmp_path / "gen" / result.model_file).stat().st_size > 0
-    assert result.details["imatrix"]["source"] == "generated: 1024 tokens from 2 seed prompts"
+    assert result.details["imatrix"]["source"] == f"generated: {2 * SEQUENCE_TOKENS} tokens from 2 seed prompts"
 
 
 def test_llama_cpp_measures_what_the_checkpoint_computes(tiny_llama_dir: Path, tiny_calibration: Path, tmp_path: Path):

@@ -76,8 +76,9 @@ def test_k_quant_without_calibration_text_gets_a_generated_matrix(tiny_llama_dir
     manifest = run_optimize(OptimizeOptions(model=str(tiny_llama_dir), output=out, format="gguf", quant="Q4_K_M",
                                             evaluate=False), report=lambda _m: None)
     facts = manifest.export["imatrix"]
-    assert facts["source"] == f"generated: {8 * 512} tokens from 8 seed prompts"
-    assert facts["tokens"] == 8 * 512 and facts["chunks"] == 8 and facts["chunk_size"] == 512
+    sequences, length = self_calibration.DEFAULT_CHUNKS, self_calibration.SEQUENCE_TOKENS
+    assert facts["source"] == f"generated: {sequences * length} tokens from 8 seed prompts"
+    assert facts["tokens"] == sequences * length and facts["chunks"] == sequences and facts["chunk_size"] == length
     assert facts["generated"]["seed"] == self_calibration.DEFAULT_SEED and len(facts["tokens_sha256"]) == 64
     assert facts["sha256"] == sha256_file(out / "imatrix.gguf")
     assert read_imatrix(out / "imatrix.gguf").datasets == [facts["source"]]
@@ -124,3 +125,14 @@ def test_generation_decodes_on_the_free_cores_whatever_threads_the_quantizer_get
     monkeypatch.setattr(self_calibration, "generate_calibration", recording)
     result = GGUFExporter().export(tiny_llama_dir, tmp_path / "q4", "Q4_K_M", {"threads": 2, "calibration_chunks": 1})
     assert asked == [None] and result.details["imatrix"]["chunks"] == 1
+
+
+def test_prompts_that_overflow_one_batch_go_in_several_steps() -> None:
+    from edgeopt.exporters.generated_text import _within
+    from edgeopt.runtimes.base import StepInput
+
+    prompts = [StepInput(slot, [1] * 40, 0, want_logits=True) for slot in range(32)]  # 1,280 tokens
+    steps = _within(prompts, 512)
+    assert [sum(len(i.tokens) for i in step) for step in steps] == [480, 480, 320]
+    assert [i.slot for step in steps for i in step] == list(range(32))
+    assert _within(prompts, None) == [prompts]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from edgeopt.planning.checkpoint import weight_bytes
 from edgeopt.planning.workshop.estimate import StepEstimate, WorkshopPlan
+from edgeopt.sizing.layout import stream_cells
 from edgeopt.sources.model_spec import ModelSpec
 
 MIB = 2**20
@@ -37,7 +38,7 @@ QUANTIZE_BYTES_PER_ELEMENT_LATE = 2.5  # what stays beside the whole mapped file
 BATCH_TOKENS = 512  # llama.cpp's batch for calibration chunks and prompts (the compute buffer's size)
 EVAL_WINDOW = 256  # edgeopt.evaluation.causal_lm's window
 EVAL_TOKENS = 4 * 96 + 4 * 8  # the evaluation text the original writes: 4 seed prompts, 96 tokens each
-SELF_CALIBRATION_TOKENS = 8 * 512  # exporters/generated_text.py: 8 sequences of 512 tokens
+SELF_CALIBRATION_SEQUENCES, SELF_CALIBRATION_LENGTH = 32, 128  # exporters/gguf/self_calibration.py, decoded together
 CALIBRATION_CHUNKS = 32  # exporters/gguf/calibration.py's most chunks of --calibration-data
 BYTES_PER_CALIBRATION_TOKEN = 4.2  # English text a BPE vocabulary cuts (a chunk count from a file's size)
 
@@ -48,10 +49,12 @@ MARGIN = 1.06
 
 # What llama.cpp's kernels reach of numpy's float32 matmul rate (edgeopt.profiles.workstation), by kind of pass,
 # measured on the 1B shape (numpy 109 GFLOPS there): 512-token chunks through F16 weights 106 GFLOPS, windows of 256
-# with their logits copied out 78, 4-8 sequences decoded a token a step 47 (the weights read once a step for few rows).
+# with their logits copied out 78, 4-8 sequences decoded a token a step 47 (the weights read once a step for few rows),
+# 32 sequences 1.7 times that.
 PREFILL_EFFICIENCY = 1.0
 SCORING_EFFICIENCY = 0.7
 DECODE_EFFICIENCY = 0.43
+DECODE_32_EFFICIENCY = 0.73
 CONVERT_PARAMS_PER_SECOND = 70e6  # reading, casting and writing (numpy's memory-bound loops)
 QUANTIZE_PARAMS_PER_SECOND = 12e6  # llama.cpp's search for each block's scales (Q4_K_M with a matrix)
 
@@ -83,8 +86,10 @@ def plan_gguf_export(spec: ModelSpec, steps: GgufSteps, gflops: float) -> Worksh
                     spec.num_parameters / CONVERT_PARAMS_PER_SECOND)]
     if steps.uses_matrix and steps.calibration_text_bytes is None and steps.self_calibration:
         # the matrix is measured as the text is written (exporters/gguf/calibration.py): no pass of its own
-        plan.append(mapping("calibration text and matrix", process + _llama_buffers(spec, 8, 8 * BATCH_TOKENS),
-                            unquantized, SELF_CALIBRATION_TOKENS * flops_per_token / (rate * DECODE_EFFICIENCY)))
+        sequences, length = SELF_CALIBRATION_SEQUENCES, min(SELF_CALIBRATION_LENGTH, spec.max_position_embeddings)
+        plan.append(mapping("calibration text and matrix",
+                            process + _llama_buffers(spec, sequences, sequences * stream_cells(length)), unquantized,
+                            sequences * length * flops_per_token / (rate * DECODE_32_EFFICIENCY)))
     matrix_tokens = _matrix_tokens(steps)
     if matrix_tokens:
         plan.append(mapping("importance matrix", process + _llama_buffers(spec, BATCH_TOKENS, BATCH_TOKENS),
