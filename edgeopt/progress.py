@@ -87,3 +87,25 @@ def counted(description: str) -> Iterator[Callable[[int, int], None]]:
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+@contextmanager
+def stage(description: str) -> Iterator[None]:
+    """A step with no count of its own (a library call that runs minutes: optimum's export, a quantizer): a
+    spinner with the time so far on a terminal, a line with its seconds when it ends elsewhere."""
+    mode = _mode()
+    if mode == OFF:
+        yield
+        return
+    if mode == LINES:
+        started = time.perf_counter()
+        yield
+        print(f"{description}: done in {time.perf_counter() - started:.1f}s", file=sys.stderr, flush=True)
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        bar.add_task(description, total=None)
+        yield

@@ -60,3 +60,20 @@ def test_optimize_quiet_turns_progress_off(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr("edgeopt.optimize.options.resolve", lambda opts: (_ for _ in ()).throw(SystemExit(0)))
     CliRunner().invoke(app, ["optimize", "some-model", "--quiet"])
     assert os.environ.get("EDGEOPT_PROGRESS") == "0"
+
+
+def test_a_stage_without_a_count_says_how_long_it_took_or_shows_a_spinner(monkeypatch: pytest.MonkeyPatch, capsys):
+    from edgeopt.progress import stage
+
+    monkeypatch.delenv("EDGEOPT_PROGRESS", raising=False)
+    with stage("onnx: export in float32 (optimum)"):
+        pass
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("onnx: export in float32 (optimum): done in ") and line.endswith("s")
+    monkeypatch.setenv("EDGEOPT_PROGRESS", "0")
+    with stage("silent"):
+        pass
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("EDGEOPT_PROGRESS", "1")
+    with stage("spinner"):
+        pass

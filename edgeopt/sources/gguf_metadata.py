@@ -54,6 +54,7 @@ class GgufMetadata:
     values: dict[str, Any]  # scalars and strings, decoded
     arrays: dict[str, ArrayInfo]  # arrays: their element type, length and position only
     tensor_shapes: dict[str, tuple[int, ...]]  # tensor name -> dimensions (the infos after the metadata)
+    tensor_types: dict[str, int]  # tensor name -> its ggml type id (gguf.GGMLQuantizationType's values)
 
     @property
     def parameter_count(self) -> int:
@@ -184,7 +185,7 @@ def _parse(path: Path, data: mmap.mmap) -> GgufMetadata:
         else:
             raise BundleError(f"{path}: metadata key {key!r} has unknown value type {value_type}",
                               "the file is corrupt or newer than this reader; convert it again")
-    return GgufMetadata(path, version, tensor_count, values, arrays, _tensor_shapes(data, offset, tensor_count))
+    return GgufMetadata(path, version, tensor_count, values, arrays, *_tensor_infos(data, offset, tensor_count))
 
 
 def read_tensor_bytes(path: Path) -> dict[str, int]:
@@ -219,15 +220,17 @@ def read_tensor_bytes(path: Path) -> dict[str, int]:
     return {name: stop - start for (name, start), stop in zip(ordered, ends)}
 
 
-def _tensor_shapes(data: mmap.mmap, offset: int, count: int) -> dict[str, tuple[int, ...]]:
+def _tensor_infos(data: mmap.mmap, offset: int,
+                  count: int) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
     """Each tensor info: name, u32 dimension count, u64 dimensions, u32 type, u64 data offset."""
-    shapes = {}
+    shapes, types = {}, {}
     for _ in range(count):
         name, offset = _string(data, offset)
         (n_dims,) = struct.unpack_from("<I", data, offset)
         shapes[name] = struct.unpack_from(f"<{n_dims}Q", data, offset + 4)
+        (types[name],) = struct.unpack_from("<I", data, offset + 4 + 8 * n_dims)
         offset += 4 + 8 * n_dims + 4 + 8
-    return shapes
+    return shapes, types
 
 
 def _string(data: mmap.mmap, offset: int) -> tuple[str, int]:

@@ -24,12 +24,15 @@ def tensor_role(name: str) -> str:
 
 
 def tensor_type_mix(gguf_path: Path) -> dict[str, dict[str, int]]:
-    """{role: {type: tensors}} of a GGUF file, roles and types sorted by name."""
-    from gguf import GGUFReader
+    """{role: {type: tensors}} of a GGUF file, roles and types sorted by name. Read with edgeopt's header reader:
+    gguf-py's GGUFReader decodes every metadata array first (a 128k vocabulary's strings, seconds)."""
+    from gguf import GGMLQuantizationType
+
+    from edgeopt.sources.gguf_metadata import read_gguf_metadata
 
     mix: dict[str, Counter[str]] = {}
-    for tensor in GGUFReader(gguf_path).tensors:
-        mix.setdefault(tensor_role(tensor.name), Counter())[tensor.tensor_type.name] += 1
+    for name, type_id in read_gguf_metadata(gguf_path).tensor_types.items():
+        mix.setdefault(tensor_role(name), Counter())[GGMLQuantizationType(type_id).name] += 1
     return {role: dict(sorted(types.items())) for role, types in sorted(mix.items())}
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from edgeopt.errors import ConfigError
 from edgeopt.exporters import Exporter, ExportResult
+from edgeopt.progress import stage
 from edgeopt.exporters.onnx import quantize as q
 from edgeopt.exporters.onnx.export import (DECODER_TASK, ENCODER_TASK, compare_with_fp32, copy_model_files, model_kind,
                                    optimum_export, validate_decoder)
@@ -76,21 +77,26 @@ class ONNXExporter(Exporter):
         with tempfile.TemporaryDirectory(prefix="edgeopt-onnx-") as tmp:
             fp32_dir = Path(tmp) / "fp32"
             task = {"causal-lm": DECODER_TASK, "rerank": RERANK_TASK}.get(kind, ENCODER_TASK)
-            fp32 = optimum_export(model_dir, fp32_dir, task)
-            if kind == "causal-lm":
-                details = validate_decoder(model_dir, fp32)
-            elif kind == "rerank":
-                details = validate_rerank(model_dir, fp32, final_dir)
-            else:
-                details = _encoder_checks(model_dir, fp32, final_dir)
+            with stage("onnx: export in float32 (optimum)"):
+                fp32 = optimum_export(model_dir, fp32_dir, task)
+            with stage("onnx: check against torch"):
+                if kind == "causal-lm":
+                    details = validate_decoder(model_dir, fp32)
+                elif kind == "rerank":
+                    details = validate_rerank(model_dir, fp32, final_dir)
+                else:
+                    details = _encoder_checks(model_dir, fp32, final_dir)
             copy_model_files(fp32_dir, final_dir, with_onnx=quant == "fp32")
             if quant != "fp32":
                 source = fp32
                 if kind == "causal-lm" and _uses_matmul_nbits(quant, kind, options):
-                    source, details["fusion"] = _fused(fp32)
-                details["quantization"] = _quantize(source, fp32, final_dir / "model.onnx", quant, kind, model_dir,
-                                                    options)
-                details.update(_quant_fidelity(kind, model_dir, fp32, final_dir / "model.onnx", final_dir))
+                    with stage("onnx: fusions"):
+                        source, details["fusion"] = _fused(fp32)
+                with stage(f"onnx: quantization to {quant}"):
+                    details["quantization"] = _quantize(source, fp32, final_dir / "model.onnx", quant, kind,
+                                                        model_dir, options)
+                with stage("onnx: check against the export"):
+                    details.update(_quant_fidelity(kind, model_dir, fp32, final_dir / "model.onnx", final_dir))
         details.update(kind=kind, task=task, onnx_bytes=_onnx_bytes(final_dir))
         return ExportResult(model_file=f"{MODEL_SUBDIR}/model.onnx", quant=quant, runtime=self.runtime,
                             details=details)

@@ -10,7 +10,7 @@ import pytest
 
 from edgeopt.errors import ConfigError
 from edgeopt.planning import CheckpointSource, OptimizeRequest, WorkshopRequest, plan_for
-from edgeopt.planning.workshop.onnx_path import EXPORT_FP32_COPIES, OnnxSteps, plan_onnx_export
+from edgeopt.planning.workshop.onnx_path import EXPORT, OnnxSteps, plan_onnx_export
 from edgeopt.profiles.workstation import Workstation
 from edgeopt.sources.model_spec import load_model_spec
 
@@ -30,9 +30,10 @@ def test_the_onnx_steps_are_planned_from_the_float32_size(tiny_model_factory, tm
     assert names == ["ONNX export in float32", "check against torch", "fusions", "quantization to int4",
                      "check against the export"]
     assert planned.workshop.not_planned == ()
-    fp32 = 4 * load_model_spec(str(model)).num_parameters
+    spec = load_model_spec(str(model))
+    fp32, table = 4 * spec.num_parameters, 4 * spec.vocab_size * spec.hidden_size
     export = planned.workshop.steps[0]
-    assert export.anonymous_bytes > EXPORT_FP32_COPIES * fp32  # the copies and the process beside them
+    assert export.anonymous_bytes > EXPORT[0] * fp32 + EXPORT[1] * table  # the copies and the process beside them
     assert "ONNX export in float32" in "\n".join(planned.workshop.lines())
 
 

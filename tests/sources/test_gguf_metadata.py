@@ -1,4 +1,4 @@
-"""edgeopt.sources.gguf_metadata reads a GGUF header as the gguf library does (values, array lengths, tensor shapes)
+"""edgeopt.sources.gguf_metadata reads a GGUF header as the gguf library does (values, array lengths, tensor shapes and types)
 while skipping the vocabulary, and refuses files that are not GGUF, or cut short, with the fix."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def test_every_value_array_length_and_tensor_shape_equals_the_gguf_librarys():
         else:
             assert ours.get(key) == pytest.approx(field.contents()), key
     assert ours.tensor_shapes == {t.name: tuple(int(d) for d in t.shape) for t in reader.tensors}
+    assert ours.tensor_types == {t.name: int(t.tensor_type) for t in reader.tensors}
     tokens = reader.fields["tokenizer.ggml.tokens"]
     for index in (0, 1, 2, 1234, len(tokens.data) - 1):
         assert ours.array_string("tokenizer.ggml.tokens", index) == tokens.contents(index)
