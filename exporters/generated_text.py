@@ -114,7 +114,8 @@ def check_budget(chunks: int, chunk_size: int, temperature: float, prompts: tupl
 
 def _sample_group(runtime: Runtime, sequences: list[list[int]], length: int, rng: np.random.Generator,
                   banned: np.ndarray, temperature: float, min_p: float) -> list[list[int]]:
-    """Extend every sequence to ``length`` tokens: all prompts in one step, then one token each per step."""
+    """Extend every sequence to ``length`` tokens: the prompts in as few steps as the runtime's batch holds, then
+    one token each per step."""
     for slot in range(len(sequences)):
         runtime.release(slot)  # the previous group's cells
     prompts = [StepInput(slot, list(seq), 0, want_logits=True) for slot, seq in enumerate(sequences)]
