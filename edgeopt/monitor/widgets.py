@@ -193,9 +193,9 @@ class RequestTable(DataTable):
         self.border_title = "Active requests"
 
     def _add_columns(self) -> None:
-        widths = {"model": self.MODEL_WIDTH} if self.with_model else {}
+        widths = {**self.COLUMNS, "model": self.MODEL_WIDTH}
         for name in self.columns_shown:
-            self.add_column(name, width=widths.get(name, self.COLUMNS.get(name)))
+            self.add_column(name, width=widths[name])
 
     def show(self, rows: list[RequestRow] | None, with_model: bool = False) -> None:
         switch = with_model != self.with_model

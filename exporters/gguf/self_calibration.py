@@ -31,8 +31,7 @@ SEQUENCE_TOKENS = 128
 MAX_PARALLEL = 32
 
 def generate_calibration(gguf: Path, chunks: int = DEFAULT_CHUNKS, chunk_size: int = SEQUENCE_TOKENS,
-                         seed: int = DEFAULT_SEED,
-                         threads: int | None = None, temperature: float = TEMPERATURE, min_p: float = MIN_P,
+                         seed: int = DEFAULT_SEED, threads: int | None = None, temperature: float = TEMPERATURE, min_p: float = MIN_P,
                          prompts: tuple[str, ...] = SEED_PROMPTS,
                          report: Callable[[str], None] = lambda _m: None,
                          matmul_tap: MatmulInputTap | None = None) -> GeneratedText:

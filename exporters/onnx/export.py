@@ -58,13 +58,14 @@ def optimum_export(model_dir: Path, out_dir: Path, task: str, threads: int = 2) 
         # Validation is ours (KL on logits, below); optimum's would run the model a second time. Its post-processing
         # of a decoder only de-duplicates a tied head, by serializing the whole graph: past 2 GB (a 1B model in
         # fp32) protobuf refuses that, so share_tied_embedding (which never does) de-duplicates instead.
-        post = {"no_post_process": task == DECODER_TASK}
+        no_post_process = task == DECODER_TASK
         with traceable_longrope(json.loads((model_dir / "config.json").read_text())):
             if eager:  # optimum loads with SDPA, which drops attention soft-capping: trace an eager model
-                _export_eager(model_dir, out_dir, task, **post)
+                _export_eager(model_dir, out_dir, task, no_post_process)
             else:
                 main_export(str(model_dir), output=str(out_dir), task=task, do_validation=False,
-                            library_name="transformers", local_files_only=True, **post)
+                            library_name="transformers", local_files_only=True,
+                            no_post_process=no_post_process)
     except Exception as exc:  # optimum raises ValueError/KeyError/RuntimeError for unsupported models
         raise ExportError(f"optimum could not export {model_dir} for {task}: {exc.__class__.__name__}: {exc}",
                           "check that optimum-onnx supports this architecture (optimum-cli export onnx --help)") from exc

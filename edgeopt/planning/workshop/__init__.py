@@ -33,22 +33,19 @@ def plan_workshop(before: ModelSpec, after: ModelSpec, fmt: str, quant: str, pas
             params, estimate = fit_distil(after, before, params, workstation.available_bytes, workstation.gflops)
             steps.append(estimate)
         fitted.append((name, params))
-    skipped: tuple[str, ...] = ()
     if fmt == "gguf":
         from edgeopt.formats.gguf.quants import uses_imatrix
 
         export = GgufSteps(quant, uses_imatrix(quant), request.calibration_text_bytes, request.self_calibration,
                            request.evaluate)
         steps += plan_gguf_export(after, export, workstation.gflops).steps
-        skipped = ("the --size mix's measurements",) if request.mix else ()
     elif fmt == "onnx":
-        export = OnnxSteps(quant.lower(), request.int4_calibration,
-                           request.calibration_text_bytes is None and request.self_calibration)
-        steps += plan_onnx_export(after, export, workstation.gflops).steps
-        skipped = ("the --size mix's measurements",) if request.mix else ()
+        onnx_steps = OnnxSteps(quant.lower(), request.int4_calibration,
+                               request.calibration_text_bytes is None and request.self_calibration)
+        steps += plan_onnx_export(after, onnx_steps, workstation.gflops).steps
     else:
-        skipped = (f"the {fmt} export",)
-    return WorkshopPlan(tuple(steps), skipped), fitted
+        return WorkshopPlan(tuple(steps), (f"the {fmt} export",)), fitted
+    return WorkshopPlan(tuple(steps), ("the --size mix's measurements",) if request.mix else ()), fitted
 
 
 def refuse_unheld(plan: WorkshopPlan, request: WorkshopRequest, fmt: str, quant: str) -> None:
