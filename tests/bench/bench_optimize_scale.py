@@ -209,8 +209,10 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--work", type=Path, default=None, help="where checkpoints and files go (default: a temp dir)")
     parser.add_argument("--only", choices=("calibration", "defaults", "onnx"), default=None,
                         help="onnx: edgeopt's ONNX export alone (llama.cpp has none), against its plan")
-    parser.add_argument("--onnx-quant", choices=("int8", "int4"), default="int8")
+    parser.add_argument("--onnx-quant", choices=("int8", "int4"), default=None, help="with --only onnx (default int8)")
     args = parser.parse_args(argv)
+    if args.onnx_quant is not None and args.only != "onnx":
+        parser.error(f"--onnx-quant {args.onnx_quant} sets the ONNX export's quant: add --only onnx, or drop it")
     work = args.work or Path(tempfile.mkdtemp(prefix="optimize-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = make_checkpoint(args.shape, work / f"llama-{args.shape}")
@@ -230,8 +232,9 @@ def main(argv: list[str] | None = None) -> list[str]:
         lines += compare("defaults (matrix from self-written text, evaluation)", ours,
                          llama_cpp_pipeline(tools, checkpoint, work, calibration, evaluation, log))
     if args.only == "onnx":
-        ours = edgeopt_pipeline(checkpoint, work, None, log, fmt="onnx", quant=args.onnx_quant, evaluate=False)
-        lines += [f"## onnx {args.onnx_quant}, no evaluation", f"{'':10s} {'wall s':>8s} {'peak RSS GiB':>13s} "
+        quant = args.onnx_quant or "int8"
+        ours = edgeopt_pipeline(checkpoint, work, None, log, fmt="onnx", quant=quant, evaluate=False)
+        lines += [f"## onnx {quant}, no evaluation", f"{'':10s} {'wall s':>8s} {'peak RSS GiB':>13s} "
                   f"{'peak anon GiB':>14s}", f"{'edgeopt':10s} {ours.seconds:8.1f} {ours.max_rss / GIB:13.2f} "
                   f"{ours.peak_anon / GIB:14.2f}", plan_line(ours)]
     print("\n".join(lines), flush=True)
