@@ -12,6 +12,7 @@ tokens of text, as a chunk of real text would be.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -146,9 +147,18 @@ def _within(items: list[StepInput], max_tokens: int | None) -> list[list[StepInp
 
 def _sample(logits: np.ndarray, rng: np.random.Generator, banned: np.ndarray, temperature: float,
             min_p: float) -> int:
-    scaled = logits.astype(np.float64) / temperature
-    scaled[banned] = -np.inf
+    """One token by min-p sampling. Only the candidates min-p keeps (a few dozen of a 128k vocabulary) are
+    exponentiated and drawn from: the same token and the same draw from ``rng`` as over the whole row, whose
+    dropped entries are zeros that leave the cumulative probabilities unchanged, at a tenth of the time (on the
+    1B shape a whole-row draw per sequence and step was 14 s of the 122 s self-calibration)."""
+    row = np.array(logits, dtype=np.float32)  # a copy: the banned ids are overwritten
+    row[banned] = -np.inf
+    # A little below min-p's cut in float32, then the exact float64 test on what passes (min_p 0 keeps every token).
+    top = float(row.max())
+    floor = top + temperature * math.log(min_p) - 1e-3 * (1.0 + abs(top)) if min_p > 0 else -math.inf
+    candidates = np.flatnonzero(row >= np.float32(floor))
+    scaled = row[candidates].astype(np.float64) / temperature
     probs = np.exp(scaled - scaled.max())
     probs[probs < min_p * probs.max()] = 0.0
     probs /= probs.sum()
-    return int(rng.choice(probs.size, p=probs))
+    return int(candidates[rng.choice(probs.size, p=probs)])

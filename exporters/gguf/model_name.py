@@ -9,7 +9,6 @@ pruned copy's a cache key); the export's tokenizer check then confirms llama.cpp
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 _STRIPPING_NAMES = ("phi3", "phi-3")
@@ -23,8 +22,8 @@ def gguf_model_name(model_dir: Path) -> str:
 
 
 def _strips_after_special_tokens(model_dir: Path) -> bool:
-    path = model_dir / "tokenizer.json"
-    if not path.is_file():  # SentencePiece-only checkpoints: no added-token attributes to honour
-        return False
-    added = json.loads(path.read_text(encoding="utf-8")).get("added_tokens", [])
+    from edgeopt.exporters.gguf.vocab_common import read_json
+
+    # SentencePiece-only checkpoints have no tokenizer.json: no added-token attributes to honour
+    added = read_json(model_dir / "tokenizer.json").get("added_tokens", [])
     return any(token.get("special") and token.get("rstrip") for token in added)

@@ -37,8 +37,7 @@ def _first_difference(ours: list[int], theirs: list[int]) -> int:
 
 def check_gguf_tokenizer(gguf_path: Path, model_dir: Path) -> dict[str, Any]:
     """Raise ExportError naming the first string llama.cpp tokenizes differently; return facts for the manifest."""
-    import json
-
+    from edgeopt.exporters.gguf.vocab_common import read_json
     from edgeopt.runtimes.bundle_tokenizer import open_tokenizer
     from edgeopt.runtimes.llama_cpp.tokenizer import gguf_vocabulary
 
@@ -46,7 +45,7 @@ def check_gguf_tokenizer(gguf_path: Path, model_dir: Path) -> dict[str, Any]:
     if not tokenizer_json.is_file():
         return {"tokenizer_check": "skipped: the checkpoint has no tokenizer.json to compare with"}
     reference = open_tokenizer(tokenizer_json)
-    added = json.loads(tokenizer_json.read_text(encoding="utf-8")).get("added_tokens", [])
+    added = read_json(tokenizer_json).get("added_tokens", [])
     texts = [*CHECK_TEXTS, *_markup_texts([t["content"] for t in added if t.get("special")])]
     with gguf_vocabulary(gguf_path) as llama:
         for text in texts:

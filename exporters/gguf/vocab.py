@@ -13,12 +13,12 @@ from typing import Any
 from edgeopt.errors import ExportError
 from edgeopt.exporters.gguf.pretokenizer import pre_tokenizer_name
 from edgeopt.exporters.gguf.vocab_common import (CONTROL, NORMAL, UNUSED, USER_DEFINED, Vocab, _add_flags, _chat_template,
-                                         _read_json, _special_ids, looks_special)
+                                         read_json, _special_ids, looks_special)
 from edgeopt.exporters.gguf.vocab_spm import is_sentencepiece_json, load_spm_vocab
 
 
 def load_bpe_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> Vocab:
-    data = _read_json(model_dir / "tokenizer.json")
+    data = read_json(model_dir / "tokenizer.json")
     model = data.get("model", {})
     if model.get("type") != "BPE":
         raise ExportError(f"{model_dir / 'tokenizer.json'} has a {model.get('type')!r} model; expected BPE",
@@ -51,7 +51,7 @@ def load_bpe_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> 
 def load_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> Vocab:
     """The checkpoint's tokenizer: byte-level BPE from tokenizer.json, else SentencePiece from
     tokenizer.model, or from a tokenizer.json that is SentencePiece in HF form (byte-fallback BPE)."""
-    tokenizer_json = _read_json(model_dir / "tokenizer.json")
+    tokenizer_json = read_json(model_dir / "tokenizer.json")
     is_byte_level = tokenizer_json.get("model", {}).get("type") == "BPE" and not is_sentencepiece_json(tokenizer_json)
     if not is_byte_level and ((model_dir / "tokenizer.model").is_file() or is_sentencepiece_json(tokenizer_json)):
         return load_spm_vocab(model_dir, vocab_size, config)

@@ -18,7 +18,7 @@ from typing import Any
 
 from edgeopt.errors import ExportError, MissingDependencyError
 from edgeopt.exporters.gguf.vocab_common import (BYTE, CONTROL, NORMAL, UNKNOWN, UNUSED, USER_DEFINED, Vocab, _add_flags,
-                                         _chat_template, _read_json, _special_ids, looks_special)
+                                         _chat_template, read_json, _special_ids, looks_special)
 
 ADDED_TOKEN_SCORE = -1000.0  # user-defined and control tokens are matched by text, never merged
 PADDING_SCORE = -10000.0  # embedding rows beyond the tokenizer
@@ -100,10 +100,10 @@ def _apply_added_tokens(tokens: list[str], scores: list[float], types: list[int]
     last two alike; llama.cpp's converter reads only the config's, so a token added to tokenizer.json
     alone would become an unused row there, and is kept here."""
     size = len(tokens)
-    for text, tid in _read_json(model_dir / "added_tokens.json").items():
+    for text, tid in read_json(model_dir / "added_tokens.json").items():
         if tid < size:
             tokens[tid], scores[tid], types[tid] = text, ADDED_TOKEN_SCORE, USER_DEFINED
-    decoder = _read_json(model_dir / "tokenizer_config.json").get("added_tokens_decoder") or {}
+    decoder = read_json(model_dir / "tokenizer_config.json").get("added_tokens_decoder") or {}
     entries = {t["id"]: t for t in tokenizer_json.get("added_tokens", [])}
     entries.update({int(i): t for i, t in decoder.items()})
     for tid, entry in sorted(entries.items()):
@@ -135,7 +135,7 @@ def _add_space_prefix(tokenizer_json: dict[str, Any]) -> bool:
 
 def load_spm_vocab(model_dir: Path, vocab_size: int, config: dict[str, Any]) -> Vocab:
     """The SentencePiece vocabulary from tokenizer.model, or from tokenizer.json when that is all there is."""
-    tokenizer_json = _read_json(model_dir / "tokenizer.json")
+    tokenizer_json = read_json(model_dir / "tokenizer.json")
     spm_file = model_dir / "tokenizer.model"
     pieces = (_sentencepiece_pieces(spm_file) if spm_file.is_file()
               else _tokenizer_json_pieces(tokenizer_json, model_dir / "tokenizer.json"))

@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/bench/bench_vs_llama_server.py [--work /tmp/edgeopt-bench-200m] [--rounds 8]
     .venv/bin/python tests/bench/bench_vs_llama_server.py --layouts --threads 1   (edgeopt unified vs streams)
+    .venv/bin/python tests/bench/bench_vs_llama_server.py --bundle DIR --decode-only --rounds 3   (another bundle)
 
 llama-server is built from the llama.cpp inside llama-cpp-python's source distribution of the
 installed version (scripts/build_llama_server.sh, cached under ~/.cache/edgeopt). Both servers get
@@ -174,18 +175,21 @@ def load_with_cpu(server: LaunchedServer, model: str, streams: int, requests: in
     return result
 
 
-def measure(server: LaunchedServer, model: str, tag: str, max_tokens: int, chats: int) -> dict[str, Any]:
+def measure(server: LaunchedServer, model: str, tag: str, max_tokens: int, chats: int,
+            decode_only: bool = False) -> dict[str, Any]:
     asyncio.run(run_load(server.base_url, model, 1, 1, 32, 4))  # warm-up: page faults, graph reservation
     many = load_with_cpu(server, model, SLOTS, SLOTS, max_tokens)
     # One request of 128 tokens lasts ~1 s, which load elsewhere easily skews: the median of three, each
     # one request (no keep-alive reuse to race with).
     ones = [load_with_cpu(server, model, 1, 1, max_tokens) for _ in range(3)]
+    decode = {"decode_16": many.decode_tokens_per_s, "decode_1": statistics.median(o.decode_tokens_per_s for o in ones),
+              "cpu_ms_per_token_16": many.cpu_ms_per_token,
+              "cpu_ms_per_token_1": statistics.median(o.cpu_ms_per_token for o in ones)}  # type: ignore[attr-defined]
+    if decode_only:
+        return decode
     # TTFTs are single requests of ~0.15 s: the median of several conversations, each on its own system prompt.
     turns = [multi_turn(server.base_url, model, f"{tag}-{i}") for i in range(chats)]
-    return {"decode_16": many.decode_tokens_per_s, "decode_1": statistics.median(o.decode_tokens_per_s for o in ones),
-            "cpu_ms_per_token_16": many.cpu_ms_per_token,
-            "cpu_ms_per_token_1": statistics.median(o.cpu_ms_per_token for o in ones),  # type: ignore[attr-defined]
-            **{key: statistics.median(turn[key] for turn in turns) for key in turns[0]},
+    return {**decode, **{key: statistics.median(turn[key] for turn in turns) for key in turns[0]},
             **asyncio.run(burst(server.base_url, model, tag))}
 
 
@@ -200,11 +204,12 @@ def run_rounds(binary: Path, bundle: Path, gguf: Path, model: str,
         servers = {"llama-server": theirs, "edgeopt": ours}
         for round_no in range(args.rounds):
             order = list(servers) if round_no % 2 == 0 else list(reversed(servers))
-            rounds.append({name: measure(servers[name], model, f"{name}-{round_no}", args.max_tokens, args.chats)
+            rounds.append({name: measure(servers[name], model, f"{name}-{round_no}", args.max_tokens, args.chats,
+                                         args.decode_only)
                            for name in order})
             print(f"round {round_no + 1}/{args.rounds}: " + ", ".join(
-                f"{key} {rounds[-1]['edgeopt'][key] / rounds[-1]['llama-server'][key]:.3f}" for key, _, _ in FIGURES),
-                flush=True)
+                f"{key} {rounds[-1]['edgeopt'][key] / rounds[-1]['llama-server'][key]:.3f}"
+                for key, _, _ in FIGURES if key in rounds[-1]["edgeopt"]), flush=True)
     return rounds
 
 
@@ -241,6 +246,8 @@ def verdict(low: float, high: float, higher_is_better: bool) -> str:
 def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     table = {}
     for key, label, higher in FIGURES:
+        if key not in rounds[0]["edgeopt"]:
+            continue  # --decode-only
         ours = [r["edgeopt"][key] for r in rounds]
         theirs = [r["llama-server"][key] for r in rounds]
         ratios = [a / b for a, b in zip(ours, theirs)]
@@ -284,9 +291,13 @@ def main() -> None:
     parser.add_argument("--serve-arg", action="append", default=[], help="extra edgeopt serve argument")
     parser.add_argument("--llama-server", type=Path, help="a built llama-server (default: build it)")
     parser.add_argument("--layouts", action="store_true", help="instead: edgeopt --kv-layout unified vs streams")
+    parser.add_argument("--bundle", type=Path, help="a GGUF bundle to serve instead of the ~200M one built here "
+                        "(e.g. the 1B shape's from bench_optimize_scale.py)")
+    parser.add_argument("--decode-only", action="store_true",
+                        help="only the 1- and 16-stream decode figures (no multi-turn or burst prompts)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    bundle = build_bundle(args.work, "deep")
+    bundle = args.bundle or build_bundle(args.work, "deep")
     if args.layouts:
         return compare_layouts(bundle, model_names(bundle, load_bundle(bundle, verify=False))[0], args)
     gguf = next(bundle.glob("*.gguf"))

@@ -136,3 +136,31 @@ def test_prompts_that_overflow_one_batch_go_in_several_steps() -> None:
     assert [sum(len(i.tokens) for i in step) for step in steps] == [480, 480, 320]
     assert [i.slot for step in steps for i in step] == list(range(32))
     assert _within(prompts, None) == [prompts]
+
+
+def _whole_row_min_p(logits, rng, banned, temperature: float, min_p: float) -> int:
+    """Min-p sampling written out over the whole vocabulary: what the candidate-only sampler must equal."""
+    import numpy as np
+
+    scaled = logits.astype(np.float64) / temperature
+    scaled[banned] = -np.inf
+    probs = np.exp(scaled - scaled.max())
+    probs[probs < min_p * probs.max()] = 0.0
+    probs /= probs.sum()
+    return int(rng.choice(probs.size, p=probs))
+
+
+def test_min_p_sampling_over_the_candidates_draws_what_the_whole_row_draws():
+    import numpy as np
+
+    from edgeopt.exporters.generated_text import _sample
+
+    rows = np.random.default_rng(3).standard_normal((400, 4096)).astype(np.float32)
+    rows *= np.repeat([0.5, 2.0, 8.0, 30.0], 100)[:, None]  # flat to peaked distributions
+    banned = np.array([0, 17])
+    rows[::7, 17] = 1e4  # a banned token that would otherwise win
+    ours, whole = np.random.default_rng(9), np.random.default_rng(9)
+    drawn = [_sample(row, ours, banned, 0.9, 0.02) for row in rows]
+    assert drawn == [_whole_row_min_p(row, whole, banned, 0.9, 0.02) for row in rows]
+    assert 17 not in drawn and len(set(drawn)) > 100
+    assert ours.random() == whole.random()  # one draw each: the generators stay in step

@@ -160,3 +160,19 @@ def test_inspect_rehashes_every_file_whatever_the_stamps_say(tmp_path: Path, mon
     assert hashed == []
     load_bundle(tmp_path / "b", rehash=True)
     assert len(hashed) == 2
+
+
+def test_content_hash_follows_a_changed_file(tmp_path: Path):
+    import os
+
+    from edgeopt.store.bundle import content_hash
+
+    (tmp_path / "weights.bin").write_bytes(b"a" * 100)
+    first = content_hash(tmp_path)
+    assert content_hash(tmp_path) == first
+    (tmp_path / "weights.bin").write_bytes(b"b" * 100)  # same size: the modification time tells
+    os.utime(tmp_path / "weights.bin", ns=(1, 1))
+    changed = content_hash(tmp_path)
+    assert changed != first
+    (tmp_path / "extra.json").write_text("{}")
+    assert content_hash(tmp_path) not in (first, changed)
