@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -145,9 +146,12 @@ def edgeopt_pipeline(checkpoint: Path, work: Path, calibration: Path | None, log
     if calibration:
         command += ["--calibration-data", str(calibration)]
     command += ["--accept-quality-loss"] if evaluate else ["--no-eval"]
-    env = {**os.environ, "EDGEOPT_CACHE": str(work / "edgeopt-cache")}  # nothing reused from an earlier run
+    cache = work / "edgeopt-cache"
+    env = {**os.environ, "EDGEOPT_CACHE": str(cache)}
     run = Pipeline("edgeopt", planned_peak=planned_peak(checkpoint, out, calibration, fmt, quant, evaluate))
+    shutil.rmtree(cache, ignore_errors=True)  # nothing reused from an earlier run
     run.steps.append(timed("optimize", command, env, log))
+    shutil.rmtree(cache, ignore_errors=True)  # its F16 intermediate (16 GB at 8B) would crowd llama.cpp's off the disk
     return run
 
 
@@ -164,9 +168,10 @@ def planned_peak(checkpoint: Path, out: Path, calibration: Path | None, fmt: str
     return workshop.peak_resident_bytes
 
 
-def texts(work: Path, words: int, checkpoint: Path, tokens: int) -> tuple[Path, Path]:
-    """(calibration text of ``words`` words, evaluation text of about ``tokens`` tokens of the model's tokenizer)."""
-    from edgeopt.exporters.input_energy import tokenize_text
+def texts(work: Path, words: int, checkpoint: Path, tokens: int,
+          calibration_tokens: int | None = None) -> tuple[Path, Path]:
+    """(calibration text of ``words`` words, cut to about ``calibration_tokens`` tokens of the model's tokenizer
+    when given; evaluation text of about ``tokens`` tokens)."""
     from tests.fixtures.english_texts import calibration_text, evaluation_text
 
     calibration = work / "calibration.txt"
@@ -176,13 +181,19 @@ def texts(work: Path, words: int, checkpoint: Path, tokens: int) -> tuple[Path, 
         count += len(line.split())
         if count >= words:
             break
-    calibration.write_text("".join(kept))
+    text = "".join(kept)
+    calibration.write_text(text if calibration_tokens is None else _cut(text, checkpoint, calibration_tokens))
     evaluation = work / "evaluation.txt"
-    text = evaluation_text()
-    ids, _ = tokenize_text(checkpoint, text)
-    cut = int(len(text) * min(1.0, tokens / max(1, len(ids))))
-    evaluation.write_text(text[:cut])
+    evaluation.write_text(_cut(evaluation_text(), checkpoint, tokens))
     return calibration, evaluation
+
+
+def _cut(text: str, checkpoint: Path, tokens: int) -> str:
+    """About the first ``tokens`` tokens of ``text`` (cut in proportion to its characters, a few tokens over)."""
+    from edgeopt.exporters.input_energy import tokenize_text
+
+    ids, _ = tokenize_text(checkpoint, text)
+    return text[:int(len(text) * min(1.0, (tokens + 8) / max(1, len(ids))))]
 
 
 def compare(label: str, ours: Pipeline, theirs: Pipeline) -> list[str]:
@@ -225,9 +236,12 @@ def main(argv: list[str] | None = None) -> list[str]:
         lines += compare(f"calibration text ({args.words} words), no evaluation", ours,
                          llama_cpp_pipeline(tools, checkpoint, work, calibration, None, log))
     if args.only in (None, "defaults"):
-        # edgeopt's defaults write 8 x 512 tokens of calibration text and evaluate on ~400 generated tokens; llama.cpp
-        # is given real text of those sizes (llama-perplexity needs two 512-token windows at least).
-        calibration, evaluation = texts(work, 3100, checkpoint, 1100)
+        # edgeopt's defaults write 32 x 128 tokens of calibration text and evaluate on ~400 generated tokens;
+        # llama.cpp is given real text of 4,096 tokens (llama-imatrix -c 512: 8 chunks) and, for
+        # llama-perplexity, which needs two 512-token windows at least, ~1,100.
+        from edgeopt.exporters.gguf.self_calibration import DEFAULT_CHUNKS, SEQUENCE_TOKENS
+
+        calibration, evaluation = texts(work, 4000, checkpoint, 1100, DEFAULT_CHUNKS * SEQUENCE_TOKENS)
         ours = edgeopt_pipeline(checkpoint, work, None, log)
         lines += compare("defaults (matrix from self-written text, evaluation)", ours,
                          llama_cpp_pipeline(tools, checkpoint, work, calibration, evaluation, log))
