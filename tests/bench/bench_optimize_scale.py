@@ -197,6 +197,8 @@ def _cut(text: str, checkpoint: Path, tokens: int) -> str:
     def count(part: str) -> int:
         return len(tokenize_text(checkpoint, part)[0])
 
+    if tokens <= 0:
+        return ""  # no text asked for (the calibration-only comparison evaluates nothing)
     total = count(text)
     if total <= tokens:
         return text
