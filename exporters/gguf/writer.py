@@ -44,9 +44,9 @@ def _cast(values: np.ndarray, out_type: str) -> tuple[np.ndarray, Any]:
         from edgeopt.runtimes.llama_cpp.float_casts import f32_to_f16
 
         out = f32_to_f16(values)
-        # Bounds first (0.06 s a 100M elements): only a tensor reaching F16's largest value is searched for an
-        # infinity the cast made (a checkpoint's own infinities stay what they were).
-        if (not F16_MAX >= values.max() >= -F16_MAX
+        # Bounds first (0.06 s a 100M elements): only a tensor reaching F16's largest magnitude, either sign, is
+        # searched for an infinity the cast made (a checkpoint's own infinities stay what they were).
+        if (not -F16_MAX <= values.min() <= values.max() <= F16_MAX
                 and np.isinf(out).any() and not np.isinf(values).any()):
             raise F16OverflowError(f"a weight of magnitude {float(np.abs(values).max()):.4g} is past F16's range "
                                    "(65504)", "convert to BF16 (or F32), which hold it")

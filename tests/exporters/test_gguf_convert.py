@@ -98,3 +98,20 @@ def test_unknown_tensor_is_refused(tmp_path: Path, tiny_model_factory) -> None:
     names = [t.name for t in spec.tensors()] + ["model.layers.0.mlp.experts.0.weight"]
     with pytest.raises(ExportError, match="experts"):
         plan_tensors(spec, names)
+
+
+@pytest.mark.parametrize("past_range", [1e6, -1e6])
+def test_a_weight_past_f16_range_is_refused_whichever_its_sign(past_range: float):
+    """The cast checks the bounds before searching for infinities: a large negative weight under a small maximum
+    must be caught as a large positive one is."""
+    import numpy as np
+
+    from edgeopt.exporters.gguf.writer import F16OverflowError, _cast
+
+    values = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    values[3, 5] = past_range
+    with pytest.raises(F16OverflowError, match="past F16's range"):
+        _cast(values, "F16")
+    values[3, 5] = 65504.0 if past_range > 0 else -65504.0  # F16's largest value itself is held
+    out, _ = _cast(values, "F16")
+    assert float(out[3, 5]) == values[3, 5]
