@@ -20,7 +20,7 @@ from edgeopt.errors import EvaluationError
 from edgeopt.measuring.metrics import Comparison
 from edgeopt.measuring.reference_logits import StoredLogits, stored_logits
 from edgeopt.measuring.scorers import Reference, load_bundle_scorer, load_reference
-from edgeopt.measuring.eval_text import SEED_PROMPTS, generated_eval_ids, threads_following_load
+from edgeopt.measuring.eval_text import SEED_PROMPTS, generated_eval_rows, threads_following_load
 from edgeopt.evaluation.kv_cache import kv_cache_cost, needs_kv_cache_evaluation
 from edgeopt.progress import progress
 from edgeopt.sources.textfile import read_text_file
@@ -116,8 +116,8 @@ def _evaluate_causal_lm(bundle_dir: Path, manifest: Any, original_model_dir: Pat
     with stored_logits(workbench) as stored:
         try:
             chunks, source = _windows_to_score(eval_ids, prompt_ids, bos, eval_data, original_model_dir, reference,
-                                               window, max_tokens, governor)
-            if reference is not None:
+                                               window, max_tokens, governor, stored)
+            if reference is not None and stored.count == 0:  # not kept while the reference wrote the text
                 for chunk in progress(chunks, "evaluating: the original"):
                     governor.before_decode()
                     stored.append(reference.score(chunk))
@@ -137,23 +137,39 @@ def _evaluate_causal_lm(bundle_dir: Path, manifest: Any, original_model_dir: Pat
 
 def _windows_to_score(eval_ids: list[int] | None, prompt_ids: list[list[int]], bos: int | None,
                       eval_data: Path | None, original_model_dir: Path | None, reference: Reference | None,
-                      window: int, max_tokens: int, governor: ThreadGovernor) -> tuple[list[list[int]], str]:
-    """The evaluation text's windows (the user's file, else the text the original writes from the seed prompts)
-    and where it came from."""
+                      window: int, max_tokens: int, governor: ThreadGovernor,
+                      stored: StoredLogits) -> tuple[list[list[int]], str]:
+    """The evaluation text's windows (the user's file, else the text the original writes from the seed prompts,
+    whose logits go to ``stored`` as it is written where the reference keeps them) and where it came from."""
     if eval_ids is not None:
-        ids = eval_ids
+        chunks = windows(eval_ids, window, max_tokens, bos)
         source = f"file:{Path(eval_data).name}"
     elif reference is not None:
-        ids, _cached = generated_eval_ids(Path(original_model_dir), reference, prompt_ids, bos,
-                                          governor.before_decode)
+        rows, _cached = generated_eval_rows(Path(original_model_dir), reference, prompt_ids, governor.before_decode,
+                                            logits=stored)
+        chunks = row_windows(rows, window, max_tokens)
         source = f"generated:{len(SEED_PROMPTS)} seed prompts"
     else:
         raise EvaluationError("nothing to evaluate on: no --data text and no original model to generate text",
                               "pass --data FILE (and --original MODEL for KL/top-1)")
-    chunks = windows(ids, window, max_tokens, bos)
     if not chunks:
-        raise EvaluationError(f"evaluation text gave {len(ids)} tokens; at least 2 are needed", "pass a longer text")
+        raise EvaluationError("the evaluation text gave no window of 2 tokens or more", "pass a longer text")
     return chunks, source
+
+
+def row_windows(rows: list[list[int]], window: int, max_tokens: int) -> list[list[int]]:
+    """The written rows as windows, each without its last token (the writer never ran it, so kept no logits
+    after it), as many rows as ``max_tokens`` holds (the first always)."""
+    chunks: list[list[int]] = []
+    for row in rows:
+        if len(row) - 1 > window:
+            raise EvaluationError(f"a written evaluation row of {len(row) - 1} tokens exceeds the window of {window}",
+                                  f"evaluate with a window of at least {len(row) - 1} tokens")
+        if chunks and sum(map(len, chunks)) + len(row) - 1 > max_tokens:
+            break
+        if len(row) > 2:
+            chunks.append(row[:-1])
+    return chunks
 
 
 def _compare(chunks: list[list[int]], scorer: Any, reference: StoredLogits | None, source: str,

@@ -29,6 +29,7 @@ from edgeopt.store.bundle import content_hash
 from edgeopt.store.cache import cached_step, step_key
 
 if TYPE_CHECKING:
+    from edgeopt.measuring.reference_logits import StoredLogits
     from edgeopt.measuring.scorers import Reference
     from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
 
@@ -40,30 +41,30 @@ SEED_PROMPTS = (
 )
 GENERATED_TOKENS_PER_PROMPT = 96
 # Bump when the generation changes the tokens it writes for the same model and prompts (part of the cache key).
-GENERATION_VERSION = 2
+GENERATION_VERSION = 3  # 3: llama.cpp writes it with an f32 KV cache (the logits it keeps are the scorer's)
 IDS_FILE = "eval_ids.json"
 
 
-def generated_eval_ids(original_model_dir: Path, reference: Reference, prompt_ids: list[list[int]], bos: int | None,
-                       on_step: Callable[[], None] = lambda: None,
-                       tokens_per_prompt: int = GENERATED_TOKENS_PER_PROMPT) -> tuple[list[int], bool]:
-    """(token ids of every prompt (``prompt_ids``: the seed prompts tokenized, each after ``bos`` when the model
-    expects one) and its greedy continuation by ``reference``, one after the other; whether they came from the
-    cache). The ids returned leave ``bos`` out (the windows add it back). ``on_step`` runs after every decode step
-    (a :func:`threads_following_load` governor's ``before_decode``)."""
+def generated_eval_rows(original_model_dir: Path, reference: Reference, prompt_ids: list[list[int]],
+                        on_step: Callable[[], None] = lambda: None, tokens_per_prompt: int = GENERATED_TOKENS_PER_PROMPT,
+                        logits: StoredLogits | None = None) -> tuple[list[list[int]], bool]:
+    """(every prompt (``prompt_ids``: the seed prompts tokenized, each after BOS when the model expects one)
+    followed by its greedy continuation by ``reference``, a row each; whether they came from the cache).
+    ``on_step`` runs after every decode step (a :func:`threads_following_load` governor's ``before_decode``).
+    ``logits``: where a reference that ``keeps_logits`` puts the logits it wrote each row with, window i row i's
+    at every position but the last; left empty when the rows come from the cache."""
     params = {"prompts": prompt_ids, "tokens_per_prompt": tokens_per_prompt, "version": GENERATION_VERSION,
               "generator": reference.generator}
     key = step_key("eval-text", "greedy", params, content_hash(Path(original_model_dir)))
 
     def generate(out: Path) -> dict[str, Any]:
-        rows = reference.greedy_continuations(prompt_ids, tokens_per_prompt, on_step)
+        kept = logits if reference.keeps_logits else None
+        rows = reference.greedy_continuations(prompt_ids, tokens_per_prompt, on_step, logits=kept)
         (out / IDS_FILE).write_text(json.dumps(rows))
         return {"tokens": sum(len(r) for r in rows)}
 
     entry, _meta, cached = cached_step(key, generate)
-    rows = json.loads((entry / IDS_FILE).read_text())
-    skip = 1 if bos is not None else 0
-    return [token for row in rows for token in row[skip:]], cached
+    return json.loads((entry / IDS_FILE).read_text()), cached
 
 
 @contextmanager

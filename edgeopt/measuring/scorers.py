@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError, EvaluationError
+
+if TYPE_CHECKING:
+    from edgeopt.measuring.reference_logits import StoredLogits
 
 
 class Scorer(Protocol):
@@ -32,9 +35,11 @@ class Reference(Scorer, Protocol):
     gives none. ``generator`` names what decodes that text (part of the text's cache key)."""
 
     generator: str
+    keeps_logits: bool  # whether greedy_continuations can keep the logits it decodes with (``logits=``)
 
     def greedy_continuations(self, prompt_ids: list[list[int]], max_new_tokens: int,
-                             on_step: Callable[[], None] = lambda: None) -> list[list[int]]: ...
+                             on_step: Callable[[], None] = lambda: None,
+                             logits: StoredLogits | None = None) -> list[list[int]]: ...
 
 
 def load_reference(fmt: str, original_model_dir: Path, workbench: Path | None, context: int,
@@ -66,6 +71,9 @@ class HFScorer:
     a torch bundle's checkpoint is scored the same way in the dtype and on the device it is served with."""
 
     generator = "transformers"
+    # generate() returns no logits for the prompt's positions, and a left-padded row's would not be the
+    # unpadded window's: the evaluation scores the text afterwards.
+    keeps_logits = False
 
     def __init__(self, model_dir: Path, threads: int = 2, dtype: str = "float32", device: str = "cpu") -> None:
         import torch
@@ -84,11 +92,15 @@ class HFScorer:
         return out.logits[0].float().cpu().numpy()
 
     def greedy_continuations(self, prompt_ids: list[list[int]], max_new_tokens: int,
-                             on_step: Callable[[], None] = lambda: None) -> list[list[int]]:
+                             on_step: Callable[[], None] = lambda: None,
+                             logits: StoredLogits | None = None) -> list[list[int]]:
         """Every prompt followed by its greedy continuation (``max_new_tokens``, fewer where the model ends it with
         an end-of-sequence token, which is kept), all decoded together as one left-padded batch: one pass over
         the weights per step for every prompt. ``on_step`` is called after each step (edgeopt.measuring.eval_text uses it
         to follow the CPU load). Used to write evaluation text when the user gives none."""
+        if logits is not None:
+            raise EvaluationError("the transformers reference keeps no logits while it writes (keeps_logits is False)",
+                                  "score the written text with score()")
         torch = self._torch
         config = self._model.config
         eos = _token_ids(config.eos_token_id)

@@ -36,8 +36,11 @@ class KvType:
         return self.block_elements > 1
 
 
+# f32 is never served (twice f16's memory for no quality a user could measure): the evaluation's reference
+# decodes its text with it, so that the logits it keeps are the weights', not a cache's rounding.
+REFERENCE_KV_TYPE = "f32"
 KV_TYPES: dict[str, KvType] = {kv.name: kv for kv in (KvType("f16", 1, 2), KvType("q8_0", 32, 34),
-                                                      KvType("q4_0", 32, 18))}
+                                                      KvType("q4_0", 32, 18), KvType(REFERENCE_KV_TYPE, 1, 4))}
 
 
 def selectable_kv_types() -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.exporters.gguf.scorer import GGUFScorer
+from edgeopt.measuring.reference_logits import StoredLogits
 from edgeopt.progress import progress
 
 GENERATOR = "llama.cpp"  # names the evaluation text this reference writes (edgeopt.measuring.eval_text's key)
@@ -25,6 +26,7 @@ class GGUFReference:
     twice in the process's resident memory)."""
 
     generator = GENERATOR
+    keeps_logits = True
 
     def __init__(self, path: Path, context: int, threads: int) -> None:
         self.path = Path(path)
@@ -42,25 +44,39 @@ class GGUFReference:
             self._scorer = None
 
     def greedy_continuations(self, prompt_ids: list[list[int]], max_new_tokens: int,
-                             on_step: Callable[[], None] = lambda: None) -> list[list[int]]:
+                             on_step: Callable[[], None] = lambda: None,
+                             logits: StoredLogits | None = None) -> list[list[int]]:
         """Every prompt followed by its greedy continuation (``max_new_tokens``, fewer where the model ends it
         with an end-of-sequence token, which is kept), all decoded together: one pass over the weights per step
-        for every prompt (the serving runtime's batched step; its threads follow the load)."""
+        for every prompt (the serving runtime's batched step; its threads follow the load).
+
+        ``logits``: window i gets row i's logits at every position but its last, which is what scoring
+        ``row[:-1]`` gives, so the evaluation need not run the original over its text again (at 8B that pass was
+        54 s). The cache is f32 and attention plain, as the scorer's, so the rows are the scorer's rows."""
         from edgeopt.runtimes.base import StepInput
         from edgeopt.runtimes.llama_cpp import load_gguf
+        from edgeopt.sizing.attention import OFF
+        from edgeopt.sizing.kv_types import REFERENCE_KV_TYPE
         from edgeopt.sizing.layout import STREAMS, stream_cells
 
         longest = max(len(p) for p in prompt_ids) + max_new_tokens
         runtime = load_gguf(self.path, kv_capacity_tokens=len(prompt_ids) * stream_cells(longest),
                             max_slots=len(prompt_ids), max_batch_tokens=max(512, sum(map(len, prompt_ids))),
-                            context_length=longest, cache_slots=0, kv_layout=STREAMS)
+                            context_length=longest, cache_slots=0, kv_layout=STREAMS, kv_type=REFERENCE_KV_TYPE,
+                            flash_attention=OFF)
         try:
             eos = runtime.info.eos_token_ids
             rows = [list(p) for p in prompt_ids]
-            batch = [StepInput(slot, list(p), 0, want_logits=True) for slot, p in enumerate(prompt_ids)]
+            batch = [StepInput(slot, list(p), 0, want_logits=True, all_logits=logits is not None)
+                     for slot, p in enumerate(prompt_ids)]
             for _ in progress(range(max_new_tokens), f"evaluation text: {len(rows)} greedy continuations"):
-                for item, logits in zip(batch, runtime.step(batch)):
-                    rows[item.slot].append(int(np.argmax(logits)))
+                out, at = runtime.step(batch), 0
+                for item in batch:  # rows come back in batch order, len(tokens) of them for all_logits
+                    taken = len(item.tokens) if item.all_logits else 1
+                    if logits is not None:
+                        logits.extend(item.slot, out[at:at + taken])
+                    rows[item.slot].append(int(np.argmax(out[at + taken - 1])))
+                    at += taken
                 on_step()
                 batch = [StepInput(slot, [row[-1]], len(row) - 1, want_logits=True) for slot, row in enumerate(rows)
                          if row[-1] not in eos and len(row) - len(prompt_ids[slot]) < max_new_tokens]

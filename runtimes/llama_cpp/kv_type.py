@@ -14,15 +14,16 @@ import llama_cpp
 
 from edgeopt import backends
 from edgeopt.errors import ConfigError
-from edgeopt.sizing.kv_types import KV_TYPES
+from edgeopt.sizing.kv_types import KV_TYPES, REFERENCE_KV_TYPE
 
 GGML_KV_TYPES = {"f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16,
                  "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 
 
 def check_llama_kv_type(kv_type: str) -> None:
+    """A type llama.cpp serves, or the evaluation reference's f32."""
     valid = backends.backend_for_runtime("llama_cpp").serving.kv_cache_types
-    if kv_type not in valid:
+    if kv_type not in valid and kv_type != REFERENCE_KV_TYPE:
         raise ConfigError(f"KV cache type {kv_type!r} is not one llama.cpp serves", f"valid: {', '.join(valid)}")
 
 

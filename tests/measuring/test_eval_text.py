@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.measuring.scorers import HFScorer
-from edgeopt.measuring.eval_text import SEED_PROMPTS, generated_eval_ids
+from edgeopt.measuring.eval_text import SEED_PROMPTS, generated_eval_rows
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +46,15 @@ def test_generated_text_is_made_once_per_model_and_read_back(qwen2_dir: Path, tm
     tokenizer = AutoTokenizer.from_pretrained(str(qwen2_dir))
     prompt_ids = [tokenizer.encode(p, add_special_tokens=False) for p in SEED_PROMPTS]
     reference = HFScorer(qwen2_dir, threads=1)
-    first, cached_first = generated_eval_ids(qwen2_dir, reference, prompt_ids, None, tokens_per_prompt=8)
+    first, cached_first = generated_eval_rows(qwen2_dir, reference, prompt_ids, tokens_per_prompt=8)
     calls: list[int] = []
     monkeypatch.setattr(reference, "greedy_continuations", lambda *a, **k: calls.append(1) or [])
-    again, cached_again = generated_eval_ids(qwen2_dir, reference, prompt_ids, None, tokens_per_prompt=8)
+    again, cached_again = generated_eval_rows(qwen2_dir, reference, prompt_ids, tokens_per_prompt=8)
     assert (cached_first, cached_again) == (False, True) and again == first and not calls
-    prompt_tokens = sum(map(len, prompt_ids))
-    assert prompt_tokens < len(first) <= prompt_tokens + 8 * len(SEED_PROMPTS)
+    assert [row[:len(p)] for row, p in zip(first, prompt_ids)] == prompt_ids  # a row per prompt, after it
+    assert all(len(p) < len(row) <= len(p) + 8 for row, p in zip(first, prompt_ids))
     # other text asked for (more tokens) is generated anew, not mistaken for the cached one
     monkeypatch.undo()
     monkeypatch.setenv("EDGEOPT_CACHE", str(tmp_path / "cache"))
-    longer, cached_longer = generated_eval_ids(qwen2_dir, reference, prompt_ids, None, tokens_per_prompt=10)
-    assert not cached_longer and len(longer) > len(first)
+    longer, cached_longer = generated_eval_rows(qwen2_dir, reference, prompt_ids, tokens_per_prompt=10)
+    assert not cached_longer and sum(map(len, longer)) > sum(map(len, first))
