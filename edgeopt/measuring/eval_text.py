@@ -33,13 +33,19 @@ if TYPE_CHECKING:
     from edgeopt.measuring.scorers import Reference
     from edgeopt.runtimes.llama_cpp.threads import ThreadGovernor
 
+# Eight openings of 48 tokens each rather than four of 96: the same ~400 tokens in half the decode steps, and
+# each step is a pass over every weight at 4-8 rows (memory-bound: on the 8B shape 96 steps took 131 s).
 SEED_PROMPTS = (
     "The function returns",
     "To open a file in Python,",
     "Class documentation:",
     "This module provides",
+    "Once upon a time, in a small village,",
+    "Q: How do I reverse a list in Python?\nA:",
+    "Dear customer,\n\nThank you for",
+    "Steps to reset the router:\n1.",
 )
-GENERATED_TOKENS_PER_PROMPT = 96
+GENERATED_TOKENS_PER_PROMPT = 48
 # Bump when the generation changes the tokens it writes for the same model and prompts (part of the cache key).
 GENERATION_VERSION = 3  # 3: llama.cpp writes it with an f32 KV cache (the logits it keeps are the scorer's)
 IDS_FILE = "eval_ids.json"
