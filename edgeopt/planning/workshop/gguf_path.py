@@ -37,7 +37,7 @@ QUANTIZE_BYTES_PER_ELEMENT = 5  # the largest tensor in float32 and its quantize
 QUANTIZE_BYTES_PER_ELEMENT_LATE = 2.5  # what stays beside the whole mapped file at the quantizer's end
 BATCH_TOKENS = 512  # llama.cpp's batch for calibration chunks and prompts (the compute buffer's size)
 EVAL_WINDOW = 256  # edgeopt.evaluation.causal_lm's window
-EVAL_TOKENS = 4 * 96 + 4 * 8  # the evaluation text the original writes: 4 seed prompts, 96 tokens each
+EVAL_TOKENS = 8 * 48 + 8 * 8  # the evaluation text the original writes: 8 seed prompts, 48 tokens each
 SELF_CALIBRATION_SEQUENCES, SELF_CALIBRATION_LENGTH = 32, 128  # exporters/gguf/self_calibration.py, decoded together
 CALIBRATION_CHUNKS = 32  # exporters/gguf/calibration.py's most chunks of --calibration-data
 BYTES_PER_CALIBRATION_TOKEN = 4.2  # English text a BPE vocabulary cuts (a chunk count from a file's size)
@@ -105,8 +105,9 @@ def plan_gguf_export(spec: ModelSpec, steps: GgufSteps, gflops: float) -> Worksh
         # (its own memory); a window's logits four times: llama.cpp's output, llama-cpp-python's copy, the row
         # array scored, the stored reference's read back.
         window = _llama_buffers(spec, 0, EVAL_WINDOW, kv_bytes=4) + 4 * EVAL_WINDOW * spec.vocab_size * 4
+        # The text written (the reference keeps its logits as it writes), then the bundle's model scoring it.
         seconds = (EVAL_TOKENS * flops_per_token / (rate * DECODE_EFFICIENCY)
-                   + 2 * EVAL_TOKENS * flops_per_token / (rate * SCORING_EFFICIENCY))
+                   + EVAL_TOKENS * flops_per_token / (rate * SCORING_EFFICIENCY))
         reference, candidate = process + window, process + window + quantized
         plan.append(StepEstimate("evaluation", max(reference + LIBRARIES + unquantized, candidate + LIBRARIES),
                                  max(reference, candidate), seconds))
