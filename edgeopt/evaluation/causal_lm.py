@@ -1,11 +1,12 @@
 """How much did optimizing cost? Perplexity, KL divergence and top-1 agreement against the original.
 
 Shared by every bundle format: the bundle's model is reached through a scorer
-(:mod:`edgeopt.measuring.scorers`, chosen by ``manifest.format``), the original checkpoint through
-transformers. Both read the same token ids, cut into windows; each window's next-token distributions
-are compared position by position. Without ``--eval-data`` the held-out text is what the original
-model itself writes from a few seed prompts (edgeopt.measuring.eval_text: generated once per model, then cached), so
-the numbers say how faithfully the optimized model reproduces the original's behaviour.
+(:mod:`edgeopt.measuring.scorers`, chosen by ``manifest.format``), the original through its format's reference
+(GGUF: the unquantized file in llama.cpp) or transformers. Both read the same token ids, cut into windows; each
+window's next-token distributions are compared position by position. Without ``--eval-data`` the held-out text
+is what the original model itself writes from a few seed prompts, a window per prompt (edgeopt.measuring.eval_text:
+generated once per model, then cached; a reference that keeps the logits it writes with is not run over it
+again), so the numbers say how faithfully the optimized model reproduces the original's behaviour.
 """
 
 from __future__ import annotations
