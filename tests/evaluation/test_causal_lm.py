@@ -13,7 +13,8 @@ import pytest
 
 from edgeopt.errors import EvaluationError
 from edgeopt.measuring.metrics import Comparison, mean_nll
-from edgeopt.evaluation.causal_lm import read_eval_text, windows
+from edgeopt.evaluation.causal_lm import read_eval_text, row_windows, windows
+from edgeopt.measuring.reference_logits import stored_logits
 
 
 def test_identical_logits_have_zero_kl_and_full_agreement() -> None:
@@ -47,6 +48,32 @@ def test_windows_lead_with_bos_and_respect_limits() -> None:
     assert [t for c in chunks for t in c[1:]] == list(range(10, 26))
     # A trailing single token predicts nothing, so it is not a window.
     assert len(windows(list(range(15)), window=8, max_tokens=15, bos=None)) == 2
+
+
+def test_written_rows_are_windows_without_their_last_token_within_the_token_limit() -> None:
+    rows = [[1, 5, 6, 7, 8], [1, 9, 10], [1, 11, 12, 13], [1, 2]]
+    assert row_windows(rows, window=8, max_tokens=100) == [[1, 5, 6, 7], [1, 9], [1, 11, 12]]  # [1, 2] predicts nothing
+    assert row_windows(rows, window=8, max_tokens=6) == [[1, 5, 6, 7], [1, 9]]
+    with pytest.raises(EvaluationError, match="window of at least 4"):
+        row_windows(rows, window=3, max_tokens=100)
+
+
+def test_stored_logits_grow_window_by_window_and_keep_one_vocabulary(tmp_path: Path) -> None:
+    rows = np.arange(24, dtype=np.float32).reshape(6, 4)
+    with stored_logits(tmp_path) as stored:
+        stored.extend(0, rows[:2])
+        stored.extend(1, rows[2:3])
+        stored.extend(0, rows[3:4])  # decoding adds a row to every window a step
+        stored.append(rows[4:6])
+        assert stored.count == 3
+        np.testing.assert_array_equal(stored[0], rows[[0, 1, 3]])
+        np.testing.assert_array_equal(stored[1], rows[2:3])
+        np.testing.assert_array_equal(stored[2], rows[4:6])
+        with pytest.raises(IndexError):
+            stored.extend(5, rows[:1])  # windows are started in order
+        with pytest.raises(EvaluationError, match="columns"):
+            stored.extend(1, np.zeros((1, 5), dtype=np.float32))
+    assert not any(tmp_path.iterdir())  # removed with the block
 
 
 def test_bad_eval_data_names_the_file(tmp_path: Path) -> None:
