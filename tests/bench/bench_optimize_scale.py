@@ -203,7 +203,7 @@ def _cut(text: str, checkpoint: Path, tokens: int) -> str:
     if total <= tokens:
         return text
     cut = int(len(text) * tokens / total)
-    while count(text[:cut]) < tokens + 8:
+    while cut < len(text) and count(text[:cut]) < tokens + 8:  # the whole text may hold fewer than 8 over
         cut = min(len(text), int(cut * 1.02) + 1)
     return text[:cut]
 
