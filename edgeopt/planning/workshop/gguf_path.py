@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edgeopt.measuring.eval_text import GENERATED_TOKENS_PER_PROMPT, SEED_PROMPTS
 from edgeopt.planning.checkpoint import weight_bytes
 from edgeopt.planning.workshop.estimate import StepEstimate, WorkshopPlan
 from edgeopt.sizing.layout import stream_cells
@@ -37,7 +38,8 @@ QUANTIZE_BYTES_PER_ELEMENT = 5  # the largest tensor in float32 and its quantize
 QUANTIZE_BYTES_PER_ELEMENT_LATE = 2.5  # what stays beside the whole mapped file at the quantizer's end
 BATCH_TOKENS = 512  # llama.cpp's batch for calibration chunks and prompts (the compute buffer's size)
 EVAL_WINDOW = 256  # edgeopt.evaluation.causal_lm's window
-EVAL_TOKENS = 8 * 48 + 8 * 8  # the evaluation text the original writes: 8 seed prompts, 48 tokens each
+# the evaluation text the original writes: its continuations and ~8 tokens of each seed prompt
+EVAL_TOKENS = len(SEED_PROMPTS) * (GENERATED_TOKENS_PER_PROMPT + 8)
 SELF_CALIBRATION_SEQUENCES, SELF_CALIBRATION_LENGTH = 32, 128  # exporters/gguf/self_calibration.py, decoded together
 CALIBRATION_CHUNKS = 32  # exporters/gguf/calibration.py's most chunks of --calibration-data
 BYTES_PER_CALIBRATION_TOKEN = 4.2  # English text a BPE vocabulary cuts (a chunk count from a file's size)
