@@ -44,6 +44,7 @@ class ArrayInfo:
     element_type: int
     count: int
     offset: int  # where the first element starts in the file
+    longest: int = 0  # a string array's longest element, in bytes (seen while hopping over them; 0 for numbers)
 
 
 @dataclass(frozen=True)
@@ -174,8 +175,9 @@ def _parse(path: Path, data: mmap.mmap) -> GgufMetadata:
         if value_type == _ARRAY:
             element_type, count = struct.unpack_from("<IQ", data, offset)
             offset += 12
-            arrays[key] = ArrayInfo(element_type, count, offset)
-            offset = _skip_array(data, offset, element_type, count, key)
+            end, longest = _skip_array(data, offset, element_type, count, key)
+            arrays[key] = ArrayInfo(element_type, count, offset, longest)
+            offset = end
         elif value_type == _STRING:
             values[key], offset = _string(data, offset)
         elif value_type in _SCALARS:
@@ -202,7 +204,7 @@ def read_tensor_bytes(path: Path) -> dict[str, int]:
             offset += 4
             if value_type == _ARRAY:
                 element_type, count = struct.unpack_from("<IQ", data, offset)
-                offset = _skip_array(data, offset + 12, element_type, count, key)
+                offset = _skip_array(data, offset + 12, element_type, count, key)[0]
             elif value_type == _STRING:
                 offset = _string(data, offset)[1]
             else:
@@ -241,13 +243,18 @@ def _string(data: mmap.mmap, offset: int) -> tuple[str, int]:
     return bytes(data[offset + 8:end]).decode("utf-8"), end
 
 
-def _skip_array(data: mmap.mmap, offset: int, element_type: int, count: int, key: str) -> int:
+def _skip_array(data: mmap.mmap, offset: int, element_type: int, count: int, key: str) -> tuple[int, int]:
+    """Where the array ends, and its longest element's bytes when it holds strings (else 0)."""
     if element_type in _SCALARS:
-        return offset + count * struct.calcsize(_SCALARS[element_type])
+        return offset + count * struct.calcsize(_SCALARS[element_type]), 0
     if element_type == _STRING:
         unpack = struct.Struct("<Q").unpack_from
+        longest = 0
         for _ in range(count):  # each element's length says where the next one starts
-            offset += 8 + unpack(data, offset)[0]
-        return offset
+            (size,) = unpack(data, offset)
+            offset += 8 + size
+            if size > longest:
+                longest = size
+        return offset, longest
     raise BundleError(f"metadata array {key!r} holds element type {element_type}, which this reader cannot skip",
                       "convert the model again with a current llama.cpp")
