@@ -56,6 +56,8 @@ class GgufMetadata:
     arrays: dict[str, ArrayInfo]  # arrays: their element type, length and position only
     tensor_shapes: dict[str, tuple[int, ...]]  # tensor name -> dimensions (the infos after the metadata)
     tensor_types: dict[str, int]  # tensor name -> its ggml type id (gguf.GGMLQuantizationType's values)
+    tensor_offsets: dict[str, int]  # tensor name -> where its data starts in the file
+    data_end: int  # the file's length: where the last tensor's data (and its padding) ends
 
     @property
     def parameter_count(self) -> int:
@@ -187,52 +189,34 @@ def _parse(path: Path, data: mmap.mmap) -> GgufMetadata:
         else:
             raise BundleError(f"{path}: metadata key {key!r} has unknown value type {value_type}",
                               "the file is corrupt or newer than this reader; convert it again")
-    return GgufMetadata(path, version, tensor_count, values, arrays, *_tensor_infos(data, offset, tensor_count))
+    shapes, types, relative, offset = _tensor_infos(data, offset, tensor_count)
+    alignment = int(values.get("general.alignment", 32))
+    data_start = (offset + alignment - 1) // alignment * alignment  # tensor data offsets count from here
+    starts = {name: data_start + start for name, start in relative.items()}
+    return GgufMetadata(path, version, tensor_count, values, arrays, shapes, types, starts, len(data))
 
 
 def read_tensor_bytes(path: Path) -> dict[str, int]:
     """Bytes of each tensor's data in the file (its alignment padding included), from the data offsets of
     the tensor infos: what llama.cpp allocates for it on whichever device holds it."""
     meta = read_gguf_metadata(path)
-    alignment = int(meta.values.get("general.alignment", 32))
-    with _mapped(path) as data:
-        _, tensor_count, key_count = struct.unpack_from("<IQQ", data, 4)
-        offset = 24
-        for _ in range(key_count):  # the metadata again, only to find where the tensor infos start
-            key, offset = _string(data, offset)
-            (value_type,) = struct.unpack_from("<I", data, offset)
-            offset += 4
-            if value_type == _ARRAY:
-                element_type, count = struct.unpack_from("<IQ", data, offset)
-                offset = _skip_array(data, offset + 12, element_type, count, key)[0]
-            elif value_type == _STRING:
-                offset = _string(data, offset)[1]
-            else:
-                offset += struct.calcsize(_SCALARS[value_type])
-        starts = {}
-        for _ in range(tensor_count):
-            name, offset = _string(data, offset)
-            (n_dims,) = struct.unpack_from("<I", data, offset)
-            (starts[name],) = struct.unpack_from("<Q", data, offset + 4 + 8 * n_dims + 4)
-            offset += 4 + 8 * n_dims + 4 + 8
-        data_start = (offset + alignment - 1) // alignment * alignment
-        end = len(data) - data_start
-    ordered = sorted(starts.items(), key=lambda item: item[1])
-    ends = [start for _, start in ordered[1:]] + [end]
+    ordered = sorted(meta.tensor_offsets.items(), key=lambda item: item[1])
+    ends = [start for _, start in ordered[1:]] + [meta.data_end]
     return {name: stop - start for (name, start), stop in zip(ordered, ends)}
 
 
-def _tensor_infos(data: mmap.mmap, offset: int,
-                  count: int) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
-    """Each tensor info: name, u32 dimension count, u64 dimensions, u32 type, u64 data offset."""
-    shapes, types = {}, {}
+def _tensor_infos(data: mmap.mmap, offset: int, count: int) -> tuple[dict[str, tuple[int, ...]], dict[str, int],
+                                                                    dict[str, int], int]:
+    """Each tensor info: name, u32 dimension count, u64 dimensions, u32 type, u64 data offset (from the
+    aligned end of the infos). Returns shapes, types, those offsets, and where the infos end."""
+    shapes, types, starts = {}, {}, {}
     for _ in range(count):
         name, offset = _string(data, offset)
         (n_dims,) = struct.unpack_from("<I", data, offset)
         shapes[name] = struct.unpack_from(f"<{n_dims}Q", data, offset + 4)
-        (types[name],) = struct.unpack_from("<I", data, offset + 4 + 8 * n_dims)
+        types[name], starts[name] = struct.unpack_from("<IQ", data, offset + 4 + 8 * n_dims)
         offset += 4 + 8 * n_dims + 4 + 8
-    return shapes, types
+    return shapes, types, starts, offset
 
 
 def _string(data: mmap.mmap, offset: int) -> tuple[str, int]:

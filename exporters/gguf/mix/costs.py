@@ -73,10 +73,10 @@ class MixCosts:
     def add_errors(self, source: Path, typed_file: Path, importance: dict) -> dict[str, str]:
         """Record the errors of every tensor ``typed_file`` holds at a type not measured yet (a llama.cpp
         recipe's file); return that file's {tensor: type}."""
-        from gguf import GGUFReader
+        from edgeopt.exporters.gguf.tensor_data import tensor_infos
 
         known = {t.name for t in self.tensors}
-        types = {t.name: t.tensor_type.name for t in GGUFReader(typed_file).tensors if t.name in known}
+        types = {name: t.type_name for name, t in tensor_infos(typed_file).items() if name in known}
         for ttype in set(types.values()):
             todo = [name for name, tt in types.items() if tt == ttype and ttype not in self.errors[name]]
             if todo:

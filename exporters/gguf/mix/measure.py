@@ -38,10 +38,10 @@ class QuantizedTensor:
 def quantized_tensors(reference_file: Path, reference_type: str) -> list[QuantizedTensor]:
     """The tensors llama.cpp quantized in a file made at ``reference_type`` everywhere (norms and other
     tensors it keeps in float are not part of any mix)."""
-    from gguf import GGUFReader
+    from edgeopt.exporters.gguf.tensor_data import tensor_infos
 
-    return [QuantizedTensor(t.name, int(t.shape[0]), int(t.n_elements)) for t in GGUFReader(reference_file).tensors
-            if t.tensor_type.name == reference_type]
+    return [QuantizedTensor(t.name, t.row_length, t.elements) for t in tensor_infos(reference_file).values()
+            if t.type_name == reference_type]
 
 
 def group_of(name: str, n_layers: int, bands: int) -> str:
@@ -60,20 +60,21 @@ def weighted_errors(source: Path, ttype: str, typed_file: Path, names: Iterable[
                     importance: dict[str, np.ndarray]) -> dict[str, float]:
     """{tensor: weighted squared rounding error} for the tensors of ``names`` that ``typed_file`` holds at
     ``ttype`` (one it kept at another type, a fallback, is left out)."""
-    from gguf import GGUFReader
+    from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
-    wanted = set(names)
-    originals = {t.name: t for t in GGUFReader(source).tensors if t.name in wanted}
+    from edgeopt.exporters.gguf.tensor_data import tensor_bytes
+
+    typed = [(info, data) for info, data in tensor_bytes(typed_file, names) if info.type_name == ttype]
+    originals = {info.name: (info, data) for info, data in tensor_bytes(source, [info.name for info, _ in typed])}
     errors: dict[str, float] = {}
-    for tensor in GGUFReader(typed_file).tensors:
-        if tensor.name not in wanted or tensor.tensor_type.name != ttype:
-            continue
-        original = originals[tensor.name]
-        diff = dequantize(tensor.data, tensor.tensor_type) - dequantize(original.data, original.tensor_type)
-        weights = importance.get(tensor.name)
+    for info, data in typed:
+        original, original_data = originals[info.name]
+        diff = (dequantize(data, GGMLQuantizationType[ttype])
+                - dequantize(original_data, GGMLQuantizationType[original.type_name]))
+        weights = importance.get(info.name)
         squared = np.square(diff, dtype=np.float64).sum(axis=0)  # per column
-        errors[tensor.name] = float(squared @ weights if weights is not None else squared.sum())
+        errors[info.name] = float(squared @ weights if weights is not None else squared.sum())
     return errors
 
 
