@@ -58,6 +58,7 @@ class GgufMetadata:
     tensor_types: dict[str, int]  # tensor name -> its ggml type id (gguf.GGMLQuantizationType's values)
     tensor_offsets: dict[str, int]  # tensor name -> where its data starts in the file
     data_end: int  # the file's length: where the last tensor's data (and its padding) ends
+    tensor_infos_offset: int  # where the tensor infos start (the metadata ends)
 
     @property
     def parameter_count(self) -> int:
@@ -189,11 +190,12 @@ def _parse(path: Path, data: mmap.mmap) -> GgufMetadata:
         else:
             raise BundleError(f"{path}: metadata key {key!r} has unknown value type {value_type}",
                               "the file is corrupt or newer than this reader; convert it again")
+    infos_offset = offset
     shapes, types, relative, offset = _tensor_infos(data, offset, tensor_count)
     alignment = int(values.get("general.alignment", 32))
     data_start = (offset + alignment - 1) // alignment * alignment  # tensor data offsets count from here
     starts = {name: data_start + start for name, start in relative.items()}
-    return GgufMetadata(path, version, tensor_count, values, arrays, shapes, types, starts, len(data))
+    return GgufMetadata(path, version, tensor_count, values, arrays, shapes, types, starts, len(data), infos_offset)
 
 
 def read_tensor_bytes(path: Path) -> dict[str, int]:

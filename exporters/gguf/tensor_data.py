@@ -33,6 +33,16 @@ class TensorInfo:
     def row_length(self) -> int:
         return self.shape[0]
 
+    @property
+    def row_bytes(self) -> int:
+        block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType[self.type_name]]
+        return self.row_length // block * block_bytes
+
+    @property
+    def data_bytes(self) -> int:
+        """Its data's bytes in the file, alignment padding left out."""
+        return self.elements // self.row_length * self.row_bytes
+
 
 def tensor_infos(path: Path) -> dict[str, TensorInfo]:
     """Every tensor of the file by name: type, shape and data offset (no data read)."""
@@ -54,8 +64,5 @@ def tensor_bytes(path: Path, names: Iterable[str]) -> Iterator[tuple[TensorInfo,
         info = infos.get(name)
         if info is None:
             continue
-        block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType[info.type_name]]
-        row_bytes = info.row_length // block * block_bytes
-        rows = info.elements // info.row_length
-        data = mapped[info.offset:info.offset + rows * row_bytes]
-        yield info, data.reshape(*reversed(info.shape[1:]), row_bytes)
+        data = mapped[info.offset:info.offset + info.data_bytes]
+        yield info, data.reshape(*reversed(info.shape[1:]), info.row_bytes)

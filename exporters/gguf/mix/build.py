@@ -10,8 +10,8 @@ written instead (exporters/gguf/mix/recipes.py). llama.cpp's quantizer writes th
 the importance matrix, so any llama.cpp reads it.
 
 Cost: one quantization per palette type and per fitting recipe, and per group (22 for a 30-layer model: 7
-roles x 3 bands, and the embeddings) a quantization and two 512-token forward passes: four to ten minutes
-for a 135M model on two cores (docs/gguf-mix.md).
+roles x 3 bands, and the embeddings) two 512-token forward passes on a file spliced from bytes already
+quantized (exporters/gguf/mix/splice.py): three to four minutes for a 135M model on two cores (docs/gguf-mix.md).
 """
 
 from __future__ import annotations

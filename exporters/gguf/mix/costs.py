@@ -16,6 +16,7 @@ from edgeopt.exporters.gguf.mix.choose import Option
 from edgeopt.exporters.gguf.mix.measure import (QuantizedTensor, ReferenceDistribution, group_of, quantized_tensors,
                                                 weighted_errors)
 from edgeopt.exporters.gguf.mix.palette import PALETTE_TYPES, REFERENCE_TYPE, palette
+from edgeopt.exporters.gguf.mix.splice import TensorStore, splice
 from edgeopt.exporters.gguf.quant_types import type_bytes
 from edgeopt.exporters.gguf.quantize import quantize_gguf
 from edgeopt.progress import progress
@@ -94,29 +95,33 @@ def measure_costs(unquantized: Path, work: Path, imatrix: ImportanceMatrix, mete
     if not tensors:
         raise ExportError(f"{unquantized} has no tensor llama.cpp quantizes", "export it as F16 or Q8_0")
     overhead = reference_file.stat().st_size - sum(type_bytes(REFERENCE_TYPE, t.weights) for t in tensors)
-    errors = _errors_per_type(unquantized, reference_file, tensors, imatrix, work, threads)
+    smallest_store = TensorStore(work / "smallest.bin")  # every tensor at its smallest type, for the groups' files
+    errors = _errors_per_type(unquantized, reference_file, tensors, imatrix, work, threads, smallest_store)
     groups = {t.name: group_of(t.name, n_layers, bands) for t in tensors}
     reference_kl = meter.kl(reference_file)
-    reference_file.unlink()
     scales: dict[str, float] = {}
     group_kl: dict[str, float] = {}
     for group in progress(sorted(set(groups.values())), "mix: sensitivity per tensor group"):
         members = [t for t in tensors if groups[t.name] == group]
         smallest = {t.name: palette(t.row_length)[0] for t in members}
         path = work / "group.gguf"
-        quantize_gguf(unquantized, path, REFERENCE_TYPE, threads, imatrix, types=smallest)
+        splice(reference_file, smallest, smallest_store, path)  # = quantize_gguf(..., types=smallest), no quantizing
         added_kl = max(meter.kl(path) - reference_kl, 0.0)  # below the reference is noise: no cost
         path.unlink()
         added_error = sum(errors[t.name][smallest[t.name]] - errors[t.name][REFERENCE_TYPE] for t in members)
         scales[group] = added_kl / added_error if added_error > 0 else 0.0
         group_kl[group] = float(f"{added_kl:.4g}")
+    reference_file.unlink()
+    smallest_store.path.unlink()
     own_errors = sum(scales[groups[t.name]] * errors[t.name][REFERENCE_TYPE] for t in tensors)
     return MixCosts(tensors, overhead, errors, groups, scales, group_kl, reference_kl - own_errors)
 
 
 def _errors_per_type(unquantized: Path, reference_file: Path, tensors: list[QuantizedTensor],
-                     imatrix: ImportanceMatrix, work: Path, threads: int) -> dict[str, dict[str, float]]:
-    """Every tensor's weighted rounding error at every type of its palette, one quantized file per type."""
+                     imatrix: ImportanceMatrix, work: Path, threads: int,
+                     smallest_store: TensorStore) -> dict[str, dict[str, float]]:
+    """Every tensor's weighted rounding error at every type of its palette, one quantized file per type; each
+    tensor's bytes at its smallest type kept in ``smallest_store``."""
     importance = imatrix.means()
     errors: dict[str, dict[str, float]] = {t.name: {} for t in tensors}
     for ttype in progress(PALETTE_TYPES, "mix: rounding errors per type"):
@@ -128,6 +133,7 @@ def _errors_per_type(unquantized: Path, reference_file: Path, tensors: list[Quan
             quantize_gguf(unquantized, path, REFERENCE_TYPE, threads, imatrix, types=members)
         for name, error in weighted_errors(unquantized, ttype, path, members, importance).items():
             errors[name][ttype] = error
+        smallest_store.keep(path, [t.name for t in tensors if palette(t.row_length)[:1] == (ttype,)])
         if path != reference_file:
             path.unlink()
     return errors
