@@ -8,12 +8,7 @@ from __future__ import annotations
 
 import sys
 
-if __name__ == "__main__":  # python -m edgeopt.cli.app: as the console script does (edgeopt/cli/entry.py)
-    from edgeopt.server.startup.early_load import start_from_command_line
-
-    start_from_command_line(sys.argv[1:])
-
-import typer  # noqa: E402
+import typer
 
 # Every command module keeps its heavy imports (torch, transformers, the server) inside its functions, so
 # importing them all here costs `edgeopt --help` nothing it would notice (tests/cli/test_import_cost.py).

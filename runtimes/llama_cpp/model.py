@@ -49,21 +49,6 @@ def route_log_to_python() -> None:
     llama_cpp.llama_log_set(_log_to_python, ctypes.c_void_p(0))
 
 
-def _c_function_ignoring_the_log() -> ctypes._CFuncPtr | None:
-    """A log callback in C that does nothing: libc's ``abs``, a pure function of its first argument (the level),
-    called with the callback's three (every ABI llama.cpp runs on passes them in registers the callee may
-    ignore). None where no C library is found (the log then stays routed to Python)."""
-    try:
-        return llama_cpp.llama_log_callback(ctypes.cast(ctypes.CDLL(None).abs, ctypes.c_void_p).value)
-    except (OSError, AttributeError, TypeError):
-        return None
-
-
-# A load beside Python work (the server's imports) routing its ~760 log lines (a 262k vocabulary) to Python waits
-# for the GIL at each one: 1.1 s alone became 2.4 s beside a busy thread. Such a load drops its log instead.
-_DROP_LOG = _c_function_ignoring_the_log()
-
-
 def init_backend() -> None:
     global _initialised
     with _init_lock:
@@ -94,11 +79,8 @@ def default_gpu_layers(profile: DeviceProfile) -> int:
     return -1 if profile.platform.has_cuda and llama_cpp.llama_supports_gpu_offload() else 0
 
 
-def load_model(path: Path, n_gpu_layers: int, offload: RpcOffload | None = None,
-               beside_python: bool = False) -> llama_cpp.llama_model_p:
-    """``offload``: layers split onto RPC workers (runtimes/llama_cpp/rpc.py); it sets n_gpu_layers itself.
-    ``beside_python``: other threads run Python meanwhile, so the load's log (its warnings too) is dropped rather
-    than wait for the GIL (_DROP_LOG); nothing else may use llama.cpp until it returns."""
+def load_model(path: Path, n_gpu_layers: int, offload: RpcOffload | None = None) -> llama_cpp.llama_model_p:
+    """``offload``: layers split onto RPC workers (runtimes/llama_cpp/rpc.py); it sets n_gpu_layers itself."""
     if not path.is_file():
         raise BundleError(f"GGUF file {path} does not exist", "re-run edgeopt optimize --format gguf")
     init_backend()
@@ -113,13 +95,7 @@ def load_model(path: Path, n_gpu_layers: int, offload: RpcOffload | None = None,
     # The default load mode (AUTO) memory-maps the file wherever every device can, so the weights stay in
     # the page cache, shared with any other process. (This llama.cpp has no use_mmap field: setting one on
     # the ctypes struct, as this line once did, only added a Python attribute.)
-    if beside_python and _DROP_LOG is not None:
-        llama_cpp.llama_log_set(_DROP_LOG, ctypes.c_void_p(0))
-    try:
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-    finally:
-        if beside_python:
-            route_log_to_python()
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
     del kept_alive  # llama.cpp copied the device list and split while loading
     if not model:
         raise BackendError(f"llama.cpp could not load {path}", "check that it is a GGUF this llama-cpp-python "

@@ -183,12 +183,12 @@ def serve(
     import logging
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Before the server stack's imports below, which it overlaps (a second of a cold start); begun before the CLI's
-    # own imports when the command line said so plainly (edgeopt.cli.entry)
-    from edgeopt.server.startup.early_load import early_load_for
+    early = None
+    if bundles and len(bundles) == 1 and not models and not workers and draft is None:
+        # before the server stack's imports below, which it overlaps (a second of a cold start)
+        from edgeopt.server.startup.early_load import start_early_load
 
-    alone = bundles and len(bundles) == 1 and not models and not workers and draft is None
-    early = early_load_for(bundles[0] if alone else None)
+        early = start_early_load(bundles[0])
 
     from edgeopt.rpc.endpoints import parse_workers
     from edgeopt.server.http.callers import load_api_keys
