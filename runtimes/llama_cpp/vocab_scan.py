@@ -1,11 +1,11 @@
 """What the llama.cpp tokenizer needs from one pass over a vocabulary, made once per GGUF file.
 
 The pass (control tokens by text, the most bytes one token spans, the end-of-generation tokens) calls into
-llama.cpp three times per token: 1.2 s of CPU for Gemma 3's 262k tokens on a 2-core EPYC, a third of that
+llama.cpp three times per token: 1.4 s of CPU for Gemma 3's 262k tokens on a 2-core EPYC, a third of that
 server's start. Where the file is known, the most bytes a token spans is bounded by its longest token text in
 the file (read with the header: a piece is never longer than its stored text, whose byte-level BPE characters
 and SentencePiece spaces and <0x..> tokens only shrink when decoded), so only control tokens are turned into
-text: 0.6 s. Even so a scan is kept in memory for the files loaded lately (a server swapping models reloads
+text: 0.7 s. Even so a scan is kept in memory for the files loaded lately (a server swapping models reloads
 the same GGUFs) and on disk under the user cache (``$EDGEOPT_CACHE/vocab``), keyed by the file's path, size
 and modification time and by the llama.cpp build: a later start reads it in milliseconds. A file that
 changed is scanned again; an unreadable cache entry is scanned again and rewritten.
