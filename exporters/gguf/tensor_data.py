@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from edgeopt.sources.gguf_metadata import read_gguf_metadata
+from edgeopt.sources.gguf_metadata import GgufMetadata, read_gguf_metadata
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,11 @@ class TensorInfo:
 
 def tensor_infos(path: Path) -> dict[str, TensorInfo]:
     """Every tensor of the file by name: type, shape and data offset (no data read)."""
-    meta = read_gguf_metadata(Path(path))
+    return infos_of(read_gguf_metadata(Path(path)))
+
+
+def infos_of(meta: GgufMetadata) -> dict[str, TensorInfo]:
+    """:func:`tensor_infos` from a header already read."""
     return {name: TensorInfo(name, GGMLQuantizationType(meta.tensor_types[name]).name, tuple(int(d) for d in shape),
                              meta.tensor_offsets[name])
             for name, shape in meta.tensor_shapes.items()}

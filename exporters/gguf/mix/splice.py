@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gguf import GGMLQuantizationType
 
-from edgeopt.exporters.gguf.tensor_data import tensor_bytes, tensor_infos
+from edgeopt.exporters.gguf.tensor_data import infos_of, tensor_bytes
 from edgeopt.sources.gguf_metadata import read_gguf_metadata
 
 
@@ -44,7 +44,7 @@ class TensorStore:
 def splice(reference: Path, names: Iterable[str], store: TensorStore, dst: Path) -> None:
     """Write ``dst``: ``reference`` with the tensors of ``names`` as ``store`` holds them (their type and bytes)."""
     meta = read_gguf_metadata(reference)
-    infos = tensor_infos(reference)
+    infos = infos_of(meta)
     replaced = set(names)
     alignment = int(meta.values.get("general.alignment", 32))
     types = {name: store.index[name][0] if name in replaced else info.type_name for name, info in infos.items()}
