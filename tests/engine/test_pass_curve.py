@@ -55,3 +55,15 @@ def test_the_curve_is_redrawn_every_few_steps_not_every_step() -> None:
         assert curve.seconds(1) == pytest.approx(0.010) and curve.version == drawn
     curve.observe(1, 0.030)
     assert curve.seconds(1) > 0.020 and curve.version == drawn + 1  # ...which follows it
+
+
+def test_a_size_below_the_served_ones_keeps_a_positive_price_when_served_steps_grow_steeper() -> None:
+    """4 sequences' steps and 8's, much steeper between them than at start; then one sequence is left. The served
+    slope carried down to 1 token went below zero, priced the pass at 0 and failed the step dividing by it."""
+    curve = PassCurve(MEASURED)
+    for _ in range(MIN_SERVED):
+        curve.observe(4, 0.030)
+        curve.observe(8, 0.080)
+    at_4 = 0.016 + 0.010 * 2 / 3  # the start-up curve at 4 tokens
+    assert curve.seconds(1) == pytest.approx(0.010 * 0.030 / at_4)  # the start-up time at the load now
+    assert 0.0 < curve.seconds(1) < curve.seconds(2) < curve.seconds(4) == pytest.approx(0.030)

@@ -78,13 +78,16 @@ class PassCurve:
             added = [(served[n] - served[base]) / (_on_points(start_up, n) - at_base) for n in inside[1:]
                      if _on_points(start_up, n) > at_base]
             slope = min(max(statistics.median(added), level / SHAPE_CHANGE), level * SHAPE_CHANGE) if added else level
-            merged = {n: served[base] + slope * (t - at_base) for n, t in start_up} | served
+            # Above the smallest served size the served slope carries the shape; below it nothing was served, and
+            # that slope carried down could price a pass at or under zero (4 sequences' steps steeper than at
+            # start, then one sequence left): there the start-up shape at the load now.
+            merged = {n: served[base] + slope * (t - at_base) if n > base else level * t for n, t in start_up} | served
         else:
-            slope = 1.0
+            base, level, slope = 0, 1.0, 1.0
             merged = dict(self._measured) | served
-        least = self._least_per_token * slope
         points: list[tuple[int, float]] = []
         for tokens in sorted(merged):  # a pass costs more for carrying more: noise must not say otherwise
+            least = self._least_per_token * (level if tokens <= base else slope)
             floor = points[-1][1] + least * (tokens - points[-1][0]) if points else 0.0
             points.append((tokens, max(floor, merged[tokens])))
         self._points = points
