@@ -4,6 +4,8 @@ past its sizes, corrected by the steps served."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edgeopt.engine.speculation.pass_curve import MIN_SERVED, REDRAW_EVERY, PassCurve
 
@@ -67,3 +69,15 @@ def test_a_size_below_the_served_ones_keeps_a_positive_price_when_served_steps_g
     at_4 = 0.016 + 0.010 * 2 / 3  # the start-up curve at 4 tokens
     assert curve.seconds(1) == pytest.approx(0.010 * 0.030 / at_4)  # the start-up time at the load now
     assert 0.0 < curve.seconds(1) < curve.seconds(2) < curve.seconds(4) == pytest.approx(0.030)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 3, 4, 6, 8, 16]), st.floats(1e-5, 1.0)), max_size=80))
+def test_any_served_steps_price_every_size_above_zero_and_never_cheaper_for_more_tokens(steps) -> None:
+    """The controller divides by a pass's price: whatever the host did to the steps served, none is zero."""
+    curve = PassCurve(MEASURED)
+    for tokens, seconds in steps:
+        curve.observe(tokens, seconds)
+    prices = [curve.seconds(tokens) for tokens in range(1, 30)]
+    assert all(price > 0.0 for price in prices)
+    assert all(a <= b for a, b in zip(prices, prices[1:]))
