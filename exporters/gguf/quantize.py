@@ -68,6 +68,37 @@ def _tensor_counter(update: Callable[[int, int], None]) -> Callable[[str], None]
     return on_message
 
 
+# llama-quant.cpp's line per tensor, whose type it keeps ("size = 0.035 MiB") or quantizes to ("size = 1.27 MiB ->
+# 0.36 MiB (q4_K)"): "[  12/ 147]                  blk.0.attn_q.weight - [  576,   576,     1,     1], type =    f16, ..."
+_TENSOR_TYPE = re.compile(r"\[\s*\d+/\s*\d+\]\s+(?P<name>\S+)\s+-\s+\[[^\]]*\],\s+type\s*=\s*(?P<type>\w+),\s+"
+                          r"size\s*=\s*[\d.]+\s+MiB(?:\s*->\s*[\d.]+\s+MiB\s+\((?P<new>\w+)\))?")
+
+
+def recipe_types(src: Path, quant: str, threads: int = 2, imatrix: ImportanceMatrix | None = None) -> dict[str, str]:
+    """{tensor: ggml type} llama.cpp's ``quant`` gives each tensor of ``src``, its mix rules and fallbacks
+    included, found by its quantizer's dry run (no tensor quantized, no file written: a fraction of a second)."""
+    ftype = check_quant(quant, imatrix is not None)
+    import llama_cpp
+
+    from edgeopt.exporters.gguf.imatrix_file import QuantizerImatrix
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = max(1, threads)
+    params.dry_run = True
+    weights = QuantizerImatrix(imatrix) if imatrix is not None else None  # alive until the call returns
+    if weights is not None:
+        params.imatrix = weights.pointer()
+    with captured_llama_log() as llama_log:
+        status = llama_cpp.llama_model_quantize(str(src).encode(), b"", ctypes.byref(params))
+    types = {m["name"]: (m["new"] or m["type"]).upper() for m in _TENSOR_TYPE.finditer(llama_log.text)}
+    if status != 0 or not types:
+        raise ExportError(f"llama.cpp's dry run of {quant} on {src} failed (status {status}): "
+                          f"{llama_log.problems() or 'it logged no tensor'}",
+                          "edgeopt optimize --verbose shows llama.cpp's full log")
+    return types
+
+
 def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2, imatrix: ImportanceMatrix | None = None,
                   types: dict[str, str] | None = None) -> dict[str, Any]:
     """Write ``dst`` quantized to ``quant`` from the unquantized GGUF ``src``; return facts for the manifest.

@@ -12,7 +12,7 @@ from edgeopt.exporters.gguf.mix.recipes import Recipe, candidate_recipes, decide
 
 
 def recipe(name: str, size: int, types: dict[str, str] | None = None) -> Recipe:
-    return Recipe(name, Path(f"/nowhere/{name}.gguf"), size, types or {})
+    return Recipe(name, size, types or {})
 
 
 def test_a_recipe_that_measures_lower_is_written_instead_of_the_mix_and_the_reason_names_both() -> None:
@@ -106,5 +106,16 @@ def test_a_mix_whose_prediction_misleads_it_falls_back_to_the_best_llama_cpp_typ
     assert facts["written"] == best and facts["measured_kl"] > facts["recipe_kl"][best], facts
     assert best in facts["reason"] and facts["mix_types"] != facts["types"]
     recipe = maker.recipes([best])[0]
-    assert (tmp_path / "mix.gguf").read_bytes() == recipe.path.read_bytes()
+    assert (tmp_path / "mix.gguf").read_bytes() == maker.recipe_file(recipe).read_bytes()
     assert facts["types"] == recipe.types
+
+
+def test_a_recipes_dry_run_states_the_types_and_size_of_the_file_llama_cpp_writes(maker) -> None:
+    """The recipes are not quantized to learn their types and sizes (only those measured are): the dry run's
+    figures are the file's, fallbacks (Q5_K_M's Q5_1 for 544-wide rows) included."""
+    for found in maker.recipes(["Q3_K_S", "Q4_K_M", "Q5_K_M"]):
+        path = maker.recipe_file(found)
+        assert found.bytes == path.stat().st_size, found.name
+        assert found.types == {name: types for name, types in file_types(path).items() if name in found.types}
+        assert all(ttype in maker.costs.errors[name] for name, ttype in found.types.items())
+    assert "Q5_1" in maker.recipes(["Q5_K_M"])[0].types.values()

@@ -9,9 +9,10 @@ fit the budget lend their types to the choice and are measured against it; one t
 written instead (exporters/gguf/mix/recipes.py). llama.cpp's quantizer writes the file with the types and
 the importance matrix, so any llama.cpp reads it.
 
-Cost: one quantization per palette type and per fitting recipe, and per group (22 for a 30-layer model: 7
-roles x 3 bands, and the embeddings) two 512-token forward passes on a file spliced from bytes already
-quantized (exporters/gguf/mix/splice.py): three to four minutes for a 135M model on two cores (docs/gguf-mix.md).
+Cost: every tensor quantized in process at its palette's types (its smallest type whole, the others on a sample of
+its rows), a dry run of each recipe near the budget and a quantization of the two largest that fit (they are
+scored), and per group (22 for a 30-layer model: 7 roles x 3 bands, and the embeddings) two 512-token forward
+passes on a file spliced from bytes already quantized (exporters/gguf/mix/splice.py) (docs/gguf-mix.md).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from edgeopt.exporters.gguf.mix.choose import choose_types
 from edgeopt.exporters.gguf.mix.costs import KLMeter, MixCosts, measure_costs
 from edgeopt.exporters.gguf.mix.palette import smallest_mix_bytes
 from edgeopt.exporters.gguf.mix.recipes import (COMPETING_RECIPES, MEASURED_RECIPES, Recipe, candidate_recipes,
-                                                decide, extra_types, fitting, quantize_recipes)
-from edgeopt.exporters.gguf.quantize import quantize_gguf
+                                                decide, extra_types, fitting)
+from edgeopt.exporters.gguf.quantize import quantize_gguf, recipe_types
 
 DEFAULT_BANDS = 3  # layer bands per tensor role whose sensitivity is measured (30 layers: 10 a band)
 DEFAULT_SENSITIVITY_CHUNKS = 2  # 1,024 tokens a group: its forward passes are most of a mix's time
@@ -84,20 +85,31 @@ class MixMaker:
         self.sensitivity_tokens = sum(len(c) for c in token_chunks)
         self.meter = KLMeter(unquantized, token_chunks, threads)
         self.costs: MixCosts = costs or measure_costs(unquantized, work, imatrix, self.meter, n_layers, bands, threads)
+        self._importance = imatrix.means()
         self._recipes: dict[str, Recipe] = {}
         self._recipe_kl: dict[str, float] = {}
 
     def recipes(self, names: list[str]) -> list[Recipe]:
-        todo = [n for n in names if n not in self._recipes]
-        importance = self.imatrix.means()
-        for name, path in zip(todo, quantize_recipes(self.unquantized, self.work, todo, self.imatrix, self.threads)):
-            types = self.costs.add_errors(self.unquantized, path, importance)
-            self._recipes[name] = Recipe(name, path, path.stat().st_size, types)
+        """llama.cpp's recipes of ``names``: the types each gives each tensor (a dry run), their file's size, and
+        the errors of those types measured where the palette lacked them."""
+        for name in names:
+            if name not in self._recipes:
+                types = recipe_types(self.unquantized, name, self.threads, self.imatrix)
+                quantized = {tensor: ttype for tensor, ttype in types.items() if tensor in self.costs.errors}
+                self.costs.add_errors(self.unquantized, quantized, self._importance, self.threads)
+                self._recipes[name] = Recipe(name, self.costs.file_bytes(quantized), quantized)
         return [self._recipes[n] for n in names]
+
+    def recipe_file(self, recipe: Recipe) -> Path:
+        """The recipe quantized by llama.cpp, once (kept in ``work``: a curve of budgets measures it again)."""
+        path = self.work / f"recipe-{recipe.name}.gguf"
+        if not path.is_file():
+            quantize_gguf(self.unquantized, path, recipe.name, self.threads, self.imatrix)
+        return path
 
     def recipe_kl(self, recipe: Recipe) -> float:
         if recipe.name not in self._recipe_kl:
-            self._recipe_kl[recipe.name] = self.meter.kl(recipe.path)
+            self._recipe_kl[recipe.name] = self.meter.kl(self.recipe_file(recipe))
         return self._recipe_kl[recipe.name]
 
     def write(self, dst: Path, budget_bytes: int, recipe_names: list[str]) -> dict[str, Any]:

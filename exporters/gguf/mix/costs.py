@@ -10,12 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from edgeopt.errors import ExportError
 from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
 from edgeopt.exporters.gguf.mix.choose import Option
 from edgeopt.exporters.gguf.mix.measure import (QuantizedTensor, ReferenceDistribution, group_of, quantized_tensors,
-                                                weighted_errors)
-from edgeopt.exporters.gguf.mix.palette import PALETTE_TYPES, REFERENCE_TYPE, palette
+                                                rounding_errors)
+from edgeopt.exporters.gguf.mix.palette import REFERENCE_TYPE, palette
 from edgeopt.exporters.gguf.mix.splice import TensorStore, splice
 from edgeopt.exporters.gguf.quant_types import type_bytes
 from edgeopt.exporters.gguf.quantize import quantize_gguf
@@ -51,6 +53,8 @@ class KLMeter:
 class MixCosts:
     tensors: list[QuantizedTensor]
     overhead: int  # file bytes that are not quantized tensor data (metadata, float norms)
+    fixed_bytes: int  # the same less the quantized tensors' alignment padding (file_bytes adds each type's)
+    alignment: int  # of each tensor's data in the file
     errors: dict[str, dict[str, float]]  # tensor -> type -> weighted squared rounding error
     groups: dict[str, str]  # tensor -> its group (a role in a band of layers)
     scales: dict[str, float]  # group -> KL per unit of weighted rounding error
@@ -71,32 +75,38 @@ class MixCosts:
                                for ttype in types if ttype in self.errors[t.name]]
         return choices
 
-    def add_errors(self, source: Path, typed_file: Path, importance: dict) -> dict[str, str]:
-        """Record the errors of every tensor ``typed_file`` holds at a type not measured yet (a llama.cpp
-        recipe's file); return that file's {tensor: type}."""
-        from edgeopt.exporters.gguf.tensor_data import tensor_infos
+    def add_errors(self, source: Path, types: dict[str, str], importance: dict[str, np.ndarray], threads: int) -> None:
+        """Measure the errors of the tensors ``types`` gives a type not measured yet (a llama.cpp recipe's types)."""
+        from edgeopt.exporters.gguf.tensor_data import tensor_bytes
 
-        known = {t.name for t in self.tensors}
-        types = {name: t.type_name for name, t in tensor_infos(typed_file).items() if name in known}
-        for ttype in set(types.values()):
-            todo = [name for name, tt in types.items() if tt == ttype and ttype not in self.errors[name]]
-            if todo:
-                for name, error in weighted_errors(source, ttype, typed_file, todo, importance).items():
-                    self.errors[name][ttype] = error
-        return types
+        todo = {name: ttype for name, ttype in types.items() if name in self.errors and ttype not in self.errors[name]}
+        for info, data in tensor_bytes(source, todo):
+            self.errors[info.name] |= rounding_errors(info, data, [todo[info.name]], importance.get(info.name),
+                                                      threads).errors
+
+    def file_bytes(self, types: dict[str, str]) -> int:
+        """The file llama.cpp writes with ``types`` (tensor -> type; those left out at the reference's type): its
+        header and unquantized tensors as the reference's, each tensor's data padded to the alignment."""
+        return self.fixed_bytes + sum(_aligned(type_bytes(types.get(t.name, REFERENCE_TYPE), t.weights), self.alignment)
+                                      for t in self.tensors)
 
 
 def measure_costs(unquantized: Path, work: Path, imatrix: ImportanceMatrix, meter: KLMeter, n_layers: int,
                   bands: int, threads: int) -> MixCosts:
     """Errors of every tensor at every palette type, and every group's KL per unit of error."""
+    from edgeopt.sources.gguf_metadata import read_gguf_metadata
+
     reference_file = work / "reference.gguf"
     quantize_gguf(unquantized, reference_file, REFERENCE_TYPE, threads, imatrix, types={})
     tensors = quantized_tensors(reference_file, REFERENCE_TYPE)
     if not tensors:
         raise ExportError(f"{unquantized} has no tensor llama.cpp quantizes", "export it as F16 or Q8_0")
-    overhead = reference_file.stat().st_size - sum(type_bytes(REFERENCE_TYPE, t.weights) for t in tensors)
+    alignment = int(read_gguf_metadata(reference_file).values.get("general.alignment", 32))
+    reference_bytes = reference_file.stat().st_size
+    overhead = reference_bytes - sum(type_bytes(REFERENCE_TYPE, t.weights) for t in tensors)
+    fixed = reference_bytes - sum(_aligned(type_bytes(REFERENCE_TYPE, t.weights), alignment) for t in tensors)
     smallest_store = TensorStore(work / "smallest.bin")  # every tensor at its smallest type, for the groups' files
-    errors = _errors_per_type(unquantized, reference_file, tensors, imatrix, work, threads, smallest_store)
+    errors = _errors_per_type(unquantized, tensors, imatrix, threads, smallest_store)
     groups = {t.name: group_of(t.name, n_layers, bands) for t in tensors}
     reference_kl = meter.kl(reference_file)
     scales: dict[str, float] = {}
@@ -114,26 +124,26 @@ def measure_costs(unquantized: Path, work: Path, imatrix: ImportanceMatrix, mete
     reference_file.unlink()
     smallest_store.path.unlink()
     own_errors = sum(scales[groups[t.name]] * errors[t.name][REFERENCE_TYPE] for t in tensors)
-    return MixCosts(tensors, overhead, errors, groups, scales, group_kl, reference_kl - own_errors)
+    return MixCosts(tensors, overhead, fixed, alignment, errors, groups, scales, group_kl, reference_kl - own_errors)
 
 
-def _errors_per_type(unquantized: Path, reference_file: Path, tensors: list[QuantizedTensor],
-                     imatrix: ImportanceMatrix, work: Path, threads: int,
+def _errors_per_type(unquantized: Path, tensors: list[QuantizedTensor], imatrix: ImportanceMatrix, threads: int,
                      smallest_store: TensorStore) -> dict[str, dict[str, float]]:
-    """Every tensor's weighted rounding error at every type of its palette, one quantized file per type; each
-    tensor's bytes at its smallest type kept in ``smallest_store``."""
+    """Every tensor's weighted rounding error at every type of its palette, quantized in process a tensor at a
+    time; each tensor's bytes at its smallest type kept in ``smallest_store``."""
+    from edgeopt.exporters.gguf.tensor_data import tensor_bytes
+
     importance = imatrix.means()
-    errors: dict[str, dict[str, float]] = {t.name: {} for t in tensors}
-    for ttype in progress(PALETTE_TYPES, "mix: rounding errors per type"):
-        members = {t.name: ttype for t in tensors if ttype in palette(t.row_length)}
-        if not members:
-            continue
-        path = reference_file if ttype == REFERENCE_TYPE else work / f"{ttype}.gguf"
-        if path != reference_file:
-            quantize_gguf(unquantized, path, REFERENCE_TYPE, threads, imatrix, types=members)
-        for name, error in weighted_errors(unquantized, ttype, path, members, importance).items():
-            errors[name][ttype] = error
-        smallest_store.keep(path, [t.name for t in tensors if palette(t.row_length)[:1] == (ttype,)])
-        if path != reference_file:
-            path.unlink()
+    errors: dict[str, dict[str, float]] = {}
+    originals = tensor_bytes(unquantized, [t.name for t in tensors])
+    for info, data in progress(originals, "mix: rounding errors per type", total=len(tensors)):
+        types = palette(info.row_length)
+        measured = rounding_errors(info, data, types, importance.get(info.name), threads, whole_type=types[0])
+        assert measured.quantized is not None
+        smallest_store.put(info.name, types[0], measured.quantized)
+        errors[info.name] = measured.errors
     return errors
+
+
+def _aligned(size: int, alignment: int) -> int:
+    return (size + alignment - 1) // alignment * alignment

@@ -3,13 +3,14 @@
 A mix must never be worse than the file ``llama-quantize --imatrix`` would write at the same size. Two rules
 make sure of it:
 
-1. **Every type a fitting recipe gives a tensor is among that tensor's choices.** The recipes' files are
-   quantized with the same importance matrix, so the mix could reproduce any of them exactly; the rounding
-   error of those types is read from the files themselves. Why it matters: for rows that 256 does not divide
+1. **Every type a fitting recipe gives a tensor is among that tensor's choices.** The recipes are quantized
+   with the same importance matrix, so the mix could reproduce any of them exactly. llama.cpp's quantizer says
+   which type its recipe gives each tensor in a dry run (no file written); the rounding errors of the types the
+   palette lacks are measured as the palette's are. Why it matters: for rows that 256 does not divide
    (SmolLM2's 576) llama.cpp's Q5_K_M falls back to Q5_1, which the palette leaves out
    (exporters/gguf/mix/palette.py); without it the mix lost 2.26x at Q5_K_M's size.
-2. **Measured, not predicted, decides.** The written mix and the largest fitting recipes are scored on the
-   calibration chunks against the unquantized model; when a recipe measures lower, the recipe is written
+2. **Measured, not predicted, decides.** The written mix and the largest fitting recipes (the only recipes
+   written to a file) are scored on the calibration chunks against the unquantized model; when a recipe measures lower, the recipe is written
    instead, and the manifest says so (``export.mix.written``).
 
 Only llama.cpp's recommended types compete: the k-quant mixes, IQ4_XS and Q8_0. The legacy Q4_0/Q4_1/Q5_0/Q5_1
@@ -20,15 +21,10 @@ enter as the k-quants' fallbacks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-
-from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
-from edgeopt.exporters.gguf.quantize import quantize_gguf
-from edgeopt.progress import progress
 
 COMPETING_RECIPES = ("Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_XS", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "Q8_0")
 MEASURED_RECIPES = 2  # the largest fitting recipes are scored: within one family, more bytes lose less
-# Recipes whose estimated size is at most this much over the budget are quantized to see whether they fit (the
+# Recipes whose estimated size is at most this much over the budget are dry-run to see whether they fit (the
 # planner's estimate is within a few percent of the file).
 _ESTIMATE_SLACK = 1.05
 
@@ -36,28 +32,15 @@ _ESTIMATE_SLACK = 1.05
 @dataclass(frozen=True)
 class Recipe:
     name: str  # llama.cpp's file type, e.g. Q5_K_M
-    path: Path
-    bytes: int
-    types: dict[str, str]  # tensor -> the type llama.cpp gave it
+    bytes: int  # its file's size
+    types: dict[str, str]  # tensor -> the type llama.cpp gives it
 
 
 def candidate_recipes(estimates: dict[str, int], budget_bytes: int) -> list[str]:
-    """The recipes worth quantizing for ``budget_bytes`` given the planner's size ``estimates`` of each (one
+    """The recipes worth looking at for ``budget_bytes`` given the planner's size ``estimates`` of each (one
     without an estimate is not a candidate)."""
     return [name for name in COMPETING_RECIPES
             if name in estimates and estimates[name] <= budget_bytes * _ESTIMATE_SLACK]
-
-
-def quantize_recipes(unquantized: Path, work: Path, names: list[str], imatrix: ImportanceMatrix,
-                     threads: int) -> list[Path]:
-    """Each recipe written once into ``work`` (kept there: a curve of budgets reuses them)."""
-    paths = []
-    for name in progress(names, "mix: llama.cpp's own types"):
-        path = work / f"recipe-{name}.gguf"
-        if not path.is_file():
-            quantize_gguf(unquantized, path, name, threads, imatrix)
-        paths.append(path)
-    return paths
 
 
 def fitting(recipes: list[Recipe], budget_bytes: int) -> list[Recipe]:

@@ -2,8 +2,8 @@
 
 Each group's file is the all-Q8_0 reference with the group's tensors at their smallest type. llama.cpp quantizes a
 tensor the same way whatever else the file holds (the same type and importance matrix give the same bytes), and
-the palette's files (one per type, exporters/gguf/mix/costs.py) held every tensor at its smallest type. Kept from
-them (:class:`TensorStore`), a group's file is the reference's header and data with those tensors' bytes put in
+measuring every tensor's rounding errors quantized it whole at its smallest type (exporters/gguf/mix/costs.py). Those
+bytes kept (:class:`TensorStore`), a group's file is the reference's header and data with those tensors' bytes put in
 (:func:`splice`): a copy of the file instead of a quantization of the whole model, 22 of them for SmolLM2.
 """
 
@@ -13,6 +13,7 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 from gguf import GGMLQuantizationType
 
 from edgeopt.exporters.gguf.tensor_data import infos_of, tensor_bytes
@@ -29,10 +30,14 @@ class TensorStore:
 
     def keep(self, source: Path, names: Iterable[str]) -> None:
         """The bytes ``source`` holds for each tensor of ``names`` (one it lacks is left out)."""
+        for info, data in tensor_bytes(source, names):
+            self.put(info.name, info.type_name, data)
+
+    def put(self, name: str, type_name: str, data: np.ndarray) -> None:
+        """A tensor's bytes at ``type_name``, as the file would hold them."""
         with self.path.open("ab") as out:
-            for info, data in tensor_bytes(source, names):
-                self.index[info.name] = (info.type_name, out.tell(), info.data_bytes)
-                out.write(data.tobytes())
+            self.index[name] = (type_name, out.tell(), data.nbytes)
+            out.write(data.tobytes())
 
     def read(self, name: str) -> bytes:
         _, offset, length = self.index[name]
