@@ -65,7 +65,7 @@ def curve(work: Path, quants: list[str], calib_chunks: int, eval_chunks: int, th
     chunks = text_file_chunks(checkpoint, calibration, SENSITIVITY_CHUNKS, "to measure the mix's groups")
     started = time.perf_counter()
     (work / "mix").mkdir(exist_ok=True)
-    cached = work / "mix" / f"costs-{calib_chunks}.pickle"  # same F16, matrix and chunks: measured once
+    cached = work / "mix" / f"costs-{calib_chunks}-v2.pickle"  # same F16, matrix and chunks: measured once (v2: MixCosts gained the file size fields)
     maker = MixMaker(f16, work / "mix", read_imatrix(imatrix_path), chunks, load_model_spec(str(checkpoint)).num_layers,
                      threads, costs=pickle.loads(cached.read_bytes()) if cached.is_file() else None)
     cached.write_bytes(pickle.dumps(maker.costs))

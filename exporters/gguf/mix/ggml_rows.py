@@ -20,11 +20,9 @@ from gguf import GGMLQuantizationType
 
 @cache
 def _ggml() -> ctypes.CDLL:
-    from pathlib import Path
+    import llama_cpp  # noqa: F401 - loads the libggml-base llama.cpp's quantizer uses
 
-    import llama_cpp
-
-    lib = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"))
+    lib = ctypes.CDLL("libggml-base.so.0")  # that copy (the loader answers by soname)
     lib.ggml_quantize_chunk.restype = ctypes.c_size_t
     lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                         ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
