@@ -17,11 +17,18 @@ from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
 from edgeopt.exporters.gguf.mix.choose import Option
 from edgeopt.exporters.gguf.mix.measure import (QuantizedTensor, ReferenceDistribution, group_of, quantized_tensors,
                                                 rounding_errors)
-from edgeopt.exporters.gguf.mix.palette import REFERENCE_TYPE, palette
+from edgeopt.exporters.gguf.mix.palette import REFERENCE_TYPE, palette, probe_type
 from edgeopt.exporters.gguf.mix.splice import TensorStore, splice
 from edgeopt.exporters.gguf.quant_types import type_bytes
 from edgeopt.exporters.gguf.quantize import quantize_gguf
 from edgeopt.progress import progress
+
+
+# Calibration chunks a group's KL is measured on (of the meter's, 2 by default): the 22 groups' forward passes were
+# a third of SmolLM2-135M's mix, and the KL a group adds over the reference, both scored on the same tokens, moved
+# the choice little with one chunk (docs/gguf-mix.md). The written mix and the recipes it competes with are scored
+# on every chunk.
+GROUP_CHUNKS = 1
 
 
 class KLMeter:
@@ -39,12 +46,13 @@ class KLMeter:
         finally:
             original.close()
 
-    def kl(self, path: Path) -> float:
+    def kl(self, path: Path, chunks: int | None = None) -> float:
+        """Over the first ``chunks`` chunks (None: all of them)."""
         from edgeopt.exporters.gguf.scorer import GGUFScorer
 
         scorer = GGUFScorer(path, context=self.context, threads=self.threads)
         try:
-            return self.reference.mean_kl(scorer)
+            return self.reference.mean_kl(scorer, chunks)
         finally:
             scorer.close()
 
@@ -58,7 +66,7 @@ class MixCosts:
     errors: dict[str, dict[str, float]]  # tensor -> type -> weighted squared rounding error
     groups: dict[str, str]  # tensor -> its group (a role in a band of layers)
     scales: dict[str, float]  # group -> KL per unit of weighted rounding error
-    group_kl: dict[str, float]  # group -> KL its smallest types add to the all-Q8_0 reference
+    group_kl: dict[str, float]  # group -> KL its probe types add to the all-Q8_0 reference
     error_free_kl: float  # the reference's measured KL less what its own errors predict: the prediction's offset
 
     def predicted(self, tensor: str, ttype: str) -> float:
@@ -105,42 +113,43 @@ def measure_costs(unquantized: Path, work: Path, imatrix: ImportanceMatrix, mete
     reference_bytes = reference_file.stat().st_size
     overhead = reference_bytes - sum(type_bytes(REFERENCE_TYPE, t.weights) for t in tensors)
     fixed = reference_bytes - sum(_aligned(type_bytes(REFERENCE_TYPE, t.weights), alignment) for t in tensors)
-    smallest_store = TensorStore(work / "smallest.bin")  # every tensor at its smallest type, for the groups' files
-    errors = _errors_per_type(unquantized, tensors, imatrix, threads, smallest_store)
+    probe_store = TensorStore(work / "probes.bin")  # every tensor at its probe type, for the groups' files
+    errors = _errors_per_type(unquantized, tensors, imatrix, threads, probe_store)
     groups = {t.name: group_of(t.name, n_layers, bands) for t in tensors}
-    reference_kl = meter.kl(reference_file)
+    reference_kl = meter.kl(reference_file, GROUP_CHUNKS)
     scales: dict[str, float] = {}
     group_kl: dict[str, float] = {}
     for group in progress(sorted(set(groups.values())), "mix: sensitivity per tensor group"):
         members = [t for t in tensors if groups[t.name] == group]
-        smallest = {t.name: palette(t.row_length)[0] for t in members}
+        probes = {t.name: probe_type(t.row_length) for t in members}
         path = work / "group.gguf"
-        splice(reference_file, smallest, smallest_store, path)  # = quantize_gguf(..., types=smallest), no quantizing
-        added_kl = max(meter.kl(path) - reference_kl, 0.0)  # below the reference is noise: no cost
+        splice(reference_file, probes, probe_store, path)  # = quantize_gguf(..., types=probes), no quantizing
+        added_kl = max(meter.kl(path, GROUP_CHUNKS) - reference_kl, 0.0)  # below the reference is noise: no cost
         path.unlink()
-        added_error = sum(errors[t.name][smallest[t.name]] - errors[t.name][REFERENCE_TYPE] for t in members)
+        added_error = sum(errors[t.name][probes[t.name]] - errors[t.name][REFERENCE_TYPE] for t in members)
         scales[group] = added_kl / added_error if added_error > 0 else 0.0
         group_kl[group] = float(f"{added_kl:.4g}")
     reference_file.unlink()
-    smallest_store.path.unlink()
+    probe_store.path.unlink()
     own_errors = sum(scales[groups[t.name]] * errors[t.name][REFERENCE_TYPE] for t in tensors)
     return MixCosts(tensors, overhead, fixed, alignment, errors, groups, scales, group_kl, reference_kl - own_errors)
 
 
 def _errors_per_type(unquantized: Path, tensors: list[QuantizedTensor], imatrix: ImportanceMatrix, threads: int,
-                     smallest_store: TensorStore) -> dict[str, dict[str, float]]:
-    """Every tensor's weighted rounding error at every type of its palette, quantized in process a tensor at a
-    time; each tensor's bytes at its smallest type kept in ``smallest_store``."""
+                     probe_store: TensorStore) -> dict[str, dict[str, float]]:
+    """Every tensor's weighted rounding error at every type of its palette and at its probe type, quantized in
+    process a tensor at a time; each tensor's bytes at its probe type kept in ``probe_store``."""
     from edgeopt.exporters.gguf.tensor_data import tensor_bytes
 
     importance = imatrix.means()
     errors: dict[str, dict[str, float]] = {}
     originals = tensor_bytes(unquantized, [t.name for t in tensors])
     for info, data in progress(originals, "mix: rounding errors per type", total=len(tensors)):
-        types = palette(info.row_length)
-        measured = rounding_errors(info, data, types, importance.get(info.name), threads, whole_type=types[0])
+        probe = probe_type(info.row_length)
+        measured = rounding_errors(info, data, dict.fromkeys((probe, *palette(info.row_length))),
+                                   importance.get(info.name), threads, whole_type=probe)
         assert measured.quantized is not None
-        smallest_store.put(info.name, types[0], measured.quantized)
+        probe_store.put(info.name, probe, measured.quantized)
         errors[info.name] = measured.errors
     return errors
 

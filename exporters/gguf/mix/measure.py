@@ -6,7 +6,8 @@
    quantizer itself minimises; 1 for a tensor the matrix does not cover). It ranks types within a tensor
    and tensors within a group, but not how much a layer's error moves the output.
 2. **Measured KL, per group** (a forward pass each): the model with every tensor at Q8_0 except one group
-   (a tensor role in a band of layers) at its smallest type, scored on calibration text against the
+   (a tensor role in a band of layers) at its probe type (palette.py: as many bits as the smallest type, quicker
+   to make), scored on calibration text against the
    unquantized model. The KL the group adds, divided by the weighted error it added, converts that
    group's errors into KL.
 
@@ -58,10 +59,10 @@ def group_of(name: str, n_layers: int, bands: int) -> str:
 
 
 # A type's error is estimated from every SAMPLED_EVERY-th row (a tensor's rows round alike: on SmolLM2-135M the
-# estimate from a quarter of the rows chose the same mix); a tensor of fewer than MIN_SAMPLED_ROWS x SAMPLED_EVERY
-# rows is sampled more densely, one of fewer than MIN_SAMPLED_ROWS rows whole.
-SAMPLED_EVERY = 4
-MIN_SAMPLED_ROWS = 256
+# mix chose the same types from an eighth of the rows as from all of them); a tensor of fewer than
+# MIN_SAMPLED_ROWS x SAMPLED_EVERY rows is sampled more densely, one of fewer than MIN_SAMPLED_ROWS rows whole.
+SAMPLED_EVERY = 8
+MIN_SAMPLED_ROWS = 128
 ROWS_PER_READ = 4096  # float32 rows held at once: a 128k-token embedding is 1 GB of float32 whole
 
 
@@ -118,10 +119,10 @@ class ReferenceDistribution:
             self._probs.append(probs)
             self._neg_entropy.append((probs * logp).sum(axis=1))
 
-    def mean_kl(self, scorer: Scorer) -> float:
-        """Mean KL(reference || candidate) per token over every chunk."""
+    def mean_kl(self, scorer: Scorer, chunks: int | None = None) -> float:
+        """Mean KL(reference || candidate) per token over the first ``chunks`` chunks (None: every chunk)."""
         total, count = 0.0, 0
-        for chunk, probs, neg_entropy in zip(self.chunks, self._probs, self._neg_entropy):
+        for chunk, probs, neg_entropy in list(zip(self.chunks, self._probs, self._neg_entropy))[:chunks]:
             logq = _log_softmax(scorer.score(chunk))
             kl = neg_entropy - (probs * logq).sum(axis=1)
             total += float(kl.sum())

@@ -1,8 +1,8 @@
 """A group's file for the sensitivity measurement, assembled from bytes already quantized instead of quantized again.
 
-Each group's file is the all-Q8_0 reference with the group's tensors at their smallest type. llama.cpp quantizes a
+Each group's file is the all-Q8_0 reference with the group's tensors at their probe type. llama.cpp quantizes a
 tensor the same way whatever else the file holds (the same type and importance matrix give the same bytes), and
-measuring every tensor's rounding errors quantized it whole at its smallest type (exporters/gguf/mix/costs.py). Those
+measuring every tensor's rounding errors quantized it whole at its probe type (exporters/gguf/mix/costs.py). Those
 bytes kept (:class:`TensorStore`), a group's file is the reference's header and data with those tensors' bytes put in
 (:func:`splice`): a copy of the file instead of a quantization of the whole model, 22 of them for SmolLM2.
 """
