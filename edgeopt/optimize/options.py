@@ -62,7 +62,6 @@ class OptimizeOptions:
         return WorkshopRequest(measure_workstation(), evaluate=self.evaluate,
                                calibration_text_bytes=Path(text).stat().st_size if text and Path(text).is_file() else None,
                                self_calibration=bool(self.export_options.get("self_calibration", True)),
-                               mix="mix_size_bytes" in self.export_options,
                                int4_calibration=int4_algorithm(self.export_options) in CALIBRATED_ALGORITHMS)
 
 

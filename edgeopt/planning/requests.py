@@ -49,7 +49,6 @@ class WorkshopRequest:
     evaluate: bool = True
     calibration_text_bytes: int | None = None  # --calibration-data's size; None: not given
     self_calibration: bool = True  # without --calibration-data: the model writes its own text (--no-self-calibration)
-    mix: bool = False  # --size: the mix's measurements, not planned
     int4_calibration: bool = True  # ONNX INT4 measures activations on calibration text first (not --int4-algorithm rtn)
 
 

@@ -56,3 +56,14 @@ def test_in_process_rows_are_llama_cpps_bytes_for_every_palette_type(unquantized
 def test_an_importance_of_another_width_is_refused() -> None:
     with pytest.raises(ValueError, match="importance"):
         quantize_rows("Q8_0", np.zeros((2, 64), np.float32), np.ones(32, np.float32))
+
+
+@pytest.mark.parametrize("ttype", ["F16", "Q8_0", "Q4_0", "Q5_1", "IQ4_NL", "IQ3_S", "Q3_K", "Q4_K", "Q6_K"])
+def test_ggml_de_quantizes_to_gguf_pys_values(ttype: str) -> None:
+    from edgeopt.exporters.gguf.mix.ggml_rows import dequantize_rows
+
+    width = 256
+    rows = np.random.default_rng(3).standard_normal((40, width)).astype(np.float32)
+    blocks = quantize_rows(ttype, rows, None, threads=2)
+    assert np.array_equal(dequantize_rows(ttype, blocks), dequantize(blocks, GGMLQuantizationType[ttype]))
+    assert np.array_equal(dequantize_rows("F32", rows.view(np.uint8)), rows)

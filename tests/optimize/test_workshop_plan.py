@@ -43,6 +43,23 @@ def test_the_plan_names_each_step_the_flags_ask_for(smollm2_checkpoint: Path, tm
     assert all(step.seconds > 0 and step.resident_bytes >= step.anonymous_bytes > 0 for step in bare.steps)
 
 
+def test_the_size_budgeted_mix_plans_its_measurements(smollm2_checkpoint: Path, tmp_path: Path) -> None:
+    """--size measures every tensor's errors and every group's KL before the mix is quantized: a step of its own,
+    whose memory is the scoring's (the unquantized distributions kept, a chunk's logits while one is scored)."""
+    opts = OptimizeOptions(model=str(smollm2_checkpoint), target="jetson-orin-nano-8gb", format="gguf", quant="MIX",
+                           output=tmp_path / "bundle", dry_run=True)
+    mix = resolve(opts).workshop
+    assert mix is not None and not mix.not_planned
+    names = [step.name for step in mix.steps]
+    assert names == ["conversion to GGUF F16", "calibration text and matrix", "measuring the mix",
+                     "quantization to MIX", "evaluation"]
+    measuring = mix.steps[2]
+    plain = _plan(smollm2_checkpoint, tmp_path)
+    assert measuring.seconds > 2 * plain.steps[2].seconds  # quantizations and forward passes: more than one quantization
+    # the kept distributions and a chunk's logits beside the mapped unquantized file: SmolLM2's 49k vocabulary
+    assert measuring.anonymous_bytes > plain.steps[1].anonymous_bytes
+
+
 def test_a_workstation_without_the_memory_is_refused_before_any_work(smollm2_checkpoint: Path, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import edgeopt.profiles.workstation as workstation

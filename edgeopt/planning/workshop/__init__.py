@@ -22,7 +22,7 @@ def plan_workshop(before: ModelSpec, after: ModelSpec, fmt: str, quant: str, pas
                   request: WorkshopRequest) -> tuple[WorkshopPlan, Passes]:
     """The steps for ``before`` (the checkpoint) made into ``after`` by ``passes`` and exported as ``fmt``
     ``quant``, and the passes with the distillation settings that fit this workstation. An export not planned
-    yet (torch) and the --size mix's measurements are named in ``not_planned``."""
+    yet (torch) is named in ``not_planned``."""
     workstation = request.workstation
     steps: list[StepEstimate] = []
     fitted: Passes = []
@@ -45,7 +45,7 @@ def plan_workshop(before: ModelSpec, after: ModelSpec, fmt: str, quant: str, pas
         steps += plan_onnx_export(after, onnx_steps, workstation.gflops).steps
     else:
         return WorkshopPlan(tuple(steps), (f"the {fmt} export",)), fitted
-    return WorkshopPlan(tuple(steps), ("the --size mix's measurements",) if request.mix else ()), fitted
+    return WorkshopPlan(tuple(steps)), fitted
 
 
 def refuse_unheld(plan: WorkshopPlan, request: WorkshopRequest, fmt: str, quant: str) -> None:

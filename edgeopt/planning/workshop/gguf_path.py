@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edgeopt.formats.gguf.quants import MIX
 from edgeopt.measuring.eval_text import GENERATED_TOKENS_PER_PROMPT, SEED_PROMPTS
 from edgeopt.planning.checkpoint import weight_bytes
 from edgeopt.planning.workshop.estimate import StepEstimate, WorkshopPlan
@@ -57,6 +58,12 @@ PREFILL_EFFICIENCY = 1.0
 SCORING_EFFICIENCY = 0.7
 DECODE_EFFICIENCY = 0.43
 DECODE_32_EFFICIENCY = 0.73
+# --size (exporters/gguf/mix/): groups per tensor role (bands of layers) and the chunks of 512 tokens each is scored
+# on; the unquantized model's distributions are kept for MIX_SCORED_CHUNKS, on which the reference and the written
+# mix's competitors (two llama.cpp recipes; the mix itself is scored after its quantization) are scored.
+MIX_BANDS, MIX_GROUP_CHUNKS, MIX_SCORED_CHUNKS, MIX_MEASURED_FILES = 3, 1, 2, 2
+MIX_LOGITS_COPIES = 5  # a chunk's logits while it is scored, beside the kept distributions
+MIX_ERROR_PARAMS_PER_SECOND = 8.7e6  # every palette type on an eighth of the rows, the probe type whole (SmolLM2)
 CONVERT_PARAMS_PER_SECOND = 70e6  # reading, casting and writing (numpy's memory-bound loops)
 QUANTIZE_PARAMS_PER_SECOND = 12e6  # llama.cpp's search for each block's scales (Q4_K_M with a matrix)
 
@@ -96,6 +103,8 @@ def plan_gguf_export(spec: ModelSpec, steps: GgufSteps, gflops: float) -> Worksh
     if matrix_tokens:
         plan.append(mapping("importance matrix", process + _llama_buffers(spec, BATCH_TOKENS, BATCH_TOKENS),
                             unquantized, matrix_tokens * flops_per_token / (rate * PREFILL_EFFICIENCY)))
+    if steps.quant == MIX:
+        plan.append(_mix_step(spec, steps, process, unquantized, flops_per_token, rate))
     # llama.cpp's quantizer holds its float32 copy of the largest tensor (and its blocks) while few of the file's
     # pages are read yet; by the last tensors it has read them all and holds little beside them.
     plan.append(StepEstimate(f"quantization to {steps.quant}",
@@ -115,6 +124,28 @@ def plan_gguf_export(spec: ModelSpec, steps: GgufSteps, gflops: float) -> Worksh
                                  max(reference, candidate), seconds))
     return WorkshopPlan(tuple(StepEstimate(step.name, int(step.resident_bytes * MARGIN),
                                            int(step.anonymous_bytes * MARGIN), step.seconds) for step in plan))
+
+
+def _mix_step(spec: ModelSpec, steps: GgufSteps, process: int, unquantized: int, flops_per_token: int,
+              rate: float) -> StepEstimate:
+    """--size's measurements (exporters/gguf/mix/): every tensor's rounding errors, a forward pass per group on a
+    spliced file, llama.cpp's recipes that compete quantized and scored; the mix's own quantization is the next
+    step. The peak is the scoring: the unquantized model's distributions kept for every scored token, and a chunk's
+    logits several times over while one is scored (llama.cpp's output, llama-cpp-python's copy, the rows read,
+    their log-softmax and its exponential), beside the mapped unquantized file. The chunks are the calibration
+    text's: the self-written sequences, or 512-token chunks of --calibration-data."""
+    chunk = min(SELF_CALIBRATION_LENGTH, spec.max_position_embeddings) if steps.calibration_text_bytes is None \
+        else BATCH_TOKENS
+    roles = {t.name.split(".", 3)[-1] for t in spec.tensors() if t.layer is not None and len(t.shape) == 2}
+    groups = len(roles) * min(MIX_BANDS, spec.num_layers) + 1  # and the embeddings (the output, when not tied)
+    chunk_logits = chunk * spec.vocab_size * 4
+    own = (process + _llama_buffers(spec, chunk, chunk, kv_bytes=4)
+           + MIX_SCORED_CHUNKS * chunk_logits + MIX_LOGITS_COPIES * chunk_logits)
+    scored_tokens = chunk * ((groups + 1) * MIX_GROUP_CHUNKS + (1 + MIX_MEASURED_FILES) * MIX_SCORED_CHUNKS)
+    seconds = (spec.num_parameters / MIX_ERROR_PARAMS_PER_SECOND
+               + MIX_MEASURED_FILES * spec.num_parameters / QUANTIZE_PARAMS_PER_SECOND
+               + scored_tokens * flops_per_token / (rate * SCORING_EFFICIENCY))
+    return StepEstimate("measuring the mix", own + LIBRARIES + unquantized, own, seconds)
 
 
 def _matrix_tokens(steps: GgufSteps) -> int:

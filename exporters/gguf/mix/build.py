@@ -33,7 +33,7 @@ from edgeopt.exporters.gguf.mix.recipes import (COMPETING_RECIPES, MEASURED_RECI
 from edgeopt.exporters.gguf.quantize import quantize_gguf, recipe_types
 
 DEFAULT_BANDS = 3  # layer bands per tensor role whose sensitivity is measured (30 layers: 10 a band)
-DEFAULT_SENSITIVITY_CHUNKS = 2  # 1,024 tokens a group: its forward passes are most of a mix's time
+DEFAULT_SENSITIVITY_CHUNKS = 2  # 1,024 tokens the written mix and its competitors are scored on (a group: costs.GROUP_CHUNKS)
 # The llama_ftype written into the file (general.file_type, which tools display) for the type most of its
 # weights got: what llama.cpp itself would guess from the tensors.
 _FILE_TYPE_OF = {"IQ3_S": "IQ3_S", "IQ4_XS": "IQ4_XS", "Q3_K": "Q3_K_S", "Q4_K": "Q4_K_S", "Q5_K": "Q5_K_S",

@@ -78,10 +78,7 @@ def rounding_errors(info: TensorInfo, data: np.ndarray, types: Iterable[str], im
     them): ``sum over rows and columns of importance[column] x (w - w_q)^2``, quantized in process as llama.cpp
     would (exporters/gguf/mix/ggml_rows.py). ``whole_type``'s error is exact, its bytes kept for every row; the
     other types' are estimated from a sample of the rows (SAMPLED_EVERY), scaled to the whole."""
-    from gguf import GGMLQuantizationType
-    from gguf.quants import dequantize
-
-    from edgeopt.exporters.gguf.mix.ggml_rows import quantize_rows
+    from edgeopt.exporters.gguf.mix.ggml_rows import dequantize_rows, quantize_rows
 
     rows = data.reshape(-1, data.shape[-1])
     count = len(rows)
@@ -89,7 +86,7 @@ def rounding_errors(info: TensorInfo, data: np.ndarray, types: Iterable[str], im
     sums: dict[str, float] = {}
     kept: list[np.ndarray] = []
     for first in range(0, count, ROWS_PER_READ):
-        original = dequantize(rows[first:first + ROWS_PER_READ], GGMLQuantizationType[info.type_name])
+        original = dequantize_rows(info.type_name, rows[first:first + ROWS_PER_READ])
         sample = original[(-first) % stride::stride]  # every stride-th row of the tensor, wherever the read starts
         for ttype in types:
             whole = ttype == whole_type
@@ -99,7 +96,7 @@ def rounding_errors(info: TensorInfo, data: np.ndarray, types: Iterable[str], im
             quantized = quantize_rows(ttype, values, importance, threads)
             if whole:
                 kept.append(quantized)
-            squared = np.square(dequantize(quantized, GGMLQuantizationType[ttype]) - values, dtype=np.float64).sum(axis=0)
+            squared = np.square(dequantize_rows(ttype, quantized) - values, dtype=np.float64).sum(axis=0)
             sums[ttype] = sums.get(ttype, 0.0) + float(squared @ importance if importance is not None else squared.sum())
     sampled = len(range(0, count, stride))
     errors = {ttype: error * (1 if ttype == whole_type else count / sampled) for ttype, error in sums.items()}
