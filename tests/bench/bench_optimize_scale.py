@@ -10,6 +10,8 @@ cache, for llama.cpp's tools as for edgeopt), and every step's share:
 - ``calibration``: the same calibration text for both (the even sections of CPython's language reference,
   ``--words`` words), no evaluation (``--no-eval``);
 - ``onnx`` (``--only onnx``): edgeopt's ONNX export alone (``--onnx-quant``, no evaluation) against its plan.
+- ``mix`` (``--only mix``): ``--quant MIX`` (at Q4_K_M's size) against edgeopt's plain Q4_K_M of the same checkpoint,
+  both with a matrix of self-written text and no evaluation.
 - ``defaults``: edgeopt's defaults (an importance matrix from text the model writes itself, evaluation against the
   original on text it writes itself, ``--accept-quality-loss``: random weights fail the floor by design); llama.cpp
   given real text of the same token counts for its matrix and for ``llama-perplexity --kl-divergence``.
@@ -214,7 +216,7 @@ def compare(label: str, ours: Pipeline, theirs: Pipeline) -> list[str]:
             *(f"{p.name:10s} {p.seconds:8.1f} {p.max_rss / GIB:13.2f} {p.peak_anon / GIB:14.2f}" for p in (ours, theirs)),
             f"{'ratio':10s} {ours.seconds / theirs.seconds:8.2f} {ours.max_rss / theirs.max_rss:13.2f} "
             f"{ours.peak_anon / max(1, theirs.peak_anon):14.2f}",
-            f"steps: edgeopt: {ours.shares()}", f"steps: llama.cpp: {theirs.shares()}", plan_line(ours)]
+            f"steps: {ours.name}: {ours.shares()}", f"steps: {theirs.name}: {theirs.shares()}", plan_line(ours)]
 
 
 def plan_line(ours: Pipeline) -> str:
@@ -230,8 +232,9 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--shape", choices=("small", "1b", "8b"), default="1b")
     parser.add_argument("--words", type=int, default=5300, help="calibration text for the first comparison")
     parser.add_argument("--work", type=Path, default=None, help="where checkpoints and files go (default: a temp dir)")
-    parser.add_argument("--only", choices=("calibration", "defaults", "onnx"), default=None,
-                        help="onnx: edgeopt's ONNX export alone (llama.cpp has none), against its plan")
+    parser.add_argument("--only", choices=("calibration", "defaults", "onnx", "mix"), default=None,
+                        help="onnx: edgeopt's ONNX export alone (llama.cpp has none), against its plan; mix: --quant "
+                             "MIX against edgeopt's plain Q4_K_M")
     parser.add_argument("--onnx-quant", choices=("int8", "int4"), default=None, help="with --only onnx (default int8)")
     args = parser.parse_args(argv)
     if args.onnx_quant is not None and args.only != "onnx":
@@ -257,6 +260,13 @@ def main(argv: list[str] | None = None) -> list[str]:
         ours = edgeopt_pipeline(checkpoint, work, None, log)
         lines += compare("defaults (matrix from self-written text, evaluation)", ours,
                          llama_cpp_pipeline(tools, checkpoint, work, calibration, evaluation, log))
+    if args.only == "mix":
+        # The size-budgeted mix (at Q4_K_M's size) against edgeopt's own plain Q4_K_M of the same checkpoint, both
+        # with a matrix of self-written text and no evaluation (llama.cpp has no mix of its own).
+        plain = edgeopt_pipeline(checkpoint, work, None, log, evaluate=False)
+        mix = edgeopt_pipeline(checkpoint, work, None, log, quant="MIX", evaluate=False)
+        lines += compare("--quant MIX against the plain Q4_K_M export (self-written matrix text, no evaluation)",
+                         Pipeline("MIX", mix.steps, mix.planned_peak), Pipeline("Q4_K_M", plain.steps))
     if args.only == "onnx":
         quant = args.onnx_quant or "int8"
         ours = edgeopt_pipeline(checkpoint, work, None, log, fmt="onnx", quant=quant, evaluate=False)

@@ -25,3 +25,16 @@ def test_the_small_shape_runs_both_pipelines_side_by_side(tmp_path: Path):
     assert "imatrix" in steps[0] and "quantize" in steps[0] and "kl-divergence" in steps[1]
     assert re.search(r"steps: edgeopt: optimize \d+s", text)
     assert len(re.findall(r"edgeopt's plan: peak \d+\.\d+ GiB, measured \d+\.\d+ GiB", text)) == 2
+
+
+def test_the_small_shape_mix_runs_beside_the_plain_export(tmp_path: Path):
+    """``--only mix``: the size-budgeted mix and the plain Q4_K_M of one checkpoint, each timed and sampled, the mix's
+    plan stated beside its measured peak."""
+    from tests.bench.bench_optimize_scale import main
+
+    text = "\n".join(main(["--shape", "small", "--only", "mix", "--work", str(tmp_path)]))
+    assert "## --quant MIX against the plain Q4_K_M export" in text
+    wall, rss, anon = (float(v) for v in re.search(r"^ratio\s+(\S+)\s+(\S+)\s+(\S+)$", text, re.M).groups())
+    assert wall > 1 and rss > 0 and anon > 0  # the mix measures before it quantizes: never quicker than the plain
+    assert re.search(r"steps: MIX: optimize \d+s", text) and re.search(r"steps: Q4_K_M: optimize \d+s", text)
+    assert re.search(r"edgeopt's plan: peak \d+\.\d+ GiB, measured \d+\.\d+ GiB", text)

@@ -58,10 +58,10 @@ PREFILL_EFFICIENCY = 1.0
 SCORING_EFFICIENCY = 0.7
 DECODE_EFFICIENCY = 0.43
 DECODE_32_EFFICIENCY = 0.73
-# --size (exporters/gguf/mix/): groups per tensor role (bands of layers) and the chunks of 512 tokens each is scored
-# on; the unquantized model's distributions are kept for MIX_SCORED_CHUNKS, on which the reference and the written
-# mix's competitors (two llama.cpp recipes; the mix itself is scored after its quantization) are scored.
-MIX_BANDS, MIX_GROUP_CHUNKS, MIX_SCORED_CHUNKS, MIX_MEASURED_FILES = 3, 1, 2, 2
+# --size (exporters/gguf/mix/): groups per tensor role (bands of layers), the calibration chunks every group, the
+# reference and the written mix's competitors (two llama.cpp recipes; the mix itself is scored after its
+# quantization) are scored on, the unquantized model's distributions kept for each.
+MIX_BANDS, MIX_SCORED_CHUNKS, MIX_MEASURED_FILES = 3, 2, 2
 MIX_LOGITS_COPIES = 5  # a chunk's logits while it is scored, beside the kept distributions
 MIX_ERROR_PARAMS_PER_SECOND = 8.7e6  # every palette type on an eighth of the rows, the probe type whole (SmolLM2)
 CONVERT_PARAMS_PER_SECOND = 70e6  # reading, casting and writing (numpy's memory-bound loops)
@@ -136,12 +136,14 @@ def _mix_step(spec: ModelSpec, steps: GgufSteps, process: int, unquantized: int,
     text's: the self-written sequences, or 512-token chunks of --calibration-data."""
     chunk = min(SELF_CALIBRATION_LENGTH, spec.max_position_embeddings) if steps.calibration_text_bytes is None \
         else BATCH_TOKENS
-    roles = {t.name.split(".", 3)[-1] for t in spec.tensors() if t.layer is not None and len(t.shape) == 2}
-    groups = len(roles) * min(MIX_BANDS, spec.num_layers) + 1  # and the embeddings (the output, when not tied)
+    matrices = [t for t in spec.tensors() if len(t.shape) == 2]
+    roles = {t.name.split(".", 3)[-1] for t in matrices if t.layer is not None}
+    # a group per role and band, and one per matrix outside the layers (the embeddings; the output when untied)
+    groups = len(roles) * min(MIX_BANDS, spec.num_layers) + sum(t.layer is None for t in matrices)
     chunk_logits = chunk * spec.vocab_size * 4
     own = (process + _llama_buffers(spec, chunk, chunk, kv_bytes=4)
            + MIX_SCORED_CHUNKS * chunk_logits + MIX_LOGITS_COPIES * chunk_logits)
-    scored_tokens = chunk * ((groups + 1) * MIX_GROUP_CHUNKS + (1 + MIX_MEASURED_FILES) * MIX_SCORED_CHUNKS)
+    scored_tokens = chunk * MIX_SCORED_CHUNKS * (groups + 2 + MIX_MEASURED_FILES)  # and the reference, twice
     seconds = (spec.num_parameters / MIX_ERROR_PARAMS_PER_SECOND
                + MIX_MEASURED_FILES * spec.num_parameters / QUANTIZE_PARAMS_PER_SECOND
                + scored_tokens * flops_per_token / (rate * SCORING_EFFICIENCY))

@@ -33,7 +33,7 @@ from edgeopt.exporters.gguf.mix.recipes import (COMPETING_RECIPES, MEASURED_RECI
 from edgeopt.exporters.gguf.quantize import quantize_gguf, recipe_types
 
 DEFAULT_BANDS = 3  # layer bands per tensor role whose sensitivity is measured (30 layers: 10 a band)
-DEFAULT_SENSITIVITY_CHUNKS = 2  # 1,024 tokens the written mix and its competitors are scored on (a group: costs.GROUP_CHUNKS)
+DEFAULT_SENSITIVITY_CHUNKS = 2  # chunks every group, the written mix and its competitors are scored on
 # The llama_ftype written into the file (general.file_type, which tools display) for the type most of its
 # weights got: what llama.cpp itself would guess from the tensors.
 _FILE_TYPE_OF = {"IQ3_S": "IQ3_S", "IQ4_XS": "IQ4_XS", "Q3_K": "Q3_K_S", "Q4_K": "Q4_K_S", "Q5_K": "Q5_K_S",
@@ -44,31 +44,38 @@ _FILE_TYPE_OF = {"IQ3_S": "IQ3_S", "IQ4_XS": "IQ4_XS", "Q3_K": "Q3_K_S", "Q4_K":
 def export_mix(model_dir: Path, unquantized: Path, dst: Path, calibration: Calibration,
                options: dict[str, Any]) -> dict[str, Any]:
     """The exporter's ``--quant MIX``: sensitivity measured on the calibration's first chunks, budget
-    ``options['mix_size_bytes']`` (default: the planner's Q4_K_M size of the model)."""
+    ``options['mix_size_bytes']`` (default: the size of llama.cpp's Q4_K_M file of the model, to the byte)."""
     from edgeopt.sources.model_spec import load_model_spec
     from edgeopt.exporters.gguf.quant_types import MIX_DEFAULT_SIZE_OF, estimate_gguf_bytes
 
     spec = load_model_spec(str(model_dir))
-    budget = int(options.get("mix_size_bytes") or estimate_gguf_bytes(spec, MIX_DEFAULT_SIZE_OF))
+    given = options.get("mix_size_bytes")
+    budget = int(given or estimate_gguf_bytes(spec, MIX_DEFAULT_SIZE_OF))  # the planner's, for the checks before
     smallest = smallest_mix_bytes(spec)
     if budget < smallest:  # refused before minutes of measuring; choose_types has the exact check
         raise ConfigError(f"--size {budget / 2**20:.1f}MiB is below the smallest mix of {spec.source}, about "
                           f"{smallest / 2**20:.1f} MiB with every tensor at its smallest type",
                           f"give a --size of at least {smallest / 2**20 * 1.01 + 1:.0f}MiB, or prune the model (--prune)")
     recipes = candidate_recipes({name: estimate_gguf_bytes(spec, name) for name in COMPETING_RECIPES}, budget)
-    return make_mix(unquantized, dst, budget, calibration.matrix, calibration.chunks[:DEFAULT_SENSITIVITY_CHUNKS],
-                    spec.num_layers, threads=int(options.get("threads", 2)), recipes=recipes)
+    return make_mix(unquantized, dst, int(given) if given else None, calibration.matrix,
+                    calibration.chunks[:DEFAULT_SENSITIVITY_CHUNKS], spec.num_layers,
+                    threads=int(options.get("threads", 2)), recipes=recipes)
 
 
-def make_mix(unquantized: Path, dst: Path, budget_bytes: int, imatrix: ImportanceMatrix,
+def make_mix(unquantized: Path, dst: Path, budget_bytes: int | None, imatrix: ImportanceMatrix,
              token_chunks: list[list[int]], n_layers: int, threads: int = 2, bands: int = DEFAULT_BANDS,
              recipes: list[str] | tuple[str, ...] = COMPETING_RECIPES) -> dict[str, Any]:
-    """Write ``dst`` (at most ``budget_bytes``) from the unquantized GGUF; return facts for the manifest.
-    ``recipes``: llama.cpp's types the mix learns from and is measured against where they fit."""
+    """Write ``dst`` (at most ``budget_bytes``; None: the size of llama.cpp's Q4_K_M file of it, from its quantizer's
+    dry run) from the unquantized GGUF; return facts for the manifest. ``recipes``: llama.cpp's types the mix
+    learns from and is measured against where they fit."""
+    from edgeopt.exporters.gguf.quant_types import MIX_DEFAULT_SIZE_OF
+
     work = dst.parent / ".edgeopt-mix"
     work.mkdir(parents=True, exist_ok=True)
     try:
         maker = MixMaker(unquantized, work, imatrix, token_chunks, n_layers, threads, bands)
+        if budget_bytes is None:  # "at Q4_K_M's size": the file's, not the planner's estimate (0.1-0.4% off)
+            budget_bytes = maker.recipes([MIX_DEFAULT_SIZE_OF])[0].bytes
         return maker.write(dst, budget_bytes, list(recipes))
     finally:
         shutil.rmtree(work, ignore_errors=True)

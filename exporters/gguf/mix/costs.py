@@ -24,13 +24,6 @@ from edgeopt.exporters.gguf.quantize import quantize_gguf
 from edgeopt.progress import progress
 
 
-# Calibration chunks a group's KL is measured on (of the meter's, 2 by default): the 22 groups' forward passes were
-# a third of SmolLM2-135M's mix, and the KL a group adds over the reference, both scored on the same tokens, moved
-# the choice little with one chunk (docs/gguf-mix.md). The written mix and the recipes it competes with are scored
-# on every chunk.
-GROUP_CHUNKS = 1
-
-
 class KLMeter:
     """Mean KL of a GGUF file against the unquantized model on the calibration chunks (the reference
     distributions are computed once)."""
@@ -46,13 +39,12 @@ class KLMeter:
         finally:
             original.close()
 
-    def kl(self, path: Path, chunks: int | None = None) -> float:
-        """Over the first ``chunks`` chunks (None: all of them)."""
+    def kl(self, path: Path) -> float:
         from edgeopt.exporters.gguf.scorer import GGUFScorer
 
         scorer = GGUFScorer(path, context=self.context, threads=self.threads)
         try:
-            return self.reference.mean_kl(scorer, chunks)
+            return self.reference.mean_kl(scorer)
         finally:
             scorer.close()
 
@@ -116,7 +108,7 @@ def measure_costs(unquantized: Path, work: Path, imatrix: ImportanceMatrix, mete
     probe_store = TensorStore(work / "probes.bin")  # every tensor at its probe type, for the groups' files
     errors = _errors_per_type(unquantized, tensors, imatrix, threads, probe_store)
     groups = {t.name: group_of(t.name, n_layers, bands) for t in tensors}
-    reference_kl = meter.kl(reference_file, GROUP_CHUNKS)
+    reference_kl = meter.kl(reference_file)
     scales: dict[str, float] = {}
     group_kl: dict[str, float] = {}
     for group in progress(sorted(set(groups.values())), "mix: sensitivity per tensor group"):
@@ -124,7 +116,7 @@ def measure_costs(unquantized: Path, work: Path, imatrix: ImportanceMatrix, mete
         probes = {t.name: probe_type(t.row_length) for t in members}
         path = work / "group.gguf"
         splice(reference_file, probes, probe_store, path)  # = quantize_gguf(..., types=probes), no quantizing
-        added_kl = max(meter.kl(path, GROUP_CHUNKS) - reference_kl, 0.0)  # below the reference is noise: no cost
+        added_kl = max(meter.kl(path) - reference_kl, 0.0)  # below the reference is noise: no cost
         path.unlink()
         added_error = sum(errors[t.name][probes[t.name]] - errors[t.name][REFERENCE_TYPE] for t in members)
         scales[group] = added_kl / added_error if added_error > 0 else 0.0

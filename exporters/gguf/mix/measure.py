@@ -116,10 +116,10 @@ class ReferenceDistribution:
             self._probs.append(probs)
             self._neg_entropy.append((probs * logp).sum(axis=1))
 
-    def mean_kl(self, scorer: Scorer, chunks: int | None = None) -> float:
-        """Mean KL(reference || candidate) per token over the first ``chunks`` chunks (None: every chunk)."""
+    def mean_kl(self, scorer: Scorer) -> float:
+        """Mean KL(reference || candidate) per token over every chunk."""
         total, count = 0.0, 0
-        for chunk, probs, neg_entropy in list(zip(self.chunks, self._probs, self._neg_entropy))[:chunks]:
+        for chunk, probs, neg_entropy in zip(self.chunks, self._probs, self._neg_entropy):
             logq = _log_softmax(scorer.score(chunk))
             kl = neg_entropy - (probs * logq).sum(axis=1)
             total += float(kl.sum())
