@@ -69,7 +69,7 @@ def _tensor_counter(update: Callable[[int, int], None]) -> Callable[[str], None]
 
 
 # llama-quant.cpp's line per tensor, whose type it keeps ("size = 0.035 MiB") or quantizes to ("size = 1.27 MiB ->
-# 0.36 MiB (q4_K)"): "[  12/ 147]                  blk.0.attn_q.weight - [  576,   576,     1,     1], type =    f16, ..."
+# 0.36 MiB (q4_K)"): "[  12/ 147]      blk.0.attn_q.weight - [  576,   576,     1,     1], type =    f16, ..."
 _TENSOR_TYPE = re.compile(r"\[\s*\d+/\s*\d+\]\s+(?P<name>\S+)\s+-\s+\[[^\]]*\],\s+type\s*=\s*(?P<type>\w+),\s+"
                           r"size\s*=\s*[\d.]+\s+MiB(?:\s*->\s*[\d.]+\s+MiB\s+\((?P<new>\w+)\))?")
 

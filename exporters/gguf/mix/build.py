@@ -9,10 +9,11 @@ fit the budget lend their types to the choice and are measured against it; one t
 written instead (exporters/gguf/mix/recipes.py). llama.cpp's quantizer writes the file with the types and
 the importance matrix, so any llama.cpp reads it.
 
-Cost: every tensor quantized in process at its palette's types on a sample of its rows and at its probe type whole
-(exporters/gguf/mix/palette.py), a dry run of each recipe near the budget and a quantization of the two largest that fit (they are
-scored), and per group (22 for a 30-layer model: 7 roles x 3 bands, and the embeddings) two 512-token forward
-passes on a file spliced from bytes already quantized (exporters/gguf/mix/splice.py) (docs/gguf-mix.md).
+Cost: every tensor quantized in process at its palette's types on a sample of its rows and at its probe type
+whole (exporters/gguf/mix/palette.py), a dry run of each recipe near the budget and a quantization of the two
+largest that fit (they are scored), and per group (22 for a 30-layer model: 7 roles x 3 bands, and the
+embeddings) a forward pass of the calibration chunks on a file spliced from bytes already quantized
+(exporters/gguf/mix/splice.py) (docs/gguf-mix.md).
 """
 
 from __future__ import annotations

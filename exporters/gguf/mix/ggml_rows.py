@@ -1,5 +1,5 @@
-"""Rows of a tensor quantized (and de-quantized) in this process by ggml's own quantizer (``ggml_quantize_chunk``, the function
-llama.cpp's quantizer calls for every chunk of rows): the same bytes ``llama_model_quantize`` writes for the same
+"""Rows of a tensor quantized (and de-quantized) in this process by ggml's own quantizer (``ggml_quantize_chunk``,
+the function llama.cpp's quantizer calls for every chunk of rows): the same bytes ``llama_model_quantize`` writes for the same
 type and importance matrix, without writing, re-opening and re-reading a model file per type.
 
 The mix measures every tensor's rounding error at every type of its palette (exporters/gguf/mix/costs.py). Done

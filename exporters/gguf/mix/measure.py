@@ -1,15 +1,14 @@
 """What each tensor's type would cost in quality, measured two ways and combined.
 
 1. **Weighted rounding error, per tensor and type** (cheap): the tensor quantized as llama.cpp would to
-   each palette type (in process, a sample of its rows), de-quantized, compared with the unquantized file: sum over rows and columns of
-   ``importance[column] x (w - w_q)^2``, the importance being the matrix's mean x^2 (what llama.cpp's
-   quantizer itself minimises; 1 for a tensor the matrix does not cover). It ranks types within a tensor
-   and tensors within a group, but not how much a layer's error moves the output.
+   each palette type (in process, a sample of its rows), de-quantized, compared with the unquantized file:
+   sum over rows and columns of ``importance[column] x (w - w_q)^2``, the importance being the matrix's
+   mean x^2 (what llama.cpp's quantizer itself minimises; 1 for a tensor the matrix does not cover). It
+   ranks types within a tensor and tensors within a group, but not how much a layer's error moves the output.
 2. **Measured KL, per group** (a forward pass each): the model with every tensor at Q8_0 except one group
-   (a tensor role in a band of layers) at its probe type (palette.py: as many bits as the smallest type, quicker
-   to make), scored on calibration text against the
-   unquantized model. The KL the group adds, divided by the weighted error it added, converts that
-   group's errors into KL.
+   (a tensor role in a band of layers) at its probe type (palette.py: as many bits as the smallest type,
+   quicker to make), scored on calibration text against the unquantized model. The KL the group adds,
+   divided by the weighted error it added, converts that group's errors into KL.
 
 So a tensor's predicted cost at a type is ``scale[group] x error[tensor][type]``.
 """
@@ -97,7 +96,8 @@ def rounding_errors(info: TensorInfo, data: np.ndarray, types: Iterable[str], im
             if whole:
                 kept.append(quantized)
             squared = np.square(dequantize_rows(ttype, quantized) - values, dtype=np.float64).sum(axis=0)
-            sums[ttype] = sums.get(ttype, 0.0) + float(squared @ importance if importance is not None else squared.sum())
+            weighted = squared @ importance if importance is not None else squared.sum()
+            sums[ttype] = sums.get(ttype, 0.0) + float(weighted)
     sampled = len(range(0, count, stride))
     errors = {ttype: error * (1 if ttype == whole_type else count / sampled) for ttype, error in sums.items()}
     return TensorErrors(errors, np.concatenate(kept) if kept else None)
