@@ -74,9 +74,9 @@ _TENSOR_TYPE = re.compile(r"\[\s*\d+/\s*\d+\]\s+(?P<name>\S+)\s+-\s+\[[^\]]*\],\
                           r"size\s*=\s*[\d.]+\s+MiB(?:\s*->\s*[\d.]+\s+MiB\s+\((?P<new>\w+)\))?")
 
 
-def recipe_types(src: Path, quant: str, threads: int = 2, imatrix: ImportanceMatrix | None = None) -> dict[str, str]:
-    """{tensor: ggml type} llama.cpp's ``quant`` gives each tensor of ``src``, its mix rules and fallbacks
-    included, found by its quantizer's dry run (no tensor quantized, no file written: a fraction of a second)."""
+def _quantize_params(quant: str, threads: int, imatrix: ImportanceMatrix | None) -> tuple[Any, Any]:
+    """llama.cpp's quantizer parameters for ``quant``, and the matrix buffers they point into (alive until the
+    quantizer returns)."""
     ftype = check_quant(quant, imatrix is not None)
     import llama_cpp
 
@@ -85,10 +85,19 @@ def recipe_types(src: Path, quant: str, threads: int = 2, imatrix: ImportanceMat
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype
     params.nthread = max(1, threads)
-    params.dry_run = True
-    weights = QuantizerImatrix(imatrix) if imatrix is not None else None  # alive until the call returns
+    weights = QuantizerImatrix(imatrix) if imatrix is not None else None
     if weights is not None:
         params.imatrix = weights.pointer()
+    return params, weights
+
+
+def recipe_types(src: Path, quant: str, threads: int = 2, imatrix: ImportanceMatrix | None = None) -> dict[str, str]:
+    """{tensor: ggml type} llama.cpp's ``quant`` gives each tensor of ``src``, its mix rules and fallbacks
+    included, found by its quantizer's dry run (no tensor quantized, no file written: a fraction of a second)."""
+    import llama_cpp
+
+    params, _weights = _quantize_params(quant, threads, imatrix)
+    params.dry_run = True
     with captured_llama_log() as llama_log:
         status = llama_cpp.llama_model_quantize(str(src).encode(), b"", ctypes.byref(params))
     types = {m["name"]: (m["new"] or m["type"]).upper() for m in _TENSOR_TYPE.finditer(llama_log.text)}
@@ -106,20 +115,13 @@ def quantize_gguf(src: Path, dst: Path, quant: str, threads: int = 2, imatrix: I
     ``types`` ({tensor name: ggml type}) fixes those tensors' types and makes every other quantized tensor
     ``quant``'s base type (no mix rules): how a per-tensor mix (exporters/gguf/mix/build.py) is written. A type
     whose block does not divide a tensor's rows still falls back as llama.cpp decides."""
-    ftype = check_quant(quant, imatrix is not None)
     import llama_cpp
 
-    from edgeopt.exporters.gguf.imatrix_file import QuantizerImatrix
     from edgeopt.runtimes.llama_cpp.model import init_backend
 
+    params, _weights = _quantize_params(quant, threads, imatrix)
     # Routes llama.cpp's log (a line per tensor while quantizing) into Python logging, warnings only.
     init_backend()
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = ftype
-    params.nthread = max(1, threads)
-    weights = QuantizerImatrix(imatrix) if imatrix is not None else None  # alive until the call returns
-    if weights is not None:
-        params.imatrix = weights.pointer()
     overrides = tensor_overrides(types) if types is not None else None  # alive until the call returns
     if overrides is not None:
         params.pure = True
