@@ -23,7 +23,8 @@ def test_a_spliced_group_file_is_the_one_llama_cpp_quantizes(tiny_gguf_factory, 
     group = [name for name in quantized if name.startswith("blk.1.")]
     assert group
     store = TensorStore(tmp_path / "store.bin")
-    store.keep(typed, group)
+    for info, data in tensor_bytes(typed, group):
+        store.put(info.name, info.type_name, data)
     splice(reference, group, store, spliced)
     quantize_gguf(unquantized, direct, "Q8_0", 1, None, types=dict.fromkeys(group, "IQ4_NL"))
 

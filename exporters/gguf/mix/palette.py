@@ -21,7 +21,6 @@ from edgeopt.exporters.gguf.quant_types import metadata_bytes, tensor_bytes, ten
 REFERENCE_TYPE = "Q8_0"  # what every tensor but the measured group keeps while sensitivity is measured
 _ROWS_OF_256 = ("IQ3_S", "IQ4_XS", "Q4_K", "Q5_K", "Q6_K", "Q8_0")
 _ROWS_OF_32 = ("IQ4_NL", "Q5_0", "Q8_0")
-PALETTE_TYPES = tuple(dict.fromkeys(_ROWS_OF_256 + _ROWS_OF_32))
 
 
 def palette(row_length: int) -> tuple[str, ...]:

@@ -10,8 +10,8 @@ make sure of it:
    (SmolLM2's 576) llama.cpp's Q5_K_M falls back to Q5_1, which the palette leaves out
    (exporters/gguf/mix/palette.py); without it the mix lost 2.26x at Q5_K_M's size.
 2. **Measured, not predicted, decides.** The written mix and the largest fitting recipes (the only recipes
-   written to a file) are scored on the calibration chunks against the unquantized model; when a recipe measures lower, the recipe is written
-   instead, and the manifest says so (``export.mix.written``).
+   written to a file) are scored on the calibration chunks against the unquantized model; when a recipe
+   measures lower, the recipe is written instead, and the manifest says so (``export.mix.written``).
 
 Only llama.cpp's recommended types compete: the k-quant mixes, IQ4_XS and Q8_0. The legacy Q4_0/Q4_1/Q5_0/Q5_1
 files are left out as ``llama-quantize --help`` itself advises ("legacy, prefer using Q4_K_M"); their types still

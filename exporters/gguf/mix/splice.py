@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from edgeopt.exporters.gguf.tensor_data import infos_of, tensor_bytes
+from edgeopt.exporters.gguf.tensor_data import infos_of
 from edgeopt.sources.gguf_metadata import read_gguf_metadata
 
 
@@ -27,11 +27,6 @@ class TensorStore:
         self.path = path
         self.index: dict[str, tuple[str, int, int]] = {}
         path.write_bytes(b"")
-
-    def keep(self, source: Path, names: Iterable[str]) -> None:
-        """The bytes ``source`` holds for each tensor of ``names`` (one it lacks is left out)."""
-        for info, data in tensor_bytes(source, names):
-            self.put(info.name, info.type_name, data)
 
     def put(self, name: str, type_name: str, data: np.ndarray) -> None:
         """A tensor's bytes at ``type_name``, as the file would hold them."""
