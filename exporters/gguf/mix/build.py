@@ -19,6 +19,7 @@ embeddings) a forward pass of the calibration chunks on a file spliced from byte
 from __future__ import annotations
 
 import shutil
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,13 @@ from edgeopt.exporters.gguf.calibration import Calibration
 from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
 from edgeopt.exporters.gguf.mix.choose import choose_types
 from edgeopt.exporters.gguf.mix.costs import KLMeter, MixCosts, measure_costs
-from edgeopt.exporters.gguf.mix.palette import smallest_mix_bytes
+from edgeopt.exporters.gguf.mix.palette import REFERENCE_TYPE, smallest_mix_bytes
 from edgeopt.exporters.gguf.mix.recipes import (COMPETING_RECIPES, MEASURED_RECIPES, Recipe, candidate_recipes,
                                                 decide, extra_types, fitting)
+from edgeopt.exporters.gguf.mix.splice import TensorStore, quantize_into, splice
+from edgeopt.exporters.gguf.quant_report import tensor_type_mix
 from edgeopt.exporters.gguf.quantize import quantize_gguf, recipe_types
+from edgeopt.exporters.gguf.tensor_data import tensor_infos
 
 DEFAULT_BANDS = 3  # layer bands per tensor role whose sensitivity is measured (30 layers: 10 a band)
 DEFAULT_SENSITIVITY_CHUNKS = 2  # chunks every group, the written mix and its competitors are scored on
@@ -92,9 +96,16 @@ class MixMaker:
         self.unquantized, self.work, self.imatrix, self.threads, self.bands = unquantized, work, imatrix, threads, bands
         self.sensitivity_tokens = sum(len(c) for c in token_chunks)
         self.meter = KLMeter(unquantized, token_chunks, threads)
-        self.costs: MixCosts = costs or measure_costs(unquantized, work, imatrix, self.meter, n_layers, bands, threads)
+        # every file measured or written is this one with some tensors' bytes from the store (splice.py)
+        self.reference = work / "reference.gguf"
+        quantize_gguf(unquantized, self.reference, REFERENCE_TYPE, threads, imatrix, types={})
+        self._reference_types = {name: info.type_name for name, info in tensor_infos(self.reference).items()}
+        self.store = TensorStore(work / "tensors.bin")
+        self.costs: MixCosts = costs or measure_costs(unquantized, self.reference, self.store, imatrix, self.meter,
+                                                      n_layers, bands, threads)
         self._importance = imatrix.means()
         self._recipes: dict[str, Recipe] = {}
+        self._recipe_types: dict[str, dict[str, str]] = {}
         self._recipe_kl: dict[str, float] = {}
 
     def recipes(self, names: list[str]) -> list[Recipe]:
@@ -106,14 +117,23 @@ class MixMaker:
                 quantized = {tensor: ttype for tensor, ttype in types.items() if tensor in self.costs.errors}
                 self.costs.add_errors(self.unquantized, quantized, self._importance, self.threads)
                 self._recipes[name] = Recipe(name, self.costs.file_bytes(quantized), quantized)
+                self._recipe_types[name] = types  # every tensor's, for its file
         return [self._recipes[n] for n in names]
 
     def recipe_file(self, recipe: Recipe) -> Path:
-        """The recipe quantized by llama.cpp, once (kept in ``work``: a curve of budgets measures it again)."""
+        """The recipe's file, once (kept in ``work``: a curve of budgets measures it again)."""
         path = self.work / f"recipe-{recipe.name}.gguf"
         if not path.is_file():
-            quantize_gguf(self.unquantized, path, recipe.name, self.threads, self.imatrix)
+            self._spliced(self._recipe_types[recipe.name], recipe.name, path)
         return path
+
+    def _spliced(self, types: dict[str, str], file_type: str, dst: Path) -> None:
+        """``dst`` as llama.cpp's quantizer writes it with ``types`` (the same bytes), each (tensor, type) quantized
+        once for every file made here."""
+        changed = {name: ttype for name, ttype in types.items() if ttype != self._reference_types.get(name)}
+        quantize_into(self.store, self.unquantized, changed, self._importance, self.threads,
+                      f"mix: quantizing the tensors {file_type} adds")
+        splice(self.reference, changed, self.store, dst, file_type)
 
     def recipe_kl(self, recipe: Recipe) -> float:
         if recipe.name not in self._recipe_kl:
@@ -128,7 +148,10 @@ class MixMaker:
         for t in self.costs.tensors:
             by_type[choice.types[t.name]] += t.weights
         file_type = _FILE_TYPE_OF[by_type.most_common(1)[0][0]]
-        facts = quantize_gguf(self.unquantized, dst, file_type, self.threads, self.imatrix, types=choice.types)
+        started = time.perf_counter()
+        self._spliced(choice.types, file_type, dst)
+        facts = {"quantize_seconds": round(time.perf_counter() - started, 3), "tensor_types": tensor_type_mix(dst),
+                 "quantize_fallbacks": []}  # every type chosen fits its tensor's rows: none falls back
         mix_kl = self.meter.kl(dst)
         recipe_kl = {r.name: self.recipe_kl(r) for r in fit[:MEASURED_RECIPES]}
         verdict = decide(mix_kl, recipe_kl)

@@ -20,7 +20,6 @@ from edgeopt.exporters.gguf.mix.measure import (QuantizedTensor, ReferenceDistri
 from edgeopt.exporters.gguf.mix.palette import REFERENCE_TYPE, palette, probe_type
 from edgeopt.exporters.gguf.mix.splice import TensorStore, splice
 from edgeopt.exporters.gguf.quant_types import type_bytes
-from edgeopt.exporters.gguf.quantize import quantize_gguf
 from edgeopt.progress import progress
 
 
@@ -91,13 +90,13 @@ class MixCosts:
                                       for t in self.tensors)
 
 
-def measure_costs(unquantized: Path, work: Path, imatrix: ImportanceMatrix, meter: KLMeter, n_layers: int,
-                  bands: int, threads: int) -> MixCosts:
-    """Errors of every tensor at every palette type, and every group's KL per unit of error."""
+def measure_costs(unquantized: Path, reference_file: Path, store: TensorStore, imatrix: ImportanceMatrix,
+                  meter: KLMeter, n_layers: int, bands: int, threads: int) -> MixCosts:
+    """Errors of every tensor at every palette type, and every group's KL per unit of error. ``reference_file``:
+    the unquantized file all at REFERENCE_TYPE (llama.cpp's); each tensor's bytes at its probe type are left in
+    ``store``."""
     from edgeopt.sources.gguf_metadata import read_gguf_metadata
 
-    reference_file = work / "reference.gguf"
-    quantize_gguf(unquantized, reference_file, REFERENCE_TYPE, threads, imatrix, types={})
     tensors = quantized_tensors(reference_file, REFERENCE_TYPE)
     if not tensors:
         raise ExportError(f"{unquantized} has no tensor llama.cpp quantizes", "export it as F16 or Q8_0")
@@ -105,8 +104,7 @@ def measure_costs(unquantized: Path, work: Path, imatrix: ImportanceMatrix, mete
     reference_bytes = reference_file.stat().st_size
     overhead = reference_bytes - sum(type_bytes(REFERENCE_TYPE, t.weights) for t in tensors)
     fixed = reference_bytes - sum(_aligned(type_bytes(REFERENCE_TYPE, t.weights), alignment) for t in tensors)
-    probe_store = TensorStore(work / "probes.bin")  # every tensor at its probe type, for the groups' files
-    errors = _errors_per_type(unquantized, tensors, imatrix, threads, probe_store)
+    errors = _errors_per_type(unquantized, tensors, imatrix, threads, store)
     groups = {t.name: group_of(t.name, n_layers, bands) for t in tensors}
     reference_kl = meter.kl(reference_file)
     scales: dict[str, float] = {}
@@ -114,23 +112,21 @@ def measure_costs(unquantized: Path, work: Path, imatrix: ImportanceMatrix, mete
     for group in progress(sorted(set(groups.values())), "mix: sensitivity per tensor group"):
         members = [t for t in tensors if groups[t.name] == group]
         probes = {t.name: probe_type(t.row_length) for t in members}
-        path = work / "group.gguf"
-        splice(reference_file, probes, probe_store, path)  # = quantize_gguf(..., types=probes), no quantizing
+        path = reference_file.with_name("group.gguf")
+        splice(reference_file, probes, store, path)  # = quantize_gguf(..., types=probes), no quantizing
         added_kl = max(meter.kl(path) - reference_kl, 0.0)  # below the reference is noise: no cost
         path.unlink()
         added_error = sum(errors[t.name][probes[t.name]] - errors[t.name][REFERENCE_TYPE] for t in members)
         scales[group] = added_kl / added_error if added_error > 0 else 0.0
         group_kl[group] = float(f"{added_kl:.4g}")
-    reference_file.unlink()
-    probe_store.path.unlink()
     own_errors = sum(scales[groups[t.name]] * errors[t.name][REFERENCE_TYPE] for t in tensors)
     return MixCosts(tensors, overhead, fixed, alignment, errors, groups, scales, group_kl, reference_kl - own_errors)
 
 
 def _errors_per_type(unquantized: Path, tensors: list[QuantizedTensor], imatrix: ImportanceMatrix, threads: int,
-                     probe_store: TensorStore) -> dict[str, dict[str, float]]:
+                     store: TensorStore) -> dict[str, dict[str, float]]:
     """Every tensor's weighted rounding error at every type of its palette and at its probe type, quantized in
-    process a tensor at a time; each tensor's bytes at its probe type kept in ``probe_store``."""
+    process a tensor at a time; each tensor's bytes at its probe type kept in ``store``."""
     from edgeopt.exporters.gguf.tensor_data import tensor_bytes
 
     importance = imatrix.means()
@@ -141,7 +137,7 @@ def _errors_per_type(unquantized: Path, tensors: list[QuantizedTensor], imatrix:
         measured = rounding_errors(info, data, dict.fromkeys((probe, *palette(info.row_length))),
                                    importance.get(info.name), threads, whole_type=probe)
         assert measured.quantized is not None
-        probe_store.put(info.name, probe, measured.quantized)
+        store.put(info.name, probe, [measured.quantized])
         errors[info.name] = measured.errors
     return errors
 
