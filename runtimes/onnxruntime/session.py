@@ -9,8 +9,6 @@ provider here drives (an NPU) is refused unless the caller names the providers (
 
 from __future__ import annotations
 
-import ctypes
-import platform
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from edgeopt.errors import BackendError, ConfigError
 from edgeopt.profiles import DeviceProfile
 from edgeopt.profiles.host import usable_cpu_count
 from edgeopt.profiles.platform import AcceleratorKind
+from edgeopt.runtimes.heap import return_freed_heap
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -73,23 +72,8 @@ def create_session(model_path: Path, threads: int, providers: list[str]) -> Any:
     except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
         raise BackendError(f"onnxruntime could not load {model_path}: {exc}",
                            "check the bundle with edgeopt inspect, or re-export it") from exc
+    # Building a session parses the whole model (a protobuf as large as the file) and the graph, then frees them:
+    # SmolLM2-135M fp32 (a 514 MiB file) idled at 993 MiB in `edgeopt serve`, 809 MiB with this call, and peaked
+    # 183 MiB lower under load (edgeopt/formats/onnx/memory.py).
     return_freed_heap()
     return session
-
-
-def return_freed_heap() -> bool:
-    """Give the C heap's free pages back to the system (glibc's malloc_trim); False where there is no glibc.
-
-    Building a session parses the whole model (a protobuf as large as the file) and the graph, then frees them.
-    The freed blocks stay in glibc's heaps (the server raises the thresholds under which it keeps them:
-    edgeopt/server/startup/heap_tuning.py), and a worker thread's heap is never trimmed on its own: SmolLM2-135M fp32
-    (a 514 MiB file) idled at 993 MiB in `edgeopt serve`, 809 MiB with this call, and peaked 183 MiB lower
-    under load (edgeopt/formats/onnx/memory.py)."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except AttributeError:  # a glibc without it (never seen)
-        return False
-    trim(0)
-    return True

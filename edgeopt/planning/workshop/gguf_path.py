@@ -63,6 +63,7 @@ DECODE_32_EFFICIENCY = 0.73
 # quantization) are scored on, the unquantized model's distributions kept for each.
 MIX_BANDS, MIX_SCORED_CHUNKS, MIX_MEASURED_FILES = 3, 2, 2
 MIX_LOGITS_COPIES = 5  # a chunk's logits while it is scored, beside the kept distributions
+MIX_GROUP_SCORERS = 2  # groups scored side by side (exporters/gguf/mix/costs.py's group_workers)
 MIX_ERROR_PARAMS_PER_SECOND = 8.7e6  # every palette type on an eighth of the rows, the probe type whole (SmolLM2)
 CONVERT_PARAMS_PER_SECOND = 70e6  # reading, casting and writing (numpy's memory-bound loops)
 QUANTIZE_PARAMS_PER_SECOND = 12e6  # llama.cpp's search for each block's scales (Q4_K_M with a matrix)
@@ -132,7 +133,8 @@ def _mix_step(spec: ModelSpec, steps: GgufSteps, process: int, unquantized: int,
     spliced file, llama.cpp's recipes that compete quantized and scored; the mix's own quantization is the next
     step. The peak is the scoring: the unquantized model's distributions kept for every scored token, and a chunk's
     logits several times over while one is scored (llama.cpp's output, llama-cpp-python's copy, the rows read,
-    their log-softmax and its exponential), beside the mapped unquantized file. The chunks are the calibration
+    their log-softmax and its exponential) in each of the scorers side by side, beside the mapped unquantized file
+    or, where they are larger, the two groups' files scored side by side (Q8_0 but for the group's tensors). The chunks are the calibration
     text's: the self-written sequences, or 512-token chunks of --calibration-data."""
     chunk = min(SELF_CALIBRATION_LENGTH, spec.max_position_embeddings) if steps.calibration_text_bytes is None \
         else BATCH_TOKENS
@@ -141,13 +143,14 @@ def _mix_step(spec: ModelSpec, steps: GgufSteps, process: int, unquantized: int,
     # a group per role and band, and one per matrix outside the layers (the embeddings; the output when untied)
     groups = len(roles) * min(MIX_BANDS, spec.num_layers) + sum(t.layer is None for t in matrices)
     chunk_logits = chunk * spec.vocab_size * 4
-    own = (process + _llama_buffers(spec, chunk, chunk, kv_bytes=4)
-           + MIX_SCORED_CHUNKS * chunk_logits + MIX_LOGITS_COPIES * chunk_logits)
+    own = (process + MIX_SCORED_CHUNKS * chunk_logits
+           + MIX_GROUP_SCORERS * (_llama_buffers(spec, chunk, chunk, kv_bytes=4) + MIX_LOGITS_COPIES * chunk_logits))
     scored_tokens = chunk * MIX_SCORED_CHUNKS * (groups + 2 + MIX_MEASURED_FILES)  # and the reference, twice
     seconds = (spec.num_parameters / MIX_ERROR_PARAMS_PER_SECOND
                + MIX_MEASURED_FILES * spec.num_parameters / QUANTIZE_PARAMS_PER_SECOND
                + scored_tokens * flops_per_token / (rate * SCORING_EFFICIENCY))
-    return StepEstimate("measuring the mix", own + LIBRARIES + unquantized, own, seconds)
+    mapped = max(unquantized, MIX_GROUP_SCORERS * weight_bytes(spec, "gguf", "Q8_0"))  # the groups' files side by side
+    return StepEstimate("measuring the mix", own + LIBRARIES + mapped, own, seconds)
 
 
 def _matrix_tokens(steps: GgufSteps) -> int:

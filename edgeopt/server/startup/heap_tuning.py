@@ -36,15 +36,3 @@ def keep_freed_heap() -> bool:
     if not done:
         log.warning("glibc's mallopt refused the heap thresholds; sampling runs with its defaults")
     return done
-
-
-def return_freed_heap() -> None:
-    """Give the heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing). After a model is
-    freed: llama.cpp's tables (Gemma 3's vocabulary: 37 MiB) lie in the middle of the heap, which glibc never
-    trims on its own, so the process kept them resident under the next model (measured: 78 MiB returned)."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except AttributeError:
-        pass

@@ -6,14 +6,14 @@ of its palette (exporters/gguf/mix/palette.py) is computed, each group of tensor
 is measured as KL on the calibration text (exporters/gguf/mix/costs.py), and the types that fit the
 budget at the lowest predicted KL are chosen (exporters/gguf/mix/choose.py). llama.cpp's own recipes that
 fit the budget lend their types to the choice and are measured against it; one that measures lower is
-written instead (exporters/gguf/mix/recipes.py). llama.cpp's quantizer writes the file with the types and
-the importance matrix, so any llama.cpp reads it.
+written instead (exporters/gguf/mix/recipes.py). The files are the bytes llama.cpp's quantizer writes with
+the types and the importance matrix, so any llama.cpp reads them.
 
 Cost: every tensor quantized in process at its palette's types on a sample of its rows and at its probe type
-whole (exporters/gguf/mix/palette.py), a dry run of each recipe near the budget and a quantization of the two
-largest that fit (they are scored), and per group (22 for a 30-layer model: 7 roles x 3 bands, and the
-embeddings) a forward pass of the calibration chunks on a file spliced from bytes already quantized
-(exporters/gguf/mix/splice.py) (docs/gguf-mix.md).
+whole (exporters/gguf/mix/palette.py), a dry run of each recipe near the budget, per group (22 for a
+30-layer model: 7 roles x 3 bands, and the embeddings) a forward pass of the calibration chunks, and the
+mix and the two largest fitting recipes scored the same way; every file is spliced from tensors quantized
+once (exporters/gguf/mix/splice.py) (docs/gguf-mix.md).
 """
 
 from __future__ import annotations
