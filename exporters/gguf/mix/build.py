@@ -21,6 +21,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from edgeopt.errors import ConfigError
 from edgeopt.exporters.gguf.calibration import Calibration
 from edgeopt.exporters.gguf.imatrix_file import ImportanceMatrix
 from edgeopt.exporters.gguf.mix.choose import choose_types
-from edgeopt.exporters.gguf.mix.costs import KLMeter, MixCosts, measure_costs
+from edgeopt.exporters.gguf.mix.costs import KLMeter, MixCosts, group_workers, measure_costs
 from edgeopt.exporters.gguf.mix.palette import REFERENCE_TYPE, smallest_mix_bytes
 from edgeopt.exporters.gguf.mix.recipes import (COMPETING_RECIPES, MEASURED_RECIPES, Recipe, candidate_recipes,
                                                 decide, extra_types, fitting)
@@ -135,10 +136,12 @@ class MixMaker:
                       f"mix: quantizing the tensors {file_type} adds")
         splice(self.reference, changed, self.store, dst, file_type)
 
-    def recipe_kl(self, recipe: Recipe) -> float:
-        if recipe.name not in self._recipe_kl:
-            self._recipe_kl[recipe.name] = self.meter.kl(self.recipe_file(recipe))
-        return self._recipe_kl[recipe.name]
+    def _scored(self, files: dict[str, Path]) -> dict[str, float]:
+        """Each file's KL on the calibration chunks, two files at a time as the groups are (costs.group_workers)."""
+        workers = group_workers(self.threads)
+        with ThreadPoolExecutor(workers) as pool:
+            return dict(zip(files, pool.map(lambda path: self.meter.kl(path, max(1, self.threads // workers)),
+                                            files.values())))
 
     def write(self, dst: Path, budget_bytes: int, recipe_names: list[str]) -> dict[str, Any]:
         """The mix of ``budget_bytes`` into ``dst``, or the fitting recipe that measures lower; facts."""
@@ -152,8 +155,11 @@ class MixMaker:
         self._spliced(choice.types, file_type, dst)
         facts = {"quantize_seconds": round(time.perf_counter() - started, 3), "tensor_types": tensor_type_mix(dst),
                  "quantize_fallbacks": []}  # every type chosen fits its tensor's rows: none falls back
-        mix_kl = self.meter.kl(dst)
-        recipe_kl = {r.name: self.recipe_kl(r) for r in fit[:MEASURED_RECIPES]}
+        measured = [r.name for r in fit[:MEASURED_RECIPES]]
+        kl = self._scored({"mix": dst} | {r.name: self.recipe_file(r) for r in fit[:MEASURED_RECIPES]
+                                          if r.name not in self._recipe_kl})
+        self._recipe_kl |= {name: value for name, value in kl.items() if name != "mix"}
+        mix_kl, recipe_kl = kl["mix"], {name: self._recipe_kl[name] for name in measured}
         verdict = decide(mix_kl, recipe_kl)
         types = choice.types
         if verdict.written != "mix":  # llama.cpp's own type measured lower: write it, as llama-quantize would
