@@ -9,7 +9,7 @@ import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from edgeopt.exporters.gguf.mix.measure import MIN_SAMPLED_ROWS, SAMPLED_EVERY, rounding_errors, sample_stride
+from edgeopt.exporters.gguf.mix.measure import MIN_SAMPLED_ROWS, SAMPLED_EVERY, rounding_errors
 from edgeopt.exporters.gguf.mix.palette import palette, probe_type
 from edgeopt.exporters.gguf.quant_types import type_bytes
 from edgeopt.exporters.gguf.tensor_data import TensorInfo
@@ -37,17 +37,10 @@ def test_the_whole_type_is_exact_and_the_sampled_types_close(width: int) -> None
     measured = rounding_errors(info, data, [probe, *types], importance, threads=2, whole_type=probe)
     assert measured.errors[probe] == pytest.approx(exact_error(probe, info, data, importance), rel=1e-9)
     assert measured.quantized is not None and measured.quantized.shape[0] == rows
-    for ttype in types:  # an eighth of the rows (a sixteenth for IQ types) stands for the whole within a few percent
+    for ttype in types:  # an eighth of the rows stands for the whole within a few percent
         assert measured.errors[ttype] == pytest.approx(exact_error(ttype, info, data, importance), rel=0.05), ttype
     ordered = [measured.errors[t] for t in palette(width)]
     assert ordered == sorted(ordered, reverse=True)  # more bits, less error, as the palette is ordered
-
-
-def test_the_slow_iq_types_are_sampled_half_as_densely_but_never_below_half_the_rows() -> None:
-    rows = MIN_SAMPLED_ROWS * SAMPLED_EVERY * 4
-    assert sample_stride(rows, "Q4_K") == SAMPLED_EVERY and sample_stride(rows, "IQ4_NL") == 2 * SAMPLED_EVERY
-    assert sample_stride(576, "Q5_0") == 4 and sample_stride(576, "IQ4_NL") == 9  # 144 and 64 rows of 576
-    assert sample_stride(MIN_SAMPLED_ROWS, "IQ3_S") == 2 and sample_stride(MIN_SAMPLED_ROWS - 1, "Q4_K") == 1
 
 
 def test_a_small_tensor_is_measured_whole() -> None:

@@ -62,9 +62,6 @@ def group_of(name: str, n_layers: int, bands: int) -> str:
 # MIN_SAMPLED_ROWS x SAMPLED_EVERY rows is sampled more densely, one of fewer than MIN_SAMPLED_ROWS rows whole.
 SAMPLED_EVERY = 8
 MIN_SAMPLED_ROWS = 128
-# The IQ types quantize 5-10x slower than the k-quants (a search over a grid per block: 5.5-11 M weights/s on two
-# cores against 17-75) and were most of the errors' time: they are sampled half as densely, at least half as many rows.
-SLOW_TYPES = frozenset({"IQ3_S", "IQ4_XS", "IQ4_NL"})
 ROWS_PER_READ = 4096  # float32 rows held at once: a 128k-token embedding is 1 GB of float32 whole
 
 
@@ -79,19 +76,20 @@ def rounding_errors(info: TensorInfo, data: np.ndarray, types: Iterable[str], im
     """Every type's weighted squared rounding error of one tensor (``data``: its rows as the unquantized file holds
     them): ``sum over rows and columns of importance[column] x (w - w_q)^2``, quantized in process as llama.cpp
     would (exporters/gguf/mix/ggml_rows.py). ``whole_type``'s error is exact, its bytes kept for every row; the
-    other types' are estimated from a sample of the rows (:func:`sample_stride`), scaled to the whole."""
+    other types' are estimated from a sample of the rows (SAMPLED_EVERY), scaled to the whole."""
     from edgeopt.exporters.gguf.mix.ggml_rows import dequantize_rows, quantize_rows
 
     rows = data.reshape(-1, data.shape[-1])
     count = len(rows)
-    strides = {ttype: 1 if ttype == whole_type else sample_stride(count, ttype) for ttype in types}
+    stride = max(1, min(SAMPLED_EVERY, count // MIN_SAMPLED_ROWS))
     sums: dict[str, float] = {}
     kept: list[np.ndarray] = []
     for first in range(0, count, ROWS_PER_READ):
         original = dequantize_rows(info.type_name, rows[first:first + ROWS_PER_READ])
+        sample = original[(-first) % stride::stride]  # every stride-th row of the tensor, wherever the read starts
         for ttype in types:
             whole = ttype == whole_type
-            values = original[(-first) % strides[ttype]::strides[ttype]]  # every stride-th row, wherever the read starts
+            values = original if whole else sample
             if not len(values):
                 continue
             quantized = quantize_rows(ttype, values, importance, threads)
@@ -100,15 +98,9 @@ def rounding_errors(info: TensorInfo, data: np.ndarray, types: Iterable[str], im
             squared = np.square(dequantize_rows(ttype, quantized) - values, dtype=np.float64).sum(axis=0)
             weighted = squared @ importance if importance is not None else squared.sum()
             sums[ttype] = sums.get(ttype, 0.0) + float(weighted)
-    errors = {ttype: error * count / len(range(0, count, strides[ttype])) for ttype, error in sums.items()}
+    sampled = len(range(0, count, stride))
+    errors = {ttype: error * (1 if ttype == whole_type else count / sampled) for ttype, error in sums.items()}
     return TensorErrors(errors, np.concatenate(kept) if kept else None)
-
-
-def sample_stride(rows: int, ttype: str) -> int:
-    """Every how many rows of a tensor of ``rows`` its error at ``ttype`` is measured on."""
-    if ttype in SLOW_TYPES:
-        return max(1, min(2 * SAMPLED_EVERY, rows // (MIN_SAMPLED_ROWS // 2)))
-    return max(1, min(SAMPLED_EVERY, rows // MIN_SAMPLED_ROWS))
 
 
 class ReferenceDistribution:
