@@ -134,8 +134,8 @@ def _mix_step(spec: ModelSpec, steps: GgufSteps, process: int, unquantized: int,
     step. The peak is the scoring: the unquantized model's distributions kept for every scored token, and a chunk's
     logits several times over while one is scored (llama.cpp's output, llama-cpp-python's copy, the rows read,
     their log-softmax and its exponential) in each of the scorers side by side, beside the mapped unquantized file
-    or, where they are larger, the two groups' files scored side by side (Q8_0 but for the group's tensors). The chunks are the calibration
-    text's: the self-written sequences, or 512-token chunks of --calibration-data."""
+    or, where they are larger, the two groups' files scored side by side (Q8_0 but for the group's tensors). The
+    chunks are the calibration text's: the self-written sequences, or 512-token chunks of --calibration-data."""
     chunk = min(SELF_CALIBRATION_LENGTH, spec.max_position_embeddings) if steps.calibration_text_bytes is None \
         else BATCH_TOKENS
     matrices = [t for t in spec.tensors() if len(t.shape) == 2]

@@ -129,7 +129,8 @@ def measure_costs(unquantized: Path, reference_file: Path, store: TensorStore, i
         for group, kl in progress(measured, "mix: sensitivity per tensor group", len(names)):
             added_kl = max(kl - reference_kl, 0.0)  # below the reference is noise: no cost
             members = [t for t in tensors if groups[t.name] == group]
-            added_error = sum(errors[t.name][probe_type(t.row_length)] - errors[t.name][REFERENCE_TYPE] for t in members)
+            added_error = sum(errors[t.name][probe_type(t.row_length)] - errors[t.name][REFERENCE_TYPE]
+                              for t in members)
             scales[group] = added_kl / added_error if added_error > 0 else 0.0
             group_kl[group] = float(f"{added_kl:.4g}")
     own_errors = sum(scales[groups[t.name]] * errors[t.name][REFERENCE_TYPE] for t in tensors)

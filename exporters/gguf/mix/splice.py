@@ -62,12 +62,13 @@ def quantize_into(store: TensorStore, unquantized: Path, types: Mapping[str, str
     todo = [name for name, ttype in types.items() if (name, ttype) not in store]
     for info, data in progress(tensor_bytes(unquantized, todo), label, total=len(todo)):
         rows, ttype = data.reshape(-1, data.shape[-1]), types[info.name]
-        store.put(info.name, ttype, (quantize_rows(ttype, dequantize_rows(info.type_name, rows[first:first + _ROWS_PER_READ]),
-                                                   importance.get(info.name), threads)
-                                     for first in range(0, len(rows), _ROWS_PER_READ)))
+        reads = (dequantize_rows(info.type_name, rows[first:first + _ROWS_PER_READ])
+                 for first in range(0, len(rows), _ROWS_PER_READ))
+        store.put(info.name, ttype, (quantize_rows(ttype, read, importance.get(info.name), threads) for read in reads))
 
 
-def splice(reference: Path, types: Mapping[str, str], store: TensorStore, dst: Path, file_type: str | None = None) -> None:
+def splice(reference: Path, types: Mapping[str, str], store: TensorStore, dst: Path,
+           file_type: str | None = None) -> None:
     """Write ``dst``: ``reference`` with each tensor of ``types`` at its type, its bytes from ``store`` (where the type
     is the reference's own, the reference's). ``file_type``: llama.cpp's name of the file's type (``Q4_K_M``) for
     ``general.file_type``, which llama.cpp's quantizer would have written; None keeps the reference's."""
