@@ -1,4 +1,5 @@
-"""Fixtures for exporter tests: a tiny Llama-2-style SentencePiece tokenizer and model (trained locally)."""
+"""Fixtures for exporter tests: a tiny Llama-2-style SentencePiece tokenizer and model (trained locally), and an
+unquantized GGUF whose rows take both of the mix's palettes."""
 
 from __future__ import annotations
 
@@ -31,3 +32,15 @@ def build_spm_model(out_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def spm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_spm_model(tmp_path_factory.mktemp("spm"))
+
+
+@pytest.fixture(scope="session")
+def palette_rows_f16(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> Path:
+    """An F16 GGUF with rows of 256 (k-quants and IQ types) and of 544 (32-weight blocks only, as SmolLM2's 576)."""
+    from edgeopt.exporters.gguf.exporter import GGUFExporter
+    from tests.fixtures.tiny_models import build_tiny_model
+
+    model = build_tiny_model(tmp_path_factory.mktemp("rows") / "m", "llama-gqa", tiny_tokenizer_dir, hidden_size=256,
+                             intermediate_size=544, num_layers=2)
+    out = tmp_path_factory.mktemp("rows-f16")
+    return out / GGUFExporter().export(model, out, "F16", {}).model_file

@@ -17,16 +17,9 @@ from edgeopt.exporters.gguf.quantize import quantize_gguf
 from edgeopt.exporters.gguf.tensor_data import tensor_bytes, tensor_infos
 
 
-@pytest.fixture(scope="module")
-def unquantized(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> Path:
-    """Rows of 256 (k-quants and IQ types) and of 544 (32-weight blocks only, as SmolLM2's 576), as F16."""
-    from edgeopt.exporters.gguf.exporter import GGUFExporter
-    from tests.fixtures.tiny_models import build_tiny_model
-
-    model = build_tiny_model(tmp_path_factory.mktemp("rows") / "m", "llama-gqa", tiny_tokenizer_dir, hidden_size=256,
-                             intermediate_size=544, num_layers=1)
-    out = tmp_path_factory.mktemp("rows-f16")
-    return out / GGUFExporter().export(model, out, "F16", {}).model_file
+@pytest.fixture
+def unquantized(palette_rows_f16: Path) -> Path:
+    return palette_rows_f16
 
 
 def test_in_process_rows_are_llama_cpps_bytes_for_every_palette_type(unquantized: Path, tmp_path: Path) -> None:

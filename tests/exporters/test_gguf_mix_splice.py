@@ -17,16 +17,9 @@ from edgeopt.exporters.gguf.scorer import GGUFScorer
 from edgeopt.exporters.gguf.tensor_data import tensor_infos
 
 
-@pytest.fixture(scope="module")
-def unquantized(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> Path:
-    """Rows of 256 (k-quants, IQ types) and of 544 (32-weight blocks, as SmolLM2's 576), as F16."""
-    from edgeopt.exporters.gguf.exporter import GGUFExporter
-    from tests.fixtures.tiny_models import build_tiny_model
-
-    model = build_tiny_model(tmp_path_factory.mktemp("splice") / "m", "llama-gqa", tiny_tokenizer_dir, hidden_size=256,
-                             intermediate_size=544, num_layers=2)
-    out = tmp_path_factory.mktemp("splice-f16")
-    return out / GGUFExporter().export(model, out, "F16", {}).model_file
+@pytest.fixture
+def unquantized(palette_rows_f16: Path) -> Path:
+    return palette_rows_f16
 
 
 def _matrix(unquantized: Path) -> ImportanceMatrix:
