@@ -19,11 +19,11 @@ import numpy as np
 from gguf import GGMLQuantizationType, LlamaFileType
 
 from edgeopt.errors import ExportError
+from edgeopt.exporters.gguf.mix.measure import ROWS_PER_READ
 from edgeopt.exporters.gguf.tensor_data import infos_of, tensor_bytes
 from edgeopt.sources.gguf_metadata import read_gguf_metadata
 
 _COPY_BLOCK = 16 << 20  # bytes copied at a time: a 128k-token embedding is hundreds of MB at any type
-_ROWS_PER_READ = 4096  # float32 rows held at once while a tensor is quantized
 
 
 class TensorStore:
@@ -62,8 +62,8 @@ def quantize_into(store: TensorStore, unquantized: Path, types: Mapping[str, str
     todo = [name for name, ttype in types.items() if (name, ttype) not in store]
     for info, data in progress(tensor_bytes(unquantized, todo), label, total=len(todo)):
         rows, ttype = data.reshape(-1, data.shape[-1]), types[info.name]
-        reads = (dequantize_rows(info.type_name, rows[first:first + _ROWS_PER_READ])
-                 for first in range(0, len(rows), _ROWS_PER_READ))
+        reads = (dequantize_rows(info.type_name, rows[first:first + ROWS_PER_READ])
+                 for first in range(0, len(rows), ROWS_PER_READ))
         store.put(info.name, ttype, (quantize_rows(ttype, read, importance.get(info.name), threads) for read in reads))
 
 
